@@ -1,0 +1,30 @@
+# `make run` and `make test` are the contract with a new user: each sets up .venv on first
+# use (and again only when pyproject.toml changes), then runs.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test soak bench clean install
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	@echo "setting up $(VENV) (first run, or pyproject.toml changed)"
+	@$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test]' >$(VENV)/install.log 2>&1 \
+		|| { cat $(VENV)/install.log; echo "pip install failed; log above"; exit 1; }
+	@touch $(STAMP)
+
+run: $(STAMP)
+	@mkdir -p var/databases var/smoosh
+	$(BIN)/smoosh run --config conf/smoosh.ini
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -x -p no:cacheprovider
+
+soak: $(STAMP)
+	SMOOSH_SOAK=1 $(BIN)/python -m pytest -q -p no:cacheprovider -m slow
+
+clean:
+	rm -rf $(VENV) build *.egg-info var

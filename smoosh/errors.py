@@ -1,0 +1,39 @@
+"""The error roots of smoosh: every error the daemon raises on purpose derives from SmooshError."""
+
+from __future__ import annotations
+
+
+class SmooshError(Exception):
+    """Raised for any failure smoosh reports on purpose; the root of every smoosh error."""
+
+
+class ConfigError(SmooshError):
+    """Raised when a configuration file, section, key or value is invalid.
+
+    Attributes name what the error is about, so callers (``smoosh config check``, ``/status``)
+    can show it without parsing the message.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        section: str | None = None,
+        key: str | None = None,
+        value: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.path = path
+        self.section = section
+        self.key = key
+        self.value = value
+
+
+class InvalidKey(SmooshError):
+    """Raised when a key cannot be enqueued: unclaimed, outside ``roots``, or smoosh's own file."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(f"invalid key {key!r}: {reason}")
+        self.key = key
+        self.reason = reason

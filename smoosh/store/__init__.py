@@ -1,0 +1,42 @@
+"""Stores with FoundationDB's semantics: ``memory:``, ``sqlite:PATH``, ``fdb:`` / ``fdb:CLUSTER_FILE``."""
+
+from __future__ import annotations
+
+from smoosh.store.base import KeySelector, Store, Transaction, Watch
+from smoosh.store.errors import StoreError, StoreUnavailable
+
+__all__ = ["open_store", "KeySelector", "Store", "Transaction", "Watch", "StoreError", "StoreUnavailable"]
+
+
+def open_store(url: str) -> Store:
+    """Open the store a URL names.
+
+    Parameters:
+        url: ``memory:`` (this process only, nothing on disk), ``sqlite:PATH`` (the embedded
+            default; relative paths resolve against the working directory), ``fdb:`` (the
+            default cluster file) or ``fdb:CLUSTER_FILE``.
+
+    Returns:
+        An open :class:`Store`; close it when done.
+
+    Raises:
+        StoreUnavailable: an unknown scheme, an empty SQLite path, or no FoundationDB client.
+    """
+    scheme, sep, rest = url.partition(":")
+    if not sep:
+        raise StoreUnavailable(f"store URL {url!r} has no scheme: use memory:, sqlite:PATH or fdb:[CLUSTER_FILE]")
+    if scheme == "memory":
+        from smoosh.store.memory import MemoryStore
+
+        return MemoryStore(url)
+    if scheme == "sqlite":
+        if not rest:
+            raise StoreUnavailable(f"store URL {url!r} names no file: use sqlite:PATH")
+        from smoosh.store.sqlite import SqliteStore
+
+        return SqliteStore(rest, url=url)
+    if scheme == "fdb":
+        from smoosh.store.fdb import FdbStore
+
+        return FdbStore(rest or None, url=url)
+    raise StoreUnavailable(f"store URL {url!r} has unknown scheme {scheme!r}: use memory:, sqlite:PATH or fdb:[CLUSTER_FILE]")

@@ -1,0 +1,100 @@
+"""Store errors, carrying FoundationDB's numeric error codes so retry logic is identical on every store."""
+
+from __future__ import annotations
+
+from smoosh.errors import SmooshError
+
+#: FoundationDB error codes the stores raise (names as in FoundationDB's error_definitions.h).
+TRANSACTION_TOO_OLD = 1007
+FUTURE_VERSION = 1009
+NOT_COMMITTED = 1020
+COMMIT_UNKNOWN_RESULT = 1021
+TRANSACTION_CANCELLED = 1025
+WATCH_CANCELLED = 1029
+TRANSACTION_TIMED_OUT = 1031
+TOO_MANY_WATCHES = 1032
+ACCESSED_UNREADABLE = 1036
+PROCESS_BEHIND = 1037
+DATABASE_LOCKED = 1038
+CLUSTER_VERSION_CHANGED = 1039
+COMMIT_PROXY_MEMORY_LIMIT_EXCEEDED = 1042
+BATCH_TRANSACTION_THROTTLED = 1051
+GRV_PROXY_MEMORY_LIMIT_EXCEEDED = 1078
+OPERATION_CANCELLED = 1101
+TAG_THROTTLED = 1213
+TRANSACTION_THROTTLED_HOT_SHARD = 1235
+TRANSACTION_REJECTED_RANGE_LOCKED = 1242
+USED_DURING_COMMIT = 2017
+INVERTED_RANGE = 2005
+KEY_OUTSIDE_LEGAL_RANGE = 2004
+CLIENT_INVALID_OPERATION = 2000
+TRANSACTION_TOO_LARGE = 2101
+KEY_TOO_LARGE = 2102
+VALUE_TOO_LARGE = 2103
+
+#: Codes after which the transaction may or may not have committed (FoundationDB's maybe_committed).
+MAYBE_COMMITTED = frozenset({COMMIT_UNKNOWN_RESULT, CLUSTER_VERSION_CHANGED})
+
+#: Codes after which the transaction certainly did not commit and may simply be run again.
+RETRYABLE_NOT_COMMITTED = frozenset(
+    {
+        NOT_COMMITTED,
+        TRANSACTION_TOO_OLD,
+        FUTURE_VERSION,
+        DATABASE_LOCKED,
+        PROCESS_BEHIND,
+        COMMIT_PROXY_MEMORY_LIMIT_EXCEEDED,
+        GRV_PROXY_MEMORY_LIMIT_EXCEEDED,
+        BATCH_TRANSACTION_THROTTLED,
+        TAG_THROTTLED,
+        TRANSACTION_THROTTLED_HOT_SHARD,
+        TRANSACTION_REJECTED_RANGE_LOCKED,
+    }
+)
+
+#: FoundationDB's ``retryable`` predicate: what ``on_error`` retries.
+RETRYABLE = MAYBE_COMMITTED | RETRYABLE_NOT_COMMITTED
+
+_DESCRIPTIONS = {
+    TRANSACTION_TOO_OLD: "Transaction is too old to perform reads or be committed",
+    FUTURE_VERSION: "Request for future version",
+    NOT_COMMITTED: "Transaction not committed due to conflict with another transaction",
+    COMMIT_UNKNOWN_RESULT: "Transaction may or may not have committed",
+    TRANSACTION_CANCELLED: "Operation aborted because the transaction was cancelled",
+    WATCH_CANCELLED: "Operation aborted because watch was cancelled",
+    TRANSACTION_TIMED_OUT: "Operation aborted because the transaction timed out",
+    TOO_MANY_WATCHES: "Too many watches currently set",
+    ACCESSED_UNREADABLE: "Read or wrote an unreadable key",
+    DATABASE_LOCKED: "Database is locked",
+    OPERATION_CANCELLED: "Asynchronous operation cancelled",
+    INVERTED_RANGE: "Range begin key larger than end key",
+    KEY_OUTSIDE_LEGAL_RANGE: "Key outside legal range",
+    CLIENT_INVALID_OPERATION: "Invalid API call",
+    USED_DURING_COMMIT: "Operation issued while a commit was outstanding",
+    TRANSACTION_TOO_LARGE: "Transaction exceeds byte limit",
+    KEY_TOO_LARGE: "Key length exceeds limit",
+    VALUE_TOO_LARGE: "Value length exceeds limit",
+}
+
+
+class StoreError(SmooshError):
+    """Raised when a store operation fails; ``code`` is FoundationDB's numeric error code."""
+
+    def __init__(self, code: int, message: str | None = None) -> None:
+        self.code = code
+        detail = message or _DESCRIPTIONS.get(code, "store error")
+        super().__init__(f"{detail} ({code})")
+
+    @property
+    def retryable(self) -> bool:
+        """Whether FoundationDB's retry loop would run the transaction again after this error."""
+        return self.code in RETRYABLE
+
+    @property
+    def maybe_committed(self) -> bool:
+        """Whether the transaction may have committed despite the error."""
+        return self.code in MAYBE_COMMITTED
+
+
+class StoreUnavailable(SmooshError):
+    """Raised when a store cannot be opened: a bad URL, a missing native client, an unreadable file."""

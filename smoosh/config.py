@@ -1,0 +1,454 @@
+"""smoosh's configuration: a CouchDB-compatible ini file read into frozen dataclasses.
+
+An operator can paste CouchDB's ``[smoosh]``, ``[smoosh.<channel>]`` and ``[smoosh.ignore]``
+sections. Parsed with configparser, ``interpolation=None`` (a ``%`` in a token or path is
+literal) and case-sensitive keys (``[smoosh.ignore]`` keys are paths). ``[smoosh.ignore]``
+and ``[smoosh.sqlite]`` are reserved, not channels. Every value is validated at load time:
+a bad one raises ``ConfigError`` whose message names file, section, key and value, so an
+invalid number is never discovered at enqueue time. Unknown keys and sections are not
+errors (a pasted CouchDB config has some) but are warned about by name, in
+``Config.warnings`` and the log.
+
+Differences from CouchDB, on purpose: a channel list that is set replaces the default list
+(CouchDB merges its built-ins back in and sorts, apache/couchdb#4378); a channel's
+``priority`` key wins over its name's prefix; malformed values are errors, not silent
+defaults.
+"""
+
+from __future__ import annotations
+
+import configparser
+import logging
+import os
+import socket
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields
+
+from smoosh.config_defaults import (
+    DEFAULT_CONFIG_PATH, CONFIG_ENV, DEFAULTS_NAME, GLOBAL_SECTION, RESERVED_SECTIONS,
+    CHANNEL_NAME_RE, DEFAULT_DB_CHANNELS, DEFAULT_VIEW_CHANNELS, DEFAULT_CLEANUP_CHANNELS,
+    DEFAULT_STALENESS_S, DEFAULT_PERSIST, DEFAULT_STATE_DIR, DEFAULT_WAIT_S,
+    DEFAULT_CHECKPOINT_INTERVAL_S, DEFAULT_ACCESS_MAX_SIZE, DEFAULT_COMPACTION_LOG_LEVEL,
+    LOG_LEVELS, DEFAULT_STORE, DEFAULT_WATCH, DEFAULT_HTTP, DEFAULT_HEALTH_THRESHOLD_S,
+    DEFAULT_BACKOFF_BASE_S, DEFAULT_MAX_HISTORY, DEFAULT_JOB_TIMEOUT_S, DEFAULT_MAX_JOBS,
+    DEFAULT_INTERVAL_S, DEFAULT_MAX_CHURN, DEFAULT_RECHECK_INTERVAL_S,
+    DEFAULT_EXACT_SIZE_INTERVAL_S, DEFAULT_RESCAN_INTERVAL_S, DEFAULT_WAL_MAX_SIZE_BYTES,
+    GLOBAL_KEYS, COUCHDB_ONLY_KEYS, RESTART_KEYS,
+)
+from smoosh.config_sections import CHANNEL_KEYS, SQLITE_KEYS, ChannelConfig, SqliteConfig, parse_ignore
+from smoosh.config_values import (
+    SectionReader,
+    is_loopback_host,
+    parse_bool,
+    parse_duration_at_least,
+    parse_http,
+    parse_int,
+    parse_list,
+    parse_names,
+    parse_threshold_size,
+    resolve_glob,
+    resolve_path,
+    split_host_port,
+    static_prefix,
+)
+from smoosh.errors import ConfigError
+from smoosh.units import format_duration, format_size
+
+__all__ = [
+    "Config",
+    "ChannelConfig",
+    "SqliteConfig",
+    "load_config",
+    "parse_config",
+    "GLOBAL_KEYS",
+    "CHANNEL_KEYS",
+    "SQLITE_KEYS",
+    "RESTART_KEYS",
+    "DEFAULT_CONFIG_PATH",
+]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Config:
+    """The effective configuration. Durations are seconds, sizes bytes, paths absolute.
+
+    ``channels`` maps every channel of the three lists, in list order, to its settings
+    (treat it as read-only). ``path`` is the file read, or None for the defaults.
+    """
+
+    path: str | None
+    db_channels: tuple[str, ...]
+    view_channels: tuple[str, ...]
+    cleanup_channels: tuple[str, ...]
+    staleness_s: float
+    persist: bool
+    state_dir: str
+    wait_s: float
+    checkpoint_interval_s: float
+    access_max_size: int
+    compaction_log_level: str
+    store: str
+    watch: tuple[str, ...]
+    roots: tuple[str, ...]
+    node: str
+    http: str
+    token: str | None
+    health_threshold_s: float
+    backoff_base_s: float
+    max_history: int
+    job_timeout_s: float
+    max_jobs: int
+    interval_s: float
+    max_churn: int
+    recheck_interval_s: float
+    exact_size_interval_s: float
+    rescan_interval_s: float
+    wal_max_size_bytes: int
+    channels: dict[str, ChannelConfig] = field(compare=True)
+    ignore: tuple[str, ...] = ()
+    sqlite: SqliteConfig = field(default_factory=SqliteConfig)
+    warnings: tuple[str, ...] = field(default=(), compare=False)
+
+    @classmethod
+    def default(cls, *, cwd: str | None = None) -> Config:
+        """The configuration with every key at its default (``path`` None).
+
+        Parameters
+        ----------
+        cwd:
+            The directory relative defaults resolve against; None = the working directory.
+
+        Returns
+        -------
+        The default config.
+        """
+        return cls.from_sections({}, path=None, cwd=cwd)
+
+    @classmethod
+    def from_sections(
+        cls,
+        sections: Mapping[str, Mapping[str, str]],
+        *,
+        path: str | None,
+        cwd: str | None = None,
+    ) -> Config:
+        """Build and validate a config from raw ini sections.
+
+        Parameters
+        ----------
+        sections:
+            Section name -> raw ``key -> value`` (as configparser reads them).
+        path:
+            The file they came from (None for none), kept in ``Config.path`` and named in
+            messages.
+        cwd:
+            The directory relative paths resolve against; None = the working directory.
+
+        Returns
+        -------
+        The config; doubtful but valid settings are listed in ``warnings``.
+
+        Raises
+        ------
+        ConfigError
+            Any invalid value, channel list, or an off-loopback ``http`` without ``token``.
+        """
+        where = path if path is not None else DEFAULTS_NAME
+        cwd = os.getcwd() if cwd is None else cwd
+        warnings: list[str] = []
+        r = SectionReader(where, GLOBAL_SECTION, sections.get(GLOBAL_SECTION, {}))
+
+        lists = {}
+        for key, default in (("db_channels", DEFAULT_DB_CHANNELS), ("view_channels", DEFAULT_VIEW_CHANNELS),
+                             ("cleanup_channels", DEFAULT_CLEANUP_CHANNELS)):
+            lists[key] = _channel_list(r, key, default)
+        kinds = _channel_kinds(r, lists)
+
+        channels: dict[str, ChannelConfig] = {}
+        for name, kind in kinds.items():
+            values = sections.get(f"{GLOBAL_SECTION}.{name}", {})
+            channels[name] = ChannelConfig.from_section(name, kind, values, path=where, cwd=cwd, warnings=warnings)
+
+        # Like the channel lists, a present but empty watch means "none" (enqueue by API only).
+        if "watch" in r.values:
+            r.used.add("watch")
+            watch = tuple(resolve_glob(p, cwd) for p in parse_list(r.values["watch"]))
+        else:
+            watch = tuple(resolve_glob(p, cwd) for p in DEFAULT_WATCH)
+        default_roots = _unique(static_prefix(entry) for entry in watch)
+        roots = r.get("roots", lambda text: _unique(resolve_path(p, cwd) for p in parse_list(text)), default_roots)
+        http = r.get("http", parse_http, DEFAULT_HTTP)
+        token = r.raw("token")
+        if token is None and not is_loopback_host(split_host_port(http)[0]):
+            raise r.error("http", http, f"binding off loopback needs [{GLOBAL_SECTION}] token")
+
+        values = dict(
+            path=path,
+            db_channels=lists["db_channels"],
+            view_channels=lists["view_channels"],
+            cleanup_channels=lists["cleanup_channels"],
+            staleness_s=r.get("staleness", parse_duration_at_least(60.0, 0.0), DEFAULT_STALENESS_S),
+            persist=r.get("persist", parse_bool, DEFAULT_PERSIST),
+            state_dir=r.get("state_dir", lambda text: resolve_path(text, cwd), resolve_path(DEFAULT_STATE_DIR, cwd)),
+            wait_s=r.get("wait_secs", parse_duration_at_least(1.0, 0.0), DEFAULT_WAIT_S),
+            checkpoint_interval_s=r.get("checkpoint_interval", parse_duration_at_least(1.0, 0.0, strict=True),
+                                        DEFAULT_CHECKPOINT_INTERVAL_S),
+            access_max_size=r.get("access_max_size", parse_int(0), DEFAULT_ACCESS_MAX_SIZE),
+            compaction_log_level=r.get("compaction_log_level", _parse_log_level, DEFAULT_COMPACTION_LOG_LEVEL),
+            store=r.get("store", lambda text: _parse_store(text, cwd), _parse_store(DEFAULT_STORE, cwd)),
+            watch=watch,
+            roots=roots,
+            node=r.get("node", _parse_node, _parse_node(socket.gethostname())),
+            http=http,
+            token=token,
+            health_threshold_s=r.get("health_threshold", parse_duration_at_least(1.0, 0.0, strict=True),
+                                     DEFAULT_HEALTH_THRESHOLD_S),
+            backoff_base_s=r.get("backoff_base", parse_duration_at_least(1.0, 0.0), DEFAULT_BACKOFF_BASE_S),
+            max_history=r.get("max_history", parse_int(0), DEFAULT_MAX_HISTORY),
+            job_timeout_s=r.get("job_timeout", parse_duration_at_least(1.0, 0.0, strict=True), DEFAULT_JOB_TIMEOUT_S),
+            max_jobs=r.get("max_jobs", parse_int(1), DEFAULT_MAX_JOBS),
+            interval_s=r.get("interval", parse_duration_at_least(1.0, 0.0, strict=True), DEFAULT_INTERVAL_S),
+            max_churn=r.get("max_churn", parse_int(0), DEFAULT_MAX_CHURN),
+            recheck_interval_s=r.get("recheck_interval", parse_duration_at_least(1.0, 0.0), DEFAULT_RECHECK_INTERVAL_S),
+            exact_size_interval_s=r.get("exact_size_interval", parse_duration_at_least(1.0, 0.0, strict=True),
+                                        DEFAULT_EXACT_SIZE_INTERVAL_S),
+            rescan_interval_s=r.get("rescan_interval", parse_duration_at_least(1.0, 0.0, strict=True),
+                                    DEFAULT_RESCAN_INTERVAL_S),
+            wal_max_size_bytes=int(r.get("wal_max_size", parse_threshold_size(allow_infinity=False),
+                                         DEFAULT_WAL_MAX_SIZE_BYTES)),
+            channels=channels,
+            ignore=parse_ignore(sections.get(f"{GLOBAL_SECTION}.ignore", {}), path=where, cwd=cwd),
+            sqlite=SqliteConfig.from_section(sections.get(f"{GLOBAL_SECTION}.sqlite", {}), path=where,
+                                             warnings=warnings),
+        )
+        warnings[:0] = _global_warnings(r, sections, kinds)
+        return cls(**values, warnings=tuple(warnings))  # type: ignore[arg-type]
+
+    def http_host_port(self) -> tuple[str, int]:
+        """The admin API address as ``(host, port)``; an IPv6 host without brackets."""
+        return split_host_port(self.http)
+
+    def restart_keys_changed(self, other: Config) -> list[str]:
+        """The restart-only keys whose value differs between ``self`` and ``other``.
+
+        Parameters
+        ----------
+        other:
+            The other config (typically the freshly reloaded one).
+
+        Returns
+        -------
+        Names among ``store``, ``http``, ``token``, ``node``, ``state_dir``, ``watch``, in
+        that order.
+        """
+        return [key for key in RESTART_KEYS if getattr(self, key) != getattr(other, key)]
+
+    def describe(self) -> str:
+        """A one-line summary of the effective config, for the INFO log at start-up."""
+        lists = []
+        for kind, names in (("db", self.db_channels), ("view", self.view_channels),
+                            ("cleanup", self.cleanup_channels)):
+            if names:
+                parts = [f"{n}({self.channels[n].priority})" for n in names]
+                lists.append(f"{kind}=" + ",".join(parts))
+        return (
+            f"config {self.path or DEFAULTS_NAME}: node={self.node} store={self.store} http={self.http}"
+            f"{' (token set)' if self.token else ''} watch={','.join(self.watch) or '-'}"
+            f" channels {' '.join(lists) or '-'} max_jobs={self.max_jobs}"
+            f" staleness={format_duration(self.staleness_s)} persist={'on' if self.persist else 'off'}"
+            f" state_dir={self.state_dir} ignore={len(self.ignore)}"
+            f" wal_max_size={format_size(self.wal_max_size_bytes)}"
+        )
+
+
+def _unique(items: Iterable[str]) -> tuple[str, ...]:
+    out: list[str] = []
+    for item in items:
+        if item not in out:
+            out.append(item)
+    return tuple(out)
+
+
+def _channel_list(r: SectionReader, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    # Present but empty means "no channels of this kind", so raw() (empty = absent) is not used.
+    r.used.add(key)
+    if key not in r.values:
+        return default
+    value = r.values[key].strip()
+    try:
+        names = parse_names(value, CHANNEL_NAME_RE, "channel")
+    except ValueError as exc:
+        raise r.error(key, value, str(exc)) from None
+    for name in names:
+        if name in RESERVED_SECTIONS:
+            raise r.error(key, value, f"channel {name!r} is a reserved section name")
+    return names
+
+
+def _channel_kinds(r: SectionReader, lists: dict[str, tuple[str, ...]]) -> dict[str, str]:
+    kinds: dict[str, str] = {}
+    owner: dict[str, str] = {}
+    for key, names in lists.items():
+        kind = key.split("_")[0]
+        for name in names:
+            if name in kinds:
+                raise r.error(key, r.values.get(key, ",".join(names)).strip(),
+                              f"channel {name!r} is also in {owner[name]}")
+            kinds[name], owner[name] = kind, key
+    return kinds
+
+
+def _global_warnings(r: SectionReader, sections: Mapping[str, Mapping[str, str]], kinds: Mapping[str, str]) -> list[str]:
+    warnings = []
+    for key in r.unknown_keys():
+        if key in COUCHDB_ONLY_KEYS:
+            raw = r.values[key].strip()
+            if key == "cleanup_index_files" and raw.lower() in ("false", "0", "no", "off"):
+                warnings.append(f"{r.path}: [{GLOBAL_SECTION}] {key} = {raw!r}: not used by smoosh; "
+                                "to disable index cleanup set cleanup_channels to nothing")
+            continue
+        warnings.append(f"{r.path}: [{GLOBAL_SECTION}] {key}: unknown key, ignored")
+    for section in sections:
+        if section == GLOBAL_SECTION:
+            continue
+        prefix, dot, name = section.partition(".")
+        if prefix != GLOBAL_SECTION or not dot:
+            warnings.append(f"{r.path}: [{section}]: not a smoosh section, ignored")
+        elif name not in RESERVED_SECTIONS and name not in kinds:
+            warnings.append(f"{r.path}: [{section}]: no channel list names {name!r}, section ignored")
+    return warnings
+
+
+def _parse_log_level(text: str) -> str:
+    level = LOG_LEVELS.get(text.lower())
+    if level is None:
+        raise ValueError("must be debug, info, notice, warning or error")
+    return level
+
+
+def _parse_store(text: str, cwd: str) -> str:
+    scheme, sep, rest = text.partition(":")
+    if not sep or scheme not in ("memory", "sqlite", "fdb"):
+        raise ValueError("must be memory:, sqlite:PATH, fdb: or fdb:CLUSTER_FILE")
+    if scheme == "memory":
+        if rest:
+            raise ValueError("memory: takes no path")
+        return "memory:"
+    if scheme == "sqlite":
+        if not rest.strip():
+            raise ValueError("sqlite: needs a path, e.g. sqlite:var/smoosh/jobs.db")
+        return "sqlite:" + resolve_path(rest.strip(), cwd)
+    return "fdb:" + (resolve_path(rest.strip(), cwd) if rest.strip() else "")
+
+
+def _parse_node(text: str) -> str:
+    if not text or any(ch.isspace() or not ch.isprintable() for ch in text):
+        raise ValueError("must be a name without spaces or control characters")
+    return text
+
+
+def _read_sections(text: str, where: str) -> dict[str, dict[str, str]]:
+    # default_section is set to a name no one writes so a pasted [DEFAULT] is an ordinary
+    # (warned-about) section instead of leaking its keys into every channel. Only "=" is a
+    # delimiter, as in CouchDB's ini: ":" would split "cleanup:/x.db = true" in [smoosh.ignore].
+    parser = configparser.ConfigParser(
+        interpolation=None, default_section="\x00no default\x00", strict=True, delimiters=("=",)
+    )
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    try:
+        parser.read_string(text, source=where)
+    except configparser.DuplicateSectionError as exc:
+        raise ConfigError(f"{where}: [{exc.section}]: section appears twice (line {exc.lineno})",
+                          path=where, section=exc.section) from None
+    except configparser.DuplicateOptionError as exc:
+        raise ConfigError(f"{where}: [{exc.section}] {exc.option}: key appears twice (line {exc.lineno})",
+                          path=where, section=exc.section, key=exc.option) from None
+    except configparser.MissingSectionHeaderError as exc:
+        raise ConfigError(f"{where}: line {exc.lineno}: {exc.line.strip()!r}: a key before any [section]",
+                          path=where) from None
+    except configparser.Error as exc:
+        raise ConfigError(f"{where}: cannot parse: {exc.message}", path=where) from None
+    return {name: dict(parser.items(name, raw=True)) for name in parser.sections()}
+
+
+def parse_config(text: str, path: str | None, *, cwd: str | None = None) -> Config:
+    """Parse config text (the contents of ``path``).
+
+    Parameters
+    ----------
+    text:
+        The ini text.
+    path:
+        Where it came from: kept in ``Config.path`` and named in every message.
+    cwd:
+        The directory relative paths resolve against; None = the working directory.
+
+    Returns
+    -------
+    The config. Its warnings are also logged.
+
+    Raises
+    ------
+    ConfigError
+        Unparseable text, or any invalid section, key or value.
+    """
+    where = path if path is not None else DEFAULTS_NAME
+    config = Config.from_sections(_read_sections(text, where), path=path, cwd=cwd)
+    for warning in config.warnings:
+        log.warning("%s", warning)
+    return config
+
+
+def load_config(path: str | None = None, *, cwd: str | None = None) -> Config:
+    """Load the config file.
+
+    Parameters
+    ----------
+    path:
+        The file. None: ``$SMOOSH_CONFIG`` if set, else ``conf/smoosh.ini``; when that
+        default file does not exist, the defaults (``path`` None).
+    cwd:
+        The directory relative paths resolve against; None = the working directory.
+
+    Returns
+    -------
+    The config.
+
+    Raises
+    ------
+    ConfigError
+        A file that was named (argument or ``$SMOOSH_CONFIG``) is missing, unreadable or
+        empty, or the file is invalid.
+    """
+    named = path is not None or bool(os.environ.get(CONFIG_ENV))
+    if path is None:
+        path = os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        if not named:
+            log.info("no config file at %s: using the defaults", path)
+            return Config.default(cwd=cwd)
+        raise ConfigError(f"{path}: no such file", path=path) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})", path=path) from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}", path=path) from None
+    if not text.strip():
+        # An editor mid-save or a truncating tool leaves an empty file: taking it as "all
+        # defaults" would silently drop the operator's channels on a live reload.
+        raise ConfigError(f"{path}: is empty", path=path)
+    return parse_config(text, path, cwd=cwd)
+
+
+def config_fields() -> dict[str, set[str]]:
+    """Per section kind, the dataclass fields that come from ini keys (used by the doc test)."""
+    skip_global = {"path", "channels", "ignore", "sqlite", "warnings"}
+    return {
+        "global": {f.name for f in fields(Config)} - skip_global,
+        "channel": {f.name for f in fields(ChannelConfig)} - {"name", "kind"},
+        "sqlite": {f.name for f in fields(SqliteConfig)},
+    }

@@ -1,0 +1,412 @@
+"""The per-section config dataclasses: ``[smoosh.<channel>]``, ``[smoosh.sqlite]``, and the
+``[smoosh.ignore]`` list. :mod:`smoosh.config` assembles them into a ``Config``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from smoosh.config_values import (
+    SectionReader,
+    parse_bool,
+    parse_duration_at_least,
+    parse_int,
+    parse_list,
+    parse_ratio,
+    parse_threshold_size,
+    resolve_glob,
+    resolve_path,
+)
+
+if TYPE_CHECKING:
+    from channels.window import Window
+
+__all__ = [
+    "ChannelConfig",
+    "SqliteConfig",
+    "parse_ignore",
+    "method_for",
+    "CHANNEL_KEYS",
+    "SQLITE_KEYS",
+    "CLEANUP_PREFIX",
+]
+
+#: The priority methods a channel can use (DESIGN 5.2).
+METHODS = ("ratio", "slack", "upgrade")
+
+#: A channel with neither a ``priority`` key nor a method prefix in its name uses this.
+DEFAULT_METHOD = "ratio"
+
+#: Per method, the value a priority must exceed (ratio/upgrade: file/active; slack: bytes).
+DEFAULT_MIN_PRIORITY: dict[str, float] = {"ratio": 2.0, "slack": 536870912, "upgrade": 2.0}
+
+#: Priorities above this are not eligible; infinity = no ceiling (CouchDB's default).
+DEFAULT_MAX_PRIORITY = math.inf
+
+#: Files of this size or smaller are not worth compacting, in bytes (1 MiB).
+DEFAULT_MIN_SIZE_BYTES = 1048576
+
+#: Files larger than this are left alone, in bytes; infinity = no limit.
+DEFAULT_MAX_SIZE_BYTES: int | float = math.inf
+
+#: Changes since the last compaction a database needs before it is eligible; 0 = any.
+DEFAULT_MIN_CHANGES = 0
+
+#: Waiting keys a channel holds; past it the lowest priority is evicted.
+DEFAULT_CAPACITY = 9999
+
+#: Compactions a channel runs at once; 0 = queue but never start.
+DEFAULT_CONCURRENCY = 1
+
+#: The window's opening time when only ``to`` is set (CouchDB's default).
+DEFAULT_FROM = "00:00"
+
+#: The window's closing time when only ``from`` is set (CouchDB's default).
+DEFAULT_TO = "24:00"
+
+#: Leaving the window pauses (incremental) or interrupts (VACUUM) running work when true.
+DEFAULT_STRICT_WINDOW = False
+
+#: Pages an incremental compaction frees per chunk (between chunks it holds no lock).
+DEFAULT_INCREMENTAL_CHUNK_PAGES = 1000
+
+#: How long a compaction waits for a database lock before reporting "busy", in seconds.
+DEFAULT_BUSY_TIMEOUT_S = 1.0
+
+#: SQLite ``auto_vacuum`` modes by name, with their numeric aliases.
+AUTO_VACUUM_MODES: dict[str, str] = {
+    "none": "none", "full": "full", "incremental": "incremental",
+    "0": "none", "1": "full", "2": "incremental",
+}
+
+#: Prefix of a cleanup key; match patterns and ignore entries apply to the path after it.
+CLEANUP_PREFIX = "cleanup:"
+
+#: ini key -> dataclass field, for the per-channel section (also checked against the docs).
+CHANNEL_KEYS: dict[str, str] = {
+    "priority": "priority",
+    "min_priority": "min_priority",
+    "max_priority": "max_priority",
+    "min_size": "min_size_bytes",
+    "max_size": "max_size_bytes",
+    "min_changes": "min_changes",
+    "capacity": "capacity",
+    "concurrency": "concurrency",
+    "from": "window",
+    "to": "window",
+    "strict_window": "strict_window",
+    "timezone": "timezone",
+    "match": "match",
+}
+
+#: ini key -> dataclass field, for ``[smoosh.sqlite]``.
+SQLITE_KEYS: dict[str, str] = {
+    "page_size": "page_size",
+    "auto_vacuum": "auto_vacuum",
+    "incremental_chunk_pages": "incremental_chunk_pages",
+    "busy_timeout": "busy_timeout_s",
+}
+
+
+def method_for(name: str, priority_key: str | None) -> str:
+    """The channel's method: its ``priority`` key, else its name's prefix, else ratio.
+
+    Parameters
+    ----------
+    name:
+        The channel name.
+    priority_key:
+        The ``priority`` value as written (None if absent); must be a known method.
+
+    Returns
+    -------
+    "ratio", "slack" or "upgrade".
+
+    Raises
+    ------
+    ValueError
+        ``priority_key`` names no method.
+    """
+    if priority_key is not None:
+        method = priority_key.strip().lower()
+        if method not in METHODS:
+            raise ValueError("must be ratio, slack or upgrade")
+        return method
+    for method in METHODS:
+        if name.startswith(method + "_"):
+            return method
+    return DEFAULT_METHOD
+
+
+def _parse_timezone(text: str) -> str:
+    try:
+        ZoneInfo(text)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError("unknown time zone (use an IANA name such as Europe/Berlin)") from None
+    return text
+
+
+@dataclass(frozen=True)
+class ChannelConfig:
+    """One channel's settings, from ``[smoosh.<name>]`` (every key optional).
+
+    Sizes are bytes; ``min_priority``/``max_priority`` are ratios, or bytes for a slack
+    channel; ``math.inf`` where CouchDB accepts ``infinity``. ``match`` holds absolute glob
+    patterns; a channel without any considers every key of its kind.
+    """
+
+    name: str
+    kind: str = "db"
+    priority: str = DEFAULT_METHOD
+    min_priority: float = DEFAULT_MIN_PRIORITY[DEFAULT_METHOD]
+    max_priority: float = DEFAULT_MAX_PRIORITY
+    min_size_bytes: int = DEFAULT_MIN_SIZE_BYTES
+    max_size_bytes: int | float = DEFAULT_MAX_SIZE_BYTES
+    min_changes: int = DEFAULT_MIN_CHANGES
+    capacity: int = DEFAULT_CAPACITY
+    concurrency: int = DEFAULT_CONCURRENCY
+    window: Window | None = None
+    strict_window: bool = DEFAULT_STRICT_WINDOW
+    timezone: str | None = None
+    match: tuple[str, ...] = ()
+
+    def matches(self, key: str) -> bool:
+        """Whether this channel considers ``key`` (a cleanup key by its database path).
+
+        Parameters
+        ----------
+        key:
+            A canonical key: an absolute path or ``cleanup:<path>``.
+
+        Returns
+        -------
+        True without ``match`` patterns, else whether one matches (``fnmatch``, case
+        sensitive; ``*`` also crosses ``/``).
+        """
+        if not self.match:
+            return True
+        path = key[len(CLEANUP_PREFIX):] if key.startswith(CLEANUP_PREFIX) else key
+        return any(fnmatch.fnmatchcase(path, pattern) for pattern in self.match)
+
+    @classmethod
+    def from_section(
+        cls,
+        name: str,
+        kind: str,
+        values: Mapping[str, str],
+        *,
+        path: str,
+        cwd: str,
+        warnings: list[str],
+    ) -> ChannelConfig:
+        """Build a channel's settings from its section (defaults when ``values`` is empty).
+
+        Parameters
+        ----------
+        name:
+            The channel name (already validated).
+        kind:
+            "db", "view" or "cleanup": the list the channel is in.
+        values:
+            The raw ``[smoosh.<name>]`` keys.
+        path:
+            The config file, for messages.
+        cwd:
+            The directory ``match`` patterns are made absolute against.
+        warnings:
+            Unknown keys and other doubtful settings are appended here, by name.
+
+        Returns
+        -------
+        The channel's settings.
+
+        Raises
+        ------
+        ConfigError
+            A bad value; the message names path, section, key and value.
+        """
+        section = f"smoosh.{name}"
+        r = SectionReader(path, section, values)
+        method = r.get("priority", lambda text: method_for(name, text), method_for(name, None))
+        written = r.raw("priority")
+        prefix_method = method_for(name, None)
+        if written is not None and name.startswith(prefix_method + "_") and method != prefix_method:
+            # CouchDB lets the name prefix win; smoosh lets the key win (DESIGN 5.2). Say so,
+            # because a pasted config would now behave differently.
+            warnings.append(
+                f"{path}: [{section}] priority = {written!r}: overrides the name's "
+                f"{prefix_method}_ prefix (CouchDB would use {prefix_method})"
+            )
+        if method == "slack":
+            min_parse, max_parse = parse_threshold_size(allow_infinity=False), parse_threshold_size(allow_infinity=True)
+        else:
+            min_parse, max_parse = parse_ratio(allow_infinity=False), parse_ratio(allow_infinity=True)
+        min_priority = r.get("min_priority", min_parse, DEFAULT_MIN_PRIORITY[method])
+        max_priority = r.get("max_priority", max_parse, DEFAULT_MAX_PRIORITY)
+        if method != "upgrade" and max_priority <= min_priority:
+            raise r.error("max_priority", r.raw("max_priority") or "", f"must be greater than min_priority ({_number(min_priority)})")
+        min_size = r.get("min_size", parse_threshold_size(allow_infinity=False), DEFAULT_MIN_SIZE_BYTES)
+        max_size = r.get("max_size", parse_threshold_size(allow_infinity=True), DEFAULT_MAX_SIZE_BYTES)
+        if max_size <= min_size:
+            raise r.error("max_size", r.raw("max_size") or "", f"must be greater than min_size ({min_size})")
+        timezone = r.get("timezone", _parse_timezone, None)
+        window = _window(r, timezone)
+        config = cls(
+            name=name,
+            kind=kind,
+            priority=method,
+            min_priority=min_priority,
+            max_priority=max_priority,
+            min_size_bytes=int(min_size),
+            max_size_bytes=max_size,
+            min_changes=r.get("min_changes", parse_int(0), DEFAULT_MIN_CHANGES),
+            capacity=r.get("capacity", parse_int(1), DEFAULT_CAPACITY),
+            concurrency=r.get("concurrency", parse_int(0), DEFAULT_CONCURRENCY),
+            window=window,
+            strict_window=r.get("strict_window", parse_bool, DEFAULT_STRICT_WINDOW),
+            timezone=timezone,
+            match=r.get("match", lambda text: tuple(resolve_glob(p, cwd) for p in parse_list(text)), ()),
+        )
+        for key in r.unknown_keys():
+            warnings.append(f"{path}: [{section}] {key}: unknown key, ignored")
+        return config
+
+
+def _number(value: float) -> str:
+    """A threshold as an operator would write it: 536870912, not 5.36871e+08."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _window(r: SectionReader, timezone: str | None) -> Window | None:
+    """``from``/``to`` as a Window; None when neither is set (always open)."""
+    start, end = r.raw("from"), r.raw("to")
+    if start is None and end is None:
+        return None
+    from channels.window import Window  # imported here: config loads without channels too
+
+    start_text, end_text = start or DEFAULT_FROM, end or DEFAULT_TO
+    try:
+        return Window.parse(start_text, end_text, timezone)
+    except ValueError as exc:
+        # Name the key the operator wrote; when both are set and the message cannot tell
+        # which one is wrong, re-parse each alone.
+        key, value = ("from", start_text) if start is not None else ("to", end_text)
+        if start is not None and end is not None:
+            try:
+                Window.parse(start_text, DEFAULT_TO, timezone)
+            except ValueError:
+                pass
+            else:
+                key, value = "to", end_text
+        raise r.error(key, value, str(exc)) from None
+
+
+@dataclass(frozen=True)
+class SqliteConfig:
+    """``[smoosh.sqlite]``: how the SQLite compactor treats databases.
+
+    ``page_size``/``auto_vacuum`` are upgrade targets (None: leave the database as it is).
+    """
+
+    page_size: int | None = None
+    auto_vacuum: str | None = None
+    incremental_chunk_pages: int = DEFAULT_INCREMENTAL_CHUNK_PAGES
+    busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S
+
+    @classmethod
+    def from_section(cls, values: Mapping[str, str], *, path: str, warnings: list[str]) -> SqliteConfig:
+        """Build from the raw ``[smoosh.sqlite]`` keys (defaults when empty).
+
+        Parameters
+        ----------
+        values:
+            The raw keys.
+        path:
+            The config file, for messages.
+        warnings:
+            Unknown keys are appended here, by name.
+
+        Returns
+        -------
+        The settings.
+
+        Raises
+        ------
+        ConfigError
+            A bad value; the message names path, section, key and value.
+        """
+        r = SectionReader(path, "smoosh.sqlite", values)
+        config = cls(
+            page_size=r.get("page_size", _parse_page_size, None),
+            auto_vacuum=r.get("auto_vacuum", _parse_auto_vacuum, None),
+            incremental_chunk_pages=r.get("incremental_chunk_pages", parse_int(1), DEFAULT_INCREMENTAL_CHUNK_PAGES),
+            busy_timeout_s=r.get("busy_timeout", parse_duration_at_least(1.0, 0.0), DEFAULT_BUSY_TIMEOUT_S),
+        )
+        for key in r.unknown_keys():
+            warnings.append(f"{path}: [smoosh.sqlite] {key}: unknown key, ignored")
+        return config
+
+
+def _parse_page_size(text: str) -> int:
+    problem = "must be a power of two from 512 to 65536"
+    try:
+        value = parse_int(512, 65536)(text)
+    except ValueError:
+        raise ValueError(problem) from None
+    if value & (value - 1):
+        raise ValueError(problem)
+    return value
+
+
+def _parse_auto_vacuum(text: str) -> str:
+    mode = AUTO_VACUUM_MODES.get(text.lower())
+    if mode is None:
+        raise ValueError("must be none, full or incremental (or 0, 1, 2)")
+    return mode
+
+
+def parse_ignore(values: Mapping[str, str], *, path: str, cwd: str) -> tuple[str, ...]:
+    """``[smoosh.ignore]``: the entries whose value is true, canonicalised.
+
+    CouchDB writes ``name = true``; ``false`` keeps an entry listed but not ignored. Exact
+    paths are realpath'd (keys are realpaths); glob patterns keep their pattern part.
+
+    Parameters
+    ----------
+    values:
+        The raw section.
+    path:
+        The config file, for messages.
+    cwd:
+        The directory relative entries resolve against.
+
+    Returns
+    -------
+    Absolute paths and patterns, in file order, without duplicates.
+
+    Raises
+    ------
+    ConfigError
+        A value that is not a boolean.
+    """
+    r = SectionReader(path, "smoosh.ignore", values)
+    entries: list[str] = []
+    for key, raw in values.items():
+        try:
+            # An empty value is an error, not a default: CouchDB ignores only "true".
+            if not parse_bool(raw.strip()):
+                continue
+        except ValueError as exc:
+            raise r.error(key, raw.strip(), str(exc)) from None
+        entry = key[len(CLEANUP_PREFIX):] if key.startswith(CLEANUP_PREFIX) else key
+        entry = resolve_glob(entry, cwd) if glob.has_magic(entry) else resolve_path(entry, cwd)
+        if entry not in entries:
+            entries.append(entry)
+    return tuple(entries)
+

@@ -1,0 +1,318 @@
+"""Value parsers for the config file, and the section reader that turns their complaints
+into ``ConfigError``s naming file, section, key and value.
+
+Each parser takes the raw string and raises ``ValueError(problem)`` where ``problem`` reads
+well after ``"<path>: [<section>] <key> = '<value>': "`` (for example
+``"must be an integer >= 1"``). :class:`SectionReader` adds that prefix, so every error
+message in the config has one shape.
+"""
+
+from __future__ import annotations
+
+import glob
+import ipaddress
+import math
+import os
+import re
+from collections.abc import Callable, Mapping
+from typing import TypeVar
+
+from smoosh.errors import ConfigError
+from smoosh.units import INFINITY, parse_duration, parse_size
+
+__all__ = [
+    "SectionReader",
+    "error_message",
+    "parse_int",
+    "parse_bool",
+    "parse_list",
+    "parse_names",
+    "parse_ratio",
+    "parse_threshold_size",
+    "parse_duration_at_least",
+    "parse_http",
+    "is_loopback_host",
+    "resolve_path",
+    "resolve_glob",
+    "static_prefix",
+]
+
+T = TypeVar("T")
+
+#: configparser's spellings of a boolean (``strict_window = yes`` works as in CouchDB's
+#: ``true``); anything else is an error rather than a silent false.
+BOOLEAN_STATES: dict[str, bool] = {
+    "1": True, "yes": True, "true": True, "on": True,
+    "0": False, "no": False, "false": False, "off": False,
+}
+
+_INT_RE = re.compile(r"\+?[0-9]+")
+_DECIMAL_RE = re.compile(r"\+?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
+_NUMBER_WITH_UNIT_RE = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[ \t]*[A-Za-z]+")
+_HOSTNAME_RE = re.compile(r"(?=.{1,253}\Z)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+                          r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?")
+
+
+def error_message(path: str, section: str, key: str, value: str, problem: str) -> str:
+    """The one shape of a config error message.
+
+    Parameters
+    ----------
+    path, section, key, value, problem:
+        What the error is about and what is wrong with it.
+
+    Returns
+    -------
+    ``"<path>: [<section>] <key> = '<value>': <problem>"``.
+    """
+    return f"{path}: [{section}] {key} = {value!r}: {problem}"
+
+
+class SectionReader:
+    """Reads the keys of one ini section, recording which were used.
+
+    Parameters
+    ----------
+    path:
+        The config file, as named in messages.
+    section:
+        The section name without brackets.
+    values:
+        The section's raw ``key -> value`` strings (empty for a section that is not there).
+    """
+
+    def __init__(self, path: str, section: str, values: Mapping[str, str]) -> None:
+        self.path = path
+        self.section = section
+        self.values = dict(values)
+        self.used: set[str] = set()
+
+    def raw(self, key: str) -> str | None:
+        """The value as written (stripped), or None when the key is absent or empty."""
+        self.used.add(key)
+        value = self.values.get(key)
+        if value is None or not value.strip():
+            return None
+        return value.strip()
+
+    def get(self, key: str, parse: Callable[[str], T], default: T) -> T:
+        """Parse ``key`` with ``parse``; absent or empty gives ``default``.
+
+        Parameters
+        ----------
+        key:
+            The ini key.
+        parse:
+            Raises ``ValueError(problem)`` for a bad value.
+        default:
+            The value when the key is absent or empty.
+
+        Returns
+        -------
+        The parsed value or the default.
+
+        Raises
+        ------
+        ConfigError
+            ``parse`` rejected the value; the message names path, section, key and value.
+        """
+        value = self.raw(key)
+        if value is None:
+            return default
+        try:
+            return parse(value)
+        except ValueError as exc:
+            raise self.error(key, value, str(exc)) from None
+
+    def error(self, key: str, value: str, problem: str) -> ConfigError:
+        """Build the ConfigError for ``key = value`` with ``problem``."""
+        return ConfigError(
+            error_message(self.path, self.section, key, value, problem),
+            path=self.path, section=self.section, key=key, value=value,
+        )
+
+    def unknown_keys(self) -> list[str]:
+        """Keys present in the section that no reader asked for, in file order."""
+        return [key for key in self.values if key not in self.used]
+
+
+# ---------------------------------------------------------------- scalar parsers
+
+
+def parse_int(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    """A parser for a plain decimal integer in ``[minimum, maximum]``."""
+    if maximum is None:
+        problem = f"must be an integer >= {minimum}"
+    else:
+        problem = f"must be an integer from {minimum} to {maximum}"
+
+    def parse(text: str) -> int:
+        if not _INT_RE.fullmatch(text):
+            raise ValueError(problem)
+        value = int(text)
+        if value < minimum or (maximum is not None and value > maximum):
+            raise ValueError(problem)
+        return value
+
+    return parse
+
+
+def parse_bool(text: str) -> bool:
+    """``true/false``, ``yes/no``, ``on/off``, ``1/0`` (any case)."""
+    value = BOOLEAN_STATES.get(text.lower())
+    if value is None:
+        raise ValueError("must be true or false")
+    return value
+
+
+def parse_list(text: str) -> tuple[str, ...]:
+    """Comma-separated items, whitespace trimmed, empties dropped, order kept."""
+    return tuple(item.strip() for item in text.split(",") if item.strip())
+
+
+def parse_names(text: str, pattern: re.Pattern[str], what: str) -> tuple[str, ...]:
+    """A comma-separated list of names matching ``pattern``; a duplicate is an error."""
+    names = parse_list(text)
+    seen: set[str] = set()
+    for name in names:
+        if not pattern.fullmatch(name):
+            raise ValueError(f"{what} {name!r} must match {pattern.pattern}")
+        if name in seen:
+            raise ValueError(f"{what} {name!r} is listed twice")
+        seen.add(name)
+    return names
+
+
+def parse_ratio(*, allow_infinity: bool) -> Callable[[str], float]:
+    """A parser for a ratio threshold: a plain non-negative number, no unit."""
+    problem = "must be a number >= 0" + (" or infinity" if allow_infinity else "")
+
+    def parse(text: str) -> float:
+        if text.lower() == INFINITY:
+            if allow_infinity:
+                return math.inf
+            raise ValueError(problem)
+        if _NUMBER_WITH_UNIT_RE.fullmatch(text):
+            raise ValueError("a ratio threshold takes no unit")
+        if not _DECIMAL_RE.fullmatch(text):
+            raise ValueError(problem)
+        return float(text)
+
+    return parse
+
+
+def parse_threshold_size(*, allow_infinity: bool) -> Callable[[str], int | float]:
+    """A parser for a size in bytes (units allowed), optionally ``infinity``."""
+
+    def parse(text: str) -> int | float:
+        try:
+            return parse_size(text, allow_infinity=allow_infinity)
+        except ValueError:
+            raise ValueError(
+                "must be a size in bytes >= 0 (e.g. 1048576, 512MiB, 1GB)"
+                + (" or infinity" if allow_infinity else "")
+            ) from None
+
+    return parse
+
+
+def parse_duration_at_least(bare_unit_s: float, minimum_s: float, *, strict: bool = False) -> Callable[[str], float]:
+    """A parser for a duration (``90s``, ``5m``, ``2h``; bare numbers in ``bare_unit_s``)."""
+    bare = "minutes" if bare_unit_s == 60.0 else "seconds"
+    bound = f"> {minimum_s:g}" if strict else f">= {minimum_s:g}"
+    problem = f"must be a duration {bound}s (e.g. 90s, 5m, 2h; a bare number is {bare})"
+
+    def parse(text: str) -> float:
+        try:
+            value = parse_duration(text, bare_unit_s)
+        except ValueError:
+            raise ValueError(problem) from None
+        if value < minimum_s or (strict and value == minimum_s):
+            raise ValueError(problem)
+        return value
+
+    return parse
+
+
+# ---------------------------------------------------------------- http
+
+
+def parse_http(text: str) -> str:
+    """Validate ``host:port`` (``[::1]:5986`` for IPv6); returns it stripped."""
+    split_host_port(text)
+    return text
+
+
+def split_host_port(text: str) -> tuple[str, int]:
+    """Split ``host:port`` / ``[v6]:port`` into ``(host, port)``; ValueError if malformed."""
+    problem = "must be HOST:PORT (port 0-65535; an IPv6 host in brackets, e.g. [::1]:5986)"
+    if text.startswith("["):
+        close = text.find("]")
+        if close < 0 or text[close + 1:close + 2] != ":":
+            raise ValueError(problem)
+        host, port_text = text[1:close], text[close + 2:]
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ValueError(problem) from None
+    else:
+        host, sep, port_text = text.rpartition(":")
+        if not sep or not host or ":" in host:
+            raise ValueError(problem)
+        if not _is_ipv4(host) and not _HOSTNAME_RE.fullmatch(host):
+            raise ValueError(problem)
+    if not _INT_RE.fullmatch(port_text) or int(port_text) > 65535:
+        raise ValueError(problem)
+    return host, int(port_text)
+
+
+def _is_ipv4(host: str) -> bool:
+    try:
+        ipaddress.IPv4Address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def is_loopback_host(host: str) -> bool:
+    """True for ``localhost`` and loopback address literals (127.0.0.0/8, ::1)."""
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name other than localhost may resolve anywhere
+
+
+# ---------------------------------------------------------------- paths
+
+
+def static_prefix(pattern: str) -> str:
+    """The leading path components of a glob that contain no glob characters."""
+    parts = pattern.split(os.sep)
+    static: list[str] = []
+    for part in parts:
+        if glob.has_magic(part):
+            break
+        static.append(part)
+    return os.sep.join(static) or (os.sep if pattern.startswith(os.sep) else ".")
+
+
+def resolve_path(path: str, cwd: str) -> str:
+    """``path`` made absolute against ``cwd`` with symlinks resolved (a db key's form)."""
+    return os.path.realpath(os.path.join(cwd, os.path.expanduser(path)))
+
+
+def resolve_glob(pattern: str, cwd: str) -> str:
+    """A glob made absolute: its static prefix realpath'd, the pattern part kept as written.
+
+    Keys are realpaths, so the prefix must be resolved the same way or a pattern under a
+    symlinked directory would never match.
+    """
+    pattern = os.path.expanduser(pattern)
+    if not glob.has_magic(pattern):
+        return resolve_path(pattern, cwd)
+    absolute = os.path.join(cwd, pattern)
+    prefix = static_prefix(absolute)
+    rest = absolute[len(prefix):].lstrip(os.sep)
+    return os.path.join(os.path.realpath(prefix), rest)

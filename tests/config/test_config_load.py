@@ -1,0 +1,322 @@
+"""Loading whole files: CouchDB pastes, list semantics, warnings, missing and empty files,
+restart-only keys, and the shipped conf/smoosh.ini."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from smoosh.config import (
+    CHANNEL_KEYS,
+    GLOBAL_KEYS,
+    SQLITE_KEYS,
+    Config,
+    config_fields,
+    load_config,
+    parse_config,
+)
+from smoosh.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+SHIPPED = REPO / "conf" / "smoosh.ini"
+PATH = "conf/smoosh.ini"
+
+COUCHDB_PASTE = """\
+; pasted from a CouchDB local.ini
+[smoosh]
+db_channels = upgrade_dbs,ratio_dbs,slack_dbs
+view_channels = upgrade_views,ratio_views,slack_views
+staleness = 5
+wait_secs = 30
+cleanup_index_files = true
+persist = true
+state_dir = ./data
+compaction_log_level = notice
+
+[smoosh.ratio_dbs]
+priority = ratio
+min_priority = 2.0
+
+[smoosh.ratio_views]
+priority = ratio
+min_priority = 2.0
+
+[smoosh.slack_dbs]
+priority = slack
+min_priority = 536870912
+
+[smoosh.slack_views]
+priority = slack
+min_priority = 536870912
+
+[smoosh.overnight]
+from = 20:00
+to = 06:00
+strict_window = true
+
+[smoosh.ignore]
+shards/00000000-1fffffff/mydb.1623244354 = true
+shards/x = true
+shards/kept = false
+"""
+
+
+def parse(text: str, cwd: str = "/srv") -> Config:
+    return parse_config(textwrap.dedent(text), PATH, cwd=cwd)
+
+
+def test_a_pasted_couchdb_config_loads() -> None:
+    c = parse(COUCHDB_PASTE)
+    assert c.db_channels == ("upgrade_dbs", "ratio_dbs", "slack_dbs")
+    assert c.view_channels == ("upgrade_views", "ratio_views", "slack_views")
+    assert c.channels["ratio_dbs"].min_priority == 2.0
+    assert c.channels["slack_dbs"].priority == "slack"
+    assert c.channels["slack_dbs"].min_priority == 536870912
+    assert c.channels["slack_views"].kind == "view"
+    assert c.staleness_s == 300.0
+    assert c.state_dir == "/srv/data"
+    assert c.compaction_log_level == "info"
+    assert c.ignore == ("/srv/shards/00000000-1fffffff/mydb.1623244354", "/srv/shards/x")
+    # cleanup_index_files = true is CouchDB's and harmless; the only warning is the section
+    # for a channel no list names.
+    assert c.warnings == (
+        "conf/smoosh.ini: [smoosh.overnight]: no channel list names 'overnight', section ignored",
+    )
+
+
+def test_cleanup_index_files_false_gets_a_hint() -> None:
+    c = parse("[smoosh]\ncleanup_index_files = false\n")
+    assert c.warnings == (
+        "conf/smoosh.ini: [smoosh] cleanup_index_files = 'false': not used by smoosh; "
+        "to disable index cleanup set cleanup_channels to nothing",
+    )
+    assert c.cleanup_channels == ("index_cleanup",)
+
+
+def test_a_set_list_replaces_the_default_and_keeps_the_operators_order() -> None:
+    c = parse(
+        """
+        [smoosh]
+        db_channels = slack_dbs, big_dbs ,, ratio_dbs
+        cleanup_channels =
+        """
+    )
+    assert c.db_channels == ("slack_dbs", "big_dbs", "ratio_dbs")
+    assert c.cleanup_channels == ()
+    assert list(c.channels) == ["slack_dbs", "big_dbs", "ratio_dbs"]
+    assert "upgrade_dbs" not in c.channels
+
+
+def test_unknown_keys_and_sections_are_warned_about_by_name(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="smoosh.config"):
+        c = parse(
+            """
+            [smoosh]
+            stalenes = 10
+            [smoosh.ratio_dbs]
+            min_prio = 3
+            [smoosh.sqlite]
+            page_sise = 4096
+            [couchdb]
+            database_dir = ./data
+            """
+        )
+    assert c.warnings == (
+        "conf/smoosh.ini: [smoosh] stalenes: unknown key, ignored",
+        "conf/smoosh.ini: [couchdb]: not a smoosh section, ignored",
+        "conf/smoosh.ini: [smoosh.ratio_dbs] min_prio: unknown key, ignored",
+        "conf/smoosh.ini: [smoosh.sqlite] page_sise: unknown key, ignored",
+    )
+    assert [r.getMessage() for r in caplog.records] == list(c.warnings)
+    assert c.staleness_s == 300.0
+
+
+def test_keys_are_case_sensitive() -> None:
+    c = parse("[smoosh]\nMax_Jobs = 9\n[smoosh.ignore]\nDBs/A.db = true\n")
+    assert c.max_jobs == 4
+    assert c.warnings == ("conf/smoosh.ini: [smoosh] Max_Jobs: unknown key, ignored",)
+    assert c.ignore == ("/srv/DBs/A.db",)
+
+
+def test_ignore_entries_are_canonical_paths_and_patterns(tmp_path: Path) -> None:
+    cwd = os.path.realpath(tmp_path)
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    c = parse("[smoosh.ignore]\nlink/a.db = true\nlink/tmp/*.db = yes\ncleanup:/abs/b.db = true\n", cwd=cwd)
+    assert c.ignore == (f"{cwd}/real/a.db", f"{cwd}/real/tmp/*.db", "/abs/b.db")
+
+
+def test_ignore_value_must_be_a_boolean() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse("[smoosh.ignore]\nshards/x = please\n")
+    assert str(info.value) == "conf/smoosh.ini: [smoosh.ignore] shards/x = 'please': must be true or false"
+    with pytest.raises(ConfigError) as info:
+        parse("[smoosh.ignore]\nshards/x =\n")
+    assert str(info.value) == "conf/smoosh.ini: [smoosh.ignore] shards/x = '': must be true or false"
+
+
+def test_percent_signs_are_literal() -> None:
+    assert parse("[smoosh]\ntoken = 100%(x)s\n").token == "100%(x)s"
+
+
+def test_default_section_does_not_leak_into_channels() -> None:
+    c = parse("[DEFAULT]\ncapacity = 1\n[smoosh]\n")
+    assert c.channels["ratio_dbs"].capacity == 9999
+    assert c.warnings == ("conf/smoosh.ini: [DEFAULT]: not a smoosh section, ignored",)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[smoosh]\nmax_jobs = 1\nmax_jobs = 2\n", "conf/smoosh.ini: [smoosh] max_jobs: key appears twice (line 3)"),
+        ("[smoosh]\n[smoosh]\n", "conf/smoosh.ini: [smoosh]: section appears twice (line 2)"),
+        ("max_jobs = 1\n", "conf/smoosh.ini: line 1: 'max_jobs = 1': a key before any [section]"),
+    ],
+)
+def test_malformed_files_are_errors_naming_the_file(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, PATH)
+    assert str(info.value) == message
+
+
+# ------------------------------------------------------------------ files
+
+
+def test_an_empty_file_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "smoosh.ini"
+    path.write_text("\n  \n")
+    with pytest.raises(ConfigError) as info:
+        load_config(str(path))
+    assert str(info.value) == f"{path}: is empty"
+    assert info.value.path == str(path)
+
+
+def test_a_named_missing_file_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    missing = tmp_path / "nope.ini"
+    with pytest.raises(ConfigError) as info:
+        load_config(str(missing))
+    assert str(info.value) == f"{missing}: no such file"
+    monkeypatch.setenv("SMOOSH_CONFIG", str(missing))
+    with pytest.raises(ConfigError):
+        load_config()
+
+
+def test_an_unreadable_file_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(str(tmp_path))  # a directory
+    assert str(info.value).startswith(f"{tmp_path}: cannot read: ")
+    binary = tmp_path / "bin.ini"
+    binary.write_bytes(b"[smoosh]\nnode = \xff\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(str(binary))
+    assert str(info.value).startswith(f"{binary}: not UTF-8 text")
+
+
+def test_missing_default_file_gives_the_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SMOOSH_CONFIG", raising=False)
+    c = load_config()
+    assert c.path is None
+    assert c == Config.default()
+    assert c.state_dir == os.path.join(os.path.realpath(tmp_path), "var/smoosh")
+
+
+def test_smoosh_config_env_names_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "other.ini"
+    path.write_text("[smoosh]\nmax_jobs = 2\n")
+    monkeypatch.setenv("SMOOSH_CONFIG", str(path))
+    c = load_config()
+    assert (c.path, c.max_jobs) == (str(path), 2)
+
+
+def test_errors_name_the_file_they_came_from(tmp_path: Path) -> None:
+    path = tmp_path / "smoosh.ini"
+    path.write_text("[smoosh.ratio_dbs]\ncapacity = 0\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(str(path))
+    assert str(info.value) == f"{path}: [smoosh.ratio_dbs] capacity = '0': must be an integer >= 1"
+    assert (info.value.section, info.value.key, info.value.value) == ("smoosh.ratio_dbs", "capacity", "0")
+
+
+# ------------------------------------------------------------------ reload helpers
+
+
+def test_restart_keys_changed_names_only_restart_keys() -> None:
+    old = parse("[smoosh]\nmax_jobs = 1\n")
+    assert old.restart_keys_changed(parse("[smoosh]\nmax_jobs = 7\nstaleness = 1\n")) == []
+    new = parse(
+        """
+        [smoosh]
+        store = memory:
+        http = 127.0.0.1:9999
+        token = t
+        node = other
+        state_dir = elsewhere
+        watch = dbs2
+        """
+    )
+    assert old.restart_keys_changed(new) == ["store", "http", "token", "node", "state_dir", "watch"]
+    assert old.restart_keys_changed(parse("[smoosh]\nwatch = dbs2\n")) == ["watch"]
+
+
+def test_describe_is_one_line_without_the_token() -> None:
+    c = parse("[smoosh]\ntoken = hunter2\nhttp = 0.0.0.0:1\n")
+    line = c.describe()
+    assert "\n" not in line
+    assert "hunter2" not in line
+    assert "token set" in line
+    assert "db=upgrade_dbs(upgrade),ratio_dbs(ratio),slack_dbs(slack)" in line
+
+
+def test_configs_are_frozen() -> None:
+    c = parse("[smoosh]\n")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.max_jobs = 3  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.channels["ratio_dbs"].capacity = 3  # type: ignore[misc]
+
+
+# ------------------------------------------------------------------ shipped conf/smoosh.ini
+
+
+def test_shipped_config_loads_without_warnings_and_equals_the_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)
+    c = load_config(str(SHIPPED))
+    assert c.warnings == ()
+    assert dataclasses.replace(c, path=None) == Config.default()
+
+
+def _documented_keys(text: str) -> dict[str, set[str]]:
+    """Per section, the keys the file mentions, set or commented out (`;key =`)."""
+    keys: dict[str, set[str]] = {}
+    section = None
+    for line in text.splitlines():
+        header = re.fullmatch(r"\[([^\]]+)\]\s*", line)
+        if header:
+            section = header.group(1)
+            keys.setdefault(section, set())
+            continue
+        key = re.match(r";?([A-Za-z_]+) =", line)
+        if key and section:
+            keys.setdefault(section, set()).add(key.group(1))
+    return keys
+
+
+def test_shipped_config_documents_every_key() -> None:
+    documented = _documented_keys(SHIPPED.read_text())
+    fields = config_fields()
+    # Every dataclass field comes from some key, and every key is in the shipped file.
+    assert set(GLOBAL_KEYS.values()) == fields["global"]
+    assert set(CHANNEL_KEYS.values()) == fields["channel"]
+    assert set(SQLITE_KEYS.values()) == fields["sqlite"]
+    assert set(GLOBAL_KEYS) <= documented["smoosh"]
+    for channel in ("smoosh.upgrade_dbs", "smoosh.ratio_dbs", "smoosh.slack_dbs"):
+        assert set(CHANNEL_KEYS) <= documented[channel], channel
+    assert set(SQLITE_KEYS) <= documented["smoosh.sqlite"]
+    assert "smoosh.ignore" in documented

@@ -1,0 +1,210 @@
+"""Per-key compaction history, crash counting and exponential backoff (CouchDB's replication scheduler).
+
+Each key keeps its last ``max_history`` events, newest first. A run of crashes, each closer than
+``health_threshold_s`` to the event before it, counts as consecutive; a key with n consecutive
+crashes waits ``backoff_base_s * 2 ** min(n - 1, 10)`` seconds before it is retried. The table is
+pure: no clock, no I/O, no threads; the server serialises access to it.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+
+#: Default number of events kept per key.
+DEFAULT_MAX_HISTORY = 20
+#: Default seconds between a crash and the event before it under which crashes count as consecutive.
+DEFAULT_HEALTH_THRESHOLD_S = 120.0
+#: Default base of the exponential backoff, in seconds.
+DEFAULT_BACKOFF_BASE_S = 30.0
+#: Cap of the backoff exponent: the longest wait is base * 2**10 (about 8.5 h at 30 s).
+MAX_BACKOFF_EXPONENT = 10
+#: Seconds a database that was busy (locked by its application) waits before it is tried again.
+BUSY_RETRY_S = 60.0
+#: Finished keys remembered for /jobs after their last event (the oldest are dropped first).
+MAX_FINISHED_KEYS = 1000
+
+ADDED = "added"
+STARTED = "started"
+STOPPED = "stopped"
+CRASHED = "crashed"
+FINISHED = "finished"
+BUSY = "busy"
+
+
+@dataclass(frozen=True)
+class Event:
+    """One history entry: what happened to a key, when (unix seconds), and why."""
+
+    event: str
+    at: float
+    reason: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        """The entry as /jobs shows it."""
+        return {"event": self.event, "at": self.at, "reason": self.reason}
+
+
+@dataclass
+class KeyRecord:
+    """What the server knows about one key's compactions."""
+
+    key: str
+    channel: str | None = None
+    state: str = "pending"
+    progress: float = 0.0
+    error_count: int = 0
+    last_error: str | None = None
+    last_updated: float = 0.0
+    retry_at: float | None = None
+    events: deque[Event] = field(default_factory=deque)
+
+    def to_json(self) -> dict[str, object]:
+        """The record in the shape of ``GET /jobs``."""
+        return {
+            "key": self.key,
+            "channel": self.channel,
+            "state": self.state,
+            "progress": self.progress,
+            "error_count": self.error_count,
+            "last_error": self.last_error,
+            "last_updated": self.last_updated,
+            "retry_at": self.retry_at,
+            "history": [e.to_json() for e in self.events],
+        }
+
+
+def consecutive_crashes(events: list[Event], health_threshold_s: float) -> int:
+    """Count the crashes at the head of ``events`` (newest first), as the replication scheduler does.
+
+    A crash counts when the event before it is less than ``health_threshold_s`` older; the run
+    ends at the first crash that came after a longer healthy stretch, or at a stop that
+    followed a start (the key was stopped on purpose, not crashing).
+    """
+    count = 0
+    i = 0
+    while i < len(events):
+        current = events[i]
+        if current.event == CRASHED and i + 1 < len(events):
+            if current.at - events[i + 1].at > health_threshold_s:
+                return count
+            count += 1
+        elif current.event == STOPPED and i + 1 < len(events) and events[i + 1].event == STARTED:
+            return count
+        i += 1
+    return count
+
+
+def backoff_s(crash_count: int, base_s: float = DEFAULT_BACKOFF_BASE_S) -> float:
+    """Seconds to wait after ``crash_count`` consecutive crashes (0 for none)."""
+    if crash_count <= 0:
+        return 0.0
+    return base_s * (1 << min(crash_count - 1, MAX_BACKOFF_EXPONENT))
+
+
+class HistoryTable:
+    """Histories of every key that is queued, running, crashing or recently finished."""
+
+    def __init__(
+        self,
+        *,
+        max_history: int = DEFAULT_MAX_HISTORY,
+        health_threshold_s: float = DEFAULT_HEALTH_THRESHOLD_S,
+        backoff_base_s: float = DEFAULT_BACKOFF_BASE_S,
+        max_finished: int = MAX_FINISHED_KEYS,
+    ) -> None:
+        self.max_history = max_history
+        self.health_threshold_s = health_threshold_s
+        self.backoff_base_s = backoff_base_s
+        self.max_finished = max_finished
+        self._records: dict[str, KeyRecord] = {}
+        # Finished keys in the order they finished, so the oldest are dropped first in O(1).
+        self._finished: OrderedDict[str, None] = OrderedDict()
+
+    def configure(self, *, max_history: int, health_threshold_s: float, backoff_base_s: float) -> None:
+        """Apply live config changes; existing histories are trimmed to the new length."""
+        self.max_history = max_history
+        self.health_threshold_s = health_threshold_s
+        self.backoff_base_s = backoff_base_s
+        for record in self._records.values():
+            while len(record.events) > max_history:
+                record.events.pop()
+
+    def get(self, key: str) -> KeyRecord | None:
+        """The record of ``key``, or None."""
+        return self._records.get(key)
+
+    def record(self, key: str, event: str, at: float, *, channel: str | None = None, reason: str | None = None) -> KeyRecord:
+        """Add an event to ``key``'s history and update its state.
+
+        Returns:
+            The key's record; for a crash, ``retry_at`` is set from the backoff.
+        """
+        rec = self._records.get(key)
+        if rec is None:
+            rec = self._records[key] = KeyRecord(key)
+        if channel is not None:
+            rec.channel = channel
+        rec.events.appendleft(Event(event, at, reason))
+        while len(rec.events) > self.max_history:
+            rec.events.pop()
+        rec.last_updated = at
+        if event == ADDED:
+            rec.state = "pending"
+        elif event == STARTED:
+            rec.state = "running"
+            rec.progress = 0.0
+        elif event == FINISHED:
+            rec.state = "finished"
+            rec.progress = 1.0
+            rec.retry_at = None
+        elif event == STOPPED:
+            rec.state = "pending"
+        elif event == BUSY:
+            rec.state = "pending"
+            rec.retry_at = at + BUSY_RETRY_S
+        elif event == CRASHED:
+            rec.error_count += 1
+            rec.last_error = reason
+            crashes = consecutive_crashes(list(rec.events), self.health_threshold_s)
+            # A first crash with nothing before it still earns the base backoff: without a
+            # wait, a database that fails at once would be retried in a tight loop.
+            rec.retry_at = at + backoff_s(max(crashes, 1), self.backoff_base_s)
+            rec.state = "crashing"
+        if rec.state == "finished":
+            self._finished[key] = None
+            self._finished.move_to_end(key)
+            while len(self._finished) > self.max_finished:
+                oldest, _ = self._finished.popitem(last=False)
+                del self._records[oldest]
+        else:
+            self._finished.pop(key, None)
+        return rec
+
+    def set_progress(self, key: str, progress: float, at: float) -> None:
+        """Remember the latest progress a worker reported for ``key``."""
+        rec = self._records.get(key)
+        if rec is not None:
+            rec.progress = progress
+            rec.last_updated = at
+
+    def due(self, now: float) -> list[str]:
+        """Keys whose backoff or busy wait has ended; their ``retry_at`` is cleared."""
+        keys = [k for k, r in self._records.items() if r.retry_at is not None and r.retry_at <= now]
+        for key in keys:
+            self._records[key].retry_at = None
+        return keys
+
+    def waiting_retry(self, key: str) -> bool:
+        """Whether ``key`` is backing off (no channel may queue it meanwhile)."""
+        rec = self._records.get(key)
+        return rec is not None and rec.retry_at is not None
+
+    def forget(self, key: str) -> None:
+        """Drop ``key``'s record."""
+        self._records.pop(key, None)
+        self._finished.pop(key, None)
+
+    def records(self) -> list[KeyRecord]:
+        """Every record, most recently updated first."""
+        return sorted(self._records.values(), key=lambda r: r.last_updated, reverse=True)

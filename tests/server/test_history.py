@@ -1,0 +1,148 @@
+"""Crash history and backoff: the replication scheduler's vectors, plus smoosh's own rules."""
+
+from __future__ import annotations
+
+import pytest
+
+from smoosh.history import (
+    ADDED,
+    BUSY,
+    BUSY_RETRY_S,
+    CRASHED,
+    FINISHED,
+    STARTED,
+    STOPPED,
+    Event,
+    HistoryTable,
+    backoff_s,
+    consecutive_crashes,
+)
+
+
+def crashed(t: float = 0) -> Event:
+    return Event(CRASHED, t, "boom")
+
+
+def started(t: float = 0) -> Event:
+    return Event(STARTED, t)
+
+
+def stopped(t: float = 0) -> Event:
+    return Event(STOPPED, t)
+
+
+def added(t: float = 0) -> Event:
+    return Event(ADDED, t)
+
+
+@pytest.mark.parametrize(
+    ("expected", "history"),
+    [
+        (0, []),
+        (0, [added()]),
+        (0, [stopped()]),
+        (0, [crashed()]),
+        (1, [crashed(), added()]),
+        (1, [crashed(), crashed()]),
+        (1, [crashed(), stopped()]),
+        (3, [crashed(), crashed(), crashed(), added()]),
+        (2, [crashed(), crashed(), stopped()]),
+        (1, [crashed(), started(), added()]),
+        (2, [crashed(3), started(2), crashed(1), started(0)]),
+        (0, [stopped(3), started(2), crashed(1), started(0)]),
+        (1, [crashed(3), started(2), stopped(1), started(0)]),
+        (0, [crashed(999), started(0)]),
+        (1, [crashed(999), started(998), crashed(997), started(0)]),
+    ],
+)
+def test_consecutive_crashes_match_the_replication_scheduler(expected: int, history: list[Event]) -> None:
+    assert consecutive_crashes(history, 120) == expected
+
+
+@pytest.mark.parametrize(("expected", "history", "threshold"), [
+    (0, [crashed(11), started(0)], 10),
+    (1, [crashed(10), started(0)], 10),
+])
+def test_consecutive_crashes_with_a_custom_health_threshold(expected: int, history: list[Event], threshold: float) -> None:
+    assert consecutive_crashes(history, threshold) == expected
+
+
+@pytest.mark.parametrize(("factor", "crashes"), [
+    (1, 1), (2, 2), (4, 3), (8, 4), (16, 5), (32, 6), (64, 7), (128, 8), (256, 9), (512, 10), (1024, 11), (1024, 12),
+])
+def test_backoff_doubles_per_crash_and_caps_at_two_to_the_tenth(factor: int, crashes: int) -> None:
+    assert backoff_s(crashes, 30.0) == factor * 30.0
+
+
+def test_no_crash_means_no_backoff() -> None:
+    assert backoff_s(0, 30.0) == 0.0
+
+
+def test_crash_loop_backs_off_30_then_60_then_120_seconds() -> None:
+    table = HistoryTable(backoff_base_s=30.0, health_threshold_s=120.0)
+    now = 1000.0
+    waits = []
+    table.record("/db", ADDED, now)
+    for _ in range(3):
+        table.record("/db", STARTED, now)
+        rec = table.record("/db", CRASHED, now + 1, reason="disk I/O error")
+        waits.append(rec.retry_at - (now + 1))
+        now = rec.retry_at
+    assert waits == [30.0, 60.0, 120.0]
+    assert rec.state == "crashing"
+    assert rec.error_count == 3
+    assert rec.last_error == "disk I/O error"
+
+
+def test_a_crash_after_a_long_healthy_run_starts_the_backoff_again() -> None:
+    table = HistoryTable(backoff_base_s=30.0, health_threshold_s=120.0)
+    table.record("/db", STARTED, 0)
+    table.record("/db", CRASHED, 1)
+    table.record("/db", STARTED, 31)
+    rec = table.record("/db", CRASHED, 31 + 500)
+    assert rec.retry_at == 531 + 30.0
+
+
+def test_due_returns_keys_whose_backoff_ended_once() -> None:
+    table = HistoryTable(backoff_base_s=30.0)
+    table.record("/a", STARTED, 0)
+    table.record("/a", CRASHED, 1)
+    assert table.waiting_retry("/a")
+    assert table.due(30.9) == []
+    assert table.due(31.0) == ["/a"]
+    assert table.due(100.0) == []
+    assert not table.waiting_retry("/a")
+
+
+def test_busy_database_is_retried_after_60_seconds_without_counting_a_crash() -> None:
+    table = HistoryTable()
+    rec = table.record("/db", BUSY, 10.0, reason="database is locked")
+    assert rec.retry_at == 10.0 + BUSY_RETRY_S
+    assert rec.error_count == 0
+    assert rec.state == "pending"
+
+
+def test_history_keeps_the_newest_max_history_events() -> None:
+    table = HistoryTable(max_history=3)
+    for t in range(10):
+        table.record("/db", ADDED, float(t))
+    rec = table.get("/db")
+    assert [e.at for e in rec.events] == [9.0, 8.0, 7.0]
+
+
+def test_only_the_newest_finished_keys_are_remembered() -> None:
+    table = HistoryTable(max_finished=2)
+    for i in range(4):
+        table.record(f"/db{i}", FINISHED, float(i))
+    table.record("/running", STARTED, 10.0)
+    assert sorted(r.key for r in table.records()) == ["/db2", "/db3", "/running"]
+
+
+def test_to_json_has_the_jobs_endpoint_shape() -> None:
+    table = HistoryTable()
+    table.record("/db", ADDED, 1.0, channel="ratio_dbs")
+    table.record("/db", STARTED, 2.0)
+    body = table.get("/db").to_json()
+    assert set(body) >= {"key", "channel", "state", "progress", "error_count", "last_error", "last_updated", "history"}
+    assert body["history"][0] == {"event": "started", "at": 2.0, "reason": None}
+    assert body["channel"] == "ratio_dbs"

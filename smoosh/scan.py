@@ -1,0 +1,273 @@
+"""Finding SQLite databases on disk: the header test, watch entries, and the scan walk.
+
+``walk`` reads the first 16 bytes of candidate files. SQLite's locks are POSIX ``fcntl``
+locks, which belong to a process, and closing ANY descriptor of a file releases all of that
+process's locks on it (sqlite.org/howtocorrupt.html §2.2): a header read inside the daemon,
+whose workers hold compaction locks, could let another process write into a VACUUM in
+progress (measured: a raw header read released an in-process ``BEGIN EXCLUSIVE``, and another
+process then committed). So the daemon runs the walk in a helper process,
+``python -m smoosh.scan``, whose descriptors cannot touch its locks (``smoosh.watcher`` drives
+it); as a bonus, walking a large fleet costs the daemon no GIL time.
+
+Helper protocol: a JSON request on stdin (``{"entries": [[spec, root, recursive, pattern]],
+"roots": [[root, recursive]]}``), NUL-terminated records on stdout: ``P<path>`` a database,
+``W<sentence>`` a warning, ``E<traceback>`` a failure.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import re
+import sys
+import traceback
+from dataclasses import dataclass
+from typing import IO, Callable, Iterable, Sequence
+
+__all__ = [
+    "SQLITE_HEADER",
+    "SIDE_SUFFIXES",
+    "WatchEntry",
+    "accepts",
+    "is_sqlite_file",
+    "main_db_path",
+    "resolve_watch",
+    "walk",
+    "watch_roots",
+]
+
+#: The first 16 bytes of every SQLite 3 database file (sqlite.org/fileformat.html §1.3).
+SQLITE_HEADER = b"SQLite format 3\x00"
+#: Side files SQLite keeps next to database X; an event on one of them is an event on X.
+SIDE_SUFFIXES = ("-wal", "-journal", "-shm")
+_GLOB_MAGIC = re.compile(r"[*?[]")
+
+
+def is_sqlite_file(path: str) -> bool:
+    """Whether ``path`` is a regular file starting with the SQLite 3 header.
+
+    Warning: this opens and closes the file. Never call it in a process that may hold SQLite
+    locks on ``path`` (the daemon runs compactions in process): the close releases them (see
+    the module docstring). The daemon calls it only in the scan helper process.
+
+    Parameters:
+        path: the file to look at.
+
+    Returns:
+        True for a SQLite database; False for anything else, including unreadable or missing
+        files, directories and FIFOs (opened non-blocking, so a FIFO cannot hang the scan).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return os.read(fd, len(SQLITE_HEADER)) == SQLITE_HEADER
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def main_db_path(path: str) -> str:
+    """Map a SQLite side file (``X-wal``, ``X-journal``, ``X-shm``) to its database ``X``.
+
+    Parameters:
+        path: any path.
+
+    Returns:
+        The database path for a side file, else ``path`` unchanged.
+    """
+    for suffix in SIDE_SUFFIXES:
+        if path.endswith(suffix):
+            return path[: -len(suffix)]
+    return path
+
+
+@dataclass(frozen=True)
+class WatchEntry:
+    """One ``watch`` entry, resolved: the directory to watch and the filter for paths under it.
+
+    Attributes:
+        spec: the entry as configured.
+        root: the canonical directory watched (a glob's static prefix).
+        recursive: whether subdirectories are watched too.
+        pattern: an ``fnmatch`` pattern the canonical path must match, or None for any file.
+    """
+
+    spec: str
+    root: str
+    recursive: bool
+    pattern: str | None
+
+    def accepts(self, path: str) -> bool:
+        """Whether canonical ``path`` belongs to this entry.
+
+        Parameters:
+            path: a canonical absolute file path.
+
+        Returns:
+            True if the path lies under ``root`` (directly, unless recursive) and matches.
+        """
+        root = self.root
+        if self.recursive:
+            if not path.startswith(root if root.endswith("/") else root + "/"):
+                return False
+        elif os.path.dirname(path) != root:
+            return False
+        return self.pattern is None or fnmatch.fnmatchcase(path, self.pattern)
+
+
+def resolve_watch(spec: str) -> WatchEntry:
+    """Resolve one ``watch`` entry: a directory, a glob pattern, or a single file.
+
+    A path that exists is taken literally, even with glob characters in its name. A glob
+    (``/data/*/*.db``) watches its static directory prefix (``/data``) recursively and
+    filters with ``fnmatch``, whose ``*`` also matches ``/`` (as in ``[smoosh.ignore]``).
+    The prefix is canonicalised, and the pattern with it, because keys are canonical paths.
+
+    Parameters:
+        spec: the configured entry (absolute, or relative to the working directory).
+
+    Returns:
+        The resolved entry (its root may not exist yet).
+    """
+    path = os.path.abspath(spec)
+    if _GLOB_MAGIC.search(path) and not os.path.exists(path):
+        parts = path.split("/")
+        first_magic = next(i for i, part in enumerate(parts) if _GLOB_MAGIC.search(part))
+        prefix = "/".join(parts[:first_magic]) or "/"
+        root = os.path.realpath(prefix)
+        rest = "/".join(parts[first_magic:])
+        return WatchEntry(spec, root, True, os.path.join(root, rest))
+    real = os.path.realpath(path)
+    if os.path.isfile(real):
+        # A single file: watch its directory, accept only that file (escaped: no globbing).
+        return WatchEntry(spec, os.path.dirname(real), False, _escape_glob(real))
+    return WatchEntry(spec, real, True, None)
+
+
+def _escape_glob(path: str) -> str:
+    return re.sub(r"([*?[])", r"[\1]", path)
+
+
+def accepts(entries: Iterable[WatchEntry], path: str) -> bool:
+    """Whether canonical ``path`` belongs to any of ``entries``."""
+    return any(entry.accepts(path) for entry in entries)
+
+
+def watch_roots(entries: Iterable[WatchEntry]) -> dict[str, bool]:
+    """The fewest directories to watch for ``entries``: root -> recursive.
+
+    A root inside (or equal to) a recursive root is dropped, so no directory is watched or
+    scanned twice.
+
+    Parameters:
+        entries: resolved watch entries.
+
+    Returns:
+        A dict from root to whether it is watched recursively, sorted by root.
+    """
+    merged: dict[str, bool] = {}
+    for entry in entries:
+        merged[entry.root] = merged.get(entry.root, False) or entry.recursive
+    roots: dict[str, bool] = {}
+    for root in sorted(merged):
+        if any(rec and (root == r or root.startswith(r.rstrip("/") + "/")) for r, rec in roots.items()):
+            continue
+        roots[root] = merged[root]
+    return roots
+
+
+def walk(
+    entries: Sequence[WatchEntry],
+    roots: dict[str, bool],
+    emit: Callable[[str], None],
+    warn: Callable[[str], None],
+    should_stop: Callable[[], bool] = lambda: False,
+) -> int:
+    """Walk ``roots`` and ``emit`` each SQLite database that belongs to ``entries``.
+
+    Directory symlinks are not followed (no loops, and inotify does not follow them either);
+    a symlinked file is resolved and must itself belong to an entry. Side files are skipped
+    by name before any I/O. Reads headers: run it only where no SQLite locks can be held
+    (the scan helper process).
+
+    Parameters:
+        entries: resolved watch entries (the filter).
+        roots: root -> recursive, from ``watch_roots``.
+        emit: called with each database's canonical path.
+        warn: called with a sentence for each directory that cannot be read.
+        should_stop: polled between directories; True ends the walk early.
+
+    Returns:
+        The number of databases emitted.
+    """
+    count = 0
+    for root, recursive in roots.items():
+        stack = [root]
+        while stack:
+            if should_stop():
+                return count
+            directory = stack.pop()
+            try:
+                it = os.scandir(directory)
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                warn(f"cannot read directory {directory}: {e.strerror or e}")
+                continue
+            with it:
+                for dirent in it:
+                    try:
+                        if dirent.is_dir(follow_symlinks=False):
+                            if recursive:
+                                stack.append(dirent.path)
+                            continue
+                        if dirent.name.endswith(SIDE_SUFFIXES) or not dirent.is_file():
+                            continue
+                        # The root is canonical and directory symlinks are not followed, so
+                        # only a symlinked file needs resolving.
+                        path = os.path.realpath(dirent.path) if dirent.is_symlink() else dirent.path
+                        if accepts(entries, path) and is_sqlite_file(path):
+                            emit(path)
+                            count += 1
+                    except OSError:
+                        continue  # vanished or unreadable between listing and looking
+    return count
+
+
+def _scan_helper_main(stdin: IO[bytes], stdout: IO[bytes]) -> int:
+    """The scan helper process: JSON request on stdin, NUL-separated records on stdout.
+
+    Records: ``P<path>`` a database, ``W<sentence>`` a warning, ``E<traceback>`` a failure.
+    """
+    try:
+        request = json.loads(stdin.read())
+        entries = [WatchEntry(*e) for e in request["entries"]]
+        roots = {root: bool(rec) for root, rec in request["roots"]}
+        walk(
+            entries,
+            roots,
+            lambda path: stdout.write(b"P" + os.fsencode(path) + b"\0"),
+            lambda msg: stdout.write(b"W" + _record_text(msg) + b"\0"),
+        )
+        stdout.flush()
+        return 0
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 1  # the daemon stopped reading (stop() during a scan)
+    except Exception:
+        stdout.write(b"E" + _record_text(traceback.format_exc()) + b"\0")
+        stdout.flush()
+        return 1
+
+
+def _record_text(text: str) -> bytes:
+    return text.replace("\0", "?").encode("utf-8", "backslashreplace")
+
+
+if __name__ == "__main__":
+    sys.exit(_scan_helper_main(sys.stdin.buffer, sys.stdout.buffer))

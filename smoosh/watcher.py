@@ -1,0 +1,519 @@
+"""The file watcher: turns file-system events under the watched directories into candidate keys.
+
+DESIGN §7: watchdog events are mapped from ``X-wal`` / ``X-journal`` / ``X-shm`` to ``X``
+(under WAL a commit touches only the ``-wal`` file; peers_perf §4.6), moves count by their
+destination (atomic saves arrive as ``moved``, never ``modified``), and the watched trees are
+rescanned every ``rescan_interval`` because inotify drops events silently when its queue
+overflows. ``polling=True`` (network filesystems) uses watchdog's PollingObserver; running
+out of inotify watches falls back to it too.
+
+What ``on_path`` receives, and where the SQLite header is checked:
+
+* Events: a canonical (realpath'd) path inside a watch entry, not excluded, naming a regular
+  file of at least one SQLite page. The header is NOT read here: the server debounces the
+  key and then examines it through SQLite (the compactor's ``sizes`` is None for a file that
+  is not a database), once per burst instead of once per event.
+* Scans: only files whose 16-byte header says SQLite (``is_sqlite_file``), never the
+  ``-wal``/``-shm``/``-journal`` side files.
+
+No header read happens inside the daemon process: closing any descriptor of a database
+drops the POSIX locks our own compactions hold on it (see ``smoosh.scan``). Events need only
+a ``stat``; scans run ``smoosh.scan``'s walk in a short-lived helper process.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import stat
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Callable, Iterable, Sequence
+
+from watchdog.events import (
+    EVENT_TYPE_CLOSED,
+    EVENT_TYPE_CREATED,
+    EVENT_TYPE_MODIFIED,
+    EVENT_TYPE_MOVED,
+    DirMovedEvent,
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
+
+from smoosh.debounce import Debouncer
+from smoosh.scan import WatchEntry, accepts, is_sqlite_file, main_db_path, resolve_watch, watch_roots
+
+__all__ = [
+    "Watcher",
+    "Debouncer",
+    "WatchEntry",
+    "is_sqlite_file",
+    "main_db_path",
+    "resolve_watch",
+    "watch_roots",
+]
+
+log = logging.getLogger(__name__)
+
+#: Smallest non-empty database (one page of the smallest page size); smaller files are skipped.
+MIN_DB_SIZE_BYTES = 512
+#: Seconds between periodic rescans (DESIGN §8 rescan_interval: inotify drops events on overflow).
+DEFAULT_RESCAN_INTERVAL_S = 600.0
+#: Seconds between checks for watched directories that are missing, deleted or replaced.
+ROOT_CHECK_INTERVAL_S = 5.0
+#: Seconds between iterations of the watcher's own thread (root checks, rescans).
+THREAD_TICK_S = 1.0
+#: Seconds before a scan that could not run (helper failed to start) is tried again.
+SCAN_RETRY_S = 30.0
+#: Seconds between two polls of the PollingObserver (network filesystems, inotify exhausted).
+POLL_INTERVAL_S = 1.0
+#: Seconds ``stop()`` waits for each thread it joins.
+STOP_TIMEOUT_S = 5.0
+#: errno values meaning the inotify limits are exhausted: ENOSPC (watches), EMFILE (instances).
+INOTIFY_LIMIT_ERRNOS = frozenset({errno.ENOSPC, errno.EMFILE})
+#: The watchdog events the watcher asks for; also narrows the inotify mask (fewer queued events).
+EVENT_FILTER = [FileCreatedEvent, FileModifiedEvent, FileMovedEvent, FileClosedEvent, DirMovedEvent]
+_WANTED_EVENT_TYPES = frozenset({EVENT_TYPE_CREATED, EVENT_TYPE_MODIFIED, EVENT_TYPE_MOVED, EVENT_TYPE_CLOSED})
+
+
+# ---------------------------------------------------------------------- the watcher
+
+
+class _Handler(FileSystemEventHandler):
+    """Forwards every watchdog event to the watcher (kept tiny: it runs on watchdog's thread)."""
+
+    def __init__(self, on_event: Callable[[FileSystemEvent], None]) -> None:
+        super().__init__()
+        self._on_event = on_event
+
+    def dispatch(self, event: FileSystemEvent) -> None:
+        self._on_event(event)
+
+
+class Watcher:
+    """Watches directories and glob patterns for SQLite databases that change.
+
+    Parameters:
+        watch: directories (watched recursively), glob patterns (``/data/*/*.db``: the static
+            prefix is watched, paths are filtered with ``fnmatch``) and single files.
+        on_path: called with a canonical candidate path (see the module docstring); called
+            from watchdog's thread and the watcher's thread; exceptions are logged.
+        rescan_interval_s: seconds between full rescans.
+        exclude: canonical paths for which it returns True are never reported (the daemon's
+            own store and state directory).
+        polling: use watchdog's PollingObserver (network filesystems) instead of inotify.
+        clock: monotonic seconds; tests step ``tick(now)`` with their own.
+    """
+
+    def __init__(
+        self,
+        watch: Sequence[str],
+        on_path: Callable[[str], None],
+        *,
+        rescan_interval_s: float = DEFAULT_RESCAN_INTERVAL_S,
+        exclude: Callable[[str], bool] = lambda p: False,
+        polling: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._specs = tuple(watch)
+        self._on_path = on_path
+        self._rescan_interval_s = float(rescan_interval_s)
+        self._exclude = exclude
+        self._polling = polling
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._scan_lock = threading.Lock()
+        self._entries: tuple[WatchEntry, ...] = tuple(resolve_watch(s) for s in self._specs)
+        #: root -> (st_dev, st_ino) of the directories seen present at the last check.
+        self._present: dict[str, tuple[int, int]] = {}
+        self._missing_warned: set[str] = set()
+        self._observer: Any = None
+        self._watches: dict[str, Any] = {}  # root -> watchdog ObservedWatch
+        self._handler = _Handler(self._on_event)
+        self._next_scan_at = clock() + self._rescan_interval_s
+        self._next_root_check_at = float("-inf")
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._requested_full = False
+        self._requested_roots: set[str] = set()
+        self._scan_proc: subprocess.Popen[bytes] | None = None
+        self._scans_completed = 0
+
+    @property
+    def entries(self) -> tuple[WatchEntry, ...]:
+        """The resolved watch entries."""
+        return self._entries
+
+    @property
+    def scans_completed(self) -> int:
+        """How many scans have run to the end (the start-up scan is the first)."""
+        return self._scans_completed
+
+    @property
+    def polling(self) -> bool:
+        """Whether events come from the PollingObserver (asked for, or the inotify fallback)."""
+        return self._polling
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        """Start observing, then scan every watched tree once in the watcher's thread.
+
+        Observing starts before the scan so that no change falls between the two.
+        """
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._stop.clear()
+            self._observer = self._new_observer()
+            try:
+                self._observer.start()
+            except OSError as e:
+                if e.errno not in INOTIFY_LIMIT_ERRNOS or self._polling:
+                    raise
+                self._fall_back_to_polling(e, "starting the observer")
+            self._refresh_roots()
+            self._next_root_check_at = self._clock() + ROOT_CHECK_INTERVAL_S
+            self._next_scan_at = self._clock() + self._rescan_interval_s
+            self._requested_full = True
+            self._thread = threading.Thread(target=self._run, name="smoosh-watcher", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """Stop the observer, any scan in progress and the watcher's thread; join them.
+
+        Parameters:
+            timeout_s: the longest to wait for each thread.
+        """
+        self._stop.set()
+        self._wake.set()
+        proc = self._scan_proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        with self._lock:
+            observer, self._observer = self._observer, None
+            self._watches.clear()
+        if observer is not None:
+            observer.stop()
+            if observer.is_alive():
+                observer.join(timeout_s)
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout_s)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.tick(self._clock())
+                self._run_requested_scans()
+            except Exception:
+                log.exception("watcher loop iteration failed")
+            self._wake.wait(THREAD_TICK_S)
+            self._wake.clear()
+
+    # ------------------------------------------------------------------ stepping
+
+    def tick(self, now: float) -> None:
+        """Check the watched roots and start the periodic rescan when due.
+
+        Started: a due scan is handed to the watcher's thread (a scan of a large fleet must
+        not block the caller's loop). Not started: it runs here, synchronously.
+
+        Parameters:
+            now: the current time on the watcher's clock.
+        """
+        with self._lock:
+            new_roots: list[str] = []
+            if now >= self._next_root_check_at:
+                self._next_root_check_at = now + ROOT_CHECK_INTERVAL_S
+                new_roots = self._refresh_roots()
+            if now >= self._next_scan_at:
+                self._next_scan_at = now + self._rescan_interval_s
+                self._requested_full = True
+            self._requested_roots.update(new_roots)
+            if not (self._requested_full or self._requested_roots):
+                return
+            threaded = self._thread is not None and self._thread.is_alive()
+        if threaded and threading.current_thread() is not self._thread:
+            self._wake.set()
+            return
+        self._run_requested_scans()
+
+    def _run_requested_scans(self) -> None:
+        with self._lock:
+            full, roots = self._requested_full, self._requested_roots
+            self._requested_full, self._requested_roots = False, set()
+        if not (full or roots):
+            return
+        try:
+            self._scan(None if full else roots)
+        except Exception:
+            log.exception("scan of the watched directories failed; retrying in %.0f s", SCAN_RETRY_S)
+            with self._lock:
+                self._next_scan_at = min(self._next_scan_at, self._clock() + SCAN_RETRY_S)
+
+    # ------------------------------------------------------------------ scans
+
+    def scan(self) -> int:
+        """Scan every watched tree now and report each SQLite database to ``on_path``.
+
+        Returns:
+            The number of databases reported.
+
+        Raises:
+            OSError: the scan helper process could not be started.
+        """
+        return self._scan(None)
+
+    def _scan(self, only_roots: Iterable[str] | None) -> int:
+        with self._scan_lock:
+            entries = self._entries
+            roots = watch_roots(entries)
+            if only_roots is not None:
+                wanted = set(only_roots)
+                roots = {r: rec for r, rec in roots.items() if r in wanted}
+            if not roots or self._stop.is_set():
+                return 0  # nothing to walk, or stop() was called (start() clears it)
+            started = time.monotonic()
+            count = self._run_helper(entries, roots)
+            self._scans_completed += 1
+            log.info(
+                "scan of %d watched director%s found %d SQLite database%s in %.1f s",
+                len(roots),
+                "y" if len(roots) == 1 else "ies",
+                count,
+                "" if count == 1 else "s",
+                time.monotonic() - started,
+            )
+            return count
+
+    def _run_helper(self, entries: Sequence[WatchEntry], roots: dict[str, bool]) -> int:
+        request = {
+            "entries": [[e.spec, e.root, e.recursive, e.pattern] for e in entries],
+            "roots": [[root, rec] for root, rec in roots.items()],
+        }
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "smoosh.scan"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            # The helper writes to stderr only when Python itself fails (e.g. cannot import
+            # smoosh): a short traceback, read after stdout ends, so the pipe cannot fill.
+            stderr=subprocess.PIPE,
+            env=_helper_env(),
+            close_fds=True,
+        )
+        self._scan_proc = proc
+        if self._stop.is_set():
+            proc.kill()  # stop() ran between its look at _scan_proc and this assignment
+        count = 0
+        try:
+            assert proc.stdin is not None and proc.stdout is not None
+            try:
+                proc.stdin.write(json.dumps(request).encode())
+                proc.stdin.close()
+            except BrokenPipeError:
+                pass  # the helper died at once; its exit code says so below
+            buffer = b""
+            while chunk := proc.stdout.read1(1 << 16):
+                buffer += chunk
+                *records, buffer = buffer.split(b"\0")
+                for record in records:
+                    count += self._on_record(record)
+            assert proc.stderr is not None
+            errors = proc.stderr.read(1 << 16).decode("utf-8", "replace").strip()
+            returncode = proc.wait()
+            if returncode != 0 and not self._stop.is_set():
+                detail = f":\n{errors}" if errors else ""
+                log.error("the scan helper process exited with status %d%s", returncode, detail)
+        finally:
+            self._scan_proc = None
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+        return count
+
+    def _on_record(self, record: bytes) -> int:
+        kind, body = record[:1], record[1:]
+        if kind == b"P":
+            path = os.fsdecode(body)
+            if self._exclude(path):
+                return 0
+            self._emit(path)
+            return 1
+        if kind == b"W":
+            log.warning("scan: %s", body.decode("utf-8", "replace"))
+        elif kind == b"E":
+            log.error("the scan helper process failed:\n%s", body.decode("utf-8", "replace"))
+        return 0
+
+    # ------------------------------------------------------------------ events
+
+    def _on_event(self, event: FileSystemEvent) -> None:
+        # Runs on watchdog's dispatch thread: never let an exception reach it.
+        try:
+            if event.is_directory or event.event_type not in _WANTED_EVENT_TYPES:
+                return
+            # A move's destination is the file that now holds the content (atomic saves, and
+            # a file moved in from outside); moved-in files also arrive as "created".
+            raw = event.dest_path if event.event_type == EVENT_TYPE_MOVED else event.src_path
+            if raw:
+                self._consider(os.fsdecode(raw))
+        except Exception:
+            log.exception("watcher could not handle %r", event)
+
+    def _consider(self, path: str) -> None:
+        real = os.path.realpath(main_db_path(path))
+        if not accepts(self._entries, real) or self._exclude(real):
+            return
+        try:
+            st = os.stat(real)  # a stat takes no descriptor, so no SQLite lock is at risk
+        except OSError:
+            return  # deleted meanwhile: a missing database is nothing to compact
+        if stat.S_ISREG(st.st_mode) and st.st_size >= MIN_DB_SIZE_BYTES:
+            self._emit(real)
+
+    def _emit(self, path: str) -> None:
+        try:
+            self._on_path(path)
+        except Exception:
+            log.exception("on_path callback failed for %r", path)
+
+    # ------------------------------------------------------------------ roots and observers
+
+    def _new_observer(self) -> Any:
+        if self._polling:
+            from watchdog.observers.polling import PollingObserver
+
+            return PollingObserver(timeout=POLL_INTERVAL_S)
+        from watchdog.observers import Observer
+
+        return Observer()
+
+    def _refresh_roots(self) -> list[str]:
+        """Re-resolve the entries, (re)schedule watches; return roots that newly appeared.
+
+        A root that was deleted or replaced (another inode) loses its watch (inotify and the
+        poller both stop watching a deleted directory) and gets a new one when it is back.
+        Caller holds ``self._lock``.
+        """
+        self._entries = tuple(resolve_watch(s) for s in self._specs)
+        wanted = watch_roots(self._entries)
+        appeared: list[str] = []
+        for root in list(self._watches):
+            if root not in wanted:
+                self._unschedule(root)
+        for root in [r for r in self._present if r not in wanted]:
+            del self._present[root]
+        for root, recursive in wanted.items():
+            ident = _dir_identity(root)
+            if ident is None:
+                if root in self._present:
+                    del self._present[root]
+                    log.warning("watched directory %s disappeared; watching it again when it reappears", root)
+                elif root not in self._missing_warned:
+                    log.warning(
+                        "watched directory %s does not exist; checking for it every %.0f s",
+                        root,
+                        ROOT_CHECK_INTERVAL_S,
+                    )
+                self._missing_warned.add(root)
+                self._unschedule(root)
+                continue
+            known = self._present.get(root)
+            self._present[root] = ident
+            if known is None and root in self._missing_warned:
+                log.info("watched directory %s appeared; watching and scanning it", root)
+                self._missing_warned.discard(root)
+                appeared.append(root)
+            elif known is not None and known != ident:
+                log.info("watched directory %s was replaced; watching and scanning it again", root)
+                self._unschedule(root)
+                appeared.append(root)
+            if self._observer is not None and not self._watch_alive(root, recursive):
+                self._unschedule(root)
+                self._schedule(root, recursive)
+        return appeared
+
+    def _watch_alive(self, root: str, recursive: bool) -> bool:
+        watch = self._watches.get(root)
+        if watch is None or watch.is_recursive != recursive:
+            return False
+        return any(e.watch == watch and e.is_alive() for e in list(self._observer.emitters))
+
+    def _schedule(self, root: str, recursive: bool) -> None:
+        try:
+            self._watches[root] = self._observer.schedule(
+                self._handler, root, recursive=recursive, event_filter=EVENT_FILTER
+            )
+        except OSError as e:
+            if e.errno in INOTIFY_LIMIT_ERRNOS and not self._polling:
+                self._fall_back_to_polling(e, f"watching {root}")
+            else:
+                log.warning("cannot watch %s: %s; relying on rescans for it", root, e)
+
+    def _unschedule(self, root: str) -> None:
+        watch = self._watches.pop(root, None)
+        if watch is not None and self._observer is not None:
+            try:
+                self._observer.unschedule(watch)
+            except (KeyError, OSError):
+                pass  # the emitter already stopped itself (its directory was deleted)
+
+    def _fall_back_to_polling(self, error: OSError, doing: str) -> None:
+        """Replace the inotify observer by a PollingObserver over the same roots."""
+        instances = error.errno == errno.EMFILE
+        limit = "fs.inotify.max_user_instances" if instances else "fs.inotify.max_user_watches"
+        log.error(
+            "inotify limit reached while %s (%s): raise fs.inotify.max_user_watches (watches) or "
+            "fs.inotify.max_user_instances (instances), e.g. `sysctl -w %s=524288`; falling back "
+            "to polling every %.0f s, which costs a walk of the watched trees per poll",
+            doing,
+            error,
+            limit,
+            POLL_INTERVAL_S,
+        )
+        old = self._observer
+        self._polling = True
+        self._watches.clear()
+        if old is not None:
+            try:
+                old.unschedule_all()
+                if old.is_alive():
+                    old.stop()
+                    old.join(STOP_TIMEOUT_S)
+            except Exception:
+                log.exception("could not stop the inotify observer")
+        self._observer = self._new_observer()
+        self._observer.start()
+        for root, recursive in watch_roots(self._entries).items():
+            if root in self._present or _dir_identity(root) is not None:
+                self._schedule(root, recursive)
+
+
+def _dir_identity(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
+
+
+def _helper_env() -> dict[str, str]:
+    # The helper runs `-m smoosh.scan`: make sure it imports the same smoosh package,
+    # even when smoosh runs from a source tree that is not installed.
+    env = dict(os.environ)
+    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
+    return env

@@ -1,0 +1,452 @@
+"""The watcher against a real directory, real SQLite writers and real watchdog observers.
+
+Waiting for a file-system event uses a bounded poll (up to 5 s, every 20 ms): that waits for
+something outside the test. The watcher's own timers are always stepped with an injected clock.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+from watchdog.observers import Observer
+
+from smoosh.watcher import (
+    ROOT_CHECK_INTERVAL_S,
+    Watcher,
+    is_sqlite_file,
+    main_db_path,
+    resolve_watch,
+    watch_roots,
+)
+
+EVENT_WAIT_S = 5.0
+Running = Callable[..., "tuple[Watcher, Seen]"]
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float = EVENT_WAIT_S) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return condition()
+
+
+class Seen:
+    """A thread-safe on_path recorder."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.paths: list[str] = []
+
+    def __call__(self, path: str) -> None:
+        with self._lock:
+            self.paths.append(path)
+
+    def has(self, path: str | Path) -> bool:
+        with self._lock:
+            return os.path.realpath(path) in self.paths
+
+    def snapshot(self) -> set[str]:
+        with self._lock:
+            return set(self.paths)
+
+
+class Clock:
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make_db(path: Path, journal_mode: str = "delete", commits: int = 3) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute(f"PRAGMA journal_mode={journal_mode}")
+        conn.execute("CREATE TABLE IF NOT EXISTS t(x)")
+        for _ in range(commits):
+            conn.execute("INSERT INTO t VALUES (randomblob(300))")
+    finally:
+        conn.close()
+    return path
+
+
+def write_text(path: Path, size_bytes: int = 4096) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"not a database\n" * (size_bytes // 15 + 1))
+    return path
+
+
+@pytest.fixture
+def watched(tmp_path: Path) -> Path:
+    d = tmp_path / "watched"
+    d.mkdir()
+    return d
+
+
+@pytest.fixture
+def running() -> Iterator[Running]:
+    """Factory: a started watcher with a recorder; stopped at teardown."""
+    started: list[Watcher] = []
+
+    def factory(watch: list[str], **kwargs: object) -> tuple[Watcher, Seen]:
+        seen = Seen()
+        w = Watcher(watch, seen, **kwargs)  # type: ignore[arg-type]
+        w.start()
+        started.append(w)
+        # Let the start-up scan finish, so what a test sees later came from events.
+        assert wait_for(lambda: w.scans_completed >= 1)
+        return w, seen
+
+    yield factory
+    for w in started:
+        w.stop()
+
+
+# ---------------------------------------------------------------------- pure helpers
+
+
+def test_side_files_map_to_their_database() -> None:
+    assert main_db_path("/d/x.db-wal") == "/d/x.db"
+    assert main_db_path("/d/x.db-journal") == "/d/x.db"
+    assert main_db_path("/d/x.db-shm") == "/d/x.db"
+    assert main_db_path("/d/x.db") == "/d/x.db"
+
+
+def test_sqlite_header_recognises_databases_only(tmp_path: Path) -> None:
+    db = make_db(tmp_path / "real.anything")
+    (tmp_path / "empty").touch()
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert is_sqlite_file(str(db))
+    assert not is_sqlite_file(str(write_text(tmp_path / "x.db")))
+    assert not is_sqlite_file(str(tmp_path / "empty"))
+    assert not is_sqlite_file(str(tmp_path / "missing.db"))
+    assert not is_sqlite_file(str(tmp_path))
+    assert not is_sqlite_file(str(fifo))  # and does not block on it
+
+
+def test_glob_entry_watches_its_static_prefix_canonically(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    entry = resolve_watch(str(tmp_path / "link" / "*" / "*.db"))
+    assert entry.root == str(real)
+    assert entry.recursive
+    assert entry.accepts(str(real / "a" / "x.db"))
+    assert not entry.accepts(str(real / "a" / "x.sqlite"))
+    assert not entry.accepts(str(tmp_path / "elsewhere" / "a" / "x.db"))
+
+
+def test_single_file_entry_accepts_only_that_file(tmp_path: Path) -> None:
+    db = make_db(tmp_path / "weird[1].db")
+    entry = resolve_watch(str(db))
+    assert (entry.root, entry.recursive) == (str(tmp_path), False)
+    assert entry.accepts(str(db))
+    assert not entry.accepts(str(tmp_path / "weird1.db"))
+
+
+def test_nested_roots_are_watched_once(tmp_path: Path) -> None:
+    entries = [resolve_watch(str(p)) for p in (tmp_path / "a", tmp_path / "a" / "b", tmp_path / "c" / "*.db")]
+    assert watch_roots(entries) == {str(tmp_path / "a"): True, str(tmp_path / "c"): True}
+
+
+# ---------------------------------------------------------------------- scans
+
+
+def test_scan_reports_databases_in_nested_dirs_and_nothing_else(watched: Path) -> None:
+    dbs = [
+        make_db(watched / "top.db"),
+        make_db(watched / "a" / "b" / "c" / "deep.sqlite", "wal"),
+        make_db(watched / "a" / "no_extension"),
+    ]
+    write_text(watched / "notes.db")
+    write_text(watched / "a" / "log.txt")
+    (watched / "a" / "empty.db").touch()
+    shutil.copy(dbs[0], watched / "copy.db-journal")  # a side file, even with a database header
+    (watched / "a" / "loop").symlink_to(watched)  # not followed
+    seen = Seen()
+    w = Watcher([str(watched)], seen)
+    assert w.scan() == 3
+    assert sorted(seen.paths) == sorted(os.path.realpath(p) for p in dbs)
+
+
+def test_glob_entries_filter_scans_and_events(watched: Path, running: Running) -> None:
+    wanted = make_db(watched / "a" / "x.sqlite")
+    make_db(watched / "y.sqlite")  # not two levels deep
+    make_db(watched / "a" / "z.db")
+    seen = Seen()
+    assert Watcher([str(watched / "*" / "*.sqlite")], seen).scan() == 1
+    assert seen.paths == [str(wanted)]
+
+    w, live = running([str(watched / "*" / "*.sqlite")])
+    assert wait_for(lambda: live.has(wanted))  # the start-up scan
+    make_db(watched / "b" / "skip.db")
+    new = make_db(watched / "b" / "new.sqlite")
+    assert wait_for(lambda: live.has(new))
+    assert not live.has(watched / "b" / "skip.db")
+
+
+def test_exclude_hides_paths_from_scans_and_events(watched: Path, running: Running) -> None:
+    own = watched / "own"
+    make_db(own / "jobs.db", "wal")
+    other = make_db(watched / "tenant.db")
+    exclude = lambda p: p.startswith(str(own) + os.sep)  # noqa: E731
+    seen = Seen()
+    assert Watcher([str(watched)], seen, exclude=exclude).scan() == 1
+    assert seen.paths == [str(other)]
+
+    w, live = running([str(watched)], exclude=exclude)
+    make_db(own / "jobs.db", "wal", commits=5)
+    marker = make_db(watched / "after.db")
+    assert wait_for(lambda: live.has(marker))
+    assert not any(p.startswith(str(own)) for p in live.snapshot())
+
+
+def test_scan_does_not_release_sqlite_locks_held_in_process(watched: Path) -> None:
+    """A header read in this process would drop our own lock (sqlite.org howtocorrupt §2.2)."""
+    db = make_db(watched / "busy.db")
+    holder = sqlite3.connect(db, isolation_level=None)
+    writer = (
+        "import sqlite3, sys\n"
+        "c = sqlite3.connect(sys.argv[1], timeout=0)\n"
+        "try:\n"
+        "    c.execute('INSERT INTO t VALUES (1)')\n"
+        "except sqlite3.OperationalError as e:\n"
+        "    print(e)\n"
+        "else:\n"
+        "    print('wrote')\n"
+    )
+    try:
+        holder.execute("BEGIN EXCLUSIVE")
+        seen = Seen()
+        assert Watcher([str(watched)], seen).scan() == 1
+        out = subprocess.run([sys.executable, "-c", writer, str(db)], capture_output=True, text=True, timeout=30)
+        assert out.stdout.strip() == "database is locked"
+    finally:
+        holder.close()
+
+
+def test_periodic_rescan_is_stepped_by_tick(watched: Path) -> None:
+    clock = Clock(100.0)
+    seen = Seen()
+    w = Watcher([str(watched)], seen, rescan_interval_s=600.0, clock=clock)
+    db = make_db(watched / "later.db")
+    w.tick(699.0)
+    assert seen.paths == []
+    w.tick(700.0)
+    assert seen.paths == [str(db)]
+    w.tick(1299.0)
+    assert seen.paths == [str(db)]
+    w.tick(1300.0)
+    assert seen.paths == [str(db), str(db)]
+
+
+def test_missing_directory_is_reported_once_and_picked_up_when_it_appears(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "not-yet"
+    seen = Seen()
+    w = Watcher([str(root)], seen, clock=Clock(0.0))
+    with caplog.at_level(logging.WARNING, logger="smoosh.watcher"):
+        w.tick(0.0)
+        w.tick(ROOT_CHECK_INTERVAL_S)
+    warnings = [r.getMessage() for r in caplog.records if "does not exist" in r.getMessage()]
+    assert warnings == [f"watched directory {root} does not exist; checking for it every 5 s"]
+    db = make_db(root / "x.db")
+    w.tick(2 * ROOT_CHECK_INTERVAL_S)
+    assert seen.paths == [str(db)]
+
+
+# ---------------------------------------------------------------------- live events
+
+
+@pytest.mark.parametrize("journal_mode", ["wal", "delete"])
+def test_commits_report_the_database_path_never_a_side_file(
+    watched: Path, running: Running, journal_mode: str
+) -> None:
+    w, seen = running([str(watched)])
+    db = watched / f"{journal_mode}.db"
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        conn.execute(f"PRAGMA journal_mode={journal_mode}")
+        conn.execute("CREATE TABLE t(x)")
+        for _ in range(5):
+            conn.execute("INSERT INTO t VALUES (randomblob(300))")
+        assert wait_for(lambda: seen.has(db))
+    finally:
+        conn.close()
+    assert seen.snapshot() == {str(db)}
+
+
+def test_wal_commits_alone_are_seen_through_the_wal_file(
+    watched: Path, running: Running
+) -> None:
+    db = make_db(watched / "w.db", "wal")
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("SELECT 1 FROM t").fetchall()  # keep the WAL alive: no checkpoint on close
+    try:
+        w, seen = running([str(watched)])
+        assert wait_for(lambda: seen.has(db))  # start-up scan
+        seen.paths.clear()
+        mtime_ns = db.stat().st_mtime_ns
+        conn.execute("INSERT INTO t VALUES (randomblob(300))")
+        assert wait_for(lambda: seen.has(db))
+        assert db.stat().st_mtime_ns == mtime_ns  # only the -wal file was written
+    finally:
+        conn.close()
+
+
+def test_atomic_replace_into_the_directory_is_seen(
+    tmp_path: Path, watched: Path, running: Running
+) -> None:
+    source = make_db(tmp_path / "source.db")
+    w, seen = running([str(watched / "*.db")])
+    target = watched / "tenant.db"
+    tmp = watched / "tenant.db.tmp"
+    tmp.write_bytes(source.read_bytes())
+    os.replace(tmp, target)
+    assert wait_for(lambda: seen.has(target))
+    assert seen.snapshot() == {str(target)}
+
+
+def test_file_moved_in_from_outside_is_seen(
+    tmp_path: Path, watched: Path, running: Running
+) -> None:
+    outside = make_db(tmp_path / "outside" / "moved.db")
+    (watched / "sub").mkdir()
+    w, seen = running([str(watched)])
+    target = watched / "sub" / "moved.db"
+    os.rename(outside, target)
+    assert wait_for(lambda: seen.has(target))
+
+
+def test_directory_moved_in_reports_its_databases(
+    tmp_path: Path, watched: Path, running: Running
+) -> None:
+    make_db(tmp_path / "tree" / "inner" / "a.db")
+    w, seen = running([str(watched)])
+    os.rename(tmp_path / "tree", watched / "tree")
+    assert wait_for(lambda: seen.has(watched / "tree" / "inner" / "a.db"))
+
+
+def test_polling_observer_reports_changes(watched: Path, running: Running) -> None:
+    w, seen = running([str(watched)], polling=True)
+    assert w.polling
+    db = make_db(watched / "polled.db", "wal")
+    assert wait_for(lambda: seen.has(db))
+
+
+def test_startup_scan_reports_existing_databases(watched: Path, running: Running) -> None:
+    db = make_db(watched / "n1" / "n2" / "old.db")
+    w, seen = running([str(watched)])
+    assert wait_for(lambda: seen.has(db))
+
+
+def test_a_raising_callback_is_logged_and_events_keep_flowing(
+    watched: Path, running: Running, caplog: pytest.LogCaptureFixture
+) -> None:
+    seen = Seen()
+    first = str(watched / "first.db")
+
+    def on_path(path: str) -> None:
+        if path == first:
+            raise RuntimeError("boom")
+        seen(path)
+
+    w = Watcher([str(watched)], on_path)
+    with caplog.at_level(logging.ERROR, logger="smoosh.watcher"):
+        w.start()
+        try:
+            make_db(watched / "first.db")
+            assert wait_for(lambda: any("on_path callback failed" in r.getMessage() for r in caplog.records))
+            second = make_db(watched / "second.db")
+            assert wait_for(lambda: seen.has(second))
+        finally:
+            w.stop()
+
+
+def test_inotify_watch_limit_falls_back_to_polling(
+    watched: Path, caplog: pytest.LogCaptureFixture, running: Running
+) -> None:
+    class ExhaustedObserver(Observer):  # type: ignore[misc, valid-type]
+        def schedule(self, *args: object, **kwargs: object) -> None:
+            raise OSError(errno.ENOSPC, "inotify watch limit reached")
+
+    class LimitedWatcher(Watcher):
+        def _new_observer(self) -> object:
+            return super()._new_observer() if self.polling else ExhaustedObserver()
+
+    seen = Seen()
+    w = LimitedWatcher([str(watched)], seen)
+    with caplog.at_level(logging.ERROR, logger="smoosh.watcher"):
+        w.start()
+    try:
+        assert w.polling
+        messages = [r.getMessage() for r in caplog.records]
+        assert any("fs.inotify.max_user_watches" in m and "falling back to polling" in m for m in messages)
+        db = make_db(watched / "after-fallback.db")
+        assert wait_for(lambda: seen.has(db))
+    finally:
+        w.stop()
+
+
+def test_directory_that_appears_after_start_is_watched(
+    tmp_path: Path, running: Running
+) -> None:
+    root = tmp_path / "later"
+    clock = Clock(0.0)
+    w, seen = running([str(root)], clock=clock)
+    existing = make_db(root / "existing.db")
+    clock.now += ROOT_CHECK_INTERVAL_S
+    w.tick(clock.now)
+    assert wait_for(lambda: seen.has(existing))  # scanned when it appeared
+    new = make_db(root / "new.db")
+    assert wait_for(lambda: seen.has(new))  # and watched
+
+
+def test_deleted_and_recreated_directory_is_watched_again(
+    watched: Path, running: Running
+) -> None:
+    clock = Clock(0.0)
+    w, seen = running([str(watched)], clock=clock)
+    shutil.rmtree(watched)
+    clock.now += ROOT_CHECK_INTERVAL_S
+    w.tick(clock.now)
+    watched.mkdir()
+    clock.now += ROOT_CHECK_INTERVAL_S
+    w.tick(clock.now)
+    db = make_db(watched / "again.db")
+    assert wait_for(lambda: seen.has(db))
+
+
+def test_stop_joins_every_thread(watched: Path) -> None:
+    before = set(threading.enumerate())
+    w = Watcher([str(watched)], Seen())
+    w.start()
+    make_db(watched / "x.db")
+    w.stop()
+    leftover = [t for t in threading.enumerate() if t not in before and t.is_alive()]
+    assert leftover == []
+
+
+def test_scan_reports_paths_that_are_not_utf8(watched: Path) -> None:
+    name = os.fsdecode(b"caf\xe9.db")  # a Latin-1 name: surrogate-escaped in Python
+    db = make_db(watched / name)
+    seen = Seen()
+    assert Watcher([str(watched)], seen).scan() == 1
+    assert seen.paths == [str(db)]
+    assert os.path.exists(seen.paths[0])

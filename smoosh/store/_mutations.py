@@ -1,0 +1,191 @@
+"""Pieces shared by the embedded stores: key ranges, mutations, atomic add, versionstamp splicing.
+
+A transaction records its mutations in issue order; a store applies them at commit with
+:func:`apply_mutations` against its own storage (a sorted dict, an SQLite table), so the
+semantics of every operation are written once.
+"""
+
+from __future__ import annotations
+
+import bisect
+import struct
+from typing import Iterable, Iterator, Protocol
+
+from smoosh.store.errors import CLIENT_INVALID_OPERATION, StoreError
+
+#: Mutation kinds, in the tuples ``(kind, key_or_begin, value_or_end_or_param, stamp_offset)``.
+OP_SET = 0
+OP_CLEAR = 1
+OP_CLEAR_RANGE = 2
+OP_ADD = 3
+OP_VS_KEY = 4
+OP_VS_VALUE = 5
+
+#: Length of the commit stamp a versionstamped operation splices in (8-byte version + 2-byte order).
+STAMP_BYTES = 10
+#: Length of the little-endian offset trailer on a versionstamp operand (API version >= 520).
+TRAILER_BYTES = 4
+
+Mutation = tuple[int, bytes, bytes, int]
+
+
+def key_after(key: bytes) -> bytes:
+    """The first key after ``key`` (so ``[key, key_after(key))`` holds just ``key``)."""
+    return key + b"\x00"
+
+
+def make_stamp(version: int, batch_order: int = 0) -> bytes:
+    """The 10-byte versionstamp of a commit: 8-byte big-endian version, 2-byte big-endian batch order."""
+    return struct.pack(">QH", version, batch_order)
+
+
+def atomic_add(old: bytes | None, param: bytes) -> bytes:
+    """FoundationDB's ADD: little-endian sum, width ``len(param)``, wrapping; a missing value is zeros."""
+    width = len(param)
+    base = (old or b"")[:width].ljust(width, b"\x00")
+    total = int.from_bytes(base, "little") + int.from_bytes(param, "little")
+    return (total % (1 << (8 * width))).to_bytes(width, "little") if width else b""
+
+
+def parse_stamp_operand(operand: bytes, what: str) -> tuple[bytes, int]:
+    """Split a versionstamp operand into (body, offset) and check the stamp fits.
+
+    Raises:
+        StoreError: 2000 client_invalid_operation when the operand is too short or the offset
+            points outside the body (FoundationDB rejects these at call time too).
+    """
+    if len(operand) < STAMP_BYTES + TRAILER_BYTES:
+        raise StoreError(CLIENT_INVALID_OPERATION, f"versionstamped {what} is shorter than 14 bytes")
+    body = operand[:-TRAILER_BYTES]
+    (offset,) = struct.unpack("<L", operand[-TRAILER_BYTES:])
+    if offset + STAMP_BYTES > len(body):
+        raise StoreError(CLIENT_INVALID_OPERATION, f"versionstamp offset {offset} is outside the {what}")
+    return body, offset
+
+
+def splice(body: bytes, offset: int, stamp: bytes) -> bytes:
+    """``body`` with its 10 bytes at ``offset`` replaced by ``stamp``."""
+    return body[:offset] + stamp + body[offset + STAMP_BYTES :]
+
+
+class RangeSet:
+    """A set of disjoint, coalesced half-open byte ranges ``[begin, end)`` with O(log n) lookups."""
+
+    __slots__ = ("_begins", "_ends")
+
+    def __init__(self) -> None:
+        self._begins: list[bytes] = []
+        self._ends: list[bytes] = []
+
+    def __bool__(self) -> bool:
+        return bool(self._begins)
+
+    def __iter__(self) -> Iterator[tuple[bytes, bytes]]:
+        return iter(zip(self._begins, self._ends))
+
+    def __len__(self) -> int:
+        return len(self._begins)
+
+    def add(self, begin: bytes, end: bytes) -> None:
+        """Add ``[begin, end)``, merging with ranges it overlaps or touches."""
+        if begin >= end:
+            return
+        i = bisect.bisect_left(self._ends, begin)
+        j = bisect.bisect_right(self._begins, end)
+        if i < j:
+            begin = min(begin, self._begins[i])
+            end = max(end, self._ends[j - 1])
+        self._begins[i:j] = [begin]
+        self._ends[i:j] = [end]
+
+    def contains(self, key: bytes) -> bool:
+        """Whether ``key`` lies in one of the ranges."""
+        i = bisect.bisect_right(self._begins, key) - 1
+        return i >= 0 and key < self._ends[i]
+
+    def intersects(self, begin: bytes, end: bytes) -> bool:
+        """Whether ``[begin, end)`` shares a key with one of the ranges."""
+        if begin >= end:
+            return False
+        i = bisect.bisect_right(self._begins, begin) - 1
+        if i >= 0 and self._ends[i] > begin:
+            return True
+        return i + 1 < len(self._begins) and self._begins[i + 1] < end
+
+    def overlapping(self, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
+        """The ranges that share a key with ``[begin, end)``, in order."""
+        if begin >= end:
+            return []
+        i = max(0, bisect.bisect_right(self._begins, begin) - 1)
+        out = []
+        while i < len(self._begins) and self._begins[i] < end:
+            if self._ends[i] > begin:
+                out.append((self._begins[i], self._ends[i]))
+            i += 1
+        return out
+
+    def size_bytes(self) -> int:
+        """Bytes of every range's bounds (FoundationDB counts conflict ranges in the transaction size)."""
+        return sum(len(b) + len(e) for b, e in self)
+
+
+class ApplyTarget(Protocol):
+    """The storage a commit writes to: the latest committed state, under the store's write lock."""
+
+    def get(self, key: bytes) -> bytes | None: ...
+
+    def put(self, key: bytes, value: bytes) -> None: ...
+
+    def delete(self, key: bytes) -> None: ...
+
+    def delete_range(self, begin: bytes, end: bytes) -> None: ...
+
+
+def apply_mutations(
+    mutations: Iterable[Mutation], stamp: bytes, target: ApplyTarget
+) -> tuple[set[bytes], list[tuple[bytes, bytes]]]:
+    """Apply one transaction's mutations in issue order.
+
+    Atomic adds read the latest committed value (not the transaction's snapshot): that is why
+    they add no read conflict. Versionstamped operands get ``stamp`` spliced in here, the only
+    place the commit's stamp is known.
+
+    Returns:
+        (point keys written or cleared, ranges cleared): the write conflict ranges of the commit
+        and what watches must be checked against.
+    """
+    points: set[bytes] = set()
+    ranges: list[tuple[bytes, bytes]] = []
+    for kind, a, b, offset in mutations:
+        if kind == OP_SET:
+            target.put(a, b)
+            points.add(a)
+        elif kind == OP_CLEAR:
+            target.delete(a)
+            points.add(a)
+        elif kind == OP_CLEAR_RANGE:
+            target.delete_range(a, b)
+            ranges.append((a, b))
+        elif kind == OP_ADD:
+            target.put(a, atomic_add(target.get(a), b))
+            points.add(a)
+        elif kind == OP_VS_KEY:
+            key = splice(a, offset, stamp)
+            target.put(key, b)
+            points.add(key)
+        elif kind == OP_VS_VALUE:
+            target.put(a, splice(b, offset, stamp))
+            points.add(a)
+        else:  # pragma: no cover - the transaction only records the kinds above
+            raise AssertionError(f"unknown mutation kind {kind}")
+    return points, ranges
+
+
+def write_ranges(points: Iterable[bytes], ranges: Iterable[tuple[bytes, bytes]]) -> RangeSet:
+    """The coalesced write conflict ranges of a commit."""
+    out = RangeSet()
+    for k in points:
+        out.add(k, key_after(k))
+    for b, e in ranges:
+        out.add(b, e)
+    return out

@@ -1,0 +1,212 @@
+"""``memory:`` — an in-process store with FoundationDB's transaction semantics, nothing on disk.
+
+For embedding and fast tests; a real store, not a stand-in. Every key keeps a short history
+of ``(commit_version, value)`` (multi-version concurrency control), so a transaction reads the
+state at its read version however many commits happen meanwhile. A commit is checked, as
+FoundationDB's resolver does, against the write ranges of commits newer than its read version
+(kept for :attr:`~BufferedStore.retention_s`); only a real overlap with a read conflict range
+fails it with 1020. History older than the retention is pruned, and a transaction whose read
+version predates the pruned history fails with 1007 (it is older than the age limit anyway).
+
+Thread-safe: one lock guards the data; scans copy small chunks under it, so a long range read
+never blocks commits.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from typing import Callable, Iterator
+
+from sortedcontainers import SortedDict
+
+from smoosh.store.base import (
+    MAX_WATCHES,
+    TRANSACTION_MAX_AGE_S,
+    TRANSACTION_SIZE_LIMIT_BYTES,
+)
+from smoosh.store.errors import NOT_COMMITTED, TRANSACTION_TOO_OLD, StoreError
+from smoosh.store._mutations import RangeSet, apply_mutations, make_stamp, write_ranges
+from smoosh.store._txn import BufferedStore, CommitRequest, PendingWatch, Snapshot
+
+#: Pairs copied per lock acquisition during a range scan.
+SCAN_CHUNK = 256
+
+_History = list  # [(version, value or None for a deletion)], ascending versions
+
+
+def _value_at(history: _History, version: int) -> bytes | None:
+    for v, value in reversed(history):
+        if v <= version:
+            return value
+    return None
+
+
+class _MemorySnapshot(Snapshot):
+    def __init__(self, store: MemoryStore, read_version: int) -> None:
+        self._store = store
+        self.read_version = read_version
+
+    def _check_floor(self) -> None:
+        if self.read_version < self._store._floor_version:
+            raise StoreError(TRANSACTION_TOO_OLD)
+
+    def get(self, key: bytes) -> bytes | None:
+        with self._store._lock:
+            self._check_floor()
+            history = self._store._data.get(key)
+            return None if history is None else _value_at(history, self.read_version)
+
+    def scan(self, begin: bytes, end: bytes, reverse: bool) -> Iterator[tuple[bytes, bytes]]:
+        data = self._store._data
+        lo, hi = begin, end
+        while True:
+            chunk = []
+            with self._store._lock:
+                self._check_floor()
+                keys = data.irange(lo, hi, inclusive=(True, False), reverse=reverse)
+                for key in keys:
+                    value = _value_at(data[key], self.read_version)
+                    if value is not None:
+                        chunk.append((key, value))
+                        if len(chunk) >= SCAN_CHUNK:
+                            break
+            yield from chunk
+            if len(chunk) < SCAN_CHUNK:
+                return
+            if reverse:
+                hi = chunk[-1][0]
+            else:
+                lo = chunk[-1][0] + b"\x00"
+
+    def close(self) -> None:
+        pass
+
+
+class _MemoryTarget:
+    """Writes of one commit, as new history entries at ``version``."""
+
+    def __init__(self, data: SortedDict, version: int) -> None:
+        self._data = data
+        self._version = version
+
+    def get(self, key: bytes) -> bytes | None:
+        history = self._data.get(key)
+        return None if history is None else history[-1][1]
+
+    def put(self, key: bytes, value: bytes | None) -> None:
+        history = self._data.get(key)
+        if history is None:
+            if value is not None:
+                self._data[key] = [(self._version, value)]
+        elif history[-1][0] == self._version:
+            history[-1] = (self._version, value)
+        elif history[-1][1] is not None or value is not None:
+            history.append((self._version, value))
+
+    def delete(self, key: bytes) -> None:
+        self.put(key, None)
+
+    def delete_range(self, begin: bytes, end: bytes) -> None:
+        for key in list(self._data.irange(begin, end, inclusive=(True, False))):
+            self.put(key, None)
+
+
+class MemoryStore(BufferedStore):
+    """The ``memory:`` store (see the module docstring).
+
+    Parameters:
+        url: the URL it was opened with.
+        max_age_s: seconds a transaction may read and commit after its first read (1007 beyond).
+        size_limit_bytes: transaction size limit (2101 beyond it).
+        max_watches: outstanding watches allowed (1032 beyond).
+        clock: monotonic seconds; tests inject one to age transactions without sleeping.
+    """
+
+    def __init__(
+        self,
+        url: str = "memory:",
+        *,
+        max_age_s: float | None = TRANSACTION_MAX_AGE_S,
+        size_limit_bytes: int = TRANSACTION_SIZE_LIMIT_BYTES,
+        max_watches: int = MAX_WATCHES,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(url, max_age_s=max_age_s, size_limit_bytes=size_limit_bytes, max_watches=max_watches, clock=clock)
+        self._lock = threading.Lock()
+        self._data: SortedDict = SortedDict()
+        self._version = 0
+        #: Reads below this version would need pruned history: they fail with 1007.
+        self._floor_version = 0
+        #: (commit_version, commit_time, write ranges) of recent commits, oldest first.
+        self._log: collections.deque[tuple[int, float, RangeSet]] = collections.deque()
+        #: (commit_time, version, keys written) whose older history may be pruned later.
+        self._touched: collections.deque[tuple[float, int, set[bytes]]] = collections.deque()
+
+    def _open_snapshot(self) -> Snapshot:
+        with self._lock:
+            return _MemorySnapshot(self, self._version)
+
+    def _prune(self, now: float) -> None:
+        cutoff = now - self.retention_s
+        while self._log and self._log[0][1] < cutoff:
+            self._floor_version = max(self._floor_version, self._log.popleft()[0])
+        floor = self._floor_version
+        while self._touched and self._touched[0][0] < cutoff:
+            _, _, keys = self._touched.popleft()
+            for key in keys:
+                history = self._data.get(key)
+                if history is None:
+                    continue
+                # Keep the value at the floor version and everything newer.
+                i = len(history) - 1
+                while i > 0 and history[i][0] > floor:
+                    i -= 1
+                del history[:i]
+                if len(history) == 1 and history[0][1] is None and history[0][0] <= floor:
+                    del self._data[key]
+
+    def _commit(self, req: CommitRequest) -> bytes:
+        with self._lock:
+            now = self.clock()
+            self._prune(now)
+            if req.read_ranges:
+                assert req.read_version is not None
+                if req.read_version < self._floor_version:
+                    raise StoreError(TRANSACTION_TOO_OLD)
+                for version, _, ranges in reversed(self._log):
+                    if version <= req.read_version:
+                        break
+                    if any(req.read_ranges.intersects(b, e) for b, e in ranges):
+                        raise StoreError(NOT_COMMITTED)
+            version = self._version + 1
+            stamp = make_stamp(version)
+            target = _MemoryTarget(self._data, version)
+            points, cleared = apply_mutations(req.mutations, stamp, target)
+            self._version = version
+            self._log.append((version, now, write_ranges(points, cleared)))
+            touched = set(points)
+            for b, e in cleared:
+                touched.update(self._data.irange(b, e, inclusive=(True, False)))
+            self._touched.append((now, version, touched))
+            self._arm(req.watches, target)
+            keys = self.watches.affected(points, cleared)
+            self.watches.check({k: target.get(k) for k in keys})
+            return stamp
+
+    def _arm(self, watches: list[PendingWatch], target: _MemoryTarget) -> None:
+        # Called under the lock: no commit can slip between arming and the staleness check.
+        for p in watches:
+            current = target.get(p.key)
+            baseline = current if p.use_committed else p.seen
+            if self.watches.arm(p.watch, baseline) and current != baseline:
+                self.watches.settle(p.watch)
+
+    def _arm_read_only(self, watches: list[PendingWatch]) -> None:
+        with self._lock:
+            self._arm(watches, _MemoryTarget(self._data, self._version))
+
+    def close(self) -> None:
+        """Fail outstanding watches with 1101; the data stays readable by open transactions."""
+        super().close()

@@ -1,0 +1,93 @@
+"""Fixtures of the store contract suite: every test runs on every available store.
+
+``memory`` and ``sqlite`` always run; ``fdb`` runs where ``SMOOSH_TEST_FDB_CLUSTER`` names a
+cluster file and is skipped (with the reason in the summary) elsewhere. On FoundationDB every
+test works under a fresh random prefix, cleared before and after.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from smoosh.store.base import Store
+
+FDB_CLUSTER_ENV = "SMOOSH_TEST_FDB_CLUSTER"
+STORE_KINDS = ["memory", "sqlite", "fdb"]
+
+
+@dataclass
+class StoreCtx:
+    """What a contract test gets: a store, its kind, a key prefix, and a factory for more handles."""
+
+    kind: str
+    store: Store
+    prefix: bytes
+    make: Callable[..., Store]
+    path: Path | None
+
+    def k(self, name: bytes) -> bytes:
+        """A test key under this test's prefix."""
+        return self.prefix + name
+
+    def only(self, *kinds: str, why: str) -> None:
+        """Skip unless the store is one of ``kinds``."""
+        if self.kind not in kinds:
+            pytest.skip(f"{self.kind}: {why}")
+
+
+def _open(kind: str, tmp_path: Path, opts: dict[str, Any]) -> Store:
+    if kind == "memory":
+        from smoosh.store.memory import MemoryStore
+
+        return MemoryStore(**opts)
+    if kind == "sqlite":
+        from smoosh.store.sqlite import SqliteStore
+
+        return SqliteStore(str(tmp_path / "store.db"), **opts)
+    if opts:
+        pytest.skip(f"FoundationDB limits are the cluster's: cannot set {sorted(opts)}")
+    from smoosh.store.fdb import FdbStore
+
+    return FdbStore(os.environ[FDB_CLUSTER_ENV])
+
+
+@pytest.fixture(params=STORE_KINDS)
+def ctx(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreCtx]:
+    kind = request.param
+    if kind == "fdb" and not os.environ.get(FDB_CLUSTER_ENV):
+        pytest.skip(f"no FoundationDB cluster: set {FDB_CLUSTER_ENV} to a cluster file")
+    opened: list[Store] = []
+
+    def make(**opts: Any) -> Store:
+        s = _open(kind, tmp_path, opts)
+        opened.append(s)
+        return s
+
+    store = make()
+    prefix = b"t/" if kind != "fdb" else b"smoosh-test/" + uuid.uuid4().hex.encode() + b"/"
+    if kind == "fdb":
+        store.transact(lambda tr: tr.clear_range_startswith(prefix))
+    try:
+        yield StoreCtx(kind, store, prefix, make, tmp_path / "store.db" if kind == "sqlite" else None)
+    finally:
+        if kind == "fdb":
+            store.transact(lambda tr: tr.clear_range_startswith(prefix))
+        for s in reversed(opened):
+            s.close()
+
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not os.environ.get(FDB_CLUSTER_ENV):
+        skipped = [r for r in terminalreporter.stats.get("skipped", []) if "[fdb" in r.nodeid]
+        if skipped:
+            terminalreporter.write_line(
+                f"store contract: {len(skipped)} FoundationDB variants skipped "
+                f"(set {FDB_CLUSTER_ENV} to a cluster file to run them)"
+            )

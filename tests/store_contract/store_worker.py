@@ -1,0 +1,56 @@
+"""A second process for the SQLite store tests: ``python store_worker.py COMMAND PATH ...``.
+
+Commands:
+    incr PATH KEY N GO_FILE   wait for GO_FILE, then N read-modify-write increments of KEY
+                              (8-byte little-endian); prints the number of bodies run.
+    set PATH KEY VALUE        set KEY to VALUE in one transaction.
+Keys and values are given as hex.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from smoosh.store.sqlite import SqliteStore
+
+#: Seconds a worker waits for the go file before giving up.
+GO_TIMEOUT_S = 20.0
+
+
+def main(argv: list[str]) -> int:
+    cmd, path = argv[0], argv[1]
+    store = SqliteStore(path)
+    try:
+        if cmd == "incr":
+            key, n, go = bytes.fromhex(argv[2]), int(argv[3]), argv[4]
+            deadline = time.monotonic() + GO_TIMEOUT_S
+            while not os.path.exists(go):
+                if time.monotonic() > deadline:
+                    return 2
+                time.sleep(0.001)
+            runs = 0
+
+            def incr(tr):
+                nonlocal runs
+                runs += 1
+                value = int.from_bytes(tr.get(key) or b"\x00", "little")
+                time.sleep(0.001)  # widen the race window so the processes really conflict
+                tr.set(key, (value + 1).to_bytes(8, "little"))
+
+            for _ in range(n):
+                store.transact(incr)
+            print(runs)
+        elif cmd == "set":
+            key, value = bytes.fromhex(argv[2]), bytes.fromhex(argv[3])
+            store.transact(lambda tr: tr.set(key, value))
+        else:
+            return 2
+    finally:
+        store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

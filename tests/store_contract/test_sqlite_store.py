@@ -1,0 +1,214 @@
+"""The SQLite store beyond the contract: its file, group commit, several processes, lock errors."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from smoosh.store import open_store
+from smoosh.store.errors import StoreError
+from smoosh.store.sqlite import SqliteStore
+
+WORKER = str(Path(__file__).with_name("store_worker.py"))
+#: Bound on waits for another thread or process (never reached when things work).
+WAIT_S = 10.0
+
+
+def _until(cond, timeout_s=WAIT_S):
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached")
+        time.sleep(0.002)
+
+
+def _int(b):
+    return int.from_bytes(b or b"\x00", "little")
+
+
+@pytest.fixture
+def path(tmp_path):
+    return str(tmp_path / "jobs.db")
+
+
+@pytest.fixture
+def store(path):
+    s = SqliteStore(path)
+    yield s
+    s.close()
+
+
+def test_store_is_one_wal_file_with_a_kv_table_without_rowid(store, path):
+    store.transact(lambda tr: tr.set(b"a", b"1"))
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'kv'").fetchone()[0]
+    assert "WITHOUT ROWID" in sql
+    assert conn.execute("SELECT key, value FROM kv").fetchall() == [(b"a", b"1")]
+    conn.close()
+
+
+def test_open_store_url_opens_the_sqlite_file(path):
+    with open_store(f"sqlite:{path}") as s:
+        s.transact(lambda tr: tr.set(b"a", b"1"))
+        assert s.url == f"sqlite:{path}"
+    with SqliteStore(path) as s:
+        assert s.create_transaction().get(b"a") == b"1"
+
+
+def _hold_write_lock(path):
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("BEGIN IMMEDIATE")
+    return conn
+
+
+def _commit_in_thread(tr, results, name):
+    def run():
+        try:
+            tr.commit()
+            results[name] = tr.get_versionstamp()
+        except StoreError as e:
+            results[name] = e.code
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t
+
+
+def test_concurrent_commits_are_grouped_into_one_sqlite_transaction(store, path):
+    before = store.stats.sqlite_commits
+    blocker = _hold_write_lock(path)
+    results: dict = {}
+    threads = []
+    for i in range(8):
+        tr = store.create_transaction()
+        tr.set(b"k%d" % i, b"v")
+        threads.append(_commit_in_thread(tr, results, i))
+    _until(lambda: store.stats.requests == 8)
+    blocker.execute("COMMIT")
+    for t in threads:
+        t.join()
+    stamps = [results[i] for i in range(8)]
+    assert all(isinstance(s, bytes) for s in stamps)
+    assert len(set(stamps)) == 8  # same commit version, distinct batch order
+    assert len({s[:8] for s in stamps}) == 1
+    assert store.stats.sqlite_commits - before == 1
+    assert store.stats.store_commits == 8
+    assert store.stats.max_group == 8
+
+
+def test_group_member_that_conflicts_fails_alone(store, path):
+    store.transact(lambda tr: tr.set(b"x", b"0"))
+    t1, t2, t3 = (store.create_transaction() for _ in range(3))
+    for tr in (t1, t2):
+        tr.set(b"x", tr.get(b"x") + b"+")  # both read x: the second to commit must fail
+    t3.get(b"y")
+    t3.set(b"y", b"independent")
+    blocker = _hold_write_lock(path)
+    results: dict = {}
+    threads = []
+    for name, tr in (("t1", t1), ("t2", t2), ("t3", t3)):
+        threads.append(_commit_in_thread(tr, results, name))
+        _until(lambda n=len(threads): store.stats.requests >= 1 + n)  # keep queue order
+    blocker.execute("COMMIT")
+    for t in threads:
+        t.join()
+    assert isinstance(results["t1"], bytes)
+    assert results["t2"] == 1020
+    assert isinstance(results["t3"], bytes)
+    assert store.stats.conflicts == 1
+    tr = store.create_transaction()
+    assert (tr.get(b"x"), tr.get(b"y")) == (b"0+", b"independent")
+
+
+def test_two_handles_on_one_file_see_each_others_conflicts(path):
+    with SqliteStore(path) as a, SqliteStore(path) as b:
+        ta = a.create_transaction()
+        ta.get(b"k")
+        ta.set(b"out", b"")
+        b.transact(lambda tr: tr.set(b"k", b"from b"))
+        with pytest.raises(StoreError) as e:
+            ta.commit()
+        assert e.value.code == 1020
+        tb = b.create_transaction()
+        tb.get(b"other")
+        tb.set(b"other", b"")
+        a.transact(lambda tr: tr.set(b"k", b"from a again"))
+        tb.commit()  # a heartbeat on one key never aborts a transaction on another
+
+
+def test_separate_processes_incrementing_one_key_lose_no_update(store, path, tmp_path):
+    n = 40
+    go = tmp_path / "go"
+    procs = [
+        subprocess.Popen([sys.executable, WORKER, "incr", path, b"n".hex(), str(n), str(go)], stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    go.touch()
+    runs = []
+    for p in procs:
+        out, _ = p.communicate(timeout=60)
+        assert p.returncode == 0
+        runs.append(int(out))
+    assert _int(store.create_transaction().get(b"n")) == 2 * n
+    assert sum(runs) > 2 * n, "the processes never conflicted: the test did not exercise retries"
+
+
+def test_watch_fires_when_another_process_commits(store, path):
+    store.transact(lambda tr: tr.set(b"w", b"1"))
+    tr = store.create_transaction()
+    w = tr.watch(b"w")
+    tr.commit()
+    subprocess.run([sys.executable, WORKER, "set", path, b"w".hex(), b"2".hex()], check=True, timeout=60)
+    assert w.wait(WAIT_S)
+
+
+def test_write_lock_held_too_long_is_retryable_database_locked(path):
+    with SqliteStore(path, busy_timeout_s=0.05) as s:
+        blocker = _hold_write_lock(path)
+        tr = s.create_transaction()
+        tr.set(b"a", b"1")
+        with pytest.raises(StoreError) as e:
+            tr.commit()
+        assert e.value.code == 1038 and e.value.retryable
+        blocker.execute("ROLLBACK")
+        tr.reset()
+        tr.set(b"a", b"1")
+        tr.commit()
+
+
+def test_read_snapshot_is_held_until_the_transaction_ends(store, path):
+    store.transact(lambda tr: tr.set(b"a", b"old"))
+    tr = store.create_transaction()
+    assert tr.get(b"a") == b"old"
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("UPDATE kv SET value = x'6e6577' WHERE key = x'61'")
+    other.close()
+    assert tr.get(b"a") == b"old"
+    tr.cancel()
+    assert store.create_transaction().get(b"a") == b"new"
+
+
+def test_abandoned_transaction_releases_its_snapshot_and_fails_its_watches(store, path):
+    import gc
+
+    tr = store.create_transaction()
+    tr.get(b"a")
+    w = tr.watch(b"a")
+    del tr
+    gc.collect()
+    with pytest.raises(StoreError) as e:
+        w.wait(1)
+    assert e.value.code == 1025
+    # No read transaction pins the WAL any more: a full checkpoint can complete.
+    store.transact(lambda t: t.set(b"a", b"1"))
+    conn = sqlite3.connect(path)
+    busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    conn.close()
+    assert busy == 0

@@ -1,0 +1,94 @@
+"""Compactors: the built-in SQLite one plus any registered under the entry point group ``smoosh.compactors``.
+
+A third-party package registers a factory (called with no arguments, returning an object
+that satisfies :class:`Compactor`)::
+
+    [project.entry-points."smoosh.compactors"]
+    lmdb = "smoosh_lmdb:make_compactor"
+
+The built-in compactor comes first, so it keeps its keys; a plugin that fails to load or
+returns something that is not a compactor is logged and skipped.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+from typing import Any, Iterable
+
+from smoosh.compactors.base import (
+    Busy,
+    CompactionContext,
+    CompactionError,
+    CompactionResult,
+    Compactor,
+    Gone,
+    InsufficientSpace,
+    Interrupted,
+    Sizes,
+)
+from smoosh.compactors.sqlite import SqliteCompactor
+
+__all__ = [
+    "load_compactors",
+    "compactor_for",
+    "ENTRY_POINT_GROUP",
+    "Sizes",
+    "CompactionResult",
+    "CompactionContext",
+    "Compactor",
+    "CompactionError",
+    "Busy",
+    "Interrupted",
+    "Gone",
+    "InsufficientSpace",
+    "SqliteCompactor",
+]
+
+log = logging.getLogger(__name__)
+
+#: The entry point group third-party compactor factories register under.
+ENTRY_POINT_GROUP = "smoosh.compactors"
+
+
+def load_compactors(sqlite_settings: Any = None, **kw: Any) -> list[Compactor]:
+    """The built-in SQLite compactor followed by every loadable plugin.
+
+    Parameters:
+        sqlite_settings: smoosh's ``SqliteConfig`` (or None for the defaults).
+        **kw: passed to :class:`SqliteCompactor` (``wal_max_size_bytes``,
+            ``exact_size_interval_s``, ``clock``, ``temp_dir``).
+
+    Returns:
+        The compactors, built-in first, plugins in entry point order.
+    """
+    compactors: list[Compactor] = [SqliteCompactor(sqlite_settings, **kw)]
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            factory = ep.load()
+            compactor = factory()
+            if not isinstance(compactor, Compactor):
+                raise TypeError(f"factory returned {type(compactor).__name__}, which is not a Compactor")
+        except Exception:
+            # One broken plugin must not keep the daemon from compacting everything else.
+            log.exception("Compactor plugin %r (%s) failed to load; skipping it.", ep.name, ep.value)
+            continue
+        log.info("Loaded compactor plugin %r (%s).", getattr(compactor, "name", ep.name), ep.value)
+        compactors.append(compactor)
+    return compactors
+
+
+def compactor_for(key: str, compactors: Iterable[Compactor]) -> Compactor | None:
+    """The first compactor that claims ``key``, or None.
+
+    Parameters:
+        key: any key.
+        compactors: in priority order (as :func:`load_compactors` returns them).
+
+    Returns:
+        The claiming compactor, or None when no compactor claims the key.
+    """
+    for compactor in compactors:
+        if compactor.claims(key):
+            return compactor
+    return None

@@ -1,0 +1,128 @@
+"""The compactor seam: what smoosh asks of a database engine, and the errors a compaction ends with.
+
+A compactor owns one kind of key (the built-in one: SQLite files and ``cleanup:<path>`` keys).
+smoosh asks it three cheap questions when a key changes (:meth:`Compactor.sizes`,
+:meth:`Compactor.needs_upgrade`, :meth:`Compactor.cleanup_priority`) and one expensive thing
+from a worker (:meth:`Compactor.compact`). Third-party engines register a factory under the
+entry point group ``smoosh.compactors`` (see :mod:`smoosh.compactors`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Protocol, runtime_checkable
+
+from smoosh.errors import SmooshError
+
+__all__ = [
+    "Sizes",
+    "CompactionResult",
+    "CompactionContext",
+    "Compactor",
+    "CompactionError",
+    "Busy",
+    "Interrupted",
+    "Gone",
+    "InsufficientSpace",
+]
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """What a database costs on disk and what it would cost compacted.
+
+    Attributes:
+        file_bytes: bytes on disk now.
+        active_bytes: live bytes (an estimate or the exact payload, depending on the call).
+        changes: writes since the last compaction, or None when the engine keeps no count.
+    """
+
+    file_bytes: int
+    active_bytes: int
+    changes: int | None = None
+
+
+@dataclass(frozen=True)
+class CompactionResult:
+    """The outcome of a compaction that finished.
+
+    Attributes:
+        size_before_bytes: disk footprint before the compaction.
+        size_after_bytes: disk footprint afterwards.
+    """
+
+    size_before_bytes: int
+    size_after_bytes: int
+
+    @property
+    def reclaimed_bytes(self) -> int:
+        """Bytes given back to the file system (never negative)."""
+        return max(0, self.size_before_bytes - self.size_after_bytes)
+
+
+class CompactionContext(Protocol):
+    """What a running compaction may call: the worker's side of the job."""
+
+    def progress(self, fraction: float) -> None:
+        """Report progress in [0, 1]; cheap and thread-safe (the heartbeat publishes it)."""
+
+    def checkpoint(self) -> None:
+        """Mark a chunk boundary: blocks while the job is held; raises :class:`Interrupted` to stop."""
+
+    def on_cancel(self, fn: Callable[[], None]) -> None:
+        """Register ``fn`` to run (on another thread) when the job must stop now."""
+
+
+@runtime_checkable
+class Compactor(Protocol):
+    """One kind of database smoosh can compact."""
+
+    name: str
+
+    def claims(self, key: str) -> bool:
+        """Is this key mine?  Lexical only: no I/O (it runs on the enqueue hot path)."""
+
+    def sizes(self, key: str) -> Sizes | None:
+        """Sizes of the key's database; None when it is gone or not a database of this kind."""
+
+    def needs_upgrade(self, key: str) -> bool:
+        """Does the database need a format change (a full rewrite) to meet the configured target?"""
+
+    def cleanup_priority(self, key: str) -> float:
+        """For ``cleanup:<path>`` keys: 1.0 when there is cleanup work, else 0.0."""
+
+    def compact(self, key: str, ctx: CompactionContext) -> CompactionResult:
+        """Compact the key's database.
+
+        Raises:
+            Busy: the database is locked by someone else; retry later (not a crash).
+            Interrupted: stopped through ``ctx`` (a hold, a clean stop); requeue (not a crash).
+            Gone: the database vanished.
+            Exception: anything else means the compaction failed.
+        """
+
+
+class CompactionError(SmooshError):
+    """Raised when a compaction cannot run or finish; the root of the compactor errors."""
+
+
+class Busy(CompactionError):
+    """Raised when the database is locked by another connection and the compactor gave up waiting."""
+
+
+class Interrupted(CompactionError):
+    """Raised when a compaction was stopped on request (hold, strict window, clean stop); work rolled back or kept."""
+
+
+class Gone(CompactionError):
+    """Raised when the database to compact no longer exists or is no longer a database of this kind."""
+
+
+class InsufficientSpace(CompactionError):
+    """Raised when a full rewrite would need more free disk space than there is (a failure, not busy)."""
+
+    def __init__(self, message: str, *, directory: str, needed_bytes: int, free_bytes: int) -> None:
+        super().__init__(message)
+        self.directory = directory
+        self.needed_bytes = needed_bytes
+        self.free_bytes = free_bytes

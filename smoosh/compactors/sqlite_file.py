@@ -1,0 +1,246 @@
+"""Reading a SQLite file without disturbing it: the header, a side-effect-free connection, sizes.
+
+Reading never creates a file. Opening a WAL database through a read-only connection creates
+``-wal`` and ``-shm`` when they are missing and cannot delete them on close (measured here),
+so the state comes from the 100-byte file header when there is no non-empty ``-wal`` (then
+the main file is fully checkpointed and the header is the truth). Only a database with a live
+WAL is opened, read-only: its ``-wal``/``-shm`` exist already and belong to the application.
+A WAL database whose ``-wal``/``-shm`` are missing is opened read-write where a connection is
+needed (the exact ``dbstat`` pass), because a read-write connection that closes last removes
+the files it created, as any SQLite close does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sqlite3
+import stat
+import struct
+import threading
+import urllib.parse
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+__all__ = [
+    "DbState",
+    "parse_header",
+    "read_state",
+    "open_for_read",
+    "connect",
+    "pragma",
+    "errcode",
+    "file_size",
+    "footprint_bytes",
+    "sqlite_temp_dir",
+    "rollback_quietly",
+    "AUTO_VACUUM_CODES",
+]
+
+log = logging.getLogger(__name__)
+
+#: The first 16 bytes of every SQLite 3 database file.
+MAGIC = b"SQLite format 3\x00"
+#: Size of the database header at the start of page 1.
+HEADER_BYTES = 100
+#: ``PRAGMA auto_vacuum`` values by name.
+AUTO_VACUUM_CODES = {"none": 0, "full": 1, "incremental": 2}
+#: Primary result codes the compactor maps to its own errors.
+SQLITE_BUSY = 5
+SQLITE_LOCKED = 6
+SQLITE_INTERRUPT = 9
+SQLITE_CANTOPEN = 14
+SQLITE_NOTADB = 26
+
+
+@dataclass(frozen=True)
+class DbState:
+    """What the compactor knows about one database file without reading its pages."""
+
+    file_bytes: int
+    page_size: int
+    page_count: int
+    freelist_count: int
+    auto_vacuum: int  # 0 none, 1 full, 2 incremental
+    wal: bool  # the header says WAL mode (file format versions 2/2)
+
+
+def parse_header(header: bytes, file_bytes: int) -> DbState | None:
+    """Decode a database header; None when it is not a SQLite 3 header."""
+    if len(header) < HEADER_BYTES or not header.startswith(MAGIC):
+        return None
+    (raw_page_size,) = struct.unpack_from(">H", header, 16)
+    page_size = 65536 if raw_page_size == 1 else raw_page_size
+    if page_size < 512 or page_size & (page_size - 1):
+        return None
+    change_counter, in_header_pages, _trunk, freelist = struct.unpack_from(">IIII", header, 24)
+    (valid_for,) = struct.unpack_from(">I", header, 92)
+    # The in-header size is only trusted when written by a SQLite that maintains it (3.7.0+),
+    # which it proves by matching the change counter; otherwise the file size decides.
+    pages = in_header_pages if in_header_pages and change_counter == valid_for else file_bytes // page_size
+    (largest_root,) = struct.unpack_from(">I", header, 52)
+    (incremental,) = struct.unpack_from(">I", header, 64)
+    auto_vacuum = 0 if largest_root == 0 else (2 if incremental else 1)
+    return DbState(
+        file_bytes=file_bytes,
+        page_size=page_size,
+        page_count=pages,
+        freelist_count=min(freelist, pages),
+        auto_vacuum=auto_vacuum,
+        wal=header[18] == 2 and header[19] == 2,
+    )
+
+
+def file_size(path: str) -> int:
+    """Bytes of ``path``; 0 when it does not exist."""
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def footprint_bytes(path: str) -> int:
+    """Database plus WAL: what a compaction gives back is measured on both."""
+    return file_size(path) + file_size(path + "-wal")
+
+
+def connect(path: str, mode: str, timeout_s: float) -> sqlite3.Connection:
+    """Open ``path`` without ever creating it (``mode=rw`` / ``mode=ro`` URIs), autocommit."""
+    uri = f"file:{urllib.parse.quote(path)}?mode={mode}"
+    return sqlite3.connect(uri, uri=True, timeout=timeout_s, isolation_level=None, check_same_thread=False)
+
+
+def pragma(conn: sqlite3.Connection, name: str) -> Any:
+    """The first column of ``PRAGMA name`` (None when it returns no row)."""
+    row = conn.execute(f"PRAGMA {name}").fetchone()
+    return row[0] if row else None
+
+
+def errcode(exc: sqlite3.Error) -> int:
+    """The primary SQLite result code of an error (0 when unknown)."""
+    return (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF
+
+
+def open_for_read(path: str, timeout_s: float) -> sqlite3.Connection:
+    """A connection for reading that leaves no ``-wal``/``-shm`` behind (see the module docstring)."""
+    if os.path.exists(path + "-wal") and os.path.exists(path + "-shm"):
+        return connect(path, "ro", timeout_s)
+    try:
+        return connect(path, "rw", timeout_s)
+    except sqlite3.OperationalError:
+        return connect(path, "ro", timeout_s)
+
+
+# Files this process holds a compaction connection on, with how many. POSIX advisory locks
+# belong to the process, and closing ANY descriptor of a file drops all of them: a plain
+# open()/close() of the header while a compaction holds the write lock would silently unlock
+# the database for other processes. SQLite's own connections know about each other (they
+# share one inode table and defer closes), so for these files the header is read through a
+# connection instead of a raw descriptor.
+_in_use: dict[str, int] = {}
+_in_use_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def in_use(path: str) -> Iterator[None]:
+    """Mark ``path`` as held by a connection of this process for the duration of the block."""
+    real = os.path.realpath(path)
+    with _in_use_lock:
+        _in_use[real] = _in_use.get(real, 0) + 1
+    try:
+        yield
+    finally:
+        with _in_use_lock:
+            left = _in_use[real] - 1
+            if left:
+                _in_use[real] = left
+            else:
+                del _in_use[real]
+
+
+def is_in_use(path: str) -> bool:
+    """Whether a connection of this process holds ``path`` (raw descriptors must not touch it)."""
+    with _in_use_lock:
+        return os.path.realpath(path) in _in_use
+
+
+def read_state(path: str, timeout_s: float) -> DbState | None:
+    """Page counts and format of a database, cheaply; None when missing or not SQLite.
+
+    Parameters:
+        path: the database file.
+        timeout_s: busy timeout of the connection opened for a database with a live WAL.
+
+    Returns:
+        The state from the file header, or from a read-only connection when the database has
+        a live WAL (its header is stale until the next checkpoint).
+    """
+    if is_in_use(path):
+        return _state_from_connection(path, timeout_s)
+    try:
+        # O_NONBLOCK: a key naming a FIFO must not hang the caller; only regular files count.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        header = os.pread(fd, HEADER_BYTES, 0)
+        file_bytes = st.st_size
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    state = parse_header(header, file_bytes)
+    if state is None or not state.wal or file_size(path + "-wal") == 0:
+        return state
+    return _state_from_connection(path, timeout_s, fallback=state)
+
+
+def _state_from_connection(path: str, timeout_s: float, fallback: DbState | None = None) -> DbState | None:
+    """The state read through a SQLite connection (safe beside this process's own connections)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    try:
+        conn = open_for_read(path, timeout_s)
+    except sqlite3.Error:
+        return fallback
+    try:
+        return DbState(
+            file_bytes=st.st_size,
+            page_size=pragma(conn, "page_size"),
+            page_count=pragma(conn, "page_count"),
+            freelist_count=pragma(conn, "freelist_count"),
+            auto_vacuum=pragma(conn, "auto_vacuum"),
+            wal=pragma(conn, "journal_mode") == "wal",
+        )
+    except sqlite3.Error:
+        log.debug("Reading pragmas of %r failed; using its header.", path, exc_info=True)
+        return fallback
+    finally:
+        conn.close()
+
+
+def sqlite_temp_dir() -> str:
+    """The directory SQLite's unix VFS puts VACUUM's temporary database in (its own search order)."""
+    for candidate in (os.environ.get("SQLITE_TMPDIR"), os.environ.get("TMPDIR"), "/var/tmp", "/usr/tmp", "/tmp"):
+        if candidate and os.path.isdir(candidate) and os.access(candidate, os.W_OK | os.X_OK):
+            return candidate
+    return "."
+
+
+def rollback_quietly(conn: sqlite3.Connection) -> None:
+    """Roll back an open transaction, if any, ignoring errors."""
+    # After an interrupt SQLite has normally rolled back already; a chunk script that failed
+    # between BEGIN and COMMIT leaves the transaction open, and it must not outlive the chunk.
+    try:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+    except sqlite3.Error:
+        log.debug("Rollback after a failed statement failed too.", exc_info=True)

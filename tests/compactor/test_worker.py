@@ -1,0 +1,301 @@
+"""The worker with the real job layer (memory and sqlite stores) and real SQLite files."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from types import SimpleNamespace
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from compactor.dbfactory import db_stats, integrity, make_bloated_db, row_count
+from compactor.gates import GatedCompactor
+from smoosh import control
+from smoosh.compactors import SqliteCompactor
+from smoosh.jobs import Jobs
+from smoosh.store import open_store
+from smoosh.worker import Worker
+
+NODE = "n1"
+JOB_TYPE = "smoosh:" + NODE
+CHANNEL = "ratio_dbs"
+HERE = os.path.dirname(os.path.abspath(__file__))
+#: Upper bound for any wait on another thread or process in these tests (seconds).
+WAIT_S = 15.0
+
+
+def settings(**kw: Any) -> SimpleNamespace:
+    base = {"page_size": None, "auto_vacuum": None, "incremental_chunk_pages": 50, "busy_timeout_s": 0.5}
+    base.update(kw)
+    return SimpleNamespace(**base)
+
+
+def wait_until(pred: Callable[[], Any], timeout_s: float = WAIT_S) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(0.01)
+    raise AssertionError("condition not reached in time")
+
+
+def start_data(key: str) -> dict[str, Any]:
+    return {"channel": CHANNEL, "key": key, "priority": 5.0, "progress": 0.0}
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Any]:
+    st = open_store("memory:" if request.param == "memory" else f"sqlite:{tmp_path / 'jobs.db'}")
+    yield st
+    st.close()
+
+
+@pytest.fixture
+def jobs(store: Any) -> Iterator[Jobs]:
+    layer = Jobs(store)
+    layer.set_type_timeout(JOB_TYPE, 30)
+    yield layer
+    layer.close()
+
+
+@pytest.fixture
+def workers(jobs: Jobs, store: Any) -> Iterator[Callable[..., Worker]]:
+    made: list[Worker] = []
+
+    def make(compactors: list[Any], **kw: Any) -> Worker:
+        kw.setdefault("node", NODE)
+        kw.setdefault("accept_timeout_s", 0.1)
+        w = Worker(jobs, store, JOB_TYPE, compactors, **kw)
+        made.append(w)
+        return w
+
+    yield make
+    for w in made:
+        w.stop(5)
+
+
+def finished(jobs: Jobs, key: str) -> dict[str, Any]:
+    sub = jobs.subscribe(JOB_TYPE, key)
+    try:
+        if sub.state == "finished":
+            return sub.data
+        event = sub.wait("finished", timeout=WAIT_S)
+    finally:
+        sub.close()
+    assert event is not None, "job did not finish"
+    return event[3]
+
+
+def test_accepted_job_is_compacted_and_finished_ok(tmp_path, jobs, workers) -> None:
+    path = str(tmp_path / "a.db")
+    stats = make_bloated_db(path)
+    jobs.add(JOB_TYPE, path, start_data(path))
+    workers([SqliteCompactor(settings())]).start()
+    data = finished(jobs, path)
+    assert data["result"] == "ok" and data["error"] is None
+    assert data["size_before_bytes"] == stats["file_bytes"]
+    assert data["size_after_bytes"] == os.path.getsize(path)
+    assert data["reclaimed_bytes"] == data["size_before_bytes"] - data["size_after_bytes"] > 0
+    assert isinstance(data["duration_s"], float) and data["progress"] == 1.0
+    assert data["channel"] == CHANNEL and data["priority"] == 5.0
+    assert integrity(path) == "ok" and row_count(path) == stats["rows"]
+
+
+def test_unclaimed_missing_and_failing_keys_finish_with_their_result(tmp_path, jobs, workers) -> None:
+    missing = str(tmp_path / "missing.db")
+    jobs.add(JOB_TYPE, "relative.db", start_data("relative.db"))
+    jobs.add(JOB_TYPE, missing, start_data(missing))
+    workers([SqliteCompactor(settings())]).start()
+    unclaimed = finished(jobs, "relative.db")
+    assert (unclaimed["result"], unclaimed["error"]) == ("failed", "no compactor claims relative.db")
+    assert finished(jobs, missing)["result"] == "gone"
+
+
+def test_exception_in_a_compactor_is_a_failed_result(tmp_path, jobs, workers) -> None:
+    path = str(tmp_path / "a.db")
+    make_bloated_db(path)
+
+    class Broken(SqliteCompactor):
+        def compact(self, key: str, ctx: Any) -> Any:
+            raise ValueError("boom")
+
+    jobs.add(JOB_TYPE, path, start_data(path))
+    workers([Broken(settings())]).start()
+    data = finished(jobs, path)
+    assert (data["result"], data["error"]) == ("failed", "ValueError: boom")
+
+
+def test_busy_database_finishes_busy(tmp_path, jobs, workers) -> None:
+    import sqlite3
+
+    path = str(tmp_path / "a.db")
+    make_bloated_db(path)
+    app = sqlite3.connect(path, isolation_level=None)
+    app.execute("BEGIN IMMEDIATE")
+    try:
+        jobs.add(JOB_TYPE, path, start_data(path))
+        workers([SqliteCompactor(settings(busy_timeout_s=0.1))]).start()
+        assert finished(jobs, path)["result"] == "busy"
+    finally:
+        app.execute("ROLLBACK")
+        app.close()
+
+
+def test_heartbeats_publish_progress_while_a_compaction_runs(tmp_path, jobs, workers) -> None:
+    path = str(tmp_path / "inc.db")
+    make_bloated_db(path, auto_vacuum="incremental")
+    gated = GatedCompactor(SqliteCompactor(settings()), at_checkpoint=3)
+    jobs.add(JOB_TYPE, path, start_data(path))
+    workers([gated], job_timeout_s=0.3).start()
+    assert gated.reached.wait(WAIT_S)
+    progress = wait_until(lambda: jobs.get_job_data(JOB_TYPE, path)["progress"])
+    assert 0 < progress < 1
+    assert jobs.get_job_state(JOB_TYPE, path) == "running"
+    gated.release.set()
+    assert finished(jobs, path)["result"] == "ok"
+
+
+def test_held_channel_pauses_an_incremental_compaction_between_chunks(tmp_path, jobs, store, workers) -> None:
+    path = str(tmp_path / "inc.db")
+    stats = make_bloated_db(path, auto_vacuum="incremental")
+    gated = GatedCompactor(SqliteCompactor(settings()), at_checkpoint=2)
+    jobs.add(JOB_TYPE, path, start_data(path))
+    worker = workers([gated], hold_poll_s=0.02)
+    worker.start()
+    assert gated.reached.wait(WAIT_S)
+    control.set_hold(store, NODE, CHANNEL, True)
+    wait_until(lambda: worker.status() and worker.status()[0]["held"])
+    gated.entered_checkpoint.clear()
+    gated.release.set()
+    assert gated.entered_checkpoint.wait(WAIT_S)
+    paused_free = db_stats(path)["freelist_count"]
+    time.sleep(0.3)  # held: no chunk may run in the meantime
+    assert gated.checkpoints_passed == 1
+    assert db_stats(path)["freelist_count"] == paused_free < stats["freelist_count"]
+    assert jobs.get_job_state(JOB_TYPE, path) == "running"
+    control.set_hold(store, NODE, CHANNEL, False)
+    assert finished(jobs, path)["result"] == "ok"
+    assert db_stats(path)["freelist_count"] == 0 and integrity(path) == "ok"
+
+
+def test_held_channel_interrupts_a_full_vacuum(tmp_path, jobs, store, workers) -> None:
+    path = str(tmp_path / "full.db")
+    stats = make_bloated_db(path, rows=4000, row_bytes=200, scattered=True)
+    gated = GatedCompactor(SqliteCompactor(settings()), at_progress=True)
+    jobs.add(JOB_TYPE, path, start_data(path))
+    worker = workers([gated], hold_poll_s=0.02)
+    worker.start()
+    assert gated.reached.wait(WAIT_S)
+    control.set_hold(store, NODE, CHANNEL, True)
+    wait_until(lambda: worker.status() and worker.status()[0]["held"])
+    gated.release.set()
+    data = finished(jobs, path)
+    assert data["result"] == "interrupted" and data["reclaimed_bytes"] == 0
+    assert os.path.getsize(path) == stats["file_bytes"]
+    assert integrity(path) == "ok" and row_count(path) == stats["rows"]
+
+
+def test_stop_puts_a_running_job_back_to_pending(tmp_path, jobs, workers) -> None:
+    path = str(tmp_path / "inc.db")
+    stats = make_bloated_db(path, auto_vacuum="incremental")
+    gated = GatedCompactor(SqliteCompactor(settings()), at_checkpoint=2)
+    jobs.add(JOB_TYPE, path, start_data(path))
+    worker = workers([gated])
+    worker.start()
+    assert gated.reached.wait(WAIT_S)
+    stopper = threading.Thread(target=worker.stop)
+    stopper.start()
+    wait_until(lambda: worker.status() and worker.status()[0]["stopping"])
+    gated.release.set()
+    stopper.join(WAIT_S)
+    assert not stopper.is_alive()
+    assert jobs.get_job_state(JOB_TYPE, path) == "pending"
+    assert jobs.get_job_data(JOB_TYPE, path) == start_data(path)
+    assert stats["freelist_count"] > db_stats(path)["freelist_count"] > 0
+    # the next worker picks it up and finishes the rest
+    workers([SqliteCompactor(settings())]).start()
+    assert finished(jobs, path)["result"] == "ok"
+    assert db_stats(path)["freelist_count"] == 0 and integrity(path) == "ok"
+
+
+def test_removed_job_is_cancelled_and_not_finished(tmp_path, jobs, workers) -> None:
+    path = str(tmp_path / "inc.db")
+    make_bloated_db(path, auto_vacuum="incremental")
+    gated = GatedCompactor(SqliteCompactor(settings()), at_checkpoint=2)
+    jobs.add(JOB_TYPE, path, start_data(path))
+    worker = workers([gated], job_timeout_s=0.3)
+    worker.start()
+    assert gated.reached.wait(WAIT_S)
+    jobs.remove(JOB_TYPE, path)
+    wait_until(lambda: worker.status() and worker.status()[0]["stopping"])
+    gated.release.set()
+    wait_until(lambda: not worker.status())
+    assert jobs.list_jobs(JOB_TYPE) == []
+    assert integrity(path) == "ok"
+
+
+def test_killed_worker_process_job_is_reenqueued_and_finished_by_another(tmp_path) -> None:
+    store_path = str(tmp_path / "jobs.db")
+    path = str(tmp_path / "inc.db")
+    stats = make_bloated_db(path, auto_vacuum="incremental")
+    store = open_store(f"sqlite:{store_path}")
+    jobs = Jobs(store)
+    marker = str(tmp_path / "stalled")
+    proc = None
+    worker = None
+    try:
+        jobs.set_type_timeout(JOB_TYPE, 1)
+        jobs.add(JOB_TYPE, path, start_data(path))
+        proc = subprocess.Popen([sys.executable, os.path.join(HERE, "worker_proc.py"), store_path, NODE, marker])
+        wait_until(lambda: os.path.exists(marker))
+        assert jobs.get_job_state(JOB_TYPE, path) == "running"
+        proc.kill()
+        proc.wait()
+        started = time.monotonic()
+        worker = Worker(jobs, store, JOB_TYPE, [SqliteCompactor(settings())], node=NODE, job_timeout_s=1, accept_timeout_s=0.1)
+        worker.start()
+        data = finished(jobs, path)
+        assert data["result"] == "ok"
+        assert time.monotonic() - started < 20
+        assert db_stats(path)["freelist_count"] == 0
+        assert integrity(path) == "ok" and row_count(path) == stats["rows"]
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if worker is not None:
+            worker.stop(5)
+        jobs.close()
+        store.close()
+
+
+def test_worker_process_runs_jobs_and_stops_cleanly_on_sigterm(tmp_path) -> None:
+    store_path = str(tmp_path / "jobs.db")
+    path = str(tmp_path / "a.db")
+    make_bloated_db(path)
+    code = (
+        "import sys; from types import SimpleNamespace; from smoosh.worker import run_worker_process; "
+        f"sys.exit(run_worker_process(SimpleNamespace(node={NODE!r}, job_timeout_s=2.0, "
+        f"store={'sqlite:' + store_path!r}, sqlite=None), None, 2))"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    store = open_store(f"sqlite:{store_path}")
+    jobs = Jobs(store)
+    try:
+        wait_until(lambda: jobs.get_type_timeout(JOB_TYPE) == 2.0)
+        jobs.add(JOB_TYPE, path, start_data(path))
+        assert finished(jobs, path)["result"] == "ok"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        jobs.close()
+        store.close()

@@ -1,0 +1,45 @@
+"""A worker run as a real subprocess by test_worker.py (not a test module).
+
+Usage: worker_proc.py STORE_PATH NODE MARKER
+
+Runs a Worker for ``smoosh:NODE`` whose SQLite compactor stalls at its second chunk boundary;
+when it gets there it writes MARKER (atomically) and waits to be killed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from compactor.gates import GatedCompactor  # noqa: E402
+from smoosh.compactors import SqliteCompactor  # noqa: E402
+from smoosh.jobs import Jobs  # noqa: E402
+from smoosh.store import open_store  # noqa: E402
+from smoosh.worker import Worker  # noqa: E402
+from types import SimpleNamespace  # noqa: E402
+
+
+def main(argv: list[str]) -> int:
+    store_path, node, marker = argv
+    store = open_store(f"sqlite:{store_path}")
+    jobs = Jobs(store)
+    settings = SimpleNamespace(page_size=None, auto_vacuum=None, incremental_chunk_pages=50, busy_timeout_s=0.5)
+    gated = GatedCompactor(SqliteCompactor(settings), at_checkpoint=2, timeout_s=120)
+
+    def reached() -> None:
+        with open(marker + ".tmp", "w") as f:
+            f.write("stalled")
+        os.rename(marker + ".tmp", marker)
+
+    gated.on_reached = reached
+    worker = Worker(jobs, store, "smoosh:" + node, [gated], node=node, job_timeout_s=1.0)
+    worker.start()
+    while True:
+        time.sleep(60)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,157 @@
+"""``smoosh jobs [--store URL] list [--type T] | show TYPE ID``: look at the job layer's rows.
+
+The lead wires :func:`add_jobs_parser` into ``smoosh/cli.py``; the parser's ``func`` default
+is :func:`jobs_command`, which returns the exit code (0 ok, 1 operational error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import sys
+from typing import Any, TextIO
+
+from smoosh.errors import SmooshError
+from smoosh.jobs.errors import NotFound
+from smoosh.jobs.layer import JobInfo, Jobs
+
+#: Column titles of ``jobs list``.
+LIST_HEADER = ("TYPE", "ID", "STATE", "SCHEDULED")
+
+
+def add_jobs_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``jobs list`` and ``jobs show`` on an argparse subparsers object.
+
+    Parameters:
+        subparsers: the result of ``parser.add_subparsers()``.
+
+    Returns:
+        The ``jobs`` parser (its ``func`` default is :func:`jobs_command`).
+    """
+    parser = subparsers.add_parser("jobs", help="list or show jobs in the store", description="List or show jobs in the store.")
+    parser.add_argument("--store", metavar="URL", help="store URL (default: the config's store)")
+    commands = parser.add_subparsers(dest="jobs_command", metavar="{list,show}")
+    commands.required = True
+    list_parser = commands.add_parser("list", help="list jobs: type, id, state, scheduled time")
+    list_parser.add_argument("--type", dest="job_type", metavar="T", help="only jobs of this type")
+    show_parser = commands.add_parser("show", help="show one job's state and data as JSON")
+    show_parser.add_argument("job_type", metavar="TYPE")
+    show_parser.add_argument("job_id", metavar="ID")
+    parser.set_defaults(func=jobs_command)
+    return parser
+
+
+def jobs_command(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    """Run ``jobs list`` / ``jobs show``.
+
+    Parameters:
+        args: parsed arguments: ``store`` (or ``store_default``), ``jobs_command`` ("list" or
+            "show"), ``job_type`` and (for show) ``job_id``.
+
+    Returns:
+        0 on success, 1 on an operational error (unopenable store, job not found).
+    """
+    from smoosh.store import open_store  # lazily: a parser-only import stays cheap
+
+    out = stdout or sys.stdout
+    err = stderr or sys.stderr
+    url = getattr(args, "store", None) or getattr(args, "store_default", None)
+    if not url:
+        url = _store_from_config(args, err)
+    if not url:
+        print("smoosh jobs: no store: pass --store URL or set store in the config", file=err)
+        return 1
+    try:
+        store = open_store(url)
+    except SmooshError as e:
+        print(f"smoosh jobs: cannot open store {url}: {e}", file=err)
+        return 1
+    try:
+        with Jobs(store, monitors=False) as jobs:
+            if args.jobs_command == "list":
+                return _list(jobs, getattr(args, "job_type", None), out)
+            return _show(jobs, args.job_type, args.job_id, out, err)
+    except SmooshError as e:
+        print(f"smoosh jobs: {e}", file=err)
+        return 1
+    finally:
+        store.close()
+
+
+def _store_from_config(args: argparse.Namespace, err: TextIO) -> str | None:
+    """The config's ``store`` (``--config``, ``$SMOOSH_CONFIG`` or the default file), if any."""
+    try:
+        from smoosh.config import load_config
+    except ImportError:  # pragma: no cover - the config module is part of smoosh
+        return None
+    try:
+        return load_config(getattr(args, "config", None)).store or None
+    except SmooshError as e:
+        print(f"smoosh jobs: {e}", file=err)
+        return None
+
+
+def _list(jobs: Jobs, job_type: str | None, out: TextIO) -> int:
+    rows = [LIST_HEADER]
+    for info in jobs.iter_jobs(job_type):
+        rows.append((_type_text(info.type), info.id, info.state, _time_text(info.scheduled_time)))
+    if len(rows) == 1:
+        where = f" of type {job_type}" if job_type else ""
+        print(f"no jobs found{where}", file=out)
+        return 0
+    widths = [max(len(row[i]) for row in rows) for i in range(len(LIST_HEADER))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip(), file=out)
+    return 0
+
+
+def _show(jobs: Jobs, job_type: str, job_id: str, out: TextIO, err: TextIO) -> int:
+    try:
+        info = jobs.get_job(job_type, job_id)
+    except NotFound:
+        print(f"job {job_type} {job_id} not found", file=err)
+        return 1
+    print(json.dumps(_job_json(info), indent=2, sort_keys=True, allow_nan=False), file=out)
+    return 0
+
+
+def _job_json(info: JobInfo) -> dict[str, Any]:
+    return {
+        "type": _json_safe(info.type),
+        "id": info.id,
+        "state": info.state,
+        "scheduled_time": info.scheduled_time,
+        "resubmit": info.resubmit,
+        "data": _json_safe(info.data),
+    }
+
+
+def _json_safe(value: Any) -> Any:
+    """JSON never carries Infinity or NaN: they become "infinity", "-infinity", "nan"."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("infinity" if value > 0 else "-infinity")
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, bytes):
+        return value.hex()
+    return value
+
+
+def _type_text(job_type: Any) -> str:
+    if isinstance(job_type, tuple):
+        return ",".join(str(part) for part in job_type)
+    return str(job_type)
+
+
+def _time_text(scheduled_time: int) -> str:
+    if not scheduled_time:
+        return "-"
+    try:
+        moment = datetime.datetime.fromtimestamp(scheduled_time, tz=datetime.timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return str(scheduled_time)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")

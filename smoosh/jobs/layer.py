@@ -1,0 +1,554 @@
+"""The job layer's API: couch_jobs in Python, over any store with FoundationDB's semantics.
+
+Every state change is one transaction; each call that changes state takes ``tx=`` so a
+caller's own writes and the job change commit together (or not at all). Without ``tx`` the
+call runs its own transaction through the store's retry loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, TypeVar
+
+from smoosh.store import tuples
+from smoosh.store.base import Store, Transaction, Watch
+from smoosh.store.errors import StoreError
+from smoosh.jobs import model, pending
+from smoosh.jobs.batching import BatchPolicy
+from smoosh.jobs.encoding import check_id, check_sched_time, check_type, decode_data, encode_data
+from smoosh.jobs.errors import JobHalted, NotFound, NoTypeTimeout
+from smoosh.jobs.model import FINISHED_STATE, PENDING_STATE, JobRow, Keys
+from smoosh.jobs.monitor import MAX_JITTER_S
+from smoosh.jobs.subscription import Event, Hub, Subscription
+from smoosh.jobs.supervisor import Supervisor
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+A = TypeVar("A")
+
+#: Default prefix of every job-layer key.
+DEFAULT_PREFIX = tuples.pack(("jobs",))
+#: Shortest time-based wait (seconds) of a blocked ``accept`` (couch_jobs' MIN_ACCEPT_WAIT_MSEC).
+MIN_ACCEPT_WAIT_S = 0.1
+#: Default cap of ``pending_count``.
+PENDING_COUNT_LIMIT = 1024
+#: Rows read per transaction by ``fold_jobs`` / ``list_jobs`` (keeps each under the 5 s limit).
+FOLD_BATCH_ROWS = 1000
+#: Pending keys without a matching pending row that one accept transaction may skip.
+MAX_STRAY_PENDING = 16
+
+
+@dataclass(frozen=True)
+class Job:
+    """A worker's handle on one accepted run of a job.
+
+    It stays valid until the job is removed or re-enqueued; ``update`` and ``resubmit``
+    return a new one whose ``resubmitted`` says whether the job was resubmitted while running
+    (it then goes back to pending when finished).
+    """
+
+    type: Any
+    id: str
+    lock: str
+    resubmitted: bool = False
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """Everything stored about one job (for listings and debugging)."""
+
+    type: Any
+    id: str
+    state: str
+    scheduled_time: int
+    resubmit: bool
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class _NoJob:
+    watch: Watch
+    earliest_scheduled_time: int | None
+
+
+class Jobs:
+    """The job layer over one store.
+
+    Parameters:
+        store: any :class:`~smoosh.store.base.Store`; the caller keeps ownership (``close``
+            does not close it).
+        prefix: the key prefix under which every job-layer key lives.
+        clock: wall-clock seconds ("now" for scheduled times and the monitors' timers).
+        monitors: run activity monitors (and the type scanner) in this process. A short-lived
+            reader such as the CLI passes False; subscriptions work either way.
+        rng: randomness for picking jobs and jittering timers (tests pass a seeded one).
+        batch: AIMD sizing of the monitors' and notifiers' batches.
+        max_jitter_s: ceiling of the activity monitors' timer jitter.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        prefix: bytes = DEFAULT_PREFIX,
+        clock: Callable[[], float] = time.time,
+        monitors: bool = True,
+        rng: random.Random | None = None,
+        batch: BatchPolicy | None = None,
+        max_jitter_s: float = MAX_JITTER_S,
+    ) -> None:
+        self.store = store
+        self.keys = Keys(prefix)
+        self.clock = clock
+        self.rng = rng or random.Random()
+        self._hub = Hub()
+        self._closed = False
+        self._accept_watches: set[Watch] = set()
+        self._accept_lock = threading.Lock()
+        self._supervisor = Supervisor(
+            store, self.keys, self._hub, clock=clock, rng=self.rng, batch=batch or BatchPolicy(),
+            monitors=monitors, max_jitter_s=max_jitter_s,
+        )
+        self._supervisor.start()
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    def transact(self, fn: Callable[[Transaction], T]) -> T:
+        """Run ``fn(tx)`` in one transaction with retries; pass ``tx=tx`` to the calls inside.
+
+        The body may run more than once (after a conflict), so it must be safe to repeat.
+        """
+        return self.store.transact(fn)
+
+    def _run(self, fn: Callable[[Transaction], T], tx: Transaction | None) -> T:
+        if tx is not None:
+            return fn(tx)
+        return self.store.transact(fn)
+
+    def close(self) -> None:
+        """Stop every background thread of this layer and wake blocked ``accept``/``wait`` calls.
+
+        Blocked ``accept`` calls raise NotFound; subscription waits return None.
+        """
+        self._closed = True
+        self._supervisor.close()
+        self._hub.close()
+        with self._accept_lock:
+            watches = list(self._accept_watches)
+        for watch in watches:
+            watch.cancel()
+
+    def __enter__(self) -> Jobs:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- type timeouts -------------------------------------------------------------------------
+
+    def set_type_timeout(self, job_type: Any, timeout_s: float, *, tx: Transaction | None = None) -> None:
+        """Set a type's activity timeout (registering the type); starts or re-times its monitor here.
+
+        Raises:
+            ValueError: ``timeout_s`` is not a positive finite number.
+            EncodingError: a malformed type.
+        """
+        check_type(job_type)
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not (0 < timeout_s < math.inf):
+            raise ValueError(f"type timeout {timeout_s!r} must be a positive number of seconds")
+        key = self.keys.activity_timeout(job_type)
+        self._run(lambda tr: tr.set(key, tuples.pack((timeout_s,))), tx)
+        self._supervisor.ensure_monitor(job_type, retime=True)
+
+    def get_type_timeout(self, job_type: Any, *, tx: Transaction | None = None) -> float | None:
+        """The type's activity timeout in seconds, or None when unset."""
+        check_type(job_type)
+        return self._run(lambda tr: model.read_type_timeout(tr, self.keys, job_type), tx)
+
+    def clear_type_timeout(self, job_type: Any, *, tx: Transaction | None = None) -> None:
+        """Remove a type's timeout (the type is then unknown); stops its threads in this process."""
+        check_type(job_type)
+        key = self.keys.activity_timeout(job_type)
+        self._run(lambda tr: tr.clear(key), tx)
+        self._supervisor.stop_type(job_type)
+
+    def get_types(self, *, tx: Transaction | None = None) -> list[Any]:
+        """Every type with a timeout."""
+        begin, end = self.keys.activity_timeout_range()
+        kvs = self._run(lambda tr: tr.get_range(begin, end), tx)
+        return [self.keys.unpack(k)[1] for k, _ in kvs]
+
+    # -- creating jobs -------------------------------------------------------------------------
+
+    def add(
+        self, job_type: Any, job_id: str, data: dict[str, Any], scheduled_time: float = 0, *, tx: Transaction | None = None
+    ) -> None:
+        """Add a job, or re-add an existing one.
+
+        Re-adding: a pending job takes the new time and data; a running job is flagged to
+        run again (at the new time, with its data kept) once its worker finishes; a finished
+        job becomes pending with the new data and time.
+
+        Raises:
+            NoTypeTimeout: the type has no timeout.
+            EncodingError: bad data, type or id (raised before anything is written).
+            ValueError: a bad scheduled time.
+        """
+        check_type(job_type)
+        check_id(job_id)
+        encoded = encode_data(data)
+        stime = check_sched_time(scheduled_time)
+
+        def body(tr: Transaction) -> None:
+            if model.read_type_timeout(tr.snapshot, self.keys, job_type) is None:
+                raise NoTypeTimeout(job_type)
+            row = model.get_row(tr, self.keys, job_type, job_id)
+            if row is None:
+                model.write_pending(tr, self.keys, job_type, job_id, stime, encoded)
+            else:
+                self._resubmit_row(tr, job_type, job_id, row, stime, encoded)
+
+        self._run(body, tx)
+
+    def _resubmit_row(
+        self, tr: Transaction, job_type: Any, job_id: str, row: JobRow, stime: int | None, data: bytes | None
+    ) -> bool:
+        """Re-enqueue an existing row; None for ``stime``/``data`` keeps the old value.
+
+        Returns:
+            Whether the job is (now) flagged as resubmitted while running.
+        """
+        new_stime = row.scheduled_time if stime is None else stime
+        new_data = row.data if data is None else data
+        state = row.state
+        if state == FINISHED_STATE:
+            model.write_pending(tr, self.keys, job_type, job_id, new_stime, new_data)
+            return False
+        if state == PENDING_STATE:
+            if new_stime == row.scheduled_time:
+                if new_data != row.data:
+                    model.set_row(tr, self.keys, job_type, job_id, JobRow(row.seq, None, new_stime, False, new_data))
+                # Nothing changed: no writes at all, so the transaction stays read-only.
+                return False
+            pending.remove(tr, self.keys, job_type, row.scheduled_time, job_id)
+            model.write_pending(tr, self.keys, job_type, job_id, new_stime, new_data)
+            return False
+        # Running: the worker keeps its run and its data; finish() re-enqueues it.
+        model.set_row(tr, self.keys, job_type, job_id, JobRow(row.seq, row.lock, new_stime, True, row.data))
+        return True
+
+    def remove(self, job_type: Any, job_id: str, *, tx: Transaction | None = None) -> None:
+        """Delete a job; its subscribers hear "not_found" and a running worker gets JobHalted.
+
+        Raises:
+            NotFound: no such job.
+        """
+        check_type(job_type)
+        check_id(job_id)
+
+        def body(tr: Transaction) -> None:
+            row = model.get_row(tr, self.keys, job_type, job_id)
+            if row is None:
+                raise NotFound(f"job {job_type} {job_id} not found", type=job_type, job_id=job_id)
+            if row.state == PENDING_STATE:
+                pending.remove(tr, self.keys, job_type, row.scheduled_time, job_id)
+            model.clear_activity(tr, self.keys, job_type, row.seq)
+            tr.clear(self.keys.data(job_type, job_id))
+            model.bump_activity_watch(tr, self.keys, job_type)
+
+        self._run(body, tx)
+
+    def get_job(self, job_type: Any, job_id: str, *, tx: Transaction | None = None) -> JobInfo:
+        """Everything stored about a job.
+
+        Raises:
+            NotFound: no such job.
+        """
+        check_type(job_type)
+        check_id(job_id)
+        row = self._run(lambda tr: model.get_row(tr, self.keys, job_type, job_id), tx)
+        if row is None:
+            raise NotFound(f"job {job_type} {job_id} not found", type=job_type, job_id=job_id)
+        return JobInfo(job_type, job_id, row.state, row.scheduled_time, row.resubmit, decode_data(row.data))
+
+    def get_job_data(self, job_type: Any, job_id: str, *, tx: Transaction | None = None) -> dict[str, Any]:
+        """A job's data. Raises NotFound."""
+        return self.get_job(job_type, job_id, tx=tx).data
+
+    def get_job_state(self, job_type: Any, job_id: str, *, tx: Transaction | None = None) -> str:
+        """"pending", "running" or "finished". Raises NotFound."""
+        return self.get_job(job_type, job_id, tx=tx).state
+
+    # -- processing jobs -----------------------------------------------------------------------
+
+    def accept(
+        self,
+        job_type: Any,
+        *,
+        max_sched_time: float | None = None,
+        no_schedule: bool = False,
+        timeout: float | None = None,
+    ) -> tuple[Job, dict[str, Any]]:
+        """Take a pending job and mark it running; block until one is pending.
+
+        Parameters:
+            job_type: the type.
+            max_sched_time: only jobs scheduled at or before this time (floored to int);
+                None means now, re-read on every try.
+            no_schedule: take only scheduled-time-0 jobs, picked next to a random id (for
+                types with random ids: no range read).
+            timeout: seconds to wait for a pending job (0: do not wait; None: forever). It
+                bounds the wait, not conflict retries.
+
+        Returns:
+            ``(job, data)``.
+
+        Raises:
+            NotFound: nothing became pending within ``timeout`` (or the layer was closed).
+            ValueError: ``no_schedule`` with a ``max_sched_time`` other than None or 0.
+        """
+        check_type(job_type)
+        if no_schedule and max_sched_time not in (None, 0):
+            raise ValueError("no_schedule requires max_sched_time None or 0")
+        fixed_max = None if max_sched_time is None else check_sched_time(max_sched_time)
+        if timeout is not None and timeout < 0:
+            raise ValueError(f"timeout {timeout!r} must not be negative")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            max_s = 0 if no_schedule else (math.floor(self.clock()) if fixed_max is None else fixed_max)
+            result = self.store.transact(lambda tr: self._accept_tx(tr, job_type, max_s, no_schedule))
+            if not isinstance(result, _NoJob):
+                job, raw = result
+                return job, decode_data(raw)
+            self._wait_pending(job_type, result, fixed_max is None and not no_schedule, deadline)
+
+    def _accept_tx(
+        self, tr: Transaction, job_type: Any, max_s: int, no_schedule: bool
+    ) -> tuple[Job, bytes] | _NoJob:
+        for _ in range(MAX_STRAY_PENDING):
+            if no_schedule:
+                picked = pending.dequeue_no_schedule(tr, self.keys, job_type, self.rng)
+            else:
+                picked = pending.dequeue(tr, self.keys, job_type, max_s, self.rng)
+            if picked is None:
+                break
+            job_id, stime = picked
+            row = model.get_row(tr, self.keys, job_type, job_id)
+            if row is None or row.state != PENDING_STATE or row.scheduled_time != stime:
+                # A pending key without its pending row should not exist; dequeue cleared
+                # it, so it cannot wedge the queue. Pick again.
+                log.warning("dropped stray pending key of job %r of type %r", job_id, job_type)
+                continue
+            lock = uuid.UUID(int=self.rng.getrandbits(128)).hex
+            user_version = model.next_user_version(tr)
+            running = JobRow(None, lock, stime, False, row.data)
+            model.set_row_running(tr, self.keys, job_type, job_id, running, user_version)
+            model.write_activity(tr, self.keys, job_type, job_id, None, row.data, user_version)
+            return Job(job_type, job_id, lock, False), row.data
+        # Nothing eligible: this transaction's watch on the pending counter fires on the
+        # next enqueue; it is armed when the (read-only) transaction commits.
+        return _NoJob(pending.watch_pending(tr, self.keys, job_type), pending.earliest_scheduled_time(tr, self.keys, job_type))
+
+    def _wait_pending(self, job_type: Any, nojob: _NoJob, by_time: bool, deadline: float | None) -> None:
+        watch = nojob.watch
+        wait_s = math.inf
+        if by_time and nojob.earliest_scheduled_time is not None:
+            # A job scheduled in the future becomes eligible when its time comes.
+            wait_s = max(MIN_ACCEPT_WAIT_S, nojob.earliest_scheduled_time - self.clock())
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._closed:
+                watch.cancel()
+                raise NotFound(f"no pending job of type {job_type!r}", type=job_type)
+            wait_s = min(wait_s, remaining)
+        if self._closed:
+            watch.cancel()
+            raise NotFound(f"no pending job of type {job_type!r}: the job layer is closed", type=job_type)
+        with self._accept_lock:
+            self._accept_watches.add(watch)
+        try:
+            watch.wait(None if wait_s == math.inf else wait_s)
+        except StoreError as e:
+            if self._closed:
+                raise NotFound(f"no pending job of type {job_type!r}: the job layer is closed", type=job_type) from e
+            # Spurious watch errors (couch_jobs saw 1009) just mean "look again".
+            log.debug("pending watch of type %r failed (%s); trying again", job_type, e)
+        finally:
+            with self._accept_lock:
+                self._accept_watches.discard(watch)
+            watch.cancel()
+
+    def update(self, job: Job, data: dict[str, Any] | None = None, *, tx: Transaction | None = None) -> Job:
+        """Heartbeat (and optionally replace the data of) a running job.
+
+        Returns:
+            A new Job whose ``resubmitted`` is current.
+
+        Raises:
+            JobHalted: the job was removed or re-enqueued since it was accepted.
+            EncodingError: bad data (raised before anything is written).
+        """
+        encoded = None if data is None else encode_data(data)
+
+        def body(tr: Transaction) -> Job:
+            row = self._row_or_halt(tr, job)
+            new_data = row.data if encoded is None else encoded
+            user_version = model.next_user_version(tr)
+            running = JobRow(None, row.lock, row.scheduled_time, row.resubmit, new_data)
+            model.set_row_running(tr, self.keys, job.type, job.id, running, user_version)
+            model.write_activity(tr, self.keys, job.type, job.id, row.seq, new_data, user_version)
+            return Job(job.type, job.id, job.lock, row.resubmit)
+
+        return self._run(body, tx)
+
+    def finish(self, job: Job, data: dict[str, Any] | None = None, *, tx: Transaction | None = None) -> None:
+        """Mark a running job finished (or pending again, if it was resubmitted while running).
+
+        Raises:
+            JobHalted: the job was removed or re-enqueued since it was accepted.
+            EncodingError: bad data (raised before anything is written).
+        """
+        encoded = None if data is None else encode_data(data)
+
+        def body(tr: Transaction) -> None:
+            row = self._row_or_halt(tr, job)
+            new_data = row.data if encoded is None else encoded
+            if row.resubmit:
+                model.write_pending(tr, self.keys, job.type, job.id, row.scheduled_time, new_data)
+            else:
+                model.write_finished(tr, self.keys, job.type, job.id, row.scheduled_time, new_data)
+            model.clear_activity(tr, self.keys, job.type, row.seq)
+            model.bump_activity_watch(tr, self.keys, job.type)
+
+        self._run(body, tx)
+
+    def resubmit(self, job: Job, scheduled_time: float | None = None, *, tx: Transaction | None = None) -> Job:
+        """Run a job again: as ``add`` on an existing job, but its data is always kept.
+
+        ``scheduled_time`` None keeps the job's current time.
+
+        Raises:
+            NotFound: the job no longer exists.
+        """
+        stime = None if scheduled_time is None else check_sched_time(scheduled_time)
+
+        def body(tr: Transaction) -> Job:
+            row = model.get_row(tr, self.keys, job.type, job.id)
+            if row is None:
+                raise NotFound(f"job {job.type} {job.id} not found", type=job.type, job_id=job.id)
+            flagged = self._resubmit_row(tr, job.type, job.id, row, stime, None)
+            return Job(job.type, job.id, job.lock, flagged)
+
+        return self._run(body, tx)
+
+    def _row_or_halt(self, tr: Transaction, job: Job) -> JobRow:
+        # Reading the row (not as a snapshot) is what makes a worker's writes conflict-safe:
+        # a re-enqueue or remove that commits first makes this transaction fail and retry,
+        # and the retry sees the changed lock.
+        row = model.get_row(tr, self.keys, job.type, job.id)
+        if row is None:
+            raise JobHalted(f"job {job.type} {job.id} was removed", type=job.type, job_id=job.id)
+        if row.lock != job.lock:
+            raise JobHalted(f"job {job.type} {job.id} was re-enqueued", type=job.type, job_id=job.id)
+        return row
+
+    # -- subscriptions ---------------------------------------------------------------------------
+
+    def subscribe(self, job_type: Any, job_id: str) -> Subscription:
+        """Follow a job's state changes (and, while it runs, each update).
+
+        Returns:
+            A Subscription; one for a finished job has already ended.
+
+        Raises:
+            NotFound: no such job, or its type has no timeout.
+        """
+        check_type(job_type)
+        check_id(job_id)
+
+        def body(tr: Transaction) -> tuple[Any, JobRow | None]:
+            return model.read_type_timeout(tr, self.keys, job_type), model.get_row(tr, self.keys, job_type, job_id)
+
+        timeout_s, row = self.store.transact(body)
+        if timeout_s is None or row is None:
+            raise NotFound(f"job {job_type} {job_id} not found", type=job_type, job_id=job_id)
+        data = decode_data(row.data)
+        state = row.state
+        if state == FINISHED_STATE:
+            return Subscription(self._hub, None, job_type, job_id, state, data)
+        notifier = self._supervisor.notifier(job_type)
+        sub = Subscription(self._hub, notifier, job_type, job_id, state, data)
+        if notifier is None:  # closed layer: a subscription that never hears anything
+            sub.close()
+            return sub
+        notifier.register(sub, state, row.seq)
+        return sub
+
+    def wait_any(self, subscriptions: list[Subscription], state: str | None = None, timeout: float | None = None) -> Event | None:
+        """The first event of any of ``subscriptions`` (of ``state``, if given), or None on timeout."""
+        return self._hub.wait_any(subscriptions, state, timeout)
+
+    # -- reading many jobs -----------------------------------------------------------------------
+
+    def iter_jobs(self, job_type: Any = None) -> Iterator[JobInfo]:
+        """Every job (of one type, or of all), read in batches of :data:`FOLD_BATCH_ROWS` per transaction."""
+        if job_type is None:
+            begin, end = self.keys.data_all_range()
+        else:
+            check_type(job_type)
+            begin, end = self.keys.data_type_range(job_type)
+        while True:
+            start = begin
+            kvs = self.store.transact(lambda tr: tr.snapshot.get_range(start, end, limit=FOLD_BATCH_ROWS))
+            for key, value in kvs:
+                _, row_type, row_id = self.keys.unpack(key)
+                row = model.decode_row(value)
+                yield JobInfo(row_type, row_id, row.state, row.scheduled_time, row.resubmit, decode_data(row.data))
+            if len(kvs) < FOLD_BATCH_ROWS:
+                return
+            begin = kvs[-1][0] + b"\x00"
+
+    def list_jobs(self, job_type: Any = None) -> list[tuple[Any, str, str, dict[str, Any]]]:
+        """``[(type, id, state, data)]`` of every job (of one type, or of all)."""
+        return [(j.type, j.id, j.state, j.data) for j in self.iter_jobs(job_type)]
+
+    def fold_jobs(self, job_type: Any, fn: Callable[[str, str, dict[str, Any], A], A], acc: A) -> A:
+        """Fold ``fn(id, state, data, acc) -> acc`` over every job of a type.
+
+        Rows are read in batches, one transaction each, so a huge type never trips the 5 s
+        transaction limit; ``fn`` runs outside any transaction (it may be slow, and is never
+        repeated by a retry). Jobs changed during the fold may be seen in either state.
+        """
+        for info in self.iter_jobs(job_type):
+            acc = fn(info.id, info.state, info.data, acc)
+        return acc
+
+    def get_active_job_ids(self, job_type: Any, *, tx: Transaction | None = None) -> list[str]:
+        """Ids of the type's running jobs (from its ACTIVITY entries)."""
+        check_type(job_type)
+        begin, end = self.keys.activity_range(job_type)
+        kvs = self._run(lambda tr: tr.snapshot.get_range(begin, end), tx)
+        return [tuples.unpack(value)[0] for _, value in kvs]
+
+    def pending_count(
+        self, job_type: Any, max_sched_time: float | None = None, limit: int = PENDING_COUNT_LIMIT, *, tx: Transaction | None = None
+    ) -> int:
+        """Pending jobs eligible at ``max_sched_time`` (None: now), counted up to ``limit``."""
+        check_type(job_type)
+        max_s = math.floor(self.clock()) if max_sched_time is None else check_sched_time(max_sched_time)
+        return self._run(lambda tr: pending.count(tr, self.keys, job_type, max_s, limit), tx)
+
+    # -- introspection (tests, status) --------------------------------------------------------------
+
+    @property
+    def supervisor(self) -> Supervisor:
+        """The owner of this layer's background threads."""
+        return self._supervisor
+

@@ -1,0 +1,263 @@
+"""The job layer's data model: tuple-packed keys under one prefix, the job row, and its writes.
+
+Layout (every key is ``prefix + pack(tuple)``; the couch_jobs model, DESIGN §5.5)::
+
+    (DATA, type, id)              = (seq, lock, scheduled_time, resubmit, data)
+    (PENDING, type, stime, id)    = b""            the queue, ordered by time then id
+    (WATCHES_PENDING, type)       = 8-byte LE counter, atomic add on every enqueue
+    (WATCHES_ACTIVITY, type)      = (versionstamp,) rewritten on accept/update/finish/remove/re-enqueue
+    (ACTIVITY_TIMEOUT, type)      = (seconds,)     also the registry of types
+    (ACTIVITY, type, versionstamp) = (id, data)    one entry per running job
+
+``seq`` is 0 while pending, None once finished, and the versionstamp of the job's last
+accept/update while running; that versionstamp is also its ACTIVITY key, so the row always
+names the one activity entry to clear. Versionstamps are the 96-bit kind: each stamped write
+of a transaction gets its own user version (see :func:`next_user_version`), so two jobs of
+one type touched in one transaction get distinct ACTIVITY keys.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+from fdb.tuple import Versionstamp
+
+from smoosh.store import tuples
+from smoosh.store.base import Transaction
+
+DATA = 1
+PENDING = 2
+WATCHES_PENDING = 3
+WATCHES_ACTIVITY = 4
+ACTIVITY_TIMEOUT = 5
+ACTIVITY = 6
+
+#: ``seq`` of a pending job.
+PENDING_SEQ = 0
+#: Highest user version handed out; 0xFFFF is reserved for "every stamp of this commit"
+#: (the activity monitor's inclusive upper bound).
+MAX_USER_VERSION = 0xFFFE
+
+PENDING_STATE = "pending"
+RUNNING_STATE = "running"
+FINISHED_STATE = "finished"
+NOT_FOUND_STATE = "not_found"
+
+_ONE = struct.pack("<q", 1)
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """One decoded ``(DATA, type, id)`` row."""
+
+    seq: Any  # 0, None or a complete Versionstamp
+    lock: str | None
+    scheduled_time: int
+    resubmit: bool
+    data: bytes
+
+    @property
+    def state(self) -> str:
+        """"pending", "running" or "finished", derived from (seq, lock) as couch_jobs does."""
+        if self.lock is not None:
+            return RUNNING_STATE
+        if self.seq is None:
+            return FINISHED_STATE
+        return PENDING_STATE
+
+
+#: Cached (section, type) key prefixes per layer; cleared when it grows past this.
+MAX_CACHED_PREFIXES = 4096
+
+
+def _pack_str(value: str) -> bytes:
+    """The tuple layer's encoding of one str element (code 0x02, NUL escaped), without the
+    generic packer: the ids of every key go through here, so it is on the hot path."""
+    return b"\x02" + value.encode("utf-8").replace(b"\x00", b"\x00\xff") + b"\x00"
+
+
+class Keys:
+    """Key builders for one layer prefix.
+
+    Top-level tuple elements pack independently (``pack((a, b)) == pack((a,)) + pack((b,))``),
+    so the ``prefix + (section, type)`` part of a key is packed once per type and cached.
+    """
+
+    def __init__(self, prefix: bytes) -> None:
+        self.prefix = prefix
+        self._prefixes: dict[tuple[int, Any], bytes] = {}
+
+    def _type_prefix(self, section: int, job_type: Any) -> bytes:
+        key = (section, job_type)
+        packed = self._prefixes.get(key)
+        if packed is None:
+            if len(self._prefixes) >= MAX_CACHED_PREFIXES:
+                self._prefixes.clear()
+            packed = tuples.pack((section, job_type), self.prefix)
+            self._prefixes[key] = packed
+        return packed
+
+    def data(self, job_type: Any, job_id: str) -> bytes:
+        return self._type_prefix(DATA, job_type) + _pack_str(job_id)
+
+    def data_type_range(self, job_type: Any) -> tuple[bytes, bytes]:
+        p = self._type_prefix(DATA, job_type)
+        return p + b"\x00", p + b"\xff"
+
+    def data_all_range(self) -> tuple[bytes, bytes]:
+        return tuples.range((DATA,), self.prefix)
+
+    def pending(self, job_type: Any, scheduled_time: int, job_id: str) -> bytes:
+        return self._type_prefix(PENDING, job_type) + tuples.pack((scheduled_time,)) + _pack_str(job_id)
+
+    def pending_range(self, job_type: Any) -> tuple[bytes, bytes]:
+        p = self._type_prefix(PENDING, job_type)
+        return p + b"\x00", p + b"\xff"
+
+    def pending_prefix(self, job_type: Any, scheduled_time: int) -> bytes:
+        return self._type_prefix(PENDING, job_type) + tuples.pack((scheduled_time,))
+
+    def pending_end(self, job_type: Any, max_sched_time: int) -> bytes:
+        """First key past every pending key with ``scheduled_time <= max_sched_time``."""
+        return self._type_prefix(PENDING, job_type) + tuples.pack((max_sched_time + 1,))
+
+    def watches_pending(self, job_type: Any) -> bytes:
+        return self._type_prefix(WATCHES_PENDING, job_type)
+
+    def watches_activity(self, job_type: Any) -> bytes:
+        return self._type_prefix(WATCHES_ACTIVITY, job_type)
+
+    def activity_timeout(self, job_type: Any) -> bytes:
+        return self._type_prefix(ACTIVITY_TIMEOUT, job_type)
+
+    def activity_timeout_range(self) -> tuple[bytes, bytes]:
+        return tuples.range((ACTIVITY_TIMEOUT,), self.prefix)
+
+    def activity(self, job_type: Any, stamp: Versionstamp) -> bytes:
+        return self._type_prefix(ACTIVITY, job_type) + tuples.pack((stamp,))
+
+    def activity_stamped(self, job_type: Any, user_version: int) -> bytes:
+        """An ACTIVITY key with an incomplete stamp, for ``set_versionstamped_key``."""
+        return tuples.pack_with_versionstamp((Versionstamp(user_version=user_version),), self._type_prefix(ACTIVITY, job_type))
+
+    def activity_range(self, job_type: Any) -> tuple[bytes, bytes]:
+        p = self._type_prefix(ACTIVITY, job_type)
+        return p + b"\x00", p + b"\xff"
+
+    def unpack(self, key: bytes) -> tuple[Any, ...]:
+        return tuples.unpack(key, len(self.prefix))
+
+
+# -- per-transaction user versions --------------------------------------------------------
+
+_counters: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+_counters_lock = threading.Lock()
+_fallback_counter = [0]
+
+
+def next_user_version(tr: Transaction) -> int:
+    """The next user version for a stamped write in ``tr`` (0, 1, 2, ... per transaction).
+
+    Counted per transaction object (a retry reuses the object, so numbers keep growing
+    across retries, which is harmless: they only need to be distinct within one commit).
+    Wraps below 0xFFFF, so a single commit with more than 65,535 stamped writes could
+    repeat one; no job-layer call comes near that.
+    """
+    with _counters_lock:
+        try:
+            n = _counters.get(tr, 0)
+            _counters[tr] = n + 1
+        except TypeError:  # a transaction class without weakref support
+            n = _fallback_counter[0]
+            _fallback_counter[0] = n + 1
+    return n % (MAX_USER_VERSION + 1)
+
+
+# -- row codec and writes ------------------------------------------------------------------
+
+
+def decode_row(raw: bytes) -> JobRow:
+    seq, lock, scheduled_time, resubmit, data = tuples.unpack(raw)
+    return JobRow(seq, lock, scheduled_time, bool(resubmit), data)
+
+
+def get_row(tr: Any, keys: Keys, job_type: Any, job_id: str) -> JobRow | None:
+    """Read a job row (a conflicting read unless ``tr`` is a snapshot view)."""
+    raw = tr.get(keys.data(job_type, job_id))
+    return None if raw is None else decode_row(raw)
+
+
+def set_row(tr: Transaction, keys: Keys, job_type: Any, job_id: str, row: JobRow) -> None:
+    key = keys.data(job_type, job_id)
+    tr.set(key, tuples.pack((row.seq, row.lock, row.scheduled_time, row.resubmit, row.data)))
+
+
+def set_row_running(
+    tr: Transaction, keys: Keys, job_type: Any, job_id: str, row: JobRow, user_version: int
+) -> None:
+    """Write a running row whose seq becomes this commit's versionstamp (with ``user_version``)."""
+    value = tuples.pack_with_versionstamp(
+        (Versionstamp(user_version=user_version), row.lock, row.scheduled_time, row.resubmit, row.data)
+    )
+    tr.set_versionstamped_value(keys.data(job_type, job_id), value)
+
+
+def enqueue(tr: Transaction, keys: Keys, job_type: Any, job_id: str, scheduled_time: int) -> None:
+    """Add the pending key and bump the pending counter, which wakes blocked ``accept`` calls."""
+    tr.set(keys.pending(job_type, scheduled_time, job_id), b"")
+    tr.add(keys.watches_pending(job_type), _ONE)
+
+
+def write_pending(
+    tr: Transaction, keys: Keys, job_type: Any, job_id: str, scheduled_time: int, data: bytes
+) -> None:
+    """Make the job pending: row (0, None, time, False, data), pending key, counter bump."""
+    set_row(tr, keys, job_type, job_id, JobRow(PENDING_SEQ, None, scheduled_time, False, data))
+    enqueue(tr, keys, job_type, job_id, scheduled_time)
+
+
+def write_finished(tr: Transaction, keys: Keys, job_type: Any, job_id: str, scheduled_time: int, data: bytes) -> None:
+    set_row(tr, keys, job_type, job_id, JobRow(None, None, scheduled_time, False, data))
+
+
+def bump_activity_watch(tr: Transaction, keys: Keys, job_type: Any) -> None:
+    """Rewrite ``(WATCHES_ACTIVITY, type)`` with this commit's stamp: wakes the type monitors."""
+    value = tuples.pack_with_versionstamp((Versionstamp(user_version=0),))
+    tr.set_versionstamped_value(keys.watches_activity(job_type), value)
+
+
+def write_activity(
+    tr: Transaction, keys: Keys, job_type: Any, job_id: str, old_seq: Any, data: bytes, user_version: int
+) -> None:
+    """Replace the job's ACTIVITY entry with one stamped by this commit, and bump the watch."""
+    if isinstance(old_seq, Versionstamp):
+        tr.clear(keys.activity(job_type, old_seq))
+    tr.set_versionstamped_key(keys.activity_stamped(job_type, user_version), tuples.pack((job_id, data)))
+    bump_activity_watch(tr, keys, job_type)
+
+
+def clear_activity(tr: Transaction, keys: Keys, job_type: Any, seq: Any) -> None:
+    if isinstance(seq, Versionstamp):
+        tr.clear(keys.activity(job_type, seq))
+
+
+def read_activity_stamp(tr: Any, keys: Keys, job_type: Any) -> Versionstamp | None:
+    """The versionstamp in ``(WATCHES_ACTIVITY, type)``, or None if nothing ever bumped it."""
+    raw = tr.get(keys.watches_activity(job_type))
+    if raw is None:
+        return None
+    (stamp,) = tuples.unpack(raw)
+    return stamp
+
+
+def read_type_timeout(tr: Any, keys: Keys, job_type: Any) -> float | None:
+    raw = tr.get(keys.activity_timeout(job_type))
+    if raw is None:
+        return None
+    (timeout_s,) = tuples.unpack(raw)
+    return timeout_s
+

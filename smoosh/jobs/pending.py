@@ -1,0 +1,87 @@
+"""The pending queue: picking a job to accept, counting, and the watch blocked acceptors wait on."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from typing import Any
+
+from smoosh.store import tuples
+from smoosh.store.base import KeySelector, Transaction, Watch
+from smoosh.jobs.model import Keys
+
+#: Most pending keys read to pick one at random (couch_jobs' RANGE_LIMIT): with many
+#: acceptors, a random pick among the first 1024 keeps them from all conflicting on the head.
+PICK_RANGE_LIMIT = 1024
+
+
+def dequeue(
+    tr: Transaction, keys: Keys, job_type: Any, max_sched_time: int, rng: random.Random
+) -> tuple[str, int] | None:
+    """Take a random eligible pending key (scheduled time <= ``max_sched_time``) off the queue.
+
+    Returns:
+        ``(job_id, scheduled_time)`` of the key cleared, or None if nothing is eligible.
+    """
+    begin, _ = keys.pending_range(job_type)
+    end = keys.pending_end(job_type, max_sched_time)
+    # A snapshot read: it adds no conflict range, so acceptors that picked *different* keys
+    # never conflict with each other ...
+    kvs = tr.snapshot.get_range(begin, end, limit=PICK_RANGE_LIMIT)
+    if not kvs:
+        return None
+    key = kvs[rng.randrange(len(kvs))][0]
+    # ... and this explicit conflict key makes two acceptors that picked the *same* key
+    # conflict: the second commit fails with 1020 and its retry picks again, so a job
+    # is never handed to two workers.
+    tr.add_read_conflict_key(key)
+    tr.clear(key)
+    _, _, scheduled_time, job_id = keys.unpack(key)
+    return job_id, scheduled_time
+
+
+def dequeue_no_schedule(tr: Transaction, keys: Keys, job_type: Any, rng: random.Random) -> tuple[str, int] | None:
+    """Take a scheduled-time-0 pending key next to a random id (couch_jobs' ``no_schedule``).
+
+    Without reading a range first: a random UUID is placed among the ids and the key just
+    before or after it (a coin flip decides which side is tried first, so neither end of the
+    id space starves) is taken. Meant for types whose ids are themselves random.
+    """
+    prefix = keys.pending_prefix(job_type, 0)
+    probe = prefix + tuples.pack((uuid.UUID(int=rng.getrandbits(128)).hex,))
+    selectors = [KeySelector.first_greater_or_equal(probe), KeySelector.last_less_or_equal(probe)]
+    if rng.random() < 0.5:
+        selectors.reverse()
+    for selector in selectors:
+        key = tr.snapshot.get_key(selector)
+        if key.startswith(prefix) and len(key) > len(prefix):
+            tr.add_read_conflict_key(key)
+            tr.clear(key)
+            _, _, scheduled_time, job_id = keys.unpack(key)
+            return job_id, scheduled_time
+    return None
+
+
+def remove(tr: Transaction, keys: Keys, job_type: Any, scheduled_time: int, job_id: str) -> None:
+    tr.clear(keys.pending(job_type, scheduled_time, job_id))
+
+
+def earliest_scheduled_time(tr: Transaction, keys: Keys, job_type: Any) -> int | None:
+    """The smallest scheduled time in the queue (snapshot read), or None if it is empty."""
+    begin, end = keys.pending_range(job_type)
+    kvs = tr.snapshot.get_range(begin, end, limit=1)
+    if not kvs:
+        return None
+    return keys.unpack(kvs[0][0])[2]
+
+
+def watch_pending(tr: Transaction, keys: Keys, job_type: Any) -> Watch:
+    """A watch on the type's pending counter: it fires when any job of the type is enqueued."""
+    return tr.watch(keys.watches_pending(job_type))
+
+
+def count(tr: Transaction, keys: Keys, job_type: Any, max_sched_time: int, limit: int) -> int:
+    """Pending keys with scheduled time <= ``max_sched_time``, at most ``limit`` (snapshot read)."""
+    begin, _ = keys.pending_range(job_type)
+    end = keys.pending_end(job_type, max_sched_time)
+    return len(tr.snapshot.get_range(begin, end, limit=limit))

@@ -1,0 +1,83 @@
+"""``smoosh jobs list | show``: the function the lead wires into the command line."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from smoosh.jobs import Jobs
+from smoosh.jobs.cli import add_jobs_parser, jobs_command
+from smoosh.store import open_store
+
+
+@pytest.fixture
+def store_url(tmp_path: Path) -> str:
+    url = f"sqlite:{tmp_path / 'jobs.db'}"
+    store = open_store(url)
+    with Jobs(store, monitors=False) as jobs:
+        jobs.set_type_timeout("smoosh:n1", 30)
+        jobs.add("smoosh:n1", "/data/b.db", {"channel": "ratio_dbs", "priority": math.inf, "progress": 0.0})
+        jobs.add("smoosh:n1", "/data/a.db", {"channel": "slack_dbs", "priority": 3.5}, 1_700_000_000)
+        jobs.accept("smoosh:n1", max_sched_time=0)
+    store.close()
+    return url
+
+
+def parse(argv: list[str], store_default: str | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="smoosh")
+    add_jobs_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(argv)
+    args.store_default = store_default
+    return args
+
+
+def run(args: argparse.Namespace) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = args.func(args, stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_list_prints_a_table_of_jobs(store_url: str) -> None:
+    code, out, err = run(parse(["jobs", "--store", store_url, "list"]))
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[0].split() == ["TYPE", "ID", "STATE", "SCHEDULED"]
+    assert lines[1].split() == ["smoosh:n1", "/data/a.db", "pending", "2023-11-14T22:13:20Z"]
+    assert lines[2].split() == ["smoosh:n1", "/data/b.db", "running", "-"]
+
+
+def test_list_filters_by_type_and_says_when_nothing_is_found(store_url: str) -> None:
+    code, out, _ = run(parse(["jobs", "--store", store_url, "list", "--type", "smoosh:other"]))
+    assert (code, out) == (0, "no jobs found of type smoosh:other\n")
+    code, out, _ = run(parse(["jobs", "list", "--type", "smoosh:n1"], store_default=store_url))
+    assert code == 0 and len(out.splitlines()) == 3
+
+
+def test_show_prints_state_and_data_as_json_with_infinity_as_string(store_url: str) -> None:
+    code, out, _ = run(parse(["jobs", "--store", store_url, "show", "smoosh:n1", "/data/b.db"]))
+    assert code == 0
+    shown = json.loads(out)
+    assert shown["state"] == "running"
+    assert shown["data"] == {"channel": "ratio_dbs", "priority": "infinity", "progress": 0.0}
+    assert "Infinity" not in out
+
+
+def test_show_of_a_missing_job_exits_1_naming_it(store_url: str) -> None:
+    code, out, err = run(parse(["jobs", "--store", store_url, "show", "smoosh:n1", "/nope.db"]))
+    assert (code, out, err) == (1, "", "job smoosh:n1 /nope.db not found\n")
+
+
+def test_unopenable_store_exits_1(tmp_path: Path) -> None:
+    code, _, err = run(parse(["jobs", "--store", "nosuch:x", "list"]))
+    assert code == 1
+    assert "nosuch:x" in err
+
+
+def test_default_function_is_jobs_command() -> None:
+    args = parse(["jobs", "list"])
+    assert args.func is jobs_command

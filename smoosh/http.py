@@ -1,0 +1,272 @@
+"""The admin HTTP API (DESIGN §4.2): status, jobs, enqueue, suspend/resume/flush, metrics.
+
+Loopback by default. Bound anywhere else, every POST needs ``Authorization: Bearer <token>``,
+compared in constant time. Handlers only read published snapshots, so a slow or stuck
+channel never delays ``/status``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+import logging
+import socket
+import threading
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+
+from smoosh import jsonutil
+from smoosh.errors import InvalidKey, SmooshError
+
+if TYPE_CHECKING:
+    from smoosh.server import Server
+
+log = logging.getLogger(__name__)
+
+#: Most keys one ``POST /enqueue`` may carry.
+MAX_ENQUEUE_KEYS = 10_000
+#: Longest key accepted by ``POST /enqueue``, in bytes of UTF-8.
+MAX_ENQUEUE_KEY_BYTES = 4096
+#: Largest request body read, in bytes (10,000 keys of 4 KiB, JSON-escaped, fit).
+MAX_BODY_BYTES = 64 * 1024 * 1024
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """Split ``host:port`` (``[::1]:5986`` for IPv6) into host and port.
+
+    Raises:
+        ValueError: no port, or a port outside 0-65535.
+    """
+    host, sep, port_text = address.rpartition(":")
+    if not sep or not port_text.isdigit():
+        raise ValueError(f"invalid address {address!r}: expected HOST:PORT")
+    port = int(port_text)
+    if port > 65535:
+        raise ValueError(f"invalid address {address!r}: port must be 0-65535")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host or "127.0.0.1", port
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names only the loopback interface."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True  # SO_REUSEADDR: a restart binds at once, even with TIME_WAIT sockets
+
+    def __init__(self, address: tuple[str, int], handler: type, family: int) -> None:
+        self.address_family = family
+        super().__init__(address, handler)
+
+
+class AdminServer:
+    """Serves the admin API of one :class:`Server` from a thread of its own."""
+
+    def __init__(self, server: Server, address: str, *, token: str | None = None) -> None:
+        host, port = parse_address(address)
+        self.smoosh = server
+        self.token = token
+        self.require_token = not is_loopback(host)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        handler = type("Handler", (_Handler,), {"admin": self})
+        self._httpd = _HTTPServer((host, port), handler, family)
+        self._thread: threading.Thread | None = None
+
+    @property
+    def address(self) -> str:
+        """``host:port`` actually bound (the real port when 0 was asked for)."""
+        host, port = self._httpd.server_address[:2]
+        return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+
+    def start(self) -> None:
+        """Serve in a daemon thread."""
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="smoosh-http", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop serving and close the socket."""
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(5)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    admin: AdminServer
+    server_version = "smoosh"
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        log.debug("%s %s", self.address_string(), format % args)
+
+    # --------------------------------------------------------------- dispatch
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        path = self.path.split("?", 1)[0]
+        smoosh = self.admin.smoosh
+        if path == "/status":
+            self._send(HTTPStatus.OK, smoosh.status())
+        elif path == "/jobs":
+            self._send(HTTPStatus.OK, {"jobs": smoosh.jobs_table()})
+        elif path == "/metrics":
+            self._send_metrics()
+        elif path in ("/enqueue", "/suspend", "/resume", "/flush"):
+            self._send(HTTPStatus.METHOD_NOT_ALLOWED, {"error": f"{path} takes POST"})
+        else:
+            self._send(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint: {path}"})
+
+    def do_POST(self) -> None:  # noqa: N802
+        path = self.path.split("?", 1)[0]
+        if path not in ("/enqueue", "/suspend", "/resume", "/flush"):
+            self._drain()
+            if path in ("/status", "/jobs", "/metrics"):
+                self._send(HTTPStatus.METHOD_NOT_ALLOWED, {"error": f"{path} takes GET"})
+            else:
+                self._send(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint: {path}"})
+            return
+        if not self._authorised():
+            self._drain()
+            self._send(HTTPStatus.UNAUTHORIZED, {"error": "missing or wrong bearer token"},
+                       headers={"WWW-Authenticate": "Bearer"})
+            return
+        body, error = self._read_json()
+        if error is not None:
+            self._send(error[0], {"error": error[1]})
+            return
+        if path == "/enqueue":
+            self._enqueue(body)
+        else:
+            self._control(path[1:], body)
+
+    # --------------------------------------------------------------- endpoints
+
+    def _enqueue(self, body: Any) -> None:
+        if not isinstance(body, dict):
+            self._send(HTTPStatus.BAD_REQUEST, {"error": "body must be a JSON object"})
+            return
+        if "keys" not in body:
+            self._send(HTTPStatus.BAD_REQUEST, {"error": "body lacks 'keys'"})
+            return
+        keys = body["keys"]
+        if not isinstance(keys, list):
+            self._send(HTTPStatus.BAD_REQUEST, {"error": "'keys' must be a list of strings"})
+            return
+        if len(keys) > MAX_ENQUEUE_KEYS:
+            self._send(HTTPStatus.BAD_REQUEST, {"error": f"'keys' holds {len(keys)} keys; at most {MAX_ENQUEUE_KEYS}"})
+            return
+        for i, key in enumerate(keys):
+            if not isinstance(key, str):
+                self._send(HTTPStatus.BAD_REQUEST, {"error": f"'keys'[{i}] is not a string"})
+                return
+            if len(key.encode("utf-8", "surrogatepass")) > MAX_ENQUEUE_KEY_BYTES:
+                self._send(HTTPStatus.BAD_REQUEST, {"error": f"'keys'[{i}] is longer than {MAX_ENQUEUE_KEY_BYTES} bytes"})
+                return
+        accepted = 0
+        rejected = []
+        smoosh = self.admin.smoosh
+        for key in keys:
+            try:
+                smoosh.enqueue(key)
+                accepted += 1
+            except InvalidKey as e:
+                rejected.append({"key": key, "reason": e.reason})
+        smoosh.counters.enqueue_rejected += len(rejected)
+        self._send(HTTPStatus.ACCEPTED, {"accepted": accepted, "rejected": rejected})
+
+    def _control(self, action: str, body: Any) -> None:
+        if body is None:
+            body = {}
+        if not isinstance(body, dict):
+            self._send(HTTPStatus.BAD_REQUEST, {"error": "body must be a JSON object"})
+            return
+        channel = body.get("channel")
+        if channel is not None and not isinstance(channel, str):
+            self._send(HTTPStatus.BAD_REQUEST, {"error": "'channel' must be a string"})
+            return
+        try:
+            getattr(self.admin.smoosh, action)(channel)
+        except SmooshError as e:
+            from smoosh.server import UnknownChannel
+
+            status = HTTPStatus.NOT_FOUND if isinstance(e, UnknownChannel) else HTTPStatus.INTERNAL_SERVER_ERROR
+            self._send(status, {"error": str(e)})
+            return
+        self._send(HTTPStatus.OK, {"ok": True, "action": action, "channel": channel})
+
+    def _send_metrics(self) -> None:
+        try:
+            from smoosh.metrics import render
+        except ImportError:
+            self._send(HTTPStatus.NOT_FOUND, {"error": "metrics are not available in this build"})
+            return
+        body, content_type = render(self.admin.smoosh)
+        self.send_response(HTTPStatus.OK)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    # --------------------------------------------------------------- plumbing
+
+    def _authorised(self) -> bool:
+        if not self.admin.require_token:
+            return True
+        token = self.admin.token or ""
+        header = self.headers.get("Authorization", "")
+        scheme, _, presented = header.partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            return False
+        return hmac.compare_digest(presented.strip().encode(), token.encode())
+
+    def _content_length(self) -> int | None:
+        text = self.headers.get("Content-Length")
+        if text is None:
+            return 0
+        try:
+            length = int(text)
+        except ValueError:
+            return None
+        return length if length >= 0 else None
+
+    def _drain(self) -> None:
+        length = self._content_length()
+        if length and length <= MAX_BODY_BYTES:
+            self.rfile.read(length)
+        elif length:
+            self.close_connection = True
+
+    def _read_json(self) -> tuple[Any, tuple[HTTPStatus, str] | None]:
+        length = self._content_length()
+        if length is None:
+            self.close_connection = True
+            return None, (HTTPStatus.BAD_REQUEST, "invalid Content-Length")
+        if length > MAX_BODY_BYTES:
+            self.close_connection = True
+            return None, (HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body larger than {MAX_BODY_BYTES} bytes")
+        raw = self.rfile.read(length) if length else b""
+        if not raw.strip():
+            return None, None
+        try:
+            return json.loads(raw.decode("utf-8")), None
+        except (UnicodeDecodeError, ValueError) as e:
+            return None, (HTTPStatus.BAD_REQUEST, f"body is not valid JSON: {e}")
+
+    def _send(self, status: HTTPStatus, payload: Any, *, headers: dict[str, str] | None = None) -> None:
+        body = (jsonutil.dumps(payload) + "\n").encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)

@@ -1,0 +1,138 @@
+"""Run `smoosh run` as a real subprocess on a temp directory, and talk to it over real HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable
+
+#: Seconds a test waits for the daemon to answer on its port.
+START_TIMEOUT_S = 20.0
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_config(base: Path, *, port: int, extra_global: str = "", channels: str = "", name: str = "smoosh.ini") -> Path:
+    """A config under ``base`` watching ``base/dbs`` with short timings for tests."""
+    (base / "dbs").mkdir(exist_ok=True)
+    (base / "state").mkdir(exist_ok=True)
+    path = base / name
+    path.write_text(
+        f"""[smoosh]
+watch = {base / 'dbs'}
+state_dir = {base / 'state'}
+store = sqlite:{base / 'state' / 'jobs.db'}
+http = 127.0.0.1:{port}
+node = testnode
+wait_secs = 0
+staleness = 0
+job_timeout = 2s
+checkpoint_interval = 1s
+{extra_global}
+
+[smoosh.ratio_dbs]
+min_size = 64KiB
+
+[smoosh.slack_dbs]
+min_size = 64KiB
+min_priority = 64KiB
+{channels}
+"""
+    )
+    return path
+
+
+class Daemon:
+    """A `smoosh run` subprocess; stop() sends SIGTERM, kill() sends SIGKILL."""
+
+    def __init__(self, config: Path, *, args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> None:
+        self.config = config
+        self.port = _port_of(config)
+        self.log_path = config.parent / f"daemon-{time.monotonic_ns()}.log"
+        self._log = open(self.log_path, "wb")
+        full_env = dict(os.environ, PYTHONUNBUFFERED="1", SMOOSH_LOG_LEVEL="DEBUG")
+        full_env.update(env or {})
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "smoosh", "run", "--config", str(config), *args],
+            stdout=self._log, stderr=subprocess.STDOUT, env=full_env, cwd=str(config.parent),
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        wait_for(lambda: self._answers(), timeout_s, what=f"daemon on port {self.port}", daemon=self)
+
+    def _answers(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"daemon exited with {self.proc.returncode}:\n{self.log()}")
+        try:
+            self.get("/status")
+            return True
+        except OSError:
+            return False
+
+    def get(self, path: str) -> Any:
+        with urllib.request.urlopen(self.url + path, timeout=10) as r:
+            return json.loads(r.read())
+
+    def post(self, path: str, body: Any, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+        data = json.dumps(body).encode() if not isinstance(body, bytes) else body
+        req = urllib.request.Request(self.url + path, data=data, method="POST", headers=headers or {})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    def stop(self, timeout_s: float = 15.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout_s)
+        finally:
+            self._log.close()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+        self._log.close()
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+
+def wait_for(cond: Callable[[], Any], timeout_s: float, *, what: str, daemon: Daemon | None = None, every_s: float = 0.05) -> Any:
+    """Poll ``cond`` until it returns something truthy; fail naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            detail = f"\n--- daemon log ---\n{daemon.log()[-6000:]}" if daemon else ""
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}{detail}")
+        time.sleep(every_s)
+
+
+def _port_of(config: Path) -> int:
+    for line in config.read_text().splitlines():
+        if line.strip().startswith("http") and "=" in line:
+            return int(line.split("=", 1)[1].strip().rsplit(":", 1)[1])
+    raise ValueError("config has no http line")

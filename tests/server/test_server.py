@@ -1,0 +1,320 @@
+"""The server in process: validation, routing, staleness, backoff, suspension, live config."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from helpers.daemon import wait_for
+from compactor.dbfactory import make_bloated_db
+from smoosh import InvalidKey, Server
+from smoosh.compactors.base import Busy, CompactionResult, Sizes
+from smoosh.config import parse_config
+from smoosh.errors import ConfigError
+from smoosh.server import UnknownChannel
+
+
+class FakeClock:
+    """A wall clock the test moves by hand; thread-safe."""
+
+    def __init__(self, now: float = 1_700_000_000.0) -> None:
+        self._now = now
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self._lock:
+            return self._now
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self._now += seconds
+
+
+def make_config(tmp_path: Path, extra: str = "", channels: str = "", roots: Path | None = None) -> Any:
+    dbs = tmp_path / "dbs"
+    state = tmp_path / "state"
+    dbs.mkdir(exist_ok=True)
+    state.mkdir(exist_ok=True)
+    text = f"""[smoosh]
+watch =
+roots = {roots or dbs}
+state_dir = {state}
+store = memory:
+node = t
+wait_secs = 0
+staleness = 5
+backoff_base = 100s
+{extra}
+
+[smoosh.ratio_dbs]
+min_size = 64KiB
+
+[smoosh.slack_dbs]
+min_size = 64KiB
+min_priority = 64KiB
+{channels}
+"""
+    path = tmp_path / "smoosh.ini"
+    path.write_text(text)
+    return parse_config(text, str(path))
+
+
+@pytest.fixture
+def dbs(tmp_path: Path) -> Path:
+    path = tmp_path / "dbs"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+@pytest.fixture
+def running(tmp_path: Path) -> Iterator[Any]:
+    """Start servers on demand; every one is stopped at the end."""
+    servers: list[Server] = []
+
+    def start(config: Any, **kw: Any) -> Server:
+        kw.setdefault("http", False)
+        kw.setdefault("watch_config", False)
+        server = Server(config, **kw)
+        server.start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def test_keys_that_cannot_be_compacted_are_rejected_with_their_reason(tmp_path: Path, running: Any, dbs: Path) -> None:
+    server = running(make_config(tmp_path), workers=0)
+    cases = {
+        "relative/path.db": "not an absolute path",
+        "/etc/passwd": "outside roots",
+        f"{dbs}/a\x00b.db": "contains a NUL byte",
+        "/" + "x" * 5000: "longer than 4096 bytes",
+        "": "empty key",
+    }
+    for key, reason in cases.items():
+        with pytest.raises(InvalidKey) as e:
+            server.enqueue(key)
+        assert reason in e.value.reason
+
+
+def test_smooshs_own_state_is_never_a_key(tmp_path: Path, running: Any) -> None:
+    state = tmp_path / "state"
+    config = make_config(tmp_path, roots=tmp_path)
+    server = running(config, workers=0)
+    with pytest.raises(InvalidKey) as e:
+        server.enqueue(str(state / "ratio_dbs.smooshq"))
+    assert e.value.reason == "smoosh's own file"
+
+
+def test_symlink_out_of_roots_is_refused(tmp_path: Path, running: Any, dbs: Path) -> None:
+    outside = tmp_path / "outside.db"
+    make_bloated_db(str(outside))
+    (dbs / "link.db").symlink_to(outside)
+    server = running(make_config(tmp_path), workers=0)
+    with pytest.raises(InvalidKey) as e:
+        server.enqueue(str(dbs / "link.db"))
+    assert "outside roots" in e.value.reason
+
+
+def test_bloated_database_enqueued_through_the_api_is_compacted(tmp_path: Path, running: Any, dbs: Path) -> None:
+    db = dbs / "tenant.db"
+    make_bloated_db(str(db), rows=4000, delete_fraction=0.9)
+    before = db.stat().st_size
+    server = running(make_config(tmp_path), workers=1)
+    server.enqueue(str(db))
+
+    def finished() -> bool:
+        jobs = {j["key"]: j for j in server.jobs_table()}
+        return jobs.get(str(db), {}).get("state") == "finished"
+
+    wait_for(finished, 30, what="the compaction to finish")
+    assert db.stat().st_size < before / 3
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    history = {j["key"]: j for j in server.jobs_table()}[str(db)]["history"]
+    assert [e["event"] for e in history][:1] == ["finished"]
+    assert history[0]["reason"].startswith("reclaimed ")
+
+
+def test_a_key_accepted_recently_is_dropped_on_the_hot_path(tmp_path: Path, running: Any, dbs: Path) -> None:
+    db = dbs / "a.db"
+    make_bloated_db(str(db))
+    server = running(make_config(tmp_path), workers=0, dry_run=True)
+    server.enqueue(str(db))
+    wait_for(lambda: server.status()["channels"]["ratio_dbs"]["waiting"]["size"] == 1, 10, what="queued")
+    examined = server.counters.enqueue_examined
+    for _ in range(100):
+        server.enqueue(str(db))
+    assert server.counters.enqueue_stale == 100
+    assert server.counters.enqueue_examined == examined
+
+
+def test_channels_are_offered_a_key_in_the_order_the_operator_wrote(tmp_path: Path, running: Any, dbs: Path) -> None:
+    db = dbs / "a.db"
+    make_bloated_db(str(db))
+    config = make_config(tmp_path, extra="db_channels = slack_dbs, ratio_dbs")
+    server = running(config, workers=0, dry_run=True)
+    server.enqueue(str(db))
+    wait_for(lambda: server.status()["channels"]["slack_dbs"]["waiting"]["size"] == 1, 10, what="queued in slack_dbs")
+    status = server.status()
+    assert status["channels"]["ratio_dbs"]["waiting"]["size"] == 0
+    assert status["channels"]["slack_dbs"]["would_run"][0][0] == str(db)
+    assert status["dry_run"] is True
+    assert status["reclaimable_bytes"] > 0
+
+
+def test_ignored_databases_are_never_queued(tmp_path: Path, running: Any, dbs: Path) -> None:
+    kept, ignored = dbs / "kept.db", dbs / "skip-me.db"
+    make_bloated_db(str(kept))
+    make_bloated_db(str(ignored))
+    config = make_config(tmp_path, channels=f"[smoosh.ignore]\n{dbs}/skip-* = true\n")
+    server = running(config, workers=0, dry_run=True)
+    server.enqueue(str(ignored))
+    server.enqueue(str(kept))
+    wait_for(lambda: server.status()["channels"]["ratio_dbs"]["waiting"]["size"] == 1, 10, what="kept queued")
+    assert [k for k, _ in server.status()["channels"]["ratio_dbs"]["would_run"]] == [str(kept)]
+
+
+def test_a_match_pattern_gives_part_of_the_fleet_its_own_channel(tmp_path: Path, running: Any, dbs: Path) -> None:
+    (dbs / "big").mkdir()
+    big, small = dbs / "big" / "a.db", dbs / "b.db"
+    make_bloated_db(str(big))
+    make_bloated_db(str(small))
+    config = make_config(
+        tmp_path,
+        extra="db_channels = big_dbs, ratio_dbs",
+        channels=f"[smoosh.big_dbs]\npriority = ratio\nmin_size = 64KiB\nmatch = {dbs}/big/*\n",
+    )
+    server = running(config, workers=0, dry_run=True)
+    server.enqueue(str(big))
+    server.enqueue(str(small))
+    wait_for(lambda: server.status()["channels"]["ratio_dbs"]["waiting"]["size"] == 1, 10, what="small queued")
+    wait_for(lambda: server.status()["channels"]["big_dbs"]["waiting"]["size"] == 1, 10, what="big queued")
+    assert server.status()["channels"]["big_dbs"]["would_run"][0][0] == str(big)
+
+
+def test_a_missing_database_is_accepted_but_queued_nowhere(tmp_path: Path, running: Any, dbs: Path) -> None:
+    server = running(make_config(tmp_path), workers=0, dry_run=True)
+    server.enqueue(str(dbs / "not-there.db"))
+    wait_for(lambda: server.counters.enqueue_examined >= 1, 10, what="examined")
+    assert all(ch["waiting"]["size"] == 0 for ch in server.status()["channels"].values())
+
+
+class FailingCompactor:
+    """Claims every absolute path; always fails (or reports busy) when compacting."""
+
+    name = "failing"
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+        self.calls = 0
+
+    def claims(self, key: str) -> bool:
+        return key.startswith("/")
+
+    def sizes(self, key: str, *, exact: bool = False) -> Sizes | None:
+        return Sizes(file_bytes=10 * 1024 * 1024, active_bytes=1024 * 1024)
+
+    def exact_size_due(self, key: str) -> bool:
+        return False
+
+    def needs_upgrade(self, key: str) -> bool:
+        return False
+
+    def cleanup_priority(self, key: str) -> float:
+        return 0.0
+
+    def compact(self, key: str, ctx: Any) -> CompactionResult:
+        self.calls += 1
+        raise self.error
+
+
+def test_a_compaction_that_keeps_failing_backs_off_exponentially(tmp_path: Path, running: Any, dbs: Path) -> None:
+    clock = FakeClock()
+    compactor = FailingCompactor(RuntimeError("disk I/O error"))
+    server = running(make_config(tmp_path), workers=1, clock=clock, compactors=[compactor])
+    key = str(dbs / "x.db")
+    server.enqueue(key)
+
+    def record() -> dict[str, Any]:
+        return {j["key"]: j for j in server.jobs_table()}.get(key, {})
+
+    waits = []
+    for attempt in range(1, 4):
+        wait_for(lambda: record().get("error_count") == attempt, 20, what=f"failure {attempt}")
+        rec = record()
+        assert rec["state"] == "crashing"
+        assert rec["last_error"] == "RuntimeError: disk I/O error"
+        waits.append(rec["retry_at"] - rec["last_updated"])
+        clock.advance(waits[-1] - 1)
+        server.tick(clock())
+        assert record()["error_count"] == attempt  # not retried before its time
+        clock.advance(1)
+    assert waits == [100.0, 200.0, 400.0]
+    assert compactor.calls == 3
+
+
+def test_a_busy_database_is_retried_and_not_counted_as_a_crash(tmp_path: Path, running: Any, dbs: Path) -> None:
+    clock = FakeClock()
+    compactor = FailingCompactor(Busy("database is locked"))
+    server = running(make_config(tmp_path), workers=1, clock=clock, compactors=[compactor])
+    key = str(dbs / "x.db")
+    server.enqueue(key)
+    wait_for(lambda: compactor.calls == 1 and {j["key"]: j for j in server.jobs_table()}.get(key, {}).get("retry_at"),
+             20, what="the busy result")
+    rec = {j["key"]: j for j in server.jobs_table()}[key]
+    assert rec["error_count"] == 0
+    assert rec["retry_at"] - rec["last_updated"] == 60.0
+    clock.advance(61)
+    wait_for(lambda: compactor.calls == 2, 20, what="the retry after 60 s")
+
+
+def test_operator_suspension_survives_a_restart(tmp_path: Path, running: Any) -> None:
+    config = make_config(tmp_path)
+    first = running(config, workers=0)
+    first.suspend()
+    assert all(ch["suspended"] for ch in first.status()["channels"].values())
+    first.stop()
+    second = running(config, workers=0)
+    assert all(ch["suspended"] for ch in second.status()["channels"].values())
+    second.resume("ratio_dbs")
+    status = second.status()["channels"]
+    assert not status["ratio_dbs"]["suspended"]
+    assert status["slack_dbs"]["suspended"]
+
+
+def test_unknown_channel_is_an_error(tmp_path: Path, running: Any) -> None:
+    server = running(make_config(tmp_path), workers=0)
+    with pytest.raises(UnknownChannel):
+        server.suspend("nope")
+
+
+def test_a_channel_added_to_the_config_appears_and_a_removed_one_is_checkpointed(
+    tmp_path: Path, running: Any, dbs: Path
+) -> None:
+    db = dbs / "a.db"
+    make_bloated_db(str(db))
+    server = running(make_config(tmp_path), workers=0, dry_run=True)
+    server.enqueue(str(db))
+    wait_for(lambda: server.status()["channels"]["ratio_dbs"]["waiting"]["size"] == 1, 10, what="queued")
+    server.apply_config(make_config(tmp_path, extra="db_channels = slack_dbs, extra_dbs"))
+    names = set(server.status()["channels"])
+    assert names == {"slack_dbs", "extra_dbs", "index_cleanup"}
+    assert (tmp_path / "state" / "ratio_dbs.smooshq").exists()
+
+
+def test_an_invalid_config_edit_is_rejected_whole_and_shown(tmp_path: Path, running: Any) -> None:
+    server = running(make_config(tmp_path), workers=0)
+    before = server.config
+    server._on_config_change(ConfigError("smoosh.ini: [smoosh.ratio_dbs] capacity = '0': must be an integer >= 1"))
+    assert server.config is before
+    assert server.status()["config_error"] == "smoosh.ini: [smoosh.ratio_dbs] capacity = '0': must be an integer >= 1"
+    server.apply_config(make_config(tmp_path))
+    assert server.status()["config_error"] is None

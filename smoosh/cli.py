@@ -285,6 +285,8 @@ def _setup_logging() -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    # watchdog logs every inotify event at DEBUG: far too much, even when debugging smoosh.
+    logging.getLogger("watchdog").setLevel(max(logging.INFO, logging.getLogger().level))
 
 
 def _override(config: Any, *, store: str | None, http: str | None, watch: list[str] | None) -> Any:

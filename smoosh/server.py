@@ -17,6 +17,7 @@ import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -41,11 +42,13 @@ MAX_KEY_BYTES = 4096
 #: Seconds between iterations of the server's own loop (retries, debounced events, health).
 LOOP_INTERVAL_S = 0.1
 #: Seconds between reads of running jobs' progress from the job layer (for /jobs).
-JOB_SYNC_INTERVAL_S = 2.0
+JOB_SYNC_INTERVAL_S = 1.0
 #: Threads computing priorities (each opens a database: I/O kept off the caller's thread).
 EXAMINE_THREADS = 4
 #: Seconds a clean stop may take before the daemon gives up waiting (DESIGN §5.1).
 STOP_TIMEOUT_S = 10.0
+#: Keys whose last compaction the server remembers (to not compact an unchanged file again).
+MAX_COMPACTED_KEYS = 100_000
 #: File in ``state_dir`` recording operator suspension across restarts.
 SUSPEND_FILE = "suspended.json"
 
@@ -119,6 +122,8 @@ class Server:
         self._inflight: dict[str, _InFlight] = {}
         self._running_slots = 0
         self._sizes: dict[str, tuple[int, int]] = {}
+        # key -> (file bytes after its last successful compaction, when): see _freshly_compacted.
+        self._compacted: OrderedDict[str, tuple[int, float]] = OrderedDict()
         self._history = HistoryTable(
             max_history=config.max_history,
             health_threshold_s=config.health_threshold_s,
@@ -375,7 +380,7 @@ class Server:
             priority = compactor.cleanup_priority(key)
             return self._offer(key, names, cfg, lambda ch: priority, None)
         sizes = compactor.sizes(key)
-        if sizes is None:
+        if sizes is None or self._freshly_compacted(key, sizes.file_bytes, cfg):
             return False
         if self._offer(key, names, cfg, lambda ch: self._priority(ch, key, sizes, compactor), sizes):
             return True
@@ -453,6 +458,25 @@ class Server:
                 priority = self._priority(ch, key, exact, compactor)
         return quantize(priority) if priority else 0
 
+    def _freshly_compacted(self, key: str, file_bytes: int, cfg: Config) -> bool:
+        """Whether ``key`` was compacted within ``exact_size_interval`` and its file has not grown since.
+
+        Such a file holds nothing a new compaction could reclaim, whatever its measured sizes
+        say: rows rarely fill pages completely, so even a freshly vacuumed file shows payload
+        well below its size, and without this rule it would be compacted again and again.
+        """
+        with self._lock:
+            done = self._compacted.get(key)
+        if done is None:
+            return False
+        size_after_bytes, at = done
+        if self._clock() - at >= cfg.exact_size_interval_s or file_bytes > size_after_bytes:
+            with self._lock:
+                self._compacted.pop(key, None)
+            return False
+        log.debug("%r was compacted %.0f s ago and has not grown; not queued", key, self._clock() - at)
+        return True
+
     def _has_live_job(self, key: str) -> bool:
         """One key, one job: a pending or running job of this node's type blocks routing."""
         assert self._jobs is not None
@@ -496,6 +520,11 @@ class Server:
                 reclaimed = int(data.get("reclaimed_bytes") or 0)
                 self.counters.reclaimed_bytes[channel] = self.counters.reclaimed_bytes.get(channel, 0) + reclaimed
                 self._history.record(key, FINISHED, now, channel=channel, reason=f"reclaimed {reclaimed} bytes")
+                if not key.startswith(CLEANUP_PREFIX):
+                    self._compacted[key] = (int(data.get("size_after_bytes") or 0), now)
+                    self._compacted.move_to_end(key)
+                    while len(self._compacted) > MAX_COMPACTED_KEYS:
+                        self._compacted.popitem(last=False)
                 log.info("compacted %r in %s: reclaimed %d bytes", key, channel, reclaimed)
             elif result == "gone":
                 self._history.record(key, FINISHED, now, channel=channel, reason="database gone")

@@ -26,22 +26,32 @@ def free_port() -> int:
 
 
 def write_config(base: Path, *, port: int, extra_global: str = "", channels: str = "", name: str = "smoosh.ini") -> Path:
-    """A config under ``base`` watching ``base/dbs`` with short timings for tests."""
+    """A config under ``base`` watching ``base/dbs`` with short timings for tests.
+
+    ``extra_global`` lines (``key = value``) replace the defaults of the same key.
+    """
     (base / "dbs").mkdir(exist_ok=True)
     (base / "state").mkdir(exist_ok=True)
+    settings = {
+        "watch": str(base / "dbs"),
+        "state_dir": str(base / "state"),
+        "store": f"sqlite:{base / 'state' / 'jobs.db'}",
+        "http": f"127.0.0.1:{port}",
+        "node": "testnode",
+        "wait_secs": "0",
+        "staleness": "0",
+        "job_timeout": "2s",
+        "checkpoint_interval": "1s",
+    }
+    for line in extra_global.splitlines():
+        if "=" in line:
+            key, value = line.split("=", 1)
+            settings[key.strip()] = value.strip()
+    body = "\n".join(f"{k} = {v}" for k, v in settings.items())
     path = base / name
     path.write_text(
         f"""[smoosh]
-watch = {base / 'dbs'}
-state_dir = {base / 'state'}
-store = sqlite:{base / 'state' / 'jobs.db'}
-http = 127.0.0.1:{port}
-node = testnode
-wait_secs = 0
-staleness = 0
-job_timeout = 2s
-checkpoint_interval = 1s
-{extra_global}
+{body}
 
 [smoosh.ratio_dbs]
 min_size = 64KiB

@@ -29,6 +29,15 @@ def run_in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, dict[str, An
     return thread, box
 
 
+def result_of(thread: threading.Thread, box: dict[str, Any], timeout_s: float = 15.0) -> Any:
+    """The thread's result; its exception re-raised; a clear failure if it is still running."""
+    thread.join(timeout_s)
+    if "error" in box:
+        raise box["error"]
+    assert "result" in box, f"still running after {timeout_s} s"
+    return box["result"]
+
+
 # 1. add_remove_pending
 def test_added_jobs_are_pending_and_removable_in_own_or_caller_transaction(jobs: Jobs) -> None:
     jobs.add(T1, J1, {})
@@ -168,17 +177,15 @@ def test_accept_runs_job_and_finish_stores_data(jobs: Jobs) -> None:
 
 # 18. accept_blocking
 def test_accept_blocks_until_a_job_is_added(jobs: Jobs) -> None:
-    thread, box = run_in_thread(lambda: jobs.accept(T1, timeout=10))
+    thread, box = run_in_thread(lambda: jobs.accept(T1, timeout=30))
     jobs.add(T1, J1, {})
-    thread.join(5)
-    assert box["result"][0].id == J1
+    assert result_of(thread, box)[0].id == J1
 
-    thread, box = run_in_thread(lambda: jobs.accept(T1, timeout=10))
+    thread, box = run_in_thread(lambda: jobs.accept(T1, timeout=30))
     thread.join(0.5)
     assert thread.is_alive()  # nothing pending: still waiting
     jobs.add(T1, J2, {})
-    thread.join(5)
-    assert box["result"][0].id == J2
+    assert result_of(thread, box)[0].id == J2
 
 
 def test_accept_times_out_with_not_found(jobs: Jobs) -> None:

@@ -36,20 +36,28 @@ class FakeClock:
 
 
 def make_config(tmp_path: Path, extra: str = "", channels: str = "", roots: Path | None = None) -> Any:
+    """A parsed config on tmp_path; ``extra`` lines (``key = value``) replace the [smoosh] defaults."""
     dbs = tmp_path / "dbs"
     state = tmp_path / "state"
     dbs.mkdir(exist_ok=True)
     state.mkdir(exist_ok=True)
+    settings = {
+        "watch": "",
+        "roots": str(roots or dbs),
+        "state_dir": str(state),
+        "store": "memory:",
+        "node": "t",
+        "wait_secs": "0",
+        "staleness": "5",
+        "backoff_base": "100s",
+    }
+    for line in extra.splitlines():
+        if "=" in line:
+            key, value = line.split("=", 1)
+            settings[key.strip()] = value.strip()
+    body = "\n".join(f"{k} = {v}" for k, v in settings.items())
     text = f"""[smoosh]
-watch =
-roots = {roots or dbs}
-state_dir = {state}
-store = memory:
-node = t
-wait_secs = 0
-staleness = 5
-backoff_base = 100s
-{extra}
+{body}
 
 [smoosh.ratio_dbs]
 min_size = 64KiB
@@ -318,3 +326,38 @@ def test_an_invalid_config_edit_is_rejected_whole_and_shown(tmp_path: Path, runn
     assert server.status()["config_error"] == "smoosh.ini: [smoosh.ratio_dbs] capacity = '0': must be an integer >= 1"
     server.apply_config(make_config(tmp_path))
     assert server.status()["config_error"] is None
+
+
+class CountingCompactor(FailingCompactor):
+    """Always looks bloated (as a database whose rows cannot fill its pages does) and succeeds."""
+
+    def __init__(self) -> None:
+        super().__init__(RuntimeError("unused"))
+        self.file_bytes = 10 * 1024 * 1024
+
+    def sizes(self, key: str, *, exact: bool = False) -> Sizes | None:
+        return Sizes(file_bytes=self.file_bytes, active_bytes=self.file_bytes // 4)
+
+    def compact(self, key: str, ctx: Any) -> CompactionResult:
+        self.calls += 1
+        return CompactionResult(size_before_bytes=self.file_bytes, size_after_bytes=self.file_bytes)
+
+
+def test_a_compacted_file_that_has_not_grown_is_not_compacted_again(tmp_path: Path, running: Any, dbs: Path) -> None:
+    clock = FakeClock()
+    compactor = CountingCompactor()
+    config = make_config(tmp_path, extra="staleness = 0\nexact_size_interval = 1h")
+    server = running(config, workers=1, clock=clock, compactors=[compactor])
+    key = str(dbs / "x.db")
+    server.enqueue(key)
+    wait_for(lambda: {j["key"]: j for j in server.jobs_table()}.get(key, {}).get("state") == "finished", 20,
+             what="the first compaction")
+    for _ in range(3):
+        examined = server.counters.enqueue_examined
+        server.enqueue(key)
+        wait_for(lambda: server.counters.enqueue_examined > examined, 10, what="a re-examination")
+    assert compactor.calls == 1
+    assert all(ch["waiting"]["size"] == 0 for ch in server.status()["channels"].values())
+    compactor.file_bytes += 4096  # the file grew: there may be something new to reclaim
+    server.enqueue(key)
+    wait_for(lambda: compactor.calls == 2, 20, what="a compaction of the grown file")

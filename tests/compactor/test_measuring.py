@@ -50,3 +50,4 @@ def test_in_use_is_counted_and_released(tmp_path: Path) -> None:
             assert is_in_use(db)
         assert is_in_use(db)
     assert not is_in_use(db)
+

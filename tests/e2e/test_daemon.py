@@ -1,0 +1,239 @@
+"""The daemon as a new user meets it: `smoosh run` in a subprocess, real files, real HTTP, kill -9."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from compactor.dbfactory import make_bloated_db
+from helpers.daemon import Daemon, free_port, wait_for, write_config
+
+
+@pytest.fixture
+def daemons() -> Iterator[list[Daemon]]:
+    started: list[Daemon] = []
+    yield started
+    for d in started:
+        if d.proc.poll() is None:
+            d.kill()
+
+
+def start(daemons: list[Daemon], config: Path, *args: str) -> Daemon:
+    d = Daemon(config, args=args)
+    daemons.append(d)
+    d.wait_ready()
+    return d
+
+
+def integrity(db: Path) -> str:
+    with sqlite3.connect(db) as conn:
+        return conn.execute("PRAGMA integrity_check").fetchone()[0]
+
+
+def job(d: Daemon, key: Path) -> dict[str, Any]:
+    return {j["key"]: j for j in d.get("/jobs")["jobs"]}.get(str(key), {})
+
+
+def progress_in_store(config: Path, key: Path) -> float | None:
+    """The running job's progress, read from the job store itself (no daemon in between)."""
+    from smoosh.jobs import Jobs, NotFound
+    from smoosh.store import open_store
+
+    with open_store(f"sqlite:{config.parent / 'state' / 'jobs.db'}") as store:
+        jobs = Jobs(store, monitors=False)
+        try:
+            if jobs.get_job_state("smoosh:testnode", str(key)) != "running":
+                return None
+            return float(jobs.get_job_data("smoosh:testnode", str(key)).get("progress") or 0.0)
+        except NotFound:
+            return None
+        finally:
+            jobs.close()
+
+
+def mid_compaction(config: Path, key: Path) -> bool:
+    progress = progress_in_store(config, key)
+    return progress is not None and 0 < progress < 0.8
+
+
+def smoosh_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "smoosh", *args], capture_output=True, text=True, timeout=60, cwd=cwd)
+
+
+def test_a_bloated_database_dropped_into_the_watched_directory_is_compacted(tmp_path: Path, daemons: list[Daemon]) -> None:
+    d = start(daemons, write_config(tmp_path, port=free_port()))
+    db = tmp_path / "dbs" / "tenant.db"
+    stats = make_bloated_db(str(db), rows=6000, delete_fraction=0.9)
+    before = db.stat().st_size
+    wait_for(lambda: job(d, db).get("state") == "finished", 30, what="the compaction", daemon=d)
+    after = db.stat().st_size
+    assert after < before / 4
+    assert after < stats["live_bytes"] * 1.5
+    assert integrity(db) == "ok"
+    assert d.stop() == 0
+
+
+def test_databases_present_before_the_start_are_found(tmp_path: Path, daemons: list[Daemon]) -> None:
+    config = write_config(tmp_path, port=free_port())
+    nested = tmp_path / "dbs" / "tenants" / "a"
+    nested.mkdir(parents=True)
+    db = nested / "old.db"
+    make_bloated_db(str(db), delete_fraction=0.9)
+    before = db.stat().st_size
+    d = start(daemons, config)
+    wait_for(lambda: job(d, db).get("state") == "finished", 30, what="the start-up scan to find it", daemon=d)
+    assert db.stat().st_size < before / 3
+
+
+def test_enqueue_from_the_cli_refuses_a_database_outside_roots(tmp_path: Path, daemons: list[Daemon]) -> None:
+    config = write_config(tmp_path, port=free_port())
+    d = start(daemons, config)
+    outside = tmp_path / "elsewhere.db"
+    make_bloated_db(str(outside))
+    out = smoosh_cli("enqueue", "--url", d.url, "elsewhere.db", cwd=tmp_path)
+    assert out.returncode == 1
+    assert f"rejected {outside}: outside roots ({tmp_path / 'dbs'})" in out.stderr
+    inside = tmp_path / "dbs" / "in.db"
+    make_bloated_db(str(inside))
+    out = smoosh_cli("enqueue", "--url", d.url, "dbs/in.db", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "accepted 1 key(s)" in out.stdout
+
+
+def test_suspend_holds_work_and_resume_starts_it_at_once(tmp_path: Path, daemons: list[Daemon]) -> None:
+    d = start(daemons, write_config(tmp_path, port=free_port()))
+    assert smoosh_cli("suspend", "--url", d.url).returncode == 0
+    db = tmp_path / "dbs" / "a.db"
+    make_bloated_db(str(db), delete_fraction=0.9)
+    wait_for(lambda: d.get("/status")["channels"]["ratio_dbs"]["waiting"]["size"] == 1, 20, what="queued", daemon=d)
+    status = d.get("/status")["channels"]["ratio_dbs"]
+    assert status["suspended"] is True and status["active"] == 0
+    out = smoosh_cli("status", "--url", d.url)
+    assert "ratio_dbs" in out.stdout and "suspended" in out.stdout
+    assert smoosh_cli("resume", "--url", d.url, "ratio_dbs").returncode == 0
+    wait_for(lambda: job(d, db).get("state") == "finished", 30, what="the compaction after resume", daemon=d)
+
+
+def test_kill_9_mid_compaction_leaves_the_database_intact_and_a_restart_finishes_it(
+    tmp_path: Path, daemons: list[Daemon]
+) -> None:
+    # One-page chunks make an incremental compaction slow enough to kill in the middle.
+    config = write_config(
+        tmp_path, port=free_port(), channels="[smoosh.sqlite]\nincremental_chunk_pages = 1\n"
+    )
+    db = tmp_path / "dbs" / "big.db"
+    make_bloated_db(str(db), rows=30000, delete_fraction=0.8, auto_vacuum="incremental")
+    rows_before = sqlite3.connect(db).execute("SELECT count(*) FROM docs").fetchone()[0]
+    d = start(daemons, config)
+    wait_for(lambda: mid_compaction(config, db), 30, what="the compaction to be under way", daemon=d, every_s=0.02)
+    d.kill()
+    assert integrity(db) == "ok"
+    assert sqlite3.connect(db).execute("SELECT count(*) FROM docs").fetchone()[0] == rows_before
+    size_at_kill = db.stat().st_size
+    d2 = start(daemons, config)
+    wait_for(lambda: job(d2, db).get("state") == "finished", 60, what="the compaction after restart", daemon=d2)
+    assert db.stat().st_size < size_at_kill
+    assert integrity(db) == "ok"
+
+
+def test_sigterm_stops_cleanly_and_checkpoints_the_queue(tmp_path: Path, daemons: list[Daemon]) -> None:
+    config = write_config(tmp_path, port=free_port(), extra_global="wait_secs = 3600")
+    d = start(daemons, config)
+    db = tmp_path / "dbs" / "a.db"
+    make_bloated_db(str(db))
+    wait_for(lambda: d.get("/status")["channels"]["ratio_dbs"]["waiting"]["size"] == 1, 20, what="queued", daemon=d)
+    t0 = time.monotonic()
+    assert d.stop() == 0
+    assert time.monotonic() - t0 < 10
+    from persist import read_checkpoint
+
+    assert read_checkpoint(str(tmp_path / "state" / "ratio_dbs.smooshq")) == {str(db): pytest.approx(2.5, abs=2)}
+    d2 = start(daemons, config)
+    assert d2.get("/status")["channels"]["ratio_dbs"]["waiting"]["size"] == 1
+
+
+def test_live_config_edits_add_and_remove_channels_and_reject_invalid_edits(tmp_path: Path, daemons: list[Daemon]) -> None:
+    port = free_port()
+    config = write_config(tmp_path, port=port, extra_global="wait_secs = 3600")
+    d = start(daemons, config)
+    db = tmp_path / "dbs" / "a.db"
+    make_bloated_db(str(db))
+    wait_for(lambda: d.get("/status")["channels"]["ratio_dbs"]["waiting"]["size"] == 1, 20, what="queued", daemon=d)
+
+    def replace_config(text: str) -> None:
+        tmp = config.with_suffix(".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, config)  # as editors save
+
+    original = config.read_text()
+    replace_config(original.replace("[smoosh]\n", "[smoosh]\ndb_channels = slack_dbs, night_dbs\n", 1)
+                   + "\n[smoosh.night_dbs]\nfrom = 01:00\nto = 05:00\n")
+    wait_for(lambda: set(d.get("/status")["channels"]) == {"slack_dbs", "night_dbs", "index_cleanup"},
+             10, what="the channels of the new config", daemon=d)
+    assert d.get("/status")["channels"]["night_dbs"]["window"] == "01:00-05:00 UTC"
+    assert (tmp_path / "state" / "ratio_dbs.smooshq").exists()
+
+    replace_config(original.replace("[smoosh.ratio_dbs]\n", "[smoosh.ratio_dbs]\ncapacity = 0\n"))
+    wait_for(lambda: d.get("/status")["config_error"], 10, what="the config error", daemon=d)
+    status = d.get("/status")
+    assert status["config_error"] == f"{config}: [smoosh.ratio_dbs] capacity = '0': must be an integer >= 1"
+    assert set(status["channels"]) == {"slack_dbs", "night_dbs", "index_cleanup"}  # old config in force
+    out = smoosh_cli("config", "check", "--config", str(config))
+    assert out.returncode == 1 and "capacity = '0'" in out.stderr
+
+    replace_config(original)
+    wait_for(lambda: d.get("/status")["config_error"] is None and "ratio_dbs" in d.get("/status")["channels"],
+             10, what="the fixed config", daemon=d)
+    # The re-added channel restored its checkpoint.
+    assert d.get("/status")["channels"]["ratio_dbs"]["waiting"]["size"] == 1
+
+
+def test_a_killed_worker_process_has_its_job_finished_by_another(tmp_path: Path, daemons: list[Daemon]) -> None:
+    config = write_config(
+        tmp_path, port=free_port(), channels="[smoosh.sqlite]\nincremental_chunk_pages = 1\n"
+    )
+    d = start(daemons, config, "--workers", "0")
+    db = tmp_path / "dbs" / "big.db"
+    make_bloated_db(str(db), rows=30000, delete_fraction=0.8, auto_vacuum="incremental")
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    first = subprocess.Popen([sys.executable, "-m", "smoosh", "worker", "--config", str(config)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        wait_for(lambda: mid_compaction(config, db), 30, what="the first worker to be mid-compaction",
+                 daemon=d, every_s=0.02)
+        first.kill()
+        first.wait(10)
+        assert integrity(db) == "ok"
+        second = subprocess.Popen([sys.executable, "-m", "smoosh", "worker", "--config", str(config)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        try:
+            wait_for(lambda: job(d, db).get("state") == "finished", 60, what="the second worker to finish it", daemon=d)
+        finally:
+            second.terminate()
+            second.wait(15)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert integrity(db) == "ok"
+
+
+def test_http_enqueue_validates_its_body(tmp_path: Path, daemons: list[Daemon]) -> None:
+    d = start(daemons, write_config(tmp_path, port=free_port()))
+    assert d.post("/enqueue", [1, 2]) == (400, {"error": "body must be a JSON object"})
+    assert d.post("/enqueue", {}) == (400, {"error": "body lacks 'keys'"})
+    assert d.post("/enqueue", {"keys": "x"}) == (400, {"error": "'keys' must be a list of strings"})
+    assert d.post("/enqueue", {"keys": [1]}) == (400, {"error": "'keys'[0] is not a string"})
+    code, body = d.post("/enqueue", {"keys": ["/etc/passwd", str(tmp_path / "dbs" / "x.db"), "rel"]})
+    assert code == 202
+    assert body["accepted"] == 1
+    assert [r["key"] for r in body["rejected"]] == ["/etc/passwd", "rel"]
+    assert d.post("/suspend", {"channel": "nope"}) == (404, {"error": "unknown channel 'nope'"})
+    code, _ = d.post("/suspend", b"not json")
+    assert code == 400

@@ -1,0 +1,141 @@
+"""Time windows on a real incremental compaction: the server, its channels and an in-process worker.
+
+The channels' clock is injected and moved by hand; the worker compacts a real SQLite file.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from compactor.dbfactory import make_bloated_db
+from helpers.daemon import wait_for
+from smoosh import Server
+from smoosh.config import parse_config
+
+
+class FakeClock:
+    def __init__(self, now: float) -> None:
+        self._now = now
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self._lock:
+            return self._now
+
+    def set(self, now: float) -> None:
+        with self._lock:
+            self._now = now
+
+
+class SlowChunks:
+    """The real SQLite compactor, pausing 5 ms at each chunk boundary so a test can act mid-run."""
+
+    def __init__(self, settings: Any) -> None:
+        from smoosh.compactors.sqlite import SqliteCompactor
+
+        self.inner = SqliteCompactor(settings)
+        self.name = self.inner.name
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def compact(self, key: str, ctx: Any) -> Any:
+        class Ctx:
+            def progress(self, fraction: float) -> None:
+                ctx.progress(fraction)
+
+            def on_cancel(self, fn: Any) -> None:
+                ctx.on_cancel(fn)
+
+            def checkpoint(self) -> None:
+                time.sleep(0.005)
+                ctx.checkpoint()
+
+        return self.inner.compact(key, Ctx())
+
+
+def at(day: int, hour: int, minute: int = 0) -> float:
+    return dt.datetime(2026, 11, day, hour, minute, tzinfo=dt.timezone.utc).timestamp()
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> Iterator[tuple[Any, Path, FakeClock]]:
+    dbs = tmp_path / "dbs"
+    dbs.mkdir()
+    db = dbs / "big.db"
+    # One-page chunks: the compaction takes thousands of short transactions, so there is time
+    # to move the clock while it runs.
+    make_bloated_db(str(db), rows=10000, delete_fraction=0.8, auto_vacuum="incremental")
+    text = f"""[smoosh]
+watch =
+roots = {dbs}
+state_dir = {tmp_path / 'state'}
+store = memory:
+node = t
+wait_secs = 0
+job_timeout = 3s
+db_channels = night_dbs
+
+[smoosh.night_dbs]
+priority = ratio
+min_size = 64KiB
+from = 01:00
+to = 05:00
+strict_window = true
+
+[smoosh.sqlite]
+incremental_chunk_pages = 1
+"""
+    config = parse_config(text, str(tmp_path / "smoosh.ini"))
+    clock = FakeClock(at(23, 12))
+    yield config, db, clock
+
+
+def progress_of(server: Server, key: Path) -> float | None:
+    try:
+        if server.jobs.get_job_state(server.job_type, str(key)) != "running":
+            return None
+        return float(server.jobs.get_job_data(server.job_type, str(key)).get("progress") or 0.0)
+    except Exception:
+        return None
+
+
+def test_work_waits_for_the_window_and_a_strict_window_pauses_it_between_chunks(setup: Any) -> None:
+    config, db, clock = setup
+    server = Server(config, workers=1, http=False, watch_config=False, clock=clock,
+                    compactors=[SlowChunks(config.sqlite)])
+    server.start()
+    try:
+        server.enqueue(str(db))
+        wait_for(lambda: server.status()["channels"]["night_dbs"]["waiting"]["size"] == 1, 10, what="queued")
+        time.sleep(0.5)  # several channel ticks at noon: outside the window, nothing starts
+        status = server.status()["channels"]["night_dbs"]
+        assert (status["in_window"], status["active"], status["starting"]) == (False, 0, 0)
+
+        clock.set(at(24, 1, 30))  # inside: queued work starts at once, without a new event
+        wait_for(lambda: (progress_of(server, db) or 0) > 0.05, 20, what="the compaction to run")
+
+        clock.set(at(24, 5, 30))  # leaving a strict window holds the running compaction
+        wait_for(lambda: server.status()["channels"]["night_dbs"]["in_window"] is False, 5, what="window closed")
+        time.sleep(2.5)  # the worker notices the hold within hold_poll_s (1 s)
+        held_at = progress_of(server, db)
+        time.sleep(1.0)
+        assert held_at is not None and progress_of(server, db) == held_at < 1.0
+        with sqlite3.connect(db, timeout=0) as conn:  # paused between chunks: no lock held
+            conn.execute("INSERT INTO docs (key, body) VALUES ('k', x'00')")
+
+        clock.set(at(25, 2))  # back inside: it resumes and finishes
+        wait_for(lambda: {j["key"]: j for j in server.jobs_table()}.get(str(db), {}).get("state") == "finished",
+                 60, what="the compaction to finish")
+    finally:
+        server.stop()
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert conn.execute("PRAGMA freelist_count").fetchone()[0] == 0

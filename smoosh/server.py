@@ -10,33 +10,30 @@ start compactions by adding jobs; workers run them; outcomes come back through
 
 from __future__ import annotations
 
-import fnmatch
-import json
 import logging
 import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from channels import Channel
 from smoosh import control
-from smoosh.compactors import compactor_for, load_compactors
+from smoosh.compactors import load_compactors
 from smoosh.config import ChannelConfig, Config
 from smoosh.errors import ConfigError, InvalidKey, SmooshError
 from smoosh.history import ADDED, BUSY, CRASHED, FINISHED, STARTED, HistoryTable
 from smoosh.jobs import Jobs, NotFound
-from smoosh.priority import compute, quantize
+from smoosh.priority import quantize
+from smoosh.router import CLEANUP_PREFIX, Router, db_path
 from smoosh.staleness import AccessTable
+from smoosh.suspension import Suspension
 from smoosh.status import STATUS_INTERVAL_S, write_node_status
 from smoosh.store import Store, open_store
 
 log = logging.getLogger(__name__)
 
-#: Prefix of cleanup keys: ``cleanup:<db path>``.
-CLEANUP_PREFIX = "cleanup:"
 #: Longest key accepted, in bytes of UTF-8 (PATH_MAX on Linux).
 MAX_KEY_BYTES = 4096
 #: Seconds between iterations of the server's own loop (retries, debounced events, health).
@@ -47,10 +44,6 @@ JOB_SYNC_INTERVAL_S = 1.0
 EXAMINE_THREADS = 4
 #: Seconds a clean stop may take before the daemon gives up waiting (DESIGN §5.1).
 STOP_TIMEOUT_S = 10.0
-#: Keys whose last compaction the server remembers (to not compact an unchanged file again).
-MAX_COMPACTED_KEYS = 100_000
-#: File in ``state_dir`` recording operator suspension across restarts.
-SUSPEND_FILE = "suspended.json"
 
 
 class UnknownChannel(SmooshError):
@@ -122,8 +115,6 @@ class Server:
         self._inflight: dict[str, _InFlight] = {}
         self._running_slots = 0
         self._sizes: dict[str, tuple[int, int]] = {}
-        # key -> (file bytes after its last successful compaction, when): see _freshly_compacted.
-        self._compacted: OrderedDict[str, tuple[int, float]] = OrderedDict()
         self._history = HistoryTable(
             max_history=config.max_history,
             health_threshold_s=config.health_threshold_s,
@@ -136,9 +127,9 @@ class Server:
             wal_max_size_bytes=config.wal_max_size_bytes,
             exact_size_interval_s=config.exact_size_interval_s,
         )
+        self._router = Router(self._compactors, clock=clock)
         self._channels: dict[str, Channel] = {}
-        self._suspended_all = False
-        self._suspended: set[str] = set()
+        self._suspension = Suspension(config.state_dir)
         self._config_error: str | None = None
         self._restart_required: list[str] = []
         self._own_paths: tuple[str, ...] = ()
@@ -179,7 +170,7 @@ class Server:
         self._jobs = Jobs(self._store)
         self._jobs.set_type_timeout(self.job_type, cfg.job_timeout_s)
         self._executor = ThreadPoolExecutor(max_workers=EXAMINE_THREADS, thread_name_prefix="smoosh-examine")
-        self._load_suspension()
+        self._suspension.load()
         for name, ch_cfg in cfg.channels.items():
             self._open_channel(name, ch_cfg)
         self._access.start()
@@ -309,9 +300,9 @@ class Server:
         Raises:
             InvalidKey: naming the key and the reason.
         """
-        if compactor_for(key, self._compactors) is None:
+        if self._router.compactor_for(key) is None:
             raise InvalidKey(key, "no compactor claims it")
-        path = key[len(CLEANUP_PREFIX):] if key.startswith(CLEANUP_PREFIX) else key
+        path = db_path(key)
         roots = self._config.roots
         if not roots:
             raise InvalidKey(key, "no roots configured: set [smoosh] roots or watch")
@@ -366,36 +357,20 @@ class Server:
         with self._lock:
             if self._history.waiting_retry(key):
                 return False
-        if self._is_ignored(key, cfg):
+        if self._router.is_ignored(key, cfg):
             log.debug("%r is ignored", key)
             return False
         if self._has_live_job(key):
             return False
-        compactor = compactor_for(key, self._compactors)
-        if compactor is None:
-            return False
-        cleanup = key.startswith(CLEANUP_PREFIX)
-        names = cfg.cleanup_channels if cleanup else cfg.db_channels
-        if cleanup:
-            priority = compactor.cleanup_priority(key)
-            return self._offer(key, names, cfg, lambda ch: priority, None)
-        sizes = compactor.sizes(key)
-        if sizes is None or self._freshly_compacted(key, sizes.file_bytes, cfg):
-            return False
-        if self._offer(key, names, cfg, lambda ch: self._priority(ch, key, sizes, compactor), sizes):
-            return True
-        # The cheap estimate is a lower bound: when it alone does not qualify, look at the
-        # exact payload, at most once per exact_size_interval per key.
-        if getattr(compactor, "exact_size_due", None) and compactor.exact_size_due(key):
-            exact = compactor.sizes(key, exact=True)
-            if exact is not None and exact != sizes:
-                return self._offer(key, names, cfg, lambda ch: self._priority(ch, key, exact, compactor), exact)
+        for names, sizes, priority_of in self._router.offers(key, cfg):
+            if self._offer(key, names, cfg, priority_of, sizes):
+                return True
         return False
 
     def _offer(
         self,
         key: str,
-        names: tuple[str, ...],
+        names: Sequence[str],
         cfg: Config,
         priority_of: Callable[[ChannelConfig], float],
         sizes: Any,
@@ -421,62 +396,6 @@ class Server:
             return True
         return False
 
-    def _priority(self, ch: ChannelConfig, key: str, sizes: Any, compactor: Any) -> float:
-        needs_upgrade = ch.priority == "upgrade" and compactor.needs_upgrade(key)
-        return compute(
-            ch.priority,
-            file=sizes.file_bytes,
-            active=sizes.active_bytes,
-            min_priority=ch.min_priority,
-            max_priority=ch.max_priority,
-            min_size=ch.min_size_bytes,
-            max_size=ch.max_size_bytes,
-            changes=sizes.changes,
-            min_changes=ch.min_changes,
-            needs_upgrade=needs_upgrade,
-        )
-
-    def _recheck(self, name: str, key: str) -> float:
-        """The priority re-check a channel runs before starting ``key`` (current config)."""
-        cfg = self._config
-        ch = cfg.channels.get(name)
-        if ch is None or self._is_ignored(key, cfg):
-            return 0
-        compactor = compactor_for(key, self._compactors)
-        if compactor is None:
-            return 0
-        if key.startswith(CLEANUP_PREFIX):
-            return compactor.cleanup_priority(key)
-        sizes = compactor.sizes(key)
-        if sizes is None:
-            return 0
-        priority = self._priority(ch, key, sizes, compactor)
-        if not priority:
-            # Accepted on exact sizes, perhaps: the work is about to start, so measure exactly.
-            exact = compactor.sizes(key, exact=True)
-            if exact is not None:
-                priority = self._priority(ch, key, exact, compactor)
-        return quantize(priority) if priority else 0
-
-    def _freshly_compacted(self, key: str, file_bytes: int, cfg: Config) -> bool:
-        """Whether ``key`` was compacted within ``exact_size_interval`` and its file has not grown since.
-
-        Such a file holds nothing a new compaction could reclaim, whatever its measured sizes
-        say: rows rarely fill pages completely, so even a freshly vacuumed file shows payload
-        well below its size, and without this rule it would be compacted again and again.
-        """
-        with self._lock:
-            done = self._compacted.get(key)
-        if done is None:
-            return False
-        size_after_bytes, at = done
-        if self._clock() - at >= cfg.exact_size_interval_s or file_bytes > size_after_bytes:
-            with self._lock:
-                self._compacted.pop(key, None)
-            return False
-        log.debug("%r was compacted %.0f s ago and has not grown; not queued", key, self._clock() - at)
-        return True
-
     def _has_live_job(self, key: str) -> bool:
         """One key, one job: a pending or running job of this node's type blocks routing."""
         assert self._jobs is not None
@@ -484,13 +403,6 @@ class Server:
             return self._jobs.get_job_state(self.job_type, key) in ("pending", "running")
         except NotFound:
             return False
-
-    def _is_ignored(self, key: str, cfg: Config) -> bool:
-        path = key[len(CLEANUP_PREFIX):] if key.startswith(CLEANUP_PREFIX) else key
-        for pattern in cfg.ignore:
-            if path == pattern or fnmatch.fnmatchcase(path, pattern):
-                return True
-        return False
 
     # ------------------------------------------------------------------ channel callbacks
 
@@ -520,11 +432,7 @@ class Server:
                 reclaimed = int(data.get("reclaimed_bytes") or 0)
                 self.counters.reclaimed_bytes[channel] = self.counters.reclaimed_bytes.get(channel, 0) + reclaimed
                 self._history.record(key, FINISHED, now, channel=channel, reason=f"reclaimed {reclaimed} bytes")
-                if not key.startswith(CLEANUP_PREFIX):
-                    self._compacted[key] = (int(data.get("size_after_bytes") or 0), now)
-                    self._compacted.move_to_end(key)
-                    while len(self._compacted) > MAX_COMPACTED_KEYS:
-                        self._compacted.popitem(last=False)
+                self._router.record_compacted(key, int(data.get("size_after_bytes") or 0), now)
                 log.info("compacted %r in %s: reclaimed %d bytes", key, channel, reclaimed)
             elif result == "gone":
                 self._history.record(key, FINISHED, now, channel=channel, reason="database gone")
@@ -549,11 +457,7 @@ class Server:
         """
         targets = self._targets(channel)
         with self._lock:
-            if channel is None:
-                self._suspended_all = True
-            else:
-                self._suspended.add(channel)
-            self._save_suspension()
+            self._suspension.suspend(channel)
         for ch in targets:
             ch.suspend()
 
@@ -565,16 +469,7 @@ class Server:
         """
         targets = self._targets(channel)
         with self._lock:
-            if channel is None:
-                self._suspended_all = False
-                self._suspended.clear()
-            else:
-                if self._suspended_all:
-                    # Resuming one channel of a suspend-all keeps the others suspended.
-                    self._suspended_all = False
-                    self._suspended = set(self._channels) - {channel}
-                self._suspended.discard(channel)
-            self._save_suspension()
+            self._suspension.resume(channel, list(self._channels))
         for ch in targets:
             ch.resume()
 
@@ -594,37 +489,6 @@ class Server:
         if ch is None:
             raise UnknownChannel(channel)
         return [ch]
-
-    def _is_suspended(self, name: str) -> bool:
-        return self._suspended_all or name in self._suspended
-
-    def _load_suspension(self) -> None:
-        path = os.path.join(self._config.state_dir, SUSPEND_FILE)
-        try:
-            with open(path, encoding="utf-8") as f:
-                saved = json.load(f)
-            self._suspended_all = bool(saved.get("all", False))
-            self._suspended = {str(n) for n in saved.get("channels", [])}
-        except FileNotFoundError:
-            return
-        except (OSError, ValueError, AttributeError, TypeError) as e:
-            log.warning("ignoring unreadable suspension state %s: %s", path, e)
-
-    def _save_suspension(self) -> None:
-        path = os.path.join(self._config.state_dir, SUSPEND_FILE)
-        try:
-            if not self._suspended_all and not self._suspended:
-                if os.path.exists(path):
-                    os.unlink(path)
-                return
-            tmp = f"{path}.tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump({"all": self._suspended_all, "channels": sorted(self._suspended)}, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except OSError as e:
-            log.error("could not save suspension state to %s: %s", path, e)
 
     # ------------------------------------------------------------------ status
 
@@ -755,7 +619,7 @@ class Server:
             ch_cfg,
             jobs=self._jobs,
             job_type=self.job_type,
-            priority_of=lambda key, _name=name: self._recheck(_name, key),
+            priority_of=lambda key, _name=name: self._router.recheck(self._config, _name, key),
             on_job_done=self._on_job_done,
             on_hold=self._on_hold,
             acquire_slot=self._acquire_slot,
@@ -766,7 +630,7 @@ class Server:
             dry_run=self.dry_run,
             clock=self._clock,
         )
-        if self._is_suspended(name):
+        if self._suspension.is_suspended(name):
             channel.suspend()
         channel.start()
         self._channels[name] = channel
@@ -793,6 +657,8 @@ class Server:
                 log.info("channel %s removed from the config; closing it", name)
                 channel = self._channels.pop(name)
                 _quietly(lambda: channel.close(checkpoint=True))
+                # Its running jobs finish; a hold left on them would pause them forever.
+                _quietly(lambda: self._on_hold(name, False))
         for name, ch_cfg in new.channels.items():
             channel = self._channels.get(name)
             if channel is None:

@@ -1,0 +1,153 @@
+"""Routing decisions: which compactor owns a key, what its database measures, what each channel gives it.
+
+The server walks a key's channels in the operator's order and offers the key to the first one
+whose priority is above 0; this module supplies the measurements and the priorities, and
+remembers which files were just compacted so an unchanged one is not compacted again.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import threading
+import time
+from collections import OrderedDict
+from typing import Any, Callable, Iterator, Sequence
+
+from smoosh.compactors import compactor_for
+from smoosh.config import ChannelConfig, Config
+from smoosh.priority import compute, quantize
+
+log = logging.getLogger(__name__)
+
+#: Prefix of cleanup keys: ``cleanup:<db path>``.
+CLEANUP_PREFIX = "cleanup:"
+#: Keys whose last compaction is remembered (to not compact an unchanged file again).
+MAX_COMPACTED_KEYS = 100_000
+
+#: One way to offer a key: the channel names to try, the sizes measured, the priority per channel.
+Offer = tuple[Sequence[str], Any, Callable[[ChannelConfig], float]]
+
+
+def db_path(key: str) -> str:
+    """The database file a key names (``cleanup:`` stripped)."""
+    return key[len(CLEANUP_PREFIX):] if key.startswith(CLEANUP_PREFIX) else key
+
+
+class Router:
+    """Measures keys and prices them per channel; thread-safe.
+
+    Parameters:
+        compactors: the compactors, first claim wins.
+        clock: the wall clock (unix seconds).
+    """
+
+    def __init__(self, compactors: list[Any], *, clock: Callable[[], float] = time.time) -> None:
+        self.compactors = compactors
+        self._clock = clock
+        self._lock = threading.Lock()
+        # key -> (file bytes after its last successful compaction, when): see freshly_compacted.
+        self._compacted: OrderedDict[str, tuple[int, float]] = OrderedDict()
+
+    def compactor_for(self, key: str) -> Any:
+        """The compactor that claims ``key``, or None."""
+        return compactor_for(key, self.compactors)
+
+    @staticmethod
+    def is_ignored(key: str, cfg: Config) -> bool:
+        """Whether ``[smoosh.ignore]`` names the key's database (exactly or by glob)."""
+        path = db_path(key)
+        return any(path == pattern or fnmatch.fnmatchcase(path, pattern) for pattern in cfg.ignore)
+
+    def offers(self, key: str, cfg: Config) -> Iterator[Offer]:
+        """The ways to offer ``key`` to its channels, cheapest measurement first.
+
+        Yields nothing for a missing database or one compacted recently that has not grown. For
+        a database the cheap size estimate comes first; the exact one follows only when the
+        compactor says it is due (at most once per ``exact_size_interval`` per key), because the
+        estimate is a lower bound and may not qualify where the truth does.
+        """
+        compactor = self.compactor_for(key)
+        if compactor is None:
+            return
+        if key.startswith(CLEANUP_PREFIX):
+            priority = compactor.cleanup_priority(key)
+            yield cfg.cleanup_channels, None, lambda ch: priority
+            return
+        sizes = compactor.sizes(key)
+        if sizes is None or self.freshly_compacted(key, sizes.file_bytes, cfg):
+            return
+        yield cfg.db_channels, sizes, lambda ch: self.priority(ch, key, sizes, compactor)
+        exact_due = getattr(compactor, "exact_size_due", None)
+        if exact_due is not None and exact_due(key):
+            exact = compactor.sizes(key, exact=True)
+            if exact is not None and exact != sizes:
+                yield cfg.db_channels, exact, lambda ch: self.priority(ch, key, exact, compactor)
+
+    @staticmethod
+    def priority(ch: ChannelConfig, key: str, sizes: Any, compactor: Any) -> float:
+        """The channel's priority for a database of these sizes (not yet quantized)."""
+        needs_upgrade = ch.priority == "upgrade" and compactor.needs_upgrade(key)
+        return compute(
+            ch.priority,
+            file=sizes.file_bytes,
+            active=sizes.active_bytes,
+            min_priority=ch.min_priority,
+            max_priority=ch.max_priority,
+            min_size=ch.min_size_bytes,
+            max_size=ch.max_size_bytes,
+            changes=sizes.changes,
+            min_changes=ch.min_changes,
+            needs_upgrade=needs_upgrade,
+        )
+
+    def recheck(self, cfg: Config, name: str, key: str) -> float:
+        """The priority re-check a channel runs before starting ``key``, with the current config."""
+        ch = cfg.channels.get(name)
+        if ch is None or self.is_ignored(key, cfg):
+            return 0
+        compactor = self.compactor_for(key)
+        if compactor is None:
+            return 0
+        if key.startswith(CLEANUP_PREFIX):
+            return compactor.cleanup_priority(key)
+        sizes = compactor.sizes(key)
+        if sizes is None:
+            return 0
+        priority = self.priority(ch, key, sizes, compactor)
+        if not priority:
+            # Accepted on exact sizes, perhaps: the work is about to start, so measure exactly.
+            exact = compactor.sizes(key, exact=True)
+            if exact is not None:
+                priority = self.priority(ch, key, exact, compactor)
+        return quantize(priority) if priority else 0
+
+    def record_compacted(self, key: str, size_after_bytes: int, now: float) -> None:
+        """Remember a successful compaction of ``key`` (cleanup keys are not remembered)."""
+        if key.startswith(CLEANUP_PREFIX):
+            return
+        with self._lock:
+            self._compacted[key] = (size_after_bytes, now)
+            self._compacted.move_to_end(key)
+            while len(self._compacted) > MAX_COMPACTED_KEYS:
+                self._compacted.popitem(last=False)
+
+    def freshly_compacted(self, key: str, file_bytes: int, cfg: Config) -> bool:
+        """Whether ``key`` was compacted within ``exact_size_interval`` and its file has not grown since.
+
+        Such a file holds nothing a new compaction could reclaim, whatever its measured sizes
+        say: rows rarely fill pages completely, so even a freshly vacuumed file shows payload
+        well below its size, and without this rule it would be compacted again and again.
+        """
+        with self._lock:
+            done = self._compacted.get(key)
+        if done is None:
+            return False
+        size_after_bytes, at = done
+        age_s = self._clock() - at
+        if age_s >= cfg.exact_size_interval_s or file_bytes > size_after_bytes:
+            with self._lock:
+                self._compacted.pop(key, None)
+            return False
+        log.debug("%r was compacted %.0f s ago and has not grown; not queued", key, age_s)
+        return True

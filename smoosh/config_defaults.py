@@ -106,7 +106,7 @@ DEFAULT_WATCH = ("var/databases",)
 #: Address of the admin API; loopback, so no token is needed.
 DEFAULT_HTTP = "127.0.0.1:5986"
 
-#: A job-running worker that stops heartbeating for this long counts as unhealthy, seconds.
+#: Crashes closer than this to the event before them count as consecutive (backoff), seconds.
 DEFAULT_HEALTH_THRESHOLD_S = 120.0
 
 #: First retry delay after a failed compaction, doubled per consecutive failure, seconds.
@@ -121,10 +121,10 @@ DEFAULT_JOB_TIMEOUT_S = 30.0
 #: Compactions running at once across all channels.
 DEFAULT_MAX_JOBS = 4
 
-#: How often the global cap and rotation are re-evaluated, in seconds.
+#: How often rotation would run, in seconds (accepted; rotation is not implemented yet).
 DEFAULT_INTERVAL_S = 60.0
 
-#: Jobs the rotation may stop and start per interval.
+#: Jobs rotation may stop and start per interval (accepted; rotation is not implemented yet).
 DEFAULT_MAX_CHURN = 20
 
 #: A key no channel took is not re-examined on file events for this long, in seconds.

@@ -258,6 +258,11 @@ class SqliteStore(BufferedStore):
         self._stop = threading.Event()
         self._last_prune = 0.0
         try:
+            # A new user's `sqlite:var/jobs.db` should just work: create the directory too.
+            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        except OSError as e:
+            raise StoreUnavailable(f"cannot open SQLite store {self.path!r}: {e}") from e
+        try:
             self._writer = self._connect()
             self._writer.execute("PRAGMA journal_mode=WAL")
             self._writer.execute("PRAGMA synchronous=FULL")

@@ -25,3 +25,11 @@ def test_fdb_without_the_native_client_names_what_to_install():
     with pytest.raises(StoreUnavailable) as e:
         open_store("fdb:")
     assert "install smoosh[fdb] and the FoundationDB client library (libfdb_c)" in str(e.value)
+
+
+def test_a_sqlite_store_creates_its_directory(tmp_path) -> None:
+    from smoosh.store import open_store
+
+    with open_store(f"sqlite:{tmp_path / 'new' / 'dir' / 'jobs.db'}") as store:
+        store.transact(lambda tr: tr.set(b"k", b"v"))
+    assert (tmp_path / "new" / "dir" / "jobs.db").exists()

@@ -25,6 +25,28 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def config_text(settings: dict[str, str], *, extra_global: str = "", channels: str = "") -> str:
+    """Ini text for tests: ``[smoosh]`` from ``settings`` (``extra_global`` lines replace keys),
+    small ``min_size`` / ``min_priority`` on the ratio and slack channels, then ``channels``."""
+    merged = dict(settings)
+    for line in extra_global.splitlines():
+        if "=" in line:
+            key, value = line.split("=", 1)
+            merged[key.strip()] = value.strip()
+    body = "\n".join(f"{k} = {v}" for k, v in merged.items())
+    return f"""[smoosh]
+{body}
+
+[smoosh.ratio_dbs]
+min_size = 64KiB
+
+[smoosh.slack_dbs]
+min_size = 64KiB
+min_priority = 64KiB
+{channels}
+"""
+
+
 def write_config(base: Path, *, port: int, extra_global: str = "", channels: str = "", name: str = "smoosh.ini") -> Path:
     """A config under ``base`` watching ``base/dbs`` with short timings for tests.
 
@@ -43,25 +65,8 @@ def write_config(base: Path, *, port: int, extra_global: str = "", channels: str
         "job_timeout": "2s",
         "checkpoint_interval": "1s",
     }
-    for line in extra_global.splitlines():
-        if "=" in line:
-            key, value = line.split("=", 1)
-            settings[key.strip()] = value.strip()
-    body = "\n".join(f"{k} = {v}" for k, v in settings.items())
     path = base / name
-    path.write_text(
-        f"""[smoosh]
-{body}
-
-[smoosh.ratio_dbs]
-min_size = 64KiB
-
-[smoosh.slack_dbs]
-min_size = 64KiB
-min_priority = 64KiB
-{channels}
-"""
-    )
+    path.write_text(config_text(settings, extra_global=extra_global, channels=channels))
     return path
 
 

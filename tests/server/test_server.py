@@ -10,7 +10,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from helpers.daemon import wait_for
+from helpers.daemon import config_text, wait_for
 from compactor.dbfactory import make_bloated_db
 from smoosh import InvalidKey, Server
 from smoosh.compactors.base import Busy, CompactionResult, Sizes
@@ -51,22 +51,7 @@ def make_config(tmp_path: Path, extra: str = "", channels: str = "", roots: Path
         "staleness": "5",
         "backoff_base": "100s",
     }
-    for line in extra.splitlines():
-        if "=" in line:
-            key, value = line.split("=", 1)
-            settings[key.strip()] = value.strip()
-    body = "\n".join(f"{k} = {v}" for k, v in settings.items())
-    text = f"""[smoosh]
-{body}
-
-[smoosh.ratio_dbs]
-min_size = 64KiB
-
-[smoosh.slack_dbs]
-min_size = 64KiB
-min_priority = 64KiB
-{channels}
-"""
+    text = config_text(settings, extra_global=extra, channels=channels)
     path = tmp_path / "smoosh.ini"
     path.write_text(text)
     return parse_config(text, str(path))
@@ -361,3 +346,24 @@ def test_a_compacted_file_that_has_not_grown_is_not_compacted_again(tmp_path: Pa
     compactor.file_bytes += 4096  # the file grew: there may be something new to reclaim
     server.enqueue(key)
     wait_for(lambda: compactor.calls == 2, 20, what="a compaction of the grown file")
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the death is the point
+def test_a_channel_whose_thread_died_is_restarted_from_its_checkpoint(tmp_path: Path, running: Any, dbs: Path) -> None:
+    db = dbs / "a.db"
+    make_bloated_db(str(db))
+    server = running(make_config(tmp_path, extra="checkpoint_interval = 1s"), workers=0, dry_run=True)
+    server.enqueue(str(db))
+    checkpoint = tmp_path / "state" / "ratio_dbs.smooshq"
+    wait_for(checkpoint.exists, 10, what="the channel's checkpoint")
+    crashed = server._channels["ratio_dbs"]
+
+    def die(now: float) -> None:
+        raise SystemExit  # a BaseException: the channel's loop does not survive it
+
+    crashed.tick = die  # type: ignore[method-assign]
+    wait_for(lambda: not crashed.is_alive(), 10, what="the channel thread to die")
+    server.tick(server._clock())
+    restarted = server._channels["ratio_dbs"]
+    assert restarted is not crashed and restarted.is_alive()
+    assert [k for k, _ in restarted.waiting()] == [str(db)]

@@ -405,6 +405,21 @@ class Channel:
             keys.update(self._active)
         return keys
 
+    def try_snapshot(self, timeout_s: float = 0.05) -> tuple[set[str], list[tuple[str, float]]] | None:
+        """``(keys(), waiting())`` taken together, or None if the channel stays busy past ``timeout_s``.
+
+        For readers that must never wait on a slow or stuck channel (the status table).
+        """
+        if not self._lock.acquire(timeout=timeout_s):
+            return None
+        try:
+            keys = set(self._queue)
+            keys.update(self._starting)
+            keys.update(self._active)
+            return keys, self._queue.items()
+        finally:
+            self._lock.release()
+
     def waiting(self) -> list[tuple[str, float]]:
         """Return the waiting ``(key, priority)`` pairs, highest first (oldest among equals)."""
         with self._lock:

@@ -132,6 +132,8 @@ class Server:
         self._suspension = Suspension(config.state_dir)
         self._config_error: str | None = None
         self._restart_required: list[str] = []
+        # channel -> (reclaimable bytes, would-run list) last computed: shown while it is busy.
+        self._last_estimates: dict[str, tuple[int, list[list[Any]]]] = {}
         self._own_paths: tuple[str, ...] = ()
         self._state_dir_ok = False
 
@@ -500,17 +502,25 @@ class Server:
             sizes = dict(self._sizes)
         for name, channel in list(self._channels.items()):
             entry = dict(channel.status())
-            reclaimable = 0
-            for key in channel.keys():
-                file_active = sizes.get(key)
-                if file_active is not None:
-                    reclaimable += max(0, file_active[0] - file_active[1])
+            snapshot = channel.try_snapshot()
+            if snapshot is None:
+                # A busy or stuck channel: show the last estimate rather than wait for it.
+                reclaimable, would_run = self._last_estimates.get(name, (0, []))
+            else:
+                keys, waiting = snapshot
+                reclaimable = 0
+                for key in keys:
+                    file_active = sizes.get(key)
+                    if file_active is not None:
+                        reclaimable += max(0, file_active[0] - file_active[1])
+                would_run = [[k, p] for k, p in waiting[:100]]
+                self._last_estimates[name] = (reclaimable, would_run)
             entry["reclaimable_bytes"] = reclaimable
             ch_cfg = self._config.channels.get(name)
             window = getattr(ch_cfg, "window", None)
             entry["window"] = str(window) if window is not None else "always"
             if self.dry_run:
-                entry["would_run"] = [[k, p] for k, p in channel.waiting()[:100]]
+                entry["would_run"] = would_run
             total += reclaimable
             channels[name] = entry
         return {

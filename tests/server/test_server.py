@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -367,3 +368,19 @@ def test_a_channel_whose_thread_died_is_restarted_from_its_checkpoint(tmp_path: 
     restarted = server._channels["ratio_dbs"]
     assert restarted is not crashed and restarted.is_alive()
     assert [k for k, _ in restarted.waiting()] == [str(db)]
+
+
+def test_status_answers_at_once_while_a_channel_is_stuck(tmp_path: Path, running: Any, dbs: Path) -> None:
+    db = dbs / "a.db"
+    make_bloated_db(str(db))
+    server = running(make_config(tmp_path), workers=0, dry_run=True)
+    server.enqueue(str(db))
+    wait_for(lambda: server.status()["channels"]["ratio_dbs"]["reclaimable_bytes"] > 0, 10, what="the estimate")
+    before = server.status()["channels"]["ratio_dbs"]
+    stuck = server._channels["ratio_dbs"]
+    with stuck._lock:  # the channel is stuck holding its lock
+        t0 = time.monotonic()
+        during = server.status()["channels"]["ratio_dbs"]
+        assert time.monotonic() - t0 < 1.0
+    assert during["reclaimable_bytes"] == before["reclaimable_bytes"]
+    assert during["would_run"] == before["would_run"]

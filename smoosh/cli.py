@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 from typing import Any, Sequence
@@ -21,6 +22,12 @@ log = logging.getLogger("smoosh")
 
 #: Seconds the CLI waits for the daemon's HTTP API before giving up.
 HTTP_TIMEOUT_S = 30.0
+#: Seconds between two redraws of ``smoosh status --watch``.
+WATCH_INTERVAL_S = 1.0
+#: Seconds the main loop of ``smoosh run`` sleeps between looks at the stop flag.
+MAIN_LOOP_INTERVAL_S = 0.5
+#: Seconds between two STATUS= summaries sent to systemd (only sent when the text changed).
+STATUS_NOTIFY_INTERVAL_S = 5.0
 
 
 class CliError(SmooshError):
@@ -76,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--url", metavar="URL", help="the daemon's admin API (default: http:// + config http)")
     p.add_argument("--json", action="store_true", help="print JSON as served")
     p.add_argument("--jobs", action="store_true", help="per-key state, progress and history")
+    p.add_argument("--watch", action="store_true",
+                   help="on a terminal, redraw the table and running compactions every second until Ctrl-C")
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("enqueue", help="ask the daemon to consider databases for compaction")
@@ -97,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     with_config(c)
     c.set_defaults(func=cmd_config_check)
 
+    p = sub.add_parser("demo", help="compact a few bloated SQLite files in a temp dir, start to finish")
+    p.set_defaults(func=cmd_demo)
+
     from smoosh.jobs.cli import add_jobs_parser
 
     add_jobs_parser(sub)
@@ -110,7 +122,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """``smoosh run``: the daemon in the foreground until SIGTERM/SIGINT; SIGHUP re-reads the config."""
+    """``smoosh run``: the daemon in the foreground until SIGTERM/SIGINT; SIGHUP re-reads the config.
+
+    Under systemd (``Type=notify``) it reports READY=1 once serving, a STATUS= summary, WATCHDOG=1
+    pings from this main loop at half ``WatchdogSec``, and STOPPING=1 when it begins to stop.
+    """
+    from smoosh import systemd
     from smoosh.config import load_config
     from smoosh.server import Server
 
@@ -119,20 +136,94 @@ def cmd_run(args: argparse.Namespace) -> int:
     for warning in config.warnings:
         log.warning("config: %s", warning)
     config = _override(config, store=args.store, http=args.http, watch=args.watch)
+    _check_http_token(config, overridden=args.http is not None)
     server = Server(config, workers=args.workers, dry_run=args.dry_run)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     if hasattr(signal, "SIGHUP"):
-        signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=server.reload_config, daemon=True).start())
+        signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=_reload, args=(server,), daemon=True).start())
     server.start()
     log.info("effective config: %s", config.describe() if hasattr(config, "describe") else config.path)
+    systemd.ready()
+    watchdog_s = systemd.watchdog_interval_s()
+    # Pings come from this loop, not a side thread: a hung loop must stop them (systemd then restarts us).
+    ping_every_s = watchdog_s / 2 if watchdog_s else None
+    wait_s = min(MAIN_LOOP_INTERVAL_S, ping_every_s) if ping_every_s else MAIN_LOOP_INTERVAL_S
+    next_ping = next_status = 0.0
+    last_status = ""
     try:
-        while not stop.wait(0.5):
-            pass
+        while True:
+            now = time.monotonic()
+            if ping_every_s is not None and now >= next_ping:
+                systemd.watchdog_ping()
+                next_ping = now + ping_every_s
+            if now >= next_status:
+                next_status = now + STATUS_NOTIFY_INTERVAL_S
+                try:
+                    text = status_summary(server.status())
+                except Exception:  # a summary is cosmetic: never let it end the daemon
+                    log.exception("could not summarise the status for systemd")
+                    text = last_status
+                if text != last_status:
+                    systemd.status(text)
+                    last_status = text
+            if stop.wait(wait_s):
+                break
     finally:
+        systemd.stopping()
         server.stop()
     return 0
+
+
+def _reload(server: Any) -> None:
+    """SIGHUP: re-read the config, telling systemd a reload is in progress until it is done."""
+    from smoosh import systemd
+
+    systemd.reloading()
+    try:
+        server.reload_config()
+    finally:
+        systemd.ready()
+
+
+def _check_http_token(config: Any, *, overridden: bool) -> None:
+    """An off-loopback admin API needs a token (``--http`` bypasses the config file's own check).
+
+    Raises:
+        ConfigError: naming ``http`` and ``token``.
+    """
+    from smoosh.http import is_loopback, parse_address
+
+    if not config.http or config.token:
+        return
+    try:
+        host, _port = parse_address(config.http)
+    except ValueError as e:
+        raise ConfigError(f"--http {config.http!r}: {e}", key="http", value=config.http) from None
+    if not is_loopback(host):
+        where = "--http" if overridden else f"{config.path or 'defaults'}: [smoosh] http"
+        raise ConfigError(
+            f"{where} = {config.http!r}: binding off loopback needs [smoosh] token",
+            path=config.path, section="smoosh", key="http", value=config.http,
+        )
+
+
+def status_summary(status: dict[str, Any]) -> str:
+    """One line for systemd's STATUS=: ``"3 active, 1 starting, 12 waiting, 2 channel(s) suspended"``."""
+    channels = status.get("channels", {}).values()
+    active = sum(int(c.get("active", 0)) for c in channels)
+    starting = sum(int(c.get("starting", 0)) for c in channels)
+    waiting = sum(int((c.get("waiting") or {}).get("size", 0)) for c in channels)
+    parts = [f"{active} active", f"{starting} starting", f"{waiting} waiting"]
+    suspended = sum(1 for c in channels if c.get("suspended"))
+    if suspended:
+        parts.append(f"{suspended} channel(s) suspended")
+    if status.get("dry_run"):
+        parts.append("dry run")
+    if status.get("config_error"):
+        parts.append("config edit rejected")
+    return ", ".join(parts)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -146,7 +237,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    """``smoosh status``: the daemon's status table, or every node's record from a store."""
+    """``smoosh status``: the daemon's status table, or every node's record from a store.
+
+    ``--watch`` on a terminal redraws the table and the running compactions (with progress
+    bars) every second until Ctrl-C; in a pipe it prints them once.
+    """
     if args.store:
         from smoosh.status import read_cluster_status
 
@@ -157,6 +252,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(format_cluster(nodes))
         return 0
     url = _base_url(args)
+    if args.watch and not args.json:
+        return _watch_status(url)
     if args.jobs:
         body = _http("GET", f"{url}/jobs")
         print(jsonutil.dumps(body, indent=2) if args.json else format_jobs(body.get("jobs", [])))
@@ -164,6 +261,27 @@ def cmd_status(args: argparse.Namespace) -> int:
     body = _http("GET", f"{url}/status")
     print(jsonutil.dumps(body, indent=2) if args.json else format_status(body))
     return 0
+
+
+def _watch_status(url: str) -> int:
+    """The status table plus running compactions: redrawn every second on a terminal, once in a pipe."""
+    from smoosh import terminal
+
+    def frame(bars: bool) -> str:
+        status = _http("GET", f"{url}/status")
+        jobs = _http("GET", f"{url}/jobs").get("jobs", [])
+        return format_status(status) + "\n\n" + terminal.format_running(jobs, bars=bars)
+
+    if not terminal.is_tty(sys.stdout):
+        print(frame(bars=False))
+        return 0
+    screen = terminal.Screen(sys.stdout)
+    try:
+        while True:
+            screen.draw(frame(bars=True) + f"\n\n{url}  (Ctrl-C to quit)")
+            time.sleep(WATCH_INTERVAL_S)
+    except KeyboardInterrupt:
+        return 0
 
 
 def cmd_enqueue(args: argparse.Namespace) -> int:
@@ -199,6 +317,13 @@ def cmd_config_check(args: argparse.Namespace) -> int:
         print(f"warning: {warning}", file=sys.stderr)
     print(f"{config.path or 'defaults'}: ok ({len(config.channels)} channel(s))")
     return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """``smoosh demo``: bloated SQLite files in a temp dir, compacted by an in-process daemon."""
+    from smoosh.demo import run_demo
+
+    return run_demo()
 
 
 # ---------------------------------------------------------------------------- formatting

@@ -209,7 +209,12 @@ class _Handler(BaseHTTPRequestHandler):
         except ImportError:
             self._send(HTTPStatus.NOT_FOUND, {"error": "metrics are not available in this build"})
             return
-        body, content_type = render(self.admin.smoosh)
+        try:
+            body, content_type = render(self.admin.smoosh)
+        except Exception as e:  # a failed scrape is an answer, not a dropped connection
+            log.exception("rendering /metrics failed")
+            self._send(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"metrics failed: {e}"})
+            return
         self.send_response(HTTPStatus.OK)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))

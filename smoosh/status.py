@@ -62,8 +62,10 @@ def read_node_statuses(store: Store, now: float | None = None) -> dict[str, dict
     nodes: dict[str, dict[str, Any]] = {}
     for key, value in rows:
         node = tuples.unpack(key)[-1]
+        if len(value) > MAX_RECORD_BYTES:
+            continue  # not a record smoosh wrote: refuse to decode it
         try:
-            record = msgpack.unpackb(value, raw=False, max_buffer_size=MAX_RECORD_BYTES)
+            record = msgpack.unpackb(value, raw=False)
         except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
             continue
         if not isinstance(record, dict):

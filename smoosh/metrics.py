@@ -1,0 +1,154 @@
+"""Prometheus metrics for ``GET /metrics`` (DESIGN §4.2), read from the server at scrape time.
+
+The server keeps plain-int counters (:class:`smoosh.server.Counters`) and the channels
+publish status snapshots; nothing on the hot path touches prometheus_client. A custom
+collector turns both into metric families when Prometheus scrapes, on a private
+``CollectorRegistry`` per server, so two servers in one process (tests, embedding) never
+collide with "Duplicated timeseries" and the process-wide default registry stays clean.
+
+No metric is labelled by database: keys are unbounded, and a label per key would make the
+time-series count grow with the fleet (per-key detail lives in ``GET /jobs``).
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import TYPE_CHECKING, Any, Iterator
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from smoosh.server import Server
+
+__all__ = ["render", "registry_for", "SmooshCollector", "ENQUEUE_OUTCOMES"]
+
+#: Outcomes of ``smoosh_enqueue_total`` and the ``Counters`` field each one reads.
+ENQUEUE_OUTCOMES = {
+    "stale": "enqueue_stale",
+    "examined": "enqueue_examined",
+    "accepted": "enqueue_accepted",
+    "rejected": "enqueue_rejected",
+}
+
+# One registry per server. Weak keys: the registry must not keep a stopped server alive, and
+# the collector holds the server only through a weak reference for the same reason.
+_registries: weakref.WeakKeyDictionary[Any, CollectorRegistry] = weakref.WeakKeyDictionary()
+_registries_lock = threading.Lock()
+
+
+class SmooshCollector(Collector):
+    """Builds every smoosh metric family from ``server.status()`` and ``server.counters``."""
+
+    def __init__(self, server: Server) -> None:
+        self._server = weakref.ref(server)
+
+    def collect(self) -> Iterator[Metric]:
+        """Yield the metric families of one scrape (none once the server is gone)."""
+        server = self._server()
+        if server is None:
+            return
+        status = server.status()
+        counters = server.counters
+        channels: dict[str, dict[str, Any]] = status.get("channels", {})
+
+        count = GaugeMetricFamily("smoosh_channel_count", "Channels configured on this node.")
+        count.add_metric([], len(channels))
+        yield count
+
+        gauges = {
+            "active": GaugeMetricFamily(
+                "smoosh_active_jobs", "Compactions running, per channel.", labels=["channel"]),
+            "starting": GaugeMetricFamily(
+                "smoosh_starting_jobs", "Compactions added to the job layer and not yet running.", labels=["channel"]),
+            "waiting": GaugeMetricFamily(
+                "smoosh_waiting_jobs", "Keys waiting in the channel's priority queue.", labels=["channel"]),
+            "reclaimable": GaugeMetricFamily(
+                "smoosh_reclaimable_bytes",
+                "Estimated bytes the queued keys would reclaim (file - active, from their last sizes).",
+                labels=["channel"]),
+            "suspended": GaugeMetricFamily(
+                "smoosh_channel_suspended", "1 while an operator has suspended the channel.", labels=["channel"]),
+            "in_window": GaugeMetricFamily(
+                "smoosh_channel_in_window", "1 while the channel's time window is open.", labels=["channel"]),
+        }
+        evicted = CounterMetricFamily(
+            "smoosh_evicted", "Keys evicted from a full queue (lowest priority first).", labels=["channel"])
+        checkpoint_errors = CounterMetricFamily(
+            "smoosh_checkpoint_errors", "Failed writes of the channel's queue checkpoint.", labels=["channel"])
+        for name, entry in channels.items():
+            waiting = entry.get("waiting") or {}
+            gauges["active"].add_metric([name], _number(entry.get("active")))
+            gauges["starting"].add_metric([name], _number(entry.get("starting")))
+            gauges["waiting"].add_metric([name], _number(waiting.get("size")))
+            gauges["reclaimable"].add_metric([name], _number(entry.get("reclaimable_bytes")))
+            gauges["suspended"].add_metric([name], 1 if entry.get("suspended") else 0)
+            gauges["in_window"].add_metric([name], 1 if entry.get("in_window", True) else 0)
+            evicted.add_metric([name], _number(entry.get("evicted")))
+            checkpoint_errors.add_metric([name], _number(entry.get("checkpoint_errors")))
+        yield from gauges.values()
+        yield evicted
+        yield checkpoint_errors
+
+        total = GaugeMetricFamily(
+            "smoosh_node_reclaimable_bytes", "Estimated bytes all queued keys of this node would reclaim.")
+        total.add_metric([], _number(status.get("reclaimable_bytes")))
+        yield total
+
+        compactions = CounterMetricFamily(
+            "smoosh_compactions", "Finished compactions by channel and result (ok, failed, busy, interrupted, gone).",
+            labels=["channel", "result"])
+        # dict() copies under the GIL in one step: a worker's callback may add a key meanwhile.
+        for (channel, result), n in sorted(dict(counters.compactions).items()):
+            compactions.add_metric([channel, result], n)
+        yield compactions
+
+        reclaimed = CounterMetricFamily(
+            "smoosh_reclaimed_bytes", "Bytes given back to the file system by successful compactions.",
+            labels=["channel"])
+        for channel, n in sorted(dict(counters.reclaimed_bytes).items()):
+            reclaimed.add_metric([channel], n)
+        yield reclaimed
+
+        enqueues = CounterMetricFamily(
+            "smoosh_enqueue", "Enqueue requests by outcome: stale (dropped by the access table), examined "
+            "(priority computed), accepted (queued by a channel), rejected (invalid key).",
+            labels=["outcome"])
+        for outcome, attribute in ENQUEUE_OUTCOMES.items():
+            enqueues.add_metric([outcome], getattr(counters, attribute, 0))
+        yield enqueues
+
+        config_error = GaugeMetricFamily(
+            "smoosh_config_error", "1 while the last config edit was rejected (the previous config is in force).")
+        config_error.add_metric([], 1 if status.get("config_error") else 0)
+        yield config_error
+
+
+def _number(value: Any) -> float:
+    """A sample value from a status field (missing or non-numeric fields count as 0)."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+
+
+def registry_for(server: Server) -> CollectorRegistry:
+    """The private registry of ``server``, created with its collector on first use."""
+    with _registries_lock:
+        registry = _registries.get(server)
+        if registry is None:
+            registry = CollectorRegistry(auto_describe=False)
+            registry.register(SmooshCollector(server))
+            _registries[server] = registry
+        return registry
+
+
+def render(server: Server) -> tuple[bytes, str]:
+    """Scrape ``server`` now.
+
+    Parameters:
+        server: a started :class:`smoosh.server.Server`.
+
+    Returns:
+        ``(body, content_type)``: the Prometheus text exposition and its content type.
+    """
+    return generate_latest(registry_for(server)), CONTENT_TYPE_LATEST

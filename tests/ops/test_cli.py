@@ -1,0 +1,110 @@
+"""The operator's commands against a real daemon: the status table, JSON, jobs, --watch, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from opslib import PausedDaemon, request, smoosh_cli
+
+from helpers.daemon import free_port
+
+HEADER = ["CHANNEL", "ACTIVE", "STARTING", "WAITING", "MIN", "MAX", "WINDOW", "PAUSED", "RECLAIMABLE"]
+
+
+def rows(text: str) -> dict[str, list[str]]:
+    """The table's rows by channel name, each split into its columns."""
+    lines = text.splitlines()
+    assert lines[0].split() == HEADER
+    return {line.split()[0]: line.split() for line in lines[1:] if line and not line.startswith(("node ", "no ", "config", "restart"))}
+
+
+def test_status_prints_one_row_per_channel_with_counts_priorities_window_and_pause(paused: PausedDaemon) -> None:
+    out = smoosh_cli("status", "--url", paused.url)
+    assert out.returncode == 0, out.stderr
+    table = rows(out.stdout)
+    assert list(table) == ["upgrade_dbs", "ratio_dbs", "slack_dbs", "index_cleanup"]
+    name, active, starting, waiting, _min, _max, window, pause = table["ratio_dbs"][:8]
+    assert (active, starting, waiting, _max, window, pause) == ("0", "0", "3", "inf", "always", "yes")
+    assert out.stdout.splitlines()[-1].startswith("node testnode: ")
+    assert out.stdout.splitlines()[-1].endswith(" reclaimable")
+
+
+def test_status_json_is_the_daemons_body_without_infinity(paused: PausedDaemon) -> None:
+    out = smoosh_cli("status", "--url", paused.url, "--json")
+    assert out.returncode == 0
+    assert "Infinity" not in out.stdout
+    body = json.loads(out.stdout)
+    served = request(paused.url + "/status").json()
+    assert set(body) == set(served)
+    assert body["channels"]["ratio_dbs"]["waiting"]["max"] == "infinity"
+
+
+def test_status_jobs_lists_each_key_with_its_state(paused: PausedDaemon) -> None:
+    out = smoosh_cli("status", "--url", paused.url, "--jobs")
+    assert out.returncode == 0
+    assert f"{paused.fresh}  [ratio_dbs] pending 0%  errors=0" in out.stdout.splitlines()
+    as_json = json.loads(smoosh_cli("status", "--url", paused.url, "--jobs", "--json").stdout)
+    assert paused.fresh in {j["key"] for j in as_json["jobs"]}
+
+
+def test_status_watch_in_a_pipe_prints_once_and_exits(paused: PausedDaemon) -> None:
+    started = time.monotonic()
+    out = smoosh_cli("status", "--url", paused.url, "--watch", timeout_s=15)
+    assert out.returncode == 0, out.stderr
+    assert time.monotonic() - started < 10
+    assert out.stdout.count("CHANNEL") == 1
+    assert "\x1b[" not in out.stdout  # no terminal control codes in a pipe
+    assert out.stdout.rstrip().endswith("no compaction running")
+
+
+def test_status_watch_on_a_terminal_redraws_every_second_until_ctrl_c(paused: PausedDaemon) -> None:
+    leader, follower = pty.openpty()
+    env = dict(os.environ, TERM="xterm", COLUMNS="120", LINES="40")
+    proc = subprocess.Popen([sys.executable, "-m", "smoosh", "status", "--url", paused.url, "--watch"],
+                            stdin=follower, stdout=follower, stderr=follower, env=env, close_fds=True)
+    os.close(follower)
+    seen = b""
+    try:
+        deadline = time.monotonic() + 15
+        while seen.count(b"CHANNEL") < 2 and time.monotonic() < deadline:
+            ready, _, _ = select.select([leader], [], [], 0.5)
+            if ready:
+                try:
+                    seen += os.read(leader, 65536)
+                except OSError:
+                    break
+        assert seen.count(b"CHANNEL") >= 2, seen.decode(errors="replace")
+        assert b"\x1b[" in seen and b"(Ctrl-C to quit)" in seen
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+        os.close(leader)
+
+
+@pytest.mark.parametrize("action", ["suspend", "resume", "flush"])
+def test_naming_an_unknown_channel_exits_1_with_the_daemons_reason(paused: PausedDaemon, action: str) -> None:
+    out = smoosh_cli(action, "--url", paused.url, "nosuch")
+    assert out.returncode == 1
+    assert out.stderr == f"smoosh: POST {paused.url}/{action}: 404 unknown channel 'nosuch'\n"
+
+
+def test_usage_errors_exit_2_and_an_unreachable_daemon_exits_1() -> None:
+    assert smoosh_cli().returncode == 2
+    assert smoosh_cli("status", "--bogus").returncode == 2
+    assert smoosh_cli("status", "--url", "http://x", "--store", "memory:").returncode == 2
+    assert smoosh_cli("enqueue", "--url", "http://x").returncode == 2
+    port = free_port()
+    out = smoosh_cli("status", "--url", f"http://127.0.0.1:{port}")
+    assert out.returncode == 1
+    assert out.stderr.startswith(f"smoosh: cannot reach smoosh at http://127.0.0.1:{port}/status: ")

@@ -1,0 +1,78 @@
+"""`smoosh status --store`: every node's record from one shared store, no daemon contacted (DESIGN §5.7)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from opslib import smoosh_cli
+
+from helpers.daemon import Daemon, free_port, wait_for, write_config
+
+
+def test_two_daemons_sharing_a_store_are_both_listed_and_an_old_record_is_stale(tmp_path: Path, daemons: list[Daemon]) -> None:
+    store_url = f"sqlite:{tmp_path / 'shared.db'}"
+    for node in ("alpha", "beta"):
+        base = tmp_path / node
+        base.mkdir()
+        d = Daemon(write_config(base, port=free_port(), extra_global=f"node = {node}\nstore = {store_url}"))
+        daemons.append(d)
+    for d in daemons:
+        d.wait_ready()
+    d_alpha = daemons[0]
+    assert d_alpha.post("/suspend", {"channel": "slack_dbs"})[0] == 200
+
+    def both_listed() -> dict | None:
+        out = smoosh_cli("status", "--store", store_url, "--json")
+        assert out.returncode == 0, out.stderr
+        nodes = json.loads(out.stdout)["nodes"]
+        alpha = nodes.get("alpha", {}).get("channels", {}).get("slack_dbs", {})
+        return nodes if "beta" in nodes and alpha.get("suspended") else None
+
+    nodes = wait_for(both_listed, 15, what="both nodes' records, alpha's showing the suspension", daemon=d_alpha)
+    assert set(nodes) == {"alpha", "beta"}
+    for name, record in nodes.items():
+        assert {"updated_at", "stale", "channels"} <= set(record), name
+        assert record["stale"] is False
+        assert abs(record["updated_at"] - time.time()) < 15
+        ratio = record["channels"]["ratio_dbs"]
+        assert {"active", "starting", "waiting", "paused", "suspended", "in_window", "reclaimable_bytes"} <= set(ratio)
+    assert nodes["beta"]["channels"]["slack_dbs"]["suspended"] is False
+
+    text = smoosh_cli("status", "--store", store_url)
+    assert text.returncode == 0
+    headers = [line for line in text.stdout.splitlines() if line.startswith("== ")]
+    assert [h.split(",")[0] for h in headers] == ["== alpha", "== beta"]
+    assert "(stale)" not in text.stdout
+
+
+def test_a_record_older_than_15_s_is_marked_stale(tmp_path: Path) -> None:
+    from smoosh.status import write_node_status
+    from smoosh.store import open_store
+
+    store_url = f"sqlite:{tmp_path / 'shared.db'}"
+    status = {"channels": {"ratio_dbs": {"active": 0, "starting": 0, "waiting": {"size": 1, "min": 2.0, "max": float("inf")},
+                                         "paused": False, "suspended": False, "in_window": True, "reclaimable_bytes": 10}},
+              "reclaimable_bytes": 10}
+    now = time.time()
+    with open_store(store_url) as store:
+        write_node_status(store, "old", status, now - 60)
+        write_node_status(store, "fresh", status, now)
+    out = smoosh_cli("status", "--store", store_url, "--json")
+    assert out.returncode == 0, out.stderr
+    assert "Infinity" not in out.stdout
+    nodes = json.loads(out.stdout)["nodes"]
+    assert nodes["old"]["stale"] is True and nodes["fresh"]["stale"] is False
+    assert nodes["old"]["updated_at"] == now - 60
+    assert nodes["old"]["channels"]["ratio_dbs"]["waiting"]["max"] == "infinity"
+    text = smoosh_cli("status", "--store", store_url).stdout
+    assert f"== old (stale), updated {now - 60:.0f}" in text
+    assert f"== fresh, updated {now:.0f}" in text
+
+
+def test_an_empty_store_says_so(tmp_path: Path) -> None:
+    out = smoosh_cli("status", "--store", f"sqlite:{tmp_path / 'empty.db'}")
+    assert (out.returncode, out.stdout) == (0, "no node has written a status record to this store\n")
+    out = smoosh_cli("status", "--store", f"sqlite:{tmp_path / 'empty.db'}", "--json")
+    assert json.loads(out.stdout) == {"nodes": {}}

@@ -1,0 +1,62 @@
+"""A stuck channel never delays the status table: /status, /metrics and `smoosh status` still answer."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from opslib import request, smoosh_cli
+
+from helpers.daemon import write_config
+
+#: The most /status may take while a channel's lock is held by someone else.
+ANSWER_WITHIN_S = 1.0
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[object]:
+    from smoosh.config import load_config
+    from smoosh.server import Server
+
+    config = load_config(str(write_config(tmp_path, port=0, extra_global="watch =")))
+    s = Server(config, workers=0, http="127.0.0.1:0", watch_config=False)
+    s.start()
+    yield s
+    s.stop()
+
+
+def hold_lock(lock: threading.Lock) -> tuple[threading.Event, threading.Thread]:
+    """Grab ``lock`` from another thread (as a channel stuck mid-iteration would) until released."""
+    held, release = threading.Event(), threading.Event()
+
+    def run() -> None:
+        with lock:
+            held.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    assert held.wait(5)
+    return release, thread
+
+
+def test_status_answers_within_a_second_while_a_channel_is_stuck(server: object) -> None:
+    url = f"http://{server.http_address}"  # type: ignore[attr-defined]
+    channel = server._channels["ratio_dbs"]  # type: ignore[attr-defined]
+    release, thread = hold_lock(channel._lock)
+    try:
+        started = time.monotonic()
+        reply = request(url + "/status", timeout_s=ANSWER_WITHIN_S + 1)
+        assert time.monotonic() - started < ANSWER_WITHIN_S
+        assert reply.status == 200
+        assert "ratio_dbs" in reply.json()["channels"]
+        assert request(url + "/metrics", timeout_s=ANSWER_WITHIN_S + 1).status == 200
+        out = smoosh_cli("status", "--url", url, timeout_s=10)
+        assert out.returncode == 0, out.stderr
+        assert "ratio_dbs" in out.stdout
+    finally:
+        release.set()
+        thread.join(5)

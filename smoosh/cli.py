@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import json
 import logging
 import os
@@ -367,7 +368,7 @@ def format_jobs(jobs: list[dict[str, Any]]) -> str:
             out.append(f"    last error: {job['last_error']}")
         for event in job.get("history", [])[:5]:
             reason = f" ({event.get('reason')})" if event.get("reason") else ""
-            out.append(f"    {event.get('at'):.0f} {event.get('event')}{reason}")
+            out.append(f"    {_fmt_time(event.get('at'))}  {event.get('event')}{reason}")
     return "\n".join(out)
 
 
@@ -378,10 +379,17 @@ def format_cluster(nodes: dict[str, Any]) -> str:
     parts = []
     for node, record in sorted(nodes.items()):
         stale = " (stale)" if record.get("stale") else ""
-        parts.append(f"== {node}{stale}, updated {record.get('updated_at', 0):.0f}")
+        parts.append(f"== {node}{stale}, updated {_fmt_time(record.get('updated_at'))}")
         parts.append(format_status({"node": node, "channels": record.get("channels", {}),
                                     "reclaimable_bytes": record.get("reclaimable_bytes", 0)}))
     return "\n".join(parts)
+
+
+def _fmt_time(at: Any) -> str:
+    """A unix time as local ``YYYY-MM-DD HH:MM:SS`` (what an operator reads), or ``?``."""
+    if not isinstance(at, (int, float)):
+        return "?"
+    return datetime.datetime.fromtimestamp(at).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _fmt_priority(value: Any) -> str:

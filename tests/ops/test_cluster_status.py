@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+
 import json
 import time
 from pathlib import Path
@@ -67,8 +69,9 @@ def test_a_record_older_than_15_s_is_marked_stale(tmp_path: Path) -> None:
     assert nodes["old"]["updated_at"] == now - 60
     assert nodes["old"]["channels"]["ratio_dbs"]["waiting"]["max"] == "infinity"
     text = smoosh_cli("status", "--store", store_url).stdout
-    assert f"== old (stale), updated {now - 60:.0f}" in text
-    assert f"== fresh, updated {now:.0f}" in text
+    local = lambda t: datetime.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")  # noqa: E731
+    assert f"== old (stale), updated {local(now - 60)}" in text
+    assert f"== fresh, updated {local(now)}" in text
 
 
 def test_an_empty_store_says_so(tmp_path: Path) -> None:

@@ -348,6 +348,10 @@ def format_status(body: dict[str, Any]) -> str:
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
     lines.append(f"node {body.get('node')}: {_fmt_bytes(body.get('reclaimable_bytes', 0))} reclaimable"
                  + (" (dry run)" if body.get("dry_run") else ""))
+    if body.get("dry_run"):
+        for name, ch in body.get("channels", {}).items():
+            for position, (key, priority) in enumerate(ch.get("would_run") or [], 1):
+                lines.append(f"would run in {name} #{position}: {key} (priority {_fmt_priority(priority)})")
     if body.get("config_error"):
         lines.append(f"config error (previous config in force): {body['config_error']}")
     if body.get("restart_required"):

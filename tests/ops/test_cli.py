@@ -108,3 +108,17 @@ def test_usage_errors_exit_2_and_an_unreachable_daemon_exits_1() -> None:
     out = smoosh_cli("status", "--url", f"http://127.0.0.1:{port}")
     assert out.returncode == 1
     assert out.stderr.startswith(f"smoosh: cannot reach smoosh at http://127.0.0.1:{port}/status: ")
+
+
+def test_dry_run_status_lists_what_would_run_in_order() -> None:
+    from smoosh.cli import format_status
+
+    body = {
+        "node": "n", "dry_run": True, "reclaimable_bytes": 0,
+        "channels": {"ratio_dbs": {"waiting": {"size": 2, "min": 3, "max": "infinity"},
+                                   "would_run": [["/db/a", "infinity"], ["/db/b", 3.5]]}},
+    }
+    text = format_status(body)
+    assert "would run in ratio_dbs #1: /db/a (priority inf)" in text
+    assert "would run in ratio_dbs #2: /db/b (priority 3.5)" in text
+    assert "(dry run)" in text

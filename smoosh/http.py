@@ -31,6 +31,9 @@ MAX_ENQUEUE_KEYS = 10_000
 MAX_ENQUEUE_KEY_BYTES = 4096
 #: Largest request body read, in bytes (10,000 keys of 4 KiB, JSON-escaped, fit).
 MAX_BODY_BYTES = 64 * 1024 * 1024
+#: Longest a connection may sit idle or stall mid-request, in seconds. Without it a client
+#: that announces a body and never sends it pins a handler thread forever (slowloris).
+REQUEST_TIMEOUT_S = 30.0
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -105,11 +108,36 @@ class _Handler(BaseHTTPRequestHandler):
     admin: AdminServer
     server_version = "smoosh"
     protocol_version = "HTTP/1.1"
+    #: Read by StreamRequestHandler.setup as the socket timeout of each connection.
+    timeout = REQUEST_TIMEOUT_S
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
         log.debug("%s %s", self.address_string(), format % args)
 
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """Answer http.server's own failures (bad request line, header too long, unknown
+        method) in JSON like every other answer, and close the connection: after a parse
+        failure the rest of the stream cannot be trusted."""
+        try:
+            status = HTTPStatus(code)
+        except ValueError:
+            status = HTTPStatus.BAD_REQUEST
+        headers = {"Connection": "close"}
+        if status is HTTPStatus.NOT_IMPLEMENTED and self.command:
+            # http.server says 501 (a server fault) for a method without a do_ handler; the
+            # method is the client's mistake.
+            status = HTTPStatus.METHOD_NOT_ALLOWED
+            message = f"method {self.command} is not allowed; the API takes GET and POST"
+            headers["Allow"] = "GET, POST"
+        self.log_error("code %d, message %s", status.value, message)
+        self.close_connection = True
+        self._send(status, {"error": message or status.phrase}, headers=headers)
+
     # --------------------------------------------------------------- dispatch
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        # Defined so HEAD gets the same 405 as PUT and DELETE rather than a 501; no body.
+        self.send_error(HTTPStatus.NOT_IMPLEMENTED)
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         path = self.path.split("?", 1)[0]
@@ -219,7 +247,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        self.wfile.write(body)
+        if self.command != "HEAD":
+            self.wfile.write(body)
 
     # --------------------------------------------------------------- plumbing
 
@@ -237,20 +266,32 @@ class _Handler(BaseHTTPRequestHandler):
         text = self.headers.get("Content-Length")
         if text is None:
             return 0
-        try:
-            length = int(text)
-        except ValueError:
+        # RFC 9110: 1*DIGIT, nothing else. int() would also take "+5", "1_0" and non-ASCII
+        # digits, which a proxy in front may frame differently (request smuggling).
+        text = text.strip(" \t")
+        if not text or not text.isascii() or not text.isdigit():
             return None
-        return length if length >= 0 else None
+        return int(text)
 
     def _drain(self) -> None:
+        if self.headers.get("Transfer-Encoding") is not None:
+            self.close_connection = True
+            return
         length = self._content_length()
         if length and length <= MAX_BODY_BYTES:
-            self.rfile.read(length)
-        elif length:
+            try:
+                self.rfile.read(length)
+            except TimeoutError:
+                self.close_connection = True
+        elif length is None or length:
             self.close_connection = True
 
     def _read_json(self) -> tuple[Any, tuple[HTTPStatus, str] | None]:
+        if self.headers.get("Transfer-Encoding") is not None:
+            # Chunked bodies are not read; the chunks left in the stream would be parsed as
+            # the next request, so the connection ends here.
+            self.close_connection = True
+            return None, (HTTPStatus.LENGTH_REQUIRED, "send the body with a Content-Length, not Transfer-Encoding")
         length = self._content_length()
         if length is None:
             self.close_connection = True
@@ -258,20 +299,33 @@ class _Handler(BaseHTTPRequestHandler):
         if length > MAX_BODY_BYTES:
             self.close_connection = True
             return None, (HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body larger than {MAX_BODY_BYTES} bytes")
-        raw = self.rfile.read(length) if length else b""
+        try:
+            raw = self.rfile.read(length) if length else b""
+        except TimeoutError:
+            self.close_connection = True
+            return None, (HTTPStatus.REQUEST_TIMEOUT, f"body not received within {self.timeout:g} s")
+        if len(raw) < length:
+            self.close_connection = True
+            return None, (HTTPStatus.BAD_REQUEST, f"body ended after {len(raw)} of {length} bytes")
         if not raw.strip():
             return None, None
         try:
             return json.loads(raw.decode("utf-8")), None
         except (UnicodeDecodeError, ValueError) as e:
             return None, (HTTPStatus.BAD_REQUEST, f"body is not valid JSON: {e}")
+        except RecursionError:
+            return None, (HTTPStatus.BAD_REQUEST, "body is not valid JSON: nested too deeply")
 
     def _send(self, status: HTTPStatus, payload: Any, *, headers: dict[str, str] | None = None) -> None:
         body = (jsonutil.dumps(payload) + "\n").encode("utf-8")
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
-        for name, value in (headers or {}).items():
+        headers = dict(headers or {})
+        if self.close_connection:
+            headers.setdefault("Connection", "close")  # tell the client not to reuse it
+        for name, value in headers.items():
             self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(body)
+        if self.command != "HEAD":
+            self.wfile.write(body)

@@ -65,7 +65,11 @@ def read_node_statuses(store: Store, now: float | None = None) -> dict[str, dict
         if len(value) > MAX_RECORD_BYTES:
             continue  # not a record smoosh wrote: refuse to decode it
         try:
-            record = msgpack.unpackb(value, raw=False)
+            # Limits as well as the size check above: a small record can still claim a
+            # billion-element array in its header, and the store may be shared.
+            record = msgpack.unpackb(value, raw=False,
+                                     max_str_len=MAX_RECORD_BYTES, max_bin_len=MAX_RECORD_BYTES,
+                                     max_array_len=MAX_RECORD_BYTES, max_map_len=MAX_RECORD_BYTES, max_ext_len=0)
         except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
             continue
         if not isinstance(record, dict):

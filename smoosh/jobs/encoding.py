@@ -110,6 +110,13 @@ def decode_data(raw: bytes) -> dict[str, Any]:
         raise EncodingError(f"stored job data is damaged: {e}") from e
     if not isinstance(value, dict):
         raise EncodingError(f"stored job data is a {type(value).__name__}, not a map")
+    # msgpack's strict_map_key still lets bytes keys through and its own depth limit is far
+    # above MAX_DEPTH: data encode_data would refuse is damaged or foreign, and handing it to
+    # a worker would only fail later, at finish, with the job stuck until its timeout.
+    try:
+        _check_value(value, 0)
+    except EncodingError as e:
+        raise EncodingError(f"stored job data is damaged: {e}") from None
     return value
 
 

@@ -1,0 +1,109 @@
+"""Shared pieces of the fault tests: daemons, a writer process, integrity and checkpoint reads.
+
+Import as ``from faults.faultlib import ...`` (``tests/`` is on sys.path, see tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from helpers.daemon import Daemon
+from persist import read_checkpoint
+
+#: Whether this run is `make soak` (SMOOSH_SOAK=1).
+SOAK = os.environ.get("SMOOSH_SOAK") == "1"
+
+WRITER = str(Path(__file__).with_name("db_writer.py"))
+
+
+@pytest.fixture
+def daemons() -> Iterator[list[Daemon]]:
+    """Daemons a test started; any still running at the end is killed."""
+    started: list[Daemon] = []
+    yield started
+    for d in started:
+        if d.proc.poll() is None:
+            d.kill()
+
+
+@pytest.fixture
+def processes() -> Iterator[list[subprocess.Popen]]:
+    """Helper processes a test started (writers, workers, lock holders); killed at the end."""
+    started: list[subprocess.Popen] = []
+    yield started
+    for p in started:
+        if p.poll() is None:
+            try:
+                p.send_signal(signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+            p.kill()
+        p.wait(10)
+
+
+def start_daemon(daemons: list[Daemon], config: Path, *args: str) -> Daemon:
+    d = Daemon(config, args=args)
+    daemons.append(d)
+    d.wait_ready()
+    return d
+
+
+def start_writer(processes: list[subprocess.Popen], directory: Path, count: int, seed: int) -> subprocess.Popen:
+    p = subprocess.Popen([sys.executable, WRITER, str(directory), str(count), str(seed)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    processes.append(p)
+    return p
+
+
+def start_worker(processes: list[subprocess.Popen], config: Path) -> subprocess.Popen:
+    p = subprocess.Popen([sys.executable, "-m", "smoosh", "worker", "--config", str(config)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    processes.append(p)
+    return p
+
+
+def integrity(path: Path | str) -> str:
+    """``PRAGMA integrity_check`` of a database, read-only ("ok" when intact)."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10, isolation_level=None)
+    try:
+        return "\n".join(row[0] for row in conn.execute("PRAGMA integrity_check").fetchall())
+    finally:
+        conn.close()
+
+
+def damaged(paths: list[Path]) -> dict[str, str]:
+    """The databases among ``paths`` that fail their integrity check, with the report."""
+    bad = {}
+    for path in paths:
+        if path.exists():
+            try:
+                result = integrity(path)
+            except sqlite3.Error as e:  # "file is not a database", "malformed": damage too
+                result = f"{type(e).__name__}: {e}"
+            if result != "ok":
+                bad[str(path)] = result
+    return bad
+
+
+def checkpoints(state_dir: Path) -> dict[str, dict[str, float]]:
+    """Every channel's checkpoint in ``state_dir``, read with persist.read_checkpoint."""
+    return {Path(p).name: read_checkpoint(p) for p in sorted(glob.glob(str(state_dir / "*.smooshq")))}
+
+
+def corrupt_files(state_dir: Path) -> list[str]:
+    """Checkpoints a daemon found damaged and moved aside."""
+    return sorted(glob.glob(str(state_dir / "*.corrupt-*")))
+
+
+def queued_keys(ckpts: dict[str, dict[str, float]]) -> set[str]:
+    return {key for mapping in ckpts.values() for key in mapping}

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, TypeVar
 
 from smoosh.store.errors import (
+    DATABASE_LOCKED,
     TRANSACTION_TIMED_OUT,
     StoreError,
 )
@@ -264,6 +265,7 @@ class Store(abc.ABC):
         deadline = time.monotonic() + timeout_s
         backoff_s = INITIAL_BACKOFF_S
         retries = 0
+        warned_locked = False
         tr = self.create_transaction()
         while True:
             try:
@@ -278,7 +280,13 @@ class Store(abc.ABC):
                     tr.cancel()
                     raise StoreError(TRANSACTION_TIMED_OUT) from e
                 retries += 1
-                log.debug("retrying transaction after %s (retry %d)", e, retries)
+                if e.code == DATABASE_LOCKED and not warned_locked:
+                    # Another process has held the store's write lock for a whole busy
+                    # timeout: worth an operator's attention once, not once per retry.
+                    warned_locked = True
+                    log.warning("%s; retrying for up to %.0f s more", e, max(0.0, deadline - time.monotonic()))
+                else:
+                    log.debug("retrying transaction after %s (retry %d)", e, retries)
                 # Full jitter keeps a crowd of conflicting workers from retrying in lockstep.
                 time.sleep(min(backoff_s, max(0.0, deadline - time.monotonic())) * random.random())
                 backoff_s = min(backoff_s * 2, MAX_BACKOFF_S)

@@ -72,3 +72,23 @@ def test_writes_of_a_failed_attempt_are_discarded_before_the_retry(ctx):
     ctx.store.transact(body)
     got = [k for k, _ in ctx.store.create_transaction().get_range_startswith(ctx.prefix)]
     assert got == [ctx.k(b"attempt2")]
+
+
+def test_a_locked_store_is_reported_once_per_transaction_as_a_warning(ctx, caplog):
+    # 1038 means another process held the write lock for a whole busy timeout: an operator
+    # should hear of it, but a long lock must not flood the log with one line per retry.
+    ctx.only("memory", "sqlite", why="FoundationDB never reports 1038")
+    attempts = []
+
+    def body(tr):
+        attempts.append(1)
+        if len(attempts) <= 3:
+            raise StoreError(1038)
+        return "done"
+
+    with caplog.at_level("DEBUG", logger="smoosh.store"):
+        assert ctx.store.transact(body) == "done"
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(attempts) == 4
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    assert "1038" in warnings[0].getMessage() and "retrying" in warnings[0].getMessage()

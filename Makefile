@@ -4,6 +4,10 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The peers the benchmarks compare against live in an environment of their own: they are
+# not project dependencies.
+BENCH_VENV := .venv-bench
+BENCH_STAMP := $(BENCH_VENV)/.installed
 
 .PHONY: run test soak bench clean install
 
@@ -26,5 +30,15 @@ test: $(STAMP)
 soak: $(STAMP)
 	SMOOSH_SOAK=1 $(BIN)/python -m pytest -q -p no:cacheprovider -m slow
 
+$(BENCH_STAMP):
+	@test -x $(BENCH_VENV)/bin/python || $(PY) -m venv $(BENCH_VENV)
+	@echo "setting up $(BENCH_VENV) (the peers: huey, persist-queue)"
+	@$(BENCH_VENV)/bin/python -m pip install -q --disable-pip-version-check huey persist-queue msgpack
+	@touch $(BENCH_STAMP)
+
+# A few minutes; rewrites bench/RESULTS.md. Never part of `make test`.
+bench: $(STAMP) $(BENCH_STAMP)
+	$(BIN)/python -m bench.all
+
 clean:
-	rm -rf $(VENV) build *.egg-info var
+	rm -rf $(VENV) $(BENCH_VENV) build *.egg-info var

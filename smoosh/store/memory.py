@@ -10,16 +10,25 @@ version predates the pruned history fails with 1007 (it is older than the age li
 
 Thread-safe: one lock guards the data; scans copy small chunks under it, so a long range read
 never blocks commits.
+
+Deleted keys stay in ``_data`` (as a history ending in a deletion) for the retention window,
+because an older snapshot may still read them. A job queue deletes a key per dequeue, so
+a range scan that walked ``_data`` would step over thousands of such tombstones on every
+read (measured: 60% of the time of a job round trip, ~2,200 round trips/s). Scans therefore
+walk ``_live`` (keys whose newest version holds a value) plus the few keys deleted *after*
+the snapshot's read version (from ``_deletions``): exactly the keys that can hold a value
+at that version, whatever the number of tombstones.
 """
 
 from __future__ import annotations
 
 import collections
+import heapq
 import threading
 import time
 from typing import Callable, Iterator
 
-from sortedcontainers import SortedDict
+from sortedcontainers import SortedDict, SortedList
 
 from smoosh.store.base import (
     MAX_WATCHES,
@@ -59,15 +68,27 @@ class _MemorySnapshot(Snapshot):
             return None if history is None else _value_at(history, self.read_version)
 
     def scan(self, begin: bytes, end: bytes, reverse: bool) -> Iterator[tuple[bytes, bytes]]:
-        data = self._store._data
+        store = self._store
+        data = store._data
+        read_version = self.read_version
         lo, hi = begin, end
         while True:
             chunk = []
-            with self._store._lock:
+            with store._lock:
                 self._check_floor()
-                keys = data.irange(lo, hi, inclusive=(True, False), reverse=reverse)
+                # Keys live now, plus keys deleted since our read version (they may still
+                # hold a value at it); a key in both comes out of the merge twice.
+                keys: Iterator[bytes] = store._live.irange(lo, hi, inclusive=(True, False), reverse=reverse)
+                recent = store._deleted_since(read_version, lo, hi)
+                if recent:
+                    keys = heapq.merge(keys, sorted(recent, reverse=reverse), reverse=reverse)
+                previous = None
                 for key in keys:
-                    value = _value_at(data[key], self.read_version)
+                    if key == previous:
+                        continue
+                    previous = key
+                    history = data.get(key)
+                    value = None if history is None else _value_at(history, read_version)
                     if value is not None:
                         chunk.append((key, value))
                         if len(chunk) >= SCAN_CHUNK:
@@ -85,11 +106,15 @@ class _MemorySnapshot(Snapshot):
 
 
 class _MemoryTarget:
-    """Writes of one commit, as new history entries at ``version``."""
+    """Writes of one commit, as new history entries at ``version``; keeps the live-key index."""
 
-    def __init__(self, data: SortedDict, version: int) -> None:
-        self._data = data
+    def __init__(self, store: MemoryStore, version: int) -> None:
+        self._data = store._data
+        self._live = store._live
+        self._deletions = store._deletions
         self._version = version
+        #: Keys whose history this commit changed (their older versions may be pruned later).
+        self.touched: set[bytes] = set()
 
     def get(self, key: bytes) -> bytes | None:
         history = self._data.get(key)
@@ -100,16 +125,29 @@ class _MemoryTarget:
         if history is None:
             if value is not None:
                 self._data[key] = [(self._version, value)]
-        elif history[-1][0] == self._version:
+                self._live.add(key)
+                self.touched.add(key)
+            return
+        was_live = history[-1][1] is not None
+        if history[-1][0] == self._version:
             history[-1] = (self._version, value)
-        elif history[-1][1] is not None or value is not None:
+        elif was_live or value is not None:
             history.append((self._version, value))
+        else:
+            return  # clearing a key that is already absent changes nothing
+        self.touched.add(key)
+        if was_live and value is None:
+            self._live.remove(key)
+            self._deletions.append((self._version, key))
+        elif not was_live and value is not None:
+            self._live.add(key)
 
     def delete(self, key: bytes) -> None:
         self.put(key, None)
 
     def delete_range(self, begin: bytes, end: bytes) -> None:
-        for key in list(self._data.irange(begin, end, inclusive=(True, False))):
+        # Only live keys can change: an absent or already deleted key stays as it is.
+        for key in list(self._live.irange(begin, end, inclusive=(True, False))):
             self.put(key, None)
 
 
@@ -136,6 +174,10 @@ class MemoryStore(BufferedStore):
         super().__init__(url, max_age_s=max_age_s, size_limit_bytes=size_limit_bytes, max_watches=max_watches, clock=clock)
         self._lock = threading.Lock()
         self._data: SortedDict = SortedDict()
+        #: Keys whose newest version holds a value, sorted (what scans walk).
+        self._live: SortedList = SortedList()
+        #: (version, key) of every key deleted within the retention, oldest first.
+        self._deletions: collections.deque[tuple[int, bytes]] = collections.deque()
         self._version = 0
         #: Reads below this version would need pruned history: they fail with 1007.
         self._floor_version = 0
@@ -143,6 +185,16 @@ class MemoryStore(BufferedStore):
         self._log: collections.deque[tuple[int, float, RangeSet]] = collections.deque()
         #: (commit_time, version, keys written) whose older history may be pruned later.
         self._touched: collections.deque[tuple[float, int, set[bytes]]] = collections.deque()
+
+    def _deleted_since(self, read_version: int, begin: bytes, end: bytes) -> set[bytes]:
+        """Keys in ``[begin, end)`` deleted by commits newer than ``read_version`` (under the lock)."""
+        found = set()
+        for version, key in reversed(self._deletions):
+            if version <= read_version:
+                break
+            if begin <= key < end:
+                found.add(key)
+        return found
 
     def _open_snapshot(self) -> Snapshot:
         with self._lock:
@@ -153,6 +205,9 @@ class MemoryStore(BufferedStore):
         while self._log and self._log[0][1] < cutoff:
             self._floor_version = max(self._floor_version, self._log.popleft()[0])
         floor = self._floor_version
+        # A deletion at or below the floor is older than every readable snapshot.
+        while self._deletions and self._deletions[0][0] <= floor:
+            self._deletions.popleft()
         while self._touched and self._touched[0][0] < cutoff:
             _, _, keys = self._touched.popleft()
             for key in keys:
@@ -182,14 +237,11 @@ class MemoryStore(BufferedStore):
                         raise StoreError(NOT_COMMITTED)
             version = self._version + 1
             stamp = make_stamp(version)
-            target = _MemoryTarget(self._data, version)
+            target = _MemoryTarget(self, version)
             points, cleared = apply_mutations(req.mutations, stamp, target)
             self._version = version
             self._log.append((version, now, write_ranges(points, cleared)))
-            touched = set(points)
-            for b, e in cleared:
-                touched.update(self._data.irange(b, e, inclusive=(True, False)))
-            self._touched.append((now, version, touched))
+            self._touched.append((now, version, target.touched))
             self._arm(req.watches, target)
             keys = self.watches.affected(points, cleared)
             self.watches.check({k: target.get(k) for k in keys})
@@ -205,7 +257,7 @@ class MemoryStore(BufferedStore):
 
     def _arm_read_only(self, watches: list[PendingWatch]) -> None:
         with self._lock:
-            self._arm(watches, _MemoryTarget(self._data, self._version))
+            self._arm(watches, _MemoryTarget(self, self._version))
 
     def close(self) -> None:
         """Fail outstanding watches with 1101; the data stays readable by open transactions."""

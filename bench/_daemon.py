@@ -1,0 +1,77 @@
+"""A `smoosh run` subprocess for the benchmarks that need a real daemon (HTTP, RSS)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench._harness import REPO_ROOT
+
+#: Seconds to wait for the daemon to answer on its port.
+START_TIMEOUT_S = 60.0
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Daemon:
+    """``python -m smoosh run --config PATH`` with its log in ``base``; ``stop()`` sends SIGTERM."""
+
+    def __init__(self, config: Path, port: int) -> None:
+        self.port = port
+        self.log_path = config.parent / "daemon.log"
+        self._log = open(self.log_path, "wb")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", SMOOSH_LOG_LEVEL="WARNING")
+        env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
+        self.proc = subprocess.Popen([sys.executable, "-m", "smoosh", "run", "--config", str(config)],
+                                     stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=str(config.parent))
+
+    def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        try:
+            data = None if body is None else json.dumps(body).encode()
+            conn.request(method, path, body=data, headers={"Content-Type": "application/json"})
+            r = conn.getresponse()
+            return r.status, json.loads(r.read() or b"null")
+        finally:
+            conn.close()
+
+    def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"daemon exited with {self.proc.returncode}: {self.log_path.read_text()[-3000:]}")
+            try:
+                self.request("GET", "/status")
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"daemon not answering on port {self.port}") from None
+                time.sleep(0.05)
+
+    def waiting(self) -> int:
+        """Keys waiting in all channels, from /status."""
+        _, status = self.request("GET", "/status")
+        return sum(ch["waiting"]["size"] for ch in status["channels"].values())
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._log.close()

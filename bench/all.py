@@ -1,0 +1,47 @@
+"""Run every benchmark in turn (what `make bench` runs); each rewrites its section of RESULTS.md.
+
+Usage: python -m bench.all [--quick] [--runs N]   (options are passed to every benchmark)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+if __package__ in (None, ""):
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench._harness import REPO_ROOT  # noqa: E402
+
+#: The benchmarks, cheapest first; `make bench` gives them modest run counts.
+BENCHMARKS = [
+    ("enqueue", ["--runs", "3"]),
+    ("queue", ["--runs", "3"]),
+    ("checkpoint", ["--runs", "3"]),
+    ("compaction", ["--runs", "3"]),
+    ("jobs", ["--runs", "3"]),
+    ("http_enqueue", ["--runs", "3"]),
+    ("daemon_rss", ["--runs", "1"]),
+]
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    failed = []
+    for name, default_args in BENCHMARKS:
+        args = argv if ("--runs" in argv or "--quick" in argv) else default_args
+        t0 = time.monotonic()
+        print(f"=== bench.{name} {' '.join(args)}", flush=True)
+        rc = subprocess.call([sys.executable, "-m", f"bench.{name}", *args], cwd=REPO_ROOT)
+        print(f"=== bench.{name}: exit {rc} in {time.monotonic() - t0:.0f} s", flush=True)
+        if rc:
+            failed.append(name)
+    if failed:
+        print(f"failed: {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

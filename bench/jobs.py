@@ -1,0 +1,174 @@
+"""Job layer round trips (DESIGN §9): ``add`` + ``accept`` + ``finish`` per job.
+
+Each worker adds a job, accepts one (any pending job of the type: with several workers it
+may be another worker's) and finishes it with smoosh's result data, ``N`` times; the rate is
+jobs / wall time. Measured on the ``memory:`` store and the embedded ``sqlite:`` store
+(WAL, ``synchronous=FULL``: every commit durable), with 1 and 4 worker threads in one
+process (where group commit can merge their commits), and 4 worker processes sharing one
+store file.
+
+Beside it, with equal durability (WAL, ``synchronous=FULL``, read back and shown): huey's
+``SqliteHuey`` storage API, persist-queue's ``SQLiteAckQueue`` (both from the bench-only
+venv ``.venv-bench``, as subprocesses) and a bare stdlib sqlite3 loop doing three durable
+commits per job (``bench/_peers.py``). Budgets: memory >= 20,000/s; SQLite one worker >=
+0.9x the bare loop; SQLite 4 workers >= 2x huey.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+if __package__ in (None, ""):
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench._harness import REPO_ROOT, Metric, parse_args, repeat, report  # noqa: E402
+
+#: Job type used by the benchmark (smoosh's own shape: "smoosh:" + node).
+JOB_TYPE = "smoosh:bench"
+#: Python of the bench-only venv holding huey and persist-queue.
+BENCH_VENV_PYTHON = os.path.join(REPO_ROOT, ".venv-bench", "bin", "python")
+
+
+def _data(i: int) -> dict:
+    # The pid keeps the ids of worker processes sharing one store apart.
+    return {"channel": "ratio_dbs", "key": f"/srv/dbs/{os.getpid()}/tenant-{i:08d}.sqlite", "priority": 5.0, "progress": 0.0}
+
+
+def round_trips(store_url: str, n: int, workers: int) -> float:
+    """``n`` add+accept+finish round trips by ``workers`` threads on a fresh store; jobs/s."""
+    from smoosh.jobs import Jobs
+    from smoosh.store import open_store
+
+    store = open_store(store_url)
+    jobs = Jobs(store)
+    jobs.set_type_timeout(JOB_TYPE, 30)
+    share = n // workers
+
+    def work(base: int) -> None:
+        for i in range(base, base + share):
+            data = _data(i)
+            jobs.add(JOB_TYPE, data["key"], data)
+            job, got = jobs.accept(JOB_TYPE)
+            got.update(result="ok", error=None, size_before_bytes=2_000_000, size_after_bytes=800_000,
+                       reclaimed_bytes=1_200_000, duration_s=0.1)
+            jobs.finish(job, got)
+
+    threads = [threading.Thread(target=work, args=(k * share,)) for k in range(workers)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    dt = time.perf_counter() - t0
+    jobs.close()
+    store.close()
+    return share * workers / dt
+
+
+def _sqlite_url(d: str) -> str:
+    return f"sqlite:{os.path.join(d, 'jobs.db')}"
+
+
+def sqlite_round_trips(n: int, workers: int) -> float:
+    d = tempfile.mkdtemp(prefix="smoosh-bench-jobs-")
+    try:
+        return round_trips(_sqlite_url(d), n, workers)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def sqlite_processes(n: int, procs: int) -> float:
+    """``procs`` processes, one worker thread each, sharing one store file; total jobs/s."""
+    d = tempfile.mkdtemp(prefix="smoosh-bench-jobs-")
+    try:
+        from smoosh.store import open_store
+
+        open_store(_sqlite_url(d)).close()  # create the schema once, before the race
+        cmd = [sys.executable, "-m", "bench.jobs", "--child", _sqlite_url(d), str(n // procs)]
+        t0 = time.perf_counter()
+        children = [subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True) for _ in range(procs)]
+        for c in children:
+            c.communicate()
+            if c.returncode:
+                raise RuntimeError(f"worker process failed with {c.returncode}")
+        return (n // procs) * procs / (time.perf_counter() - t0)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def peer(case: str, n: int, workers: int = 1) -> dict:
+    """Run one ``bench/_peers.py`` case in a subprocess; its JSON result."""
+    python = sys.executable if case == "bare3" else BENCH_VENV_PYTHON
+    if not os.path.exists(python):
+        raise FileNotFoundError(f"{python} missing: create the bench venv (see bench/README.md)")
+    out = subprocess.run([python, os.path.join(REPO_ROOT, "bench", "_peers.py"), case, str(n), str(workers)],
+                         check=True, capture_output=True, text=True, cwd=REPO_ROOT).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--child"]:
+        # A worker process of sqlite_processes: the store's schema already exists.
+        round_trips(argv[1], int(argv[2]), 1)
+        return 0
+    args = parse_args(__doc__, argv)
+    n_mem = 2000 if args.quick else 10_000
+    n_sql = 400 if args.quick else 3000
+    have_venv = os.path.exists(BENCH_VENV_PYTHON)
+
+    def one() -> dict[str, float]:
+        r = {
+            "mem1": round_trips("memory:", n_mem, 1),
+            "mem4": round_trips("memory:", n_mem, 4),
+            "sql1": sqlite_round_trips(n_sql, 1),
+            "sql4": sqlite_round_trips(n_sql, 4),
+            "sqlp4": sqlite_processes(n_sql, 4),
+            "bare3": peer("bare3", n_sql)["per_s"],
+        }
+        if have_venv:
+            r["huey"] = peer("huey", n_sql)["per_s"]
+            r["huey4"] = peer("huey", n_sql, 4)["per_s"]
+            r["pq_ack"] = peer("pq_ack", n_sql)["per_s"]
+        return r
+
+    res = repeat(one, args.runs)
+    med = {k: sorted(v)[len(v) // 2] for k, v in res.items()}
+    bare = med["bare3"]
+    huey = med.get("huey")
+    metrics = [
+        Metric("memory store, 1 worker thread", "/s", res["mem1"], budget=20_000),
+        Metric("memory store, 4 worker threads", "/s", res["mem4"], budget=20_000),
+        Metric("SQLite store, 1 worker", "/s", res["sql1"], budget=0.9 * bare,
+               budget_text=f">= 0.9x bare loop ({0.9 * bare:,.0f}/s)", reference=bare, reference_name="bare 3-commit loop"),
+        Metric("SQLite store, 4 worker threads (group commit)", "/s", res["sql4"],
+               budget=2 * huey if huey else None, budget_text=f">= 2x huey ({2 * huey:,.0f}/s)" if huey else "",
+               reference=huey, reference_name="huey"),
+        Metric("SQLite store, 4 worker processes", "/s", res["sqlp4"], reference=huey, reference_name="huey",
+               note="one thread per process: no group commit across processes, so each commit is its own fsync"),
+        Metric("bare sqlite3, 3 durable commits/job", "/s", res["bare3"], note="WAL, synchronous=FULL; single thread"),
+    ]
+    if huey:
+        metrics += [
+            Metric("huey SqliteHuey storage (enqueue+dequeue)", "/s", res["huey"], note="2 commits/job; dequeue deletes the task"),
+            Metric("huey, 4 threads", "/s", res["huey4"]),
+            Metric("persist-queue SQLiteAckQueue put/get/ack", "/s", res["pq_ack"]),
+        ]
+    notes = [
+        f"{n_mem} round trips per memory run, {n_sql} per SQLite/peer run; every peer reports WAL and synchronous=2 (FULL).",
+    ]
+    if not have_venv:
+        notes.append("huey/persist-queue skipped: .venv-bench missing (see bench/README.md).")
+    report("jobs", "Job layer: add + accept + finish round trips", metrics, args, notes)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

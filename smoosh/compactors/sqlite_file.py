@@ -161,8 +161,46 @@ def in_use(path: str) -> Iterator[None]:
 
 def is_in_use(path: str) -> bool:
     """Whether a connection of this process holds ``path`` (raw descriptors must not touch it)."""
+    real = os.path.realpath(path)
     with _in_use_lock:
-        return os.path.realpath(path) in _in_use
+        return real in _in_use
+
+
+#: What _read_header returns for a file a connection of this process holds.
+_IN_USE = object()
+
+
+def _read_header(path: str) -> tuple[bytes, int] | object | None:
+    """The header and size of a regular file through a raw descriptor, or ``_IN_USE``.
+
+    The read happens under ``_in_use_lock``: a compaction registers its file before opening
+    its connection, so it cannot take its locks while this descriptor is open, and closing
+    the descriptor cannot drop them. realpath (several syscalls) runs outside the lock and
+    only while some compaction runs: examine threads would otherwise queue on it.
+    """
+    with _in_use_lock:
+        if not _in_use:
+            return _read_raw(path)
+    real = os.path.realpath(path)
+    with _in_use_lock:
+        return _IN_USE if real in _in_use else _read_raw(path)
+
+
+def _read_raw(path: str) -> tuple[bytes, int] | None:
+    try:
+        # O_NONBLOCK: a key naming a FIFO must not hang the caller; only regular files count.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        return os.pread(fd, HEADER_BYTES, 0), st.st_size
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def read_state(path: str, timeout_s: float) -> DbState | None:
@@ -174,25 +212,15 @@ def read_state(path: str, timeout_s: float) -> DbState | None:
 
     Returns:
         The state from the file header, or from a read-only connection when the database has
-        a live WAL (its header is stale until the next checkpoint).
+        a live WAL (its header is stale until the next checkpoint) or is held by a
+        compaction of this process.
     """
-    if is_in_use(path):
+    raw = _read_header(path)
+    if raw is _IN_USE:
         return _state_from_connection(path, timeout_s)
-    try:
-        # O_NONBLOCK: a key naming a FIFO must not hang the caller; only regular files count.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError:
+    if raw is None:
         return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return None
-        header = os.pread(fd, HEADER_BYTES, 0)
-        file_bytes = st.st_size
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+    header, file_bytes = raw  # type: ignore[misc]
     state = parse_header(header, file_bytes)
     if state is None or not state.wal or file_size(path + "-wal") == 0:
         return state

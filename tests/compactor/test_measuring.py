@@ -43,6 +43,24 @@ def test_sizes_of_a_database_being_compacted_keep_its_write_lock(tmp_path: Path)
         holder.close()
 
 
+def test_a_database_in_use_is_recognised_through_another_spelling_of_its_path(tmp_path: Path) -> None:
+    # The registry holds realpaths: a key reached through a symlinked directory is the same file.
+    db = tmp_path / "real" / "a.db"
+    db.parent.mkdir()
+    make_bloated_db(str(db), journal_mode="delete")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        with in_use(str(db)):
+            sizes = SqliteCompactor().sizes(str(tmp_path / "link" / "a.db"))
+            assert sizes is not None and sizes.file_bytes > 0
+            assert other_process_write(db) == "database is locked"
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
 def test_in_use_is_counted_and_released(tmp_path: Path) -> None:
     db = str(tmp_path / "a.db")
     with in_use(db):

@@ -37,7 +37,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Protocol
 
 from channels.checkpointer import Checkpointer, checkpoint_mapping
-from channels.priority_queue import PriorityQueue
+from channels.priority_queue import PriorityQueue, _check_priority
 
 __all__ = ["Channel", "ChannelSettings"]
 
@@ -197,6 +197,11 @@ class Channel:
         self._queue = PriorityQueue(settings.capacity)
         self._starting: dict[str, _Run] = {}
         self._active: dict[str, _Run] = {}
+        # Keys rotation stopped (DESIGN §5.6), set aside until this channel starts another
+        # key: re-queued at once, the stopped key would often be the head again and restart
+        # in the slot rotation freed for the work that was waiting. Checkpointed and shown
+        # as waiting like the queue.
+        self._benched: dict[str, float] = {}
 
         self._changes = 0  # bumped whenever the checkpoint's content changes
 
@@ -263,6 +268,11 @@ class Channel:
         with self._lock:
             if self._closed or key in self._starting or key in self._active:
                 return False
+            if key in self._benched:
+                _check_priority(priority)
+                self._benched[key] = priority
+                self._changed_locked()
+                return True
             evicted = self._queue.push(key, priority)
             self._changed_locked()
         if evicted is not None:
@@ -303,8 +313,9 @@ class Channel:
     def flush(self) -> None:
         """Empty the waiting queue and delete the checkpoint file; running jobs go on."""
         with self._lock:
-            dropped = len(self._queue)
+            dropped = len(self._queue) + len(self._benched)
             self._queue.clear()
+            self._benched.clear()
             self._changed_locked()
             seq = self._checkpointer.next_seq() if self._checkpointer else 0
             changes = self._changes
@@ -401,6 +412,7 @@ class Channel:
         """Return every key waiting, starting or active in this channel."""
         with self._lock:
             keys = set(self._queue)
+            keys.update(self._benched)
             keys.update(self._starting)
             keys.update(self._active)
         return keys
@@ -414,16 +426,26 @@ class Channel:
             return None
         try:
             keys = set(self._queue)
+            keys.update(self._benched)
             keys.update(self._starting)
             keys.update(self._active)
-            return keys, self._queue.items()
+            return keys, self._waiting_locked()
         finally:
             self._lock.release()
 
     def waiting(self) -> list[tuple[str, float]]:
-        """Return the waiting ``(key, priority)`` pairs, highest first (oldest among equals)."""
+        """Return the waiting ``(key, priority)`` pairs, highest first (oldest among equals).
+
+        Keys set aside after a rotation come last: they start after the queue's head.
+        """
         with self._lock:
-            return self._queue.items()
+            return self._waiting_locked()
+
+    def _waiting_locked(self) -> list[tuple[str, float]]:
+        items = self._queue.items()
+        if self._benched:
+            items.extend(self._benched.items())
+        return items
 
     def __repr__(self) -> str:
         s = self._status
@@ -520,11 +542,20 @@ class Channel:
             and len(self._active) + len(self._starting) < self._settings.concurrency
         )
 
+    def _unbench_locked(self) -> None:
+        """Put keys set aside after a rotation back into the queue."""
+        for key, priority in self._benched.items():
+            self._queue.push(key, priority)
+        self._benched.clear()
+        self._changed_locked()
+
     def _start_work(self, now: float) -> None:
         if self._dry_run:
             return
         while True:
             with self._lock:
+                if self._benched and not len(self._queue):
+                    self._unbench_locked()  # nothing else waits here: no reason to hold them back
                 if not self._can_start_locked():
                     return
                 head = self._queue.peek()
@@ -549,6 +580,8 @@ class Channel:
                     self._queue.remove(key)
                     run = _Run(key, priority, slot=granted)
                     self._starting[key] = run
+                    if self._benched:
+                        self._unbench_locked()  # the work they made way for has its slot
                     self._changed_locked()
             if not ok:
                 if granted:
@@ -716,12 +749,18 @@ class Channel:
             priority = data.get("priority")
             if not _is_priority(priority):
                 priority = run.priority
+            rotated = bool(data.get("rotated"))
             with self._lock:
-                requeued = not self._closed
-                if requeued:
-                    self._queue.push(key, priority)
+                if not self._closed:
+                    if rotated and len(self._queue) and key not in self._queue:
+                        self._benched[key] = priority
+                    else:
+                        self._queue.push(key, priority)
                     self._changed_locked()
-            self._log.info("Channel %s: compaction of %r was interrupted; re-queued at priority %r.", self.name, key, priority)
+            self._log.info(
+                "Channel %s: compaction of %r was %s; re-queued at priority %r.",
+                self.name, key, "rotated out" if rotated else "interrupted", priority,
+            )
         else:
             self._log.info("Channel %s: compaction of %r ended: %s.", self.name, key, result)
             try:
@@ -747,10 +786,16 @@ class Channel:
 
     def _publish_locked(self) -> None:
         info = self._queue.info()
+        size, low, high = info["size"], info["min"], info["max"]
+        if self._benched:
+            benched = self._benched.values()
+            low = min(benched) if not size else min(low, min(benched))
+            high = max(benched) if not size else max(high, max(benched))
+            size += len(self._benched)
         self._status = {
             "active": len(self._active),
             "starting": len(self._starting),
-            "waiting": {"size": info["size"], "min": info["min"], "max": info["max"]},
+            "waiting": {"size": size, "min": low, "max": high},
             "paused": self._paused,
             "suspended": self._suspended,
             "in_window": self._in_window,
@@ -762,7 +807,7 @@ class Channel:
 
     def _snapshot_locked(self) -> tuple[list[str], list[tuple[str, float]]]:
         """The checkpoint's content as cheap copies; the mapping is built outside the lock."""
-        return [*self._starting, *self._active], self._queue.items()
+        return [*self._starting, *self._active], self._waiting_locked()
 
     def _on_checkpoint_error(self) -> None:
         with self._lock:

@@ -121,10 +121,10 @@ DEFAULT_JOB_TIMEOUT_S = 30.0
 #: Compactions running at once across all channels.
 DEFAULT_MAX_JOBS = 4
 
-#: How often rotation would run, in seconds (accepted; rotation is not implemented yet).
+#: How often rotation looks for work waiting on max_jobs, in seconds (DESIGN §5.6).
 DEFAULT_INTERVAL_S = 60.0
 
-#: Jobs rotation may stop and start per interval (accepted; rotation is not implemented yet).
+#: Suspendable jobs rotation may stop per interval (0 turns rotation off).
 DEFAULT_MAX_CHURN = 20
 
 #: A key no channel took is not re-examined on file events for this long, in seconds.

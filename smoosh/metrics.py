@@ -112,6 +112,11 @@ class SmooshCollector(Collector):
             reclaimed.add_metric([channel], n)
         yield reclaimed
 
+        rotations = CounterMetricFamily(
+            "smoosh_rotations", "Suspendable compactions asked to make way for work waiting on max_jobs.")
+        rotations.add_metric([], getattr(counters, "rotations", 0))
+        yield rotations
+
         enqueues = CounterMetricFamily(
             "smoosh_enqueue", "Enqueue requests by outcome: stale (dropped by the access table), examined "
             "(priority computed), accepted (queued by a channel), rejected (invalid key).",

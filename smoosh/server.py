@@ -27,6 +27,7 @@ from smoosh.history import ADDED, BUSY, CRASHED, FINISHED, STARTED, HistoryTable
 from smoosh.jobs import Jobs, NotFound
 from smoosh.priority import quantize
 from smoosh.router import CLEANUP_PREFIX, Router, db_path
+from smoosh.slots import SlotGate
 from smoosh.staleness import AccessTable
 from smoosh.suspension import Suspension
 from smoosh.status import STATUS_INTERVAL_S, write_node_status
@@ -72,6 +73,7 @@ class Counters:
     enqueue_rejected: int = 0
     compactions: dict[tuple[str, str], int] = field(default_factory=dict)
     reclaimed_bytes: dict[str, int] = field(default_factory=dict)
+    rotations: int = 0
 
 
 class Server:
@@ -113,7 +115,10 @@ class Server:
 
         self._lock = threading.RLock()
         self._inflight: dict[str, _InFlight] = {}
-        self._running_slots = 0
+        self._slots = SlotGate(config.max_jobs)
+        # key -> (run id, first seen running at): how long each run has held its slot.
+        self._runs_seen: dict[str, tuple[str, float]] = {}
+        self._next_rotation: float | None = None
         self._sizes: dict[str, tuple[int, int]] = {}
         self._history = HistoryTable(
             max_history=config.max_history,
@@ -409,15 +414,10 @@ class Server:
     # ------------------------------------------------------------------ channel callbacks
 
     def _acquire_slot(self, channel: str, key: str) -> bool:
-        with self._lock:
-            if self._running_slots >= self._config.max_jobs:
-                return False
-            self._running_slots += 1
-            return True
+        return self._slots.acquire(channel)
 
     def _release_slot(self, channel: str, key: str) -> None:
-        with self._lock:
-            self._running_slots = max(0, self._running_slots - 1)
+        self._slots.release(channel)
 
     def _on_hold(self, channel: str, hold: bool) -> None:
         if self._store is not None:
@@ -562,7 +562,9 @@ class Server:
         self._restart_dead_channels()
         if now >= self._next_job_sync:
             self._next_job_sync = now + JOB_SYNC_INTERVAL_S
-            self._sync_jobs(now)
+            rows = self._sync_jobs(now)
+            if rows is not None:
+                self._maybe_rotate(now, rows)
         if now >= self._next_status_write and self._store is not None:
             self._next_status_write = now + STATUS_INTERVAL_S
             try:
@@ -600,25 +602,92 @@ class Server:
                 if ch_cfg is not None:
                     self._open_channel(name, ch_cfg)
 
-    def _sync_jobs(self, now: float) -> None:
-        """Mirror running jobs' progress into the history table (what /jobs shows)."""
+    def _sync_jobs(self, now: float) -> list[tuple[Any, str, str, dict[str, Any]]] | None:
+        """Mirror running jobs' progress into the history table (what /jobs shows).
+
+        Returns the job rows read (None when the store could not be read).
+        """
         if self._jobs is None:
-            return
+            return None
         try:
             rows = self._jobs.list_jobs(self.job_type)
         except SmooshError as e:
             log.debug("could not read jobs: %s", e)
-            return
+            return None
         with self._lock:
+            runs_seen: dict[str, tuple[str, float]] = {}
             for _type, key, state, data in rows:
                 if state != "running":
                     continue
+                run_id = (data or {}).get("run_id")
+                if isinstance(run_id, str):
+                    seen = self._runs_seen.get(key)
+                    runs_seen[key] = seen if seen is not None and seen[0] == run_id else (run_id, now)
                 rec = self._history.get(key)
                 if rec is None or rec.state != "running":
                     self._history.record(key, STARTED, now, channel=(data or {}).get("channel"))
                 progress = (data or {}).get("progress")
                 if isinstance(progress, (int, float)):
                     self._history.set_progress(key, float(progress), now)
+            self._runs_seen = runs_seen
+        return rows
+
+    def _maybe_rotate(self, now: float, rows: list[tuple[Any, str, str, dict[str, Any]]]) -> None:
+        """Rotation (DESIGN §5.6): every ``interval``, make way for work waiting on ``max_jobs``.
+
+        When every slot is busy and some channel is in line for one, up to ``max_churn`` of
+        the longest-running suspendable runs (chunked compactions, whose progress lives in
+        the file; never a full VACUUM) that have held their slot for at least ``interval``
+        are asked to stop at their next chunk boundary. Their channels queue them again, and
+        the freed slots go to the channels that waited longest (:class:`SlotGate`).
+        """
+        cfg = self._config
+        if self._next_rotation is None:
+            self._next_rotation = now + cfg.interval_s
+        if now < self._next_rotation or self._store is None:
+            return
+        self._next_rotation = now + cfg.interval_s
+        running = {key: (data or {}) for _t, key, state, data in rows if state == "running"}
+        self._clear_stale_rotations(running)
+        self._slots.limit = cfg.max_jobs
+        waiting = self._slots.waiting()
+        if cfg.max_churn <= 0 or not waiting or self._slots.busy < cfg.max_jobs:
+            return
+        waiting_keys = 0
+        for name in waiting:
+            channel = self._channels.get(name)
+            if channel is not None:
+                waiting_keys += int(channel.status()["waiting"]["size"])
+        with self._lock:
+            seen = dict(self._runs_seen)
+        candidates = sorted(
+            (since, key, run_id)
+            for key, (run_id, since) in seen.items()
+            if running.get(key, {}).get("run_id") == run_id
+            and running[key].get("suspendable") is True
+            and now - since >= cfg.interval_s
+        )
+        for since, key, run_id in candidates[: min(cfg.max_churn, waiting_keys)]:
+            try:
+                control.request_rotation(self._store, self.node, key, run_id)
+            except SmooshError as e:
+                log.warning("could not ask %r to make way for waiting work: %s", key, e)
+                continue
+            self.counters.rotations += 1
+            log.info(
+                "rotating %r out after %.0f s: channel(s) %s wait for a slot",
+                key, now - since, ", ".join(waiting),
+            )
+
+    def _clear_stale_rotations(self, running: dict[str, dict[str, Any]]) -> None:
+        """Drop rotation requests whose run has ended (a stopped or dead run never reads them)."""
+        try:
+            requests = control.rotation_requests(self._store, self.node)
+            for key, run_id in requests.items():
+                if running.get(key, {}).get("run_id") != run_id:
+                    control.clear_rotation(self._store, self.node, key)
+        except SmooshError as e:
+            log.debug("could not clean rotation requests: %s", e)
 
     # ------------------------------------------------------------------ channels and config
 
@@ -653,6 +722,7 @@ class Server:
             log.warning("config keys changed that need a restart: %s", ", ".join(self._restart_required))
         self._config = new
         self._config_error = None
+        self._slots.limit = new.max_jobs
         with self._lock:
             self._history.configure(
                 max_history=new.max_history,

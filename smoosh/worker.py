@@ -8,7 +8,9 @@ compaction waits at its next chunk boundary holding no database lock; a full VAC
 interrupted and finished as "interrupted". A job the layer halted (removed, or re-enqueued
 after this worker went silent) is cancelled and never finished here: it belongs to someone
 else now. A clean stop interrupts running compactions and puts their jobs back to pending
-(``resubmit`` then ``finish``).
+(``resubmit`` then ``finish``). A rotation request (:func:`smoosh.control.request_rotation`)
+naming this run stops a suspendable compaction at its next chunk boundary; the job is
+finished as "interrupted" with ``rotated: True`` and its channel queues it again.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import logging
 import signal
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, Callable, Sequence
@@ -41,6 +44,8 @@ ERROR_PAUSE_S = 1.0
 STOP_TIMEOUT_S = 10.0
 #: Longest single wait inside a held checkpoint, so a stop is noticed promptly (seconds).
 HOLD_WAIT_SLICE_S = 0.5
+#: The stop reason of a run that rotation stopped.
+ROTATED = "rotated"
 
 
 class JobContext:
@@ -56,6 +61,7 @@ class JobContext:
         self._fraction = 0.0
         self._cancel_fns: list[Callable[[], None]] = []
         self._held = False
+        self._checkpointed = False
         self.stop_reason: str | None = None
 
     # -- the compaction's side
@@ -69,6 +75,7 @@ class JobContext:
     def checkpoint(self) -> None:
         """Wait while held; raise :class:`Interrupted` once stopped."""
         with self._cond:
+            self._checkpointed = True
             while self._held and self.stop_reason is None:
                 self._cond.wait(HOLD_WAIT_SLICE_S)
             if self.stop_reason is not None:
@@ -94,6 +101,33 @@ class JobContext:
         """Is the job's channel held now?"""
         with self._cond:
             return self._held
+
+    @property
+    def suspendable(self) -> bool:
+        """Can the run stop at a chunk boundary without losing work?
+
+        True once the compaction has passed a chunk boundary and has no cancel callback: a
+        chunked compaction keeps its progress in the file; one that registered a cancel
+        callback (a full VACUUM) would throw its work away.
+        """
+        with self._cond:
+            return self._checkpointed and not self._cancel_fns
+
+    def rotate(self) -> bool:
+        """Stop at the next chunk boundary for rotation, only if :attr:`suspendable`.
+
+        Decided under the same lock ``on_cancel`` takes, so a compaction that registers a
+        cancel callback a moment later finds the stop already set and never starts its
+        VACUUM. Returns True when the run is (now or already) stopping for rotation.
+        """
+        with self._cond:
+            if self.stop_reason is not None:
+                return self.stop_reason == ROTATED
+            if self._cancel_fns or not self._checkpointed:
+                return False
+            self.stop_reason = ROTATED
+            self._cond.notify_all()
+        return True
 
     def set_held(self, held: bool) -> None:
         """Hold or release; holding runs the cancel callbacks (a full VACUUM cannot pause)."""
@@ -135,6 +169,9 @@ class _Running:
     done: threading.Event = field(default_factory=threading.Event)
     halted: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # Published in the job's data so rotation can name this run (and no later one).
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    started_at: float = 0.0
 
 
 class Worker:
@@ -261,7 +298,7 @@ class Worker:
         key = job.id
         data = dict(data)
         started = self._clock()
-        running = _Running(job=job, data=data, ctx=JobContext())
+        running = _Running(job=job, data=data, ctx=JobContext(), started_at=started)
         if self._stopping.is_set():
             return self._requeue(running, "worker stopping")
         compactor = compactor_for(key, self.compactors)
@@ -299,6 +336,8 @@ class Worker:
             with self._lock:
                 self._running.discard(running)
         outcome["progress"] = 1.0 if outcome["result"] == "ok" else running.ctx.fraction
+        if outcome["result"] == "interrupted" and running.ctx.stop_reason == ROTATED:
+            outcome["rotated"] = True
         if running.halted:
             log.info("Job %r was halted (removed or re-enqueued); not finishing it.", key)
             return None
@@ -354,9 +393,9 @@ class Worker:
         while not running.done.is_set():
             try:
                 now = time.monotonic()
-                if channel is not None and now >= next_poll:
+                if now >= next_poll:
                     next_poll = now + self.hold_poll_s
-                    running.ctx.set_held(control.is_held(self.store, self.node, channel))
+                    self._poll_signals(running, channel)
                 if now >= next_update:
                     next_update = now + update_every_s
                     self._send_heartbeat(running)
@@ -364,11 +403,24 @@ class Worker:
                         return
             except Exception:
                 log.exception("Heartbeat of job %r failed; going on.", running.job.id)
-            wait_s = min(next_update, next_poll if channel is not None else next_update) - time.monotonic()
-            running.done.wait(max(0.0, wait_s))
+            running.done.wait(max(0.0, min(next_update, next_poll) - time.monotonic()))
+
+    def _poll_signals(self, running: _Running, channel: str | None) -> None:
+        held, rotate_run = control.read_signals(self.store, self.node, channel, running.job.id)
+        if channel is not None:
+            running.ctx.set_held(held)
+        if rotate_run == running.run_id and running.ctx.stop_reason is None:
+            if running.ctx.rotate():
+                log.info("Job %r stops at its next chunk boundary: rotated out.", running.job.id)
 
     def _send_heartbeat(self, running: _Running) -> None:
-        data = {**running.data, "progress": running.ctx.fraction}
+        data = {
+            **running.data,
+            "progress": running.ctx.fraction,
+            "run_id": running.run_id,
+            "started_at": running.started_at,
+            "suspendable": running.ctx.suspendable,
+        }
         try:
             with running.lock:
                 if running.done.is_set():

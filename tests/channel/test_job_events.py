@@ -217,3 +217,51 @@ def test_progress_updates_keep_the_job_active(make_channel: Any, jobs: Jobs) -> 
     h.tick()
     assert (h.status()["active"], h.status()["starting"]) == (1, 0)
     assert h.rec.done == []
+
+
+def test_rotated_job_makes_way_for_the_next_key_then_returns(make_channel: Any) -> None:
+    # A rotated-out key re-queued at 6.0 would outrank /db/b and take back the slot rotation
+    # freed; it is set aside until /db/b has started, then queued again at its priority.
+    h = make_channel(settings=Settings(concurrency=1), priority_of=lambda key: 6.0)
+    h.channel.enqueue("/db/a", 6.0)
+    h.channel.enqueue("/db/b", 2.0)
+    h.tick()
+    job, data = h.accept()
+    h.wait_active(1)
+    h.finish(job, data, "interrupted", rotated=True)
+    h.settle(lambda: h.rec.released == ["/db/a"], "slot freed")
+    assert h.rec.done == []
+    assert h.job_ids() == {"/db/b"} and h.job_state("/db/b") == "pending"
+    assert h.channel.waiting() == [("/db/a", 6.0)]
+    assert h.status()["waiting"] == {"size": 1, "min": 6.0, "max": 6.0}
+
+
+def test_rotated_job_alone_in_its_channel_is_queued_again_at_once(make_channel: Any) -> None:
+    h = make_channel(settings=Settings(concurrency=1), priority_of=lambda key: 6.0)
+    h.channel.enqueue("/db/a", 6.0)
+    h.tick()
+    job, data = h.accept()
+    h.wait_active(1)
+    h.finish(job, data, "interrupted", rotated=True)
+    h.settle(lambda: h.rec.released == ["/db/a"], "slot freed")
+    # Nothing else waits here: it takes the next free slot like any queued key.
+    assert h.job_ids() == {"/db/a"} and h.job_state("/db/a") == "pending"
+
+
+def test_benched_key_is_checkpointed_and_flushed_like_a_waiting_one(make_channel: Any) -> None:
+    h = make_channel(settings=Settings(concurrency=1), priority_of=lambda key: 6.0)
+    h.rec.grant = True
+    h.channel.enqueue("/db/a", 6.0)
+    h.channel.enqueue("/db/b", 2.0)
+    h.tick()
+    job, data = h.accept()
+    h.wait_active(1)
+    h.rec.grant = False  # no global slot: /db/b cannot start, so /db/a stays set aside
+    h.finish(job, data, "interrupted", rotated=True)
+    h.settle(lambda: h.rec.released == ["/db/a"], "slot freed")
+    assert h.channel.waiting() == [("/db/b", 2.0), ("/db/a", 6.0)]
+    assert h.channel.keys() == {"/db/a", "/db/b"}
+    assert h.channel.enqueue("/db/a", 7.0) is True  # re-prioritised where it is
+    assert h.channel.waiting() == [("/db/b", 2.0), ("/db/a", 7.0)]
+    h.channel.flush()
+    assert h.channel.waiting() == [] and h.status()["waiting"]["size"] == 0

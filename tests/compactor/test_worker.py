@@ -201,6 +201,83 @@ def test_held_channel_interrupts_a_full_vacuum(tmp_path, jobs, store, workers) -
     assert integrity(path) == "ok" and row_count(path) == stats["rows"]
 
 
+def published_run(jobs: Jobs, key: str) -> dict[str, Any]:
+    """The job's data once a heartbeat has published the run (run id, start, suspendable)."""
+    return wait_until(lambda: (lambda d: d if d.get("run_id") else None)(jobs.get_job_data(JOB_TYPE, key)))
+
+
+def test_rotation_stops_a_chunked_compaction_at_a_chunk_boundary(tmp_path, jobs, store, workers) -> None:
+    path = str(tmp_path / "inc.db")
+    stats = make_bloated_db(path, auto_vacuum="incremental")
+    gated = GatedCompactor(SqliteCompactor(settings(incremental_chunk_pages=5)), at_checkpoint=3)
+    jobs.add(JOB_TYPE, path, start_data(path))
+    workers([gated], job_timeout_s=0.3, hold_poll_s=0.02).start()
+    assert gated.reached.wait(WAIT_S)
+    run = published_run(jobs, path)
+    assert run["suspendable"] is True and run["started_at"] > 0
+    control.request_rotation(store, NODE, path, run["run_id"])
+    wait_until(lambda: jobs.get_job_state(JOB_TYPE, path) == "running")
+    time.sleep(0.1)  # several polls: the request is seen while the chunk loop waits at the gate
+    gated.release.set()
+    data = finished(jobs, path)
+    assert (data["result"], data["rotated"]) == ("interrupted", True)
+    assert gated.checkpoints_passed == 2  # stopped at the gated boundary: no chunk after it
+    left = db_stats(path)["freelist_count"]
+    assert 0 < left < stats["freelist_count"]  # two chunks done, kept in the file
+    assert integrity(path) == "ok" and row_count(path) == stats["rows"]
+
+
+def test_rotation_request_for_another_run_is_ignored(tmp_path, jobs, store, workers) -> None:
+    path = str(tmp_path / "inc.db")
+    make_bloated_db(path, auto_vacuum="incremental")
+    gated = GatedCompactor(SqliteCompactor(settings()), at_checkpoint=2)
+    jobs.add(JOB_TYPE, path, start_data(path))
+    workers([gated], job_timeout_s=0.3, hold_poll_s=0.02).start()
+    assert gated.reached.wait(WAIT_S)
+    published_run(jobs, path)
+    control.request_rotation(store, NODE, path, "a-run-that-died")
+    time.sleep(0.1)
+    gated.release.set()
+    data = finished(jobs, path)
+    assert data["result"] == "ok" and "rotated" not in data
+
+
+def test_rotation_never_stops_a_full_vacuum(tmp_path, jobs, store, workers) -> None:
+    path = str(tmp_path / "full.db")
+    stats = make_bloated_db(path, rows=4000, row_bytes=200, scattered=True)
+    gated = GatedCompactor(SqliteCompactor(settings()), at_progress=True)
+    jobs.add(JOB_TYPE, path, start_data(path))
+    workers([gated], job_timeout_s=0.3, hold_poll_s=0.02).start()
+    assert gated.reached.wait(WAIT_S)
+    run = published_run(jobs, path)
+    assert run["suspendable"] is False
+    control.request_rotation(store, NODE, path, run["run_id"])
+    time.sleep(0.1)
+    gated.release.set()
+    data = finished(jobs, path)
+    assert data["result"] == "ok" and os.path.getsize(path) < stats["file_bytes"]
+
+
+def test_job_context_rotates_only_a_run_that_can_stop_without_losing_work() -> None:
+    from smoosh.compactors import Interrupted
+    from smoosh.worker import JobContext
+
+    fresh = JobContext()
+    assert fresh.rotate() is False  # no chunk boundary passed yet: nothing says it can stop
+    vacuum = JobContext()
+    vacuum.checkpoint()
+    vacuum.on_cancel(lambda: None)
+    assert (vacuum.suspendable, vacuum.rotate(), vacuum.stop_reason) == (False, False, None)
+    chunked = JobContext()
+    chunked.checkpoint()
+    assert chunked.suspendable and chunked.rotate() and chunked.rotate()
+    with pytest.raises(Interrupted):
+        chunked.checkpoint()
+    cancelled: list[bool] = []
+    chunked.on_cancel(lambda: cancelled.append(True))  # a VACUUM starting now never runs
+    assert cancelled == [True]
+
+
 def test_stop_puts_a_running_job_back_to_pending(tmp_path, jobs, workers) -> None:
     path = str(tmp_path / "inc.db")
     stats = make_bloated_db(path, auto_vacuum="incremental")

@@ -16,6 +16,7 @@ import pytest
 
 from compactor.dbfactory import make_bloated_db
 from helpers.daemon import wait_for
+from helpers.slow import SlowChunks
 from smoosh import Server
 from smoosh.config import parse_config
 
@@ -32,33 +33,6 @@ class FakeClock:
     def set(self, now: float) -> None:
         with self._lock:
             self._now = now
-
-
-class SlowChunks:
-    """The real SQLite compactor, pausing 5 ms at each chunk boundary so a test can act mid-run."""
-
-    def __init__(self, settings: Any) -> None:
-        from smoosh.compactors.sqlite import SqliteCompactor
-
-        self.inner = SqliteCompactor(settings)
-        self.name = self.inner.name
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def compact(self, key: str, ctx: Any) -> Any:
-        class Ctx:
-            def progress(self, fraction: float) -> None:
-                ctx.progress(fraction)
-
-            def on_cancel(self, fn: Any) -> None:
-                ctx.on_cancel(fn)
-
-            def checkpoint(self) -> None:
-                time.sleep(0.005)
-                ctx.checkpoint()
-
-        return self.inner.compact(key, Ctx())
 
 
 def at(day: int, hour: int, minute: int = 0) -> float:

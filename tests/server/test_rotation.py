@@ -1,0 +1,99 @@
+"""Rotation and the fair global cap (DESIGN §5.6): a long chunked compaction makes way.
+
+A real server with one in-process worker and ``max_jobs = 1``: a large database compacts in
+one-page chunks while a small one waits in another channel for the only slot. Rotation
+stops the large one at a chunk boundary, the small one runs, and the large one then finishes
+from where it stopped (its progress is in the file).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from compactor.dbfactory import integrity, make_bloated_db
+from helpers.daemon import wait_for
+from helpers.slow import SlowChunks
+from smoosh import Server
+from smoosh.config import parse_config
+
+
+def config_text(tmp_path: Path, dbs: Path, max_churn: int) -> str:
+    return f"""[smoosh]
+watch =
+roots = {dbs}
+state_dir = {tmp_path / 'state'}
+store = sqlite:{tmp_path / 'jobs.db'}
+node = t
+wait_secs = 0
+job_timeout = 3s
+max_jobs = 1
+interval = 1s
+max_churn = {max_churn}
+db_channels = big_dbs,small_dbs
+
+[smoosh.big_dbs]
+priority = ratio
+min_size = 16KiB
+match = {dbs}/big.db
+
+[smoosh.small_dbs]
+priority = ratio
+min_size = 16KiB
+match = {dbs}/small.db
+
+[smoosh.sqlite]
+incremental_chunk_pages = 1
+"""
+
+
+def freelist(path: Path) -> int:
+    with sqlite3.connect(path) as conn:
+        return int(conn.execute("PRAGMA freelist_count").fetchone()[0])
+
+
+def start_two(tmp_path: Path, max_churn: int) -> tuple[Server, Path, Path]:
+    dbs = tmp_path / "dbs"
+    dbs.mkdir()
+    big, small = dbs / "big.db", dbs / "small.db"
+    make_bloated_db(str(big), rows=6000, delete_fraction=0.8, auto_vacuum="incremental")
+    make_bloated_db(str(small), rows=1000, delete_fraction=0.8)
+    config = parse_config(config_text(tmp_path, dbs, max_churn), str(tmp_path / "smoosh.ini"))
+    server = Server(config, workers=1, http=False, watch_config=False,
+                    compactors=[SlowChunks(config.sqlite, pause_s=0.005)])
+    server.start()
+    server.enqueue(str(big))
+    wait_for(lambda: server.status()["channels"]["big_dbs"]["active"] == 1, 15, what="big running")
+    server.enqueue(str(small))
+    wait_for(lambda: server.status()["channels"]["small_dbs"]["waiting"]["size"] == 1, 15, what="small queued")
+    return server, big, small
+
+
+def ok_count(server: Server, channel: str) -> int:
+    return server.counters.compactions.get((channel, "ok"), 0)
+
+
+def test_a_long_chunked_compaction_is_rotated_out_for_waiting_work(tmp_path: Path) -> None:
+    server, big, small = start_two(tmp_path, max_churn=20)
+    try:
+        wait_for(lambda: ok_count(server, "small_dbs") == 1, 30, what="small compacted")
+        # The small database ran while the big one was stopped half-way, not after it.
+        assert ok_count(server, "big_dbs") == 0
+        assert server.counters.rotations >= 1
+        assert 0 < freelist(big)
+        wait_for(lambda: ok_count(server, "big_dbs") == 1, 60, what="big compacted after all")
+        assert freelist(big) == 0 and integrity(str(big)) == "ok"
+        assert integrity(str(small)) == "ok"
+    finally:
+        server.stop()
+
+
+def test_max_churn_zero_turns_rotation_off(tmp_path: Path) -> None:
+    server, big, small = start_two(tmp_path, max_churn=0)
+    try:
+        wait_for(lambda: ok_count(server, "small_dbs") == 1, 60, what="small compacted")
+        # Without rotation the small database waited for the big one to finish.
+        assert ok_count(server, "big_dbs") == 1
+        assert server.counters.rotations == 0
+    finally:
+        server.stop()

@@ -14,7 +14,6 @@ import logging
 import os
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -25,6 +24,7 @@ from smoosh.config import ChannelConfig, Config
 from smoosh.errors import ConfigError, InvalidKey, SmooshError
 from smoosh.history import ADDED, BUSY, CRASHED, FINISHED, STARTED, HistoryTable
 from smoosh.jobs import Jobs, NotFound
+from smoosh.keypool import KeyPool
 from smoosh.priority import quantize
 from smoosh.router import CLEANUP_PREFIX, Router, db_path
 from smoosh.slots import SlotGate
@@ -55,12 +55,17 @@ class UnknownChannel(SmooshError):
         self.name = name
 
 
-@dataclass
+@dataclass(slots=True)
 class _InFlight:
-    """A key whose priority computation is running; ``dirty`` asks for one more run."""
+    """A key waiting for or in its priority computation (one per key: a fleet has many).
 
+    ``dirty`` asks for one more run after the one in progress; ``debounced`` reports the
+    outcome to the debouncer (the key came from the watcher).
+    """
+
+    started: bool = False
     dirty: bool = False
-    callbacks: list[Callable[[bool], None]] = field(default_factory=list)
+    debounced: bool = False
 
 
 @dataclass
@@ -148,7 +153,7 @@ class Server:
         self._debouncer: Any = None
         self._config_watcher: Any = None
         self._http: Any = None
-        self._executor: ThreadPoolExecutor | None = None
+        self._examiners: KeyPool | None = None
         self._thread: threading.Thread | None = None
         self._stop_event = threading.Event()
         self._started = False
@@ -176,7 +181,8 @@ class Server:
         self._own_paths = self._compute_own_paths(cfg)
         self._jobs = Jobs(self._store)
         self._jobs.set_type_timeout(self.job_type, cfg.job_timeout_s)
-        self._executor = ThreadPoolExecutor(max_workers=EXAMINE_THREADS, thread_name_prefix="smoosh-examine")
+        self._examiners = KeyPool(self._examine_loop, EXAMINE_THREADS, "smoosh-examine")
+        self._examiners.start()
         self._suspension.load()
         for name, ch_cfg in cfg.channels.items():
             self._open_channel(name, ch_cfg)
@@ -225,8 +231,11 @@ class Server:
             _quietly(lambda: channel.close(checkpoint=True))
         self._channels.clear()
         self._access.stop()
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._examiners is not None:
+            dropped = self._examiners.stop()
+            with self._lock:
+                for key in dropped:
+                    self._inflight.pop(key, None)
         if self._http is not None:
             _quietly(self._http.stop)
             self._http = None
@@ -318,28 +327,32 @@ class Server:
         if any(path == own or _inside(path, own) for own in self._own_paths):
             raise InvalidKey(key, "smoosh's own file")
 
-    def _submit(self, key: str, on_result: Callable[[bool], None] | None = None) -> None:
-        """Compute the key's priority off this thread; a second request while it runs marks it dirty."""
+    def _submit(self, key: str, debounced: bool = False) -> None:
+        """Compute the key's priority off this thread; a second request while it runs marks it dirty.
+
+        ``debounced``: the key came from the watcher; its outcome goes back to the debouncer.
+        """
         with self._lock:
             state = self._inflight.get(key)
             if state is not None:
                 # The computation running now may have read the file before this event's
                 # change: run it once more afterwards so the file's final state is examined.
-                state.dirty = True
-                if on_result is not None:
-                    state.callbacks.append(on_result)
+                # One still waiting for a thread will read the file anyway.
+                state.dirty = state.started
+                state.debounced = state.debounced or debounced
                 return
-            state = self._inflight[key] = _InFlight()
-            if on_result is not None:
-                state.callbacks.append(on_result)
-        assert self._executor is not None
-        try:
-            self._executor.submit(self._examine_loop, key, state)
-        except RuntimeError:  # executor shut down: the server is stopping
+            self._inflight[key] = _InFlight(debounced=debounced)
+        assert self._examiners is not None
+        if not self._examiners.submit(key):  # stopped: the server is stopping
             with self._lock:
                 self._inflight.pop(key, None)
 
-    def _examine_loop(self, key: str, state: _InFlight) -> None:
+    def _examine_loop(self, key: str) -> None:
+        with self._lock:
+            state = self._inflight.get(key)
+            if state is None:
+                return
+            state.started = True
         accepted = False
         while True:
             try:
@@ -353,10 +366,10 @@ class Server:
                     state.dirty = False
                     continue
                 self._inflight.pop(key, None)
-                callbacks = state.callbacks
             break
-        for callback in callbacks:
-            _quietly(lambda: callback(accepted))
+        debouncer = self._debouncer
+        if state.debounced and debouncer is not None:
+            _quietly(lambda: debouncer.result(key, accepted, self._clock()))
 
     def _route(self, key: str) -> bool:
         """Offer ``key`` to its channels in configured order; True when one queued it."""
@@ -367,11 +380,13 @@ class Server:
         if self._router.is_ignored(key, cfg):
             log.debug("%r is ignored", key)
             return False
-        if self._has_live_job(key):
-            return False
+        # The live-job check is a store read: asked only once some channel wants the key,
+        # so the many keys no channel takes (most of a fleet at start-up) never pay it.
+        live: list[bool] = []
         for names, sizes, priority_of in self._router.offers(key, cfg):
-            if self._offer(key, names, cfg, priority_of, sizes):
-                return True
+            queued = self._offer(key, names, cfg, priority_of, sizes, live)
+            if queued or live == [True]:
+                return queued
         return False
 
     def _offer(
@@ -381,6 +396,7 @@ class Server:
         cfg: Config,
         priority_of: Callable[[ChannelConfig], float],
         sizes: Any,
+        live: list[bool],
     ) -> bool:
         for name in names:
             ch_cfg = cfg.channels.get(name)
@@ -390,6 +406,10 @@ class Server:
             priority = priority_of(ch_cfg)
             if not priority:
                 continue
+            if not live:
+                live.append(self._has_live_job(key))  # one key, one job
+            if live[0]:
+                return False
             queued = channel.enqueue(key, quantize(priority))
             now = self._clock()
             with self._lock:
@@ -583,7 +603,7 @@ class Server:
             log.debug("watcher event ignored: %s", e)
             debouncer.result(key, False, now)
             return
-        self._submit(key, lambda accepted: debouncer.result(key, accepted, self._clock()))
+        self._submit(key, debounced=True)
 
     def _on_path(self, path: str) -> None:
         """Watcher callback: the hot path first, then the debouncer."""

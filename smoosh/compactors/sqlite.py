@@ -58,6 +58,7 @@ from smoosh.compactors.sqlite_file import (
     in_use,
     open_for_read,
     pragma,
+    read_quietly,
     read_state,
     rollback_quietly,
     sqlite_temp_dir,
@@ -73,6 +74,8 @@ CLEANUP_PREFIX = "cleanup:"
 DEFAULT_WAL_MAX_SIZE_BYTES = 64 * 1024 * 1024
 #: The exact ``dbstat`` payload of a key is taken at most this often (seconds).
 DEFAULT_EXACT_SIZE_INTERVAL_S = 3600.0
+#: The exact live payload of a database: bytes in use on its b-tree pages.
+DBSTAT_QUERY = "SELECT SUM(pgsize - unused) FROM dbstat"
 #: Pages freed per incremental chunk when the settings say nothing.
 DEFAULT_INCREMENTAL_CHUNK_PAGES = 1000
 #: How long a compaction waits for another connection's lock before giving up (seconds).
@@ -197,12 +200,15 @@ class SqliteCompactor:
         return Sizes(file_bytes=state.file_bytes, active_bytes=estimate)
 
     def _exact_active(self, path: str, estimate: int) -> int:
+        row = read_quietly(path, DBSTAT_QUERY)
+        if row is not None:
+            return int(row[0] or 0)
         try:
             conn = open_for_read(path, self.busy_timeout_s)
         except sqlite3.Error:
             return estimate
         try:
-            row = conn.execute("SELECT SUM(pgsize - unused) FROM dbstat").fetchone()
+            row = conn.execute(DBSTAT_QUERY).fetchone()
             return int(row[0] or 0) if row else estimate
         except sqlite3.Error:
             log.debug("dbstat of %r unavailable; using the page estimate.", path, exc_info=True)

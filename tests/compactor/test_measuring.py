@@ -6,10 +6,11 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from compactor.dbfactory import make_bloated_db
-from smoosh.compactors.sqlite import SqliteCompactor
-from smoosh.compactors.sqlite_file import in_use, is_in_use
+from smoosh.compactors.sqlite import DBSTAT_QUERY, SqliteCompactor
+from smoosh.compactors.sqlite_file import in_use, is_in_use, read_quietly
 
 WRITE_FROM_ANOTHER_PROCESS = """
 import sqlite3, sys
@@ -69,3 +70,76 @@ def test_in_use_is_counted_and_released(tmp_path: Path) -> None:
         assert is_in_use(db)
     assert not is_in_use(db)
 
+
+
+def test_exact_sizes_of_a_database_being_compacted_keep_its_write_lock(tmp_path: Path) -> None:
+    # The exact pass opens the file (immutably when nobody writes): its close must not drop
+    # the lock this process's compaction holds.
+    db = tmp_path / "a.db"
+    make_bloated_db(str(db), journal_mode="delete")
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        with in_use(str(db)):
+            sizes = SqliteCompactor().sizes(str(db), exact=True)
+            assert sizes is not None and 0 < sizes.active_bytes < sizes.file_bytes
+            assert other_process_write(db) == "database is locked"
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
+def dbstat_through_a_normal_connection(db: Path) -> int:
+    conn = sqlite3.connect(db)
+    try:
+        return int(conn.execute(DBSTAT_QUERY).fetchone()[0])
+    finally:
+        conn.close()
+
+
+def test_a_quiet_read_measures_what_a_normal_connection_measures_and_leaves_no_files(tmp_path: Path) -> None:
+    db = tmp_path / "a.db"
+    make_bloated_db(str(db), journal_mode="wal", scattered=True)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    row = read_quietly(str(db), DBSTAT_QUERY)
+    assert row is not None
+    assert sorted(p.name for p in tmp_path.iterdir()) == before == ["a.db"]
+    assert row[0] == dbstat_through_a_normal_connection(db)
+
+
+def test_a_quiet_read_is_refused_while_someone_may_write(tmp_path: Path) -> None:
+    db = tmp_path / "a.db"
+    make_bloated_db(str(db), journal_mode="wal")
+    writer = sqlite3.connect(db)
+    writer.execute("INSERT INTO docs (key, body) VALUES ('k', x'00')")
+    writer.commit()  # the writer keeps the -wal open
+    try:
+        assert (tmp_path / "a.db-wal").exists()
+        assert read_quietly(str(db), DBSTAT_QUERY) is None
+        # The exact size still comes, through a normal read-only connection, WAL included.
+        sizes = SqliteCompactor().sizes(str(db), exact=True)
+        assert sizes is not None and sizes.active_bytes > 0
+    finally:
+        writer.close()
+    journal = tmp_path / "b.db"
+    make_bloated_db(str(journal), journal_mode="delete")
+    (tmp_path / "b.db-journal").write_bytes(b"")
+    assert read_quietly(str(journal), DBSTAT_QUERY) is None
+
+
+def test_a_quiet_read_that_saw_the_file_change_is_thrown_away(tmp_path: Path, monkeypatch: Any) -> None:
+    import smoosh.compactors.sqlite_file as sqlite_file
+
+    db = tmp_path / "a.db"
+    make_bloated_db(str(db), journal_mode="delete")
+    real = sqlite_file._quiet_signature
+    calls: list[int] = []
+
+    def changing(path: str) -> Any:
+        calls.append(1)
+        sig = real(path)
+        return sig if len(calls) == 1 else (sig[0], sig[1], sig[2] + 1)  # a write landed meanwhile
+
+    monkeypatch.setattr(sqlite_file, "_quiet_signature", changing)
+    assert read_quietly(str(db), DBSTAT_QUERY) is None
+    assert len(calls) == 2

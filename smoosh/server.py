@@ -550,6 +550,22 @@ class Server:
             "dry_run": self.dry_run,
             "config_error": self._config_error,
             "restart_required": list(self._restart_required),
+            "scan": self._scan_status(),
+        }
+
+    def _scan_status(self) -> dict[str, Any]:
+        """Progress of finding and examining the fleet (start-up of a large fleet takes a while)."""
+        watcher, debouncer = self._watcher, self._debouncer
+        completed, (found, took_s) = 0, (0, 0.0)
+        if watcher is not None:
+            completed = int(getattr(watcher, "scans_completed", 0))
+            found, took_s = getattr(watcher, "last_scan", (0, 0.0))
+        return {
+            "scans_completed": completed,
+            "databases_found": found,
+            "duration_s": round(took_s, 3),
+            "debouncing": debouncer.counts()["pending"] if debouncer is not None else 0,
+            "examining": len(self._inflight),
         }
 
     def jobs_table(self) -> list[dict[str, Any]]:

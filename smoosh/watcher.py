@@ -147,6 +147,8 @@ class Watcher:
         self._requested_roots: set[str] = set()
         self._scan_proc: subprocess.Popen[bytes] | None = None
         self._scans_completed = 0
+        #: (databases found, seconds) of the last completed scan; (0, 0.0) before the first.
+        self.last_scan: tuple[int, float] = (0, 0.0)
 
     @property
     def entries(self) -> tuple[WatchEntry, ...]:
@@ -285,6 +287,7 @@ class Watcher:
                 return 0  # nothing to walk, or stop() was called (start() clears it)
             started = time.monotonic()
             count = self._run_helper(entries, roots)
+            self.last_scan = (count, time.monotonic() - started)
             self._scans_completed += 1
             log.info(
                 "scan of %d watched director%s found %d SQLite database%s in %.1f s",

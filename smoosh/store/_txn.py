@@ -15,7 +15,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from sortedcontainers import SortedDict
+from sortedcontainers import SortedList
 
 from smoosh.store.base import (
     KEY_SIZE_LIMIT_BYTES,
@@ -239,7 +239,12 @@ class BufferedTransaction(Transaction):
     def _clear_state(self) -> None:
         self._state = _OPEN
         self._snap_time = 0.0
-        self._writes: SortedDict = SortedDict()
+        # Our writes by key. Most transactions write a handful of keys and never scan them,
+        # so the sorted index the range reads need is built at the first such read and kept
+        # up to date from then on (a SortedDict per transaction cost ~16 us: a fifth of a
+        # point read).
+        self._writes: dict[bytes, _Entry] = {}
+        self._order: SortedList | None = None
         self._cleared = RangeSet()
         self._unreadable = RangeSet()
         self._mutations: list[Mutation] = []
@@ -327,7 +332,7 @@ class BufferedTransaction(Transaction):
         if unreadable:
             barrier = unreadable[-1][1] if reverse else unreadable[0][0]
         base = self._snapshot().scan(begin, end, reverse)
-        local = iter(list(self._writes.irange(begin, end, inclusive=(True, False), reverse=reverse)))
+        local = iter(self._written_in(begin, end, reverse))
         nb = next(base, None)
         nl = next(local, None)
         while nb is not None or nl is not None:
@@ -440,19 +445,34 @@ class BufferedTransaction(Transaction):
         # A point write's conflict range is [key, key + b"\x00"); a clear_range's is itself.
         self._write_range_bytes += len(key) + len(end) if kind == OP_CLEAR_RANGE else 2 * len(key) + 1
 
+    def _written_in(self, begin: bytes, end: bytes, reverse: bool) -> list[bytes]:
+        """Keys we wrote in ``[begin, end)``, in order (a copy: callers may change the writes)."""
+        order = self._order
+        if order is None:
+            if not self._writes:
+                return []
+            order = self._order = SortedList(self._writes)
+        return list(order.irange(begin, end, inclusive=(True, False), reverse=reverse))
+
+    def _put(self, key: bytes, entry: _Entry) -> _Entry:
+        if self._order is not None and key not in self._writes:
+            self._order.add(key)
+        self._writes[key] = entry
+        return entry
+
     def set(self, key: bytes, value: bytes) -> None:
         """See :meth:`Transaction.set`."""
         self._check_open()
         self._check_key(key)
         self._check_value(value)
-        self._writes[key] = _Entry(value)
+        self._put(key, _Entry(value))
         self._record((OP_SET, key, value, 0), len(key) + len(value))
 
     def clear(self, key: bytes) -> None:
         """See :meth:`Transaction.clear`."""
         self._check_open()
         self._check_key(key)
-        self._writes[key] = _Entry(None)
+        self._put(key, _Entry(None))
         self._record((OP_CLEAR, key, b"", 0), len(key))
 
     def clear_range(self, begin: bytes, end: bytes) -> None:
@@ -464,8 +484,10 @@ class BufferedTransaction(Transaction):
             raise StoreError(KEY_OUTSIDE_LEGAL_RANGE)
         if begin == end:
             return
-        for key in list(self._writes.irange(begin, end, inclusive=(True, False))):
+        for key in self._written_in(begin, end, False):
             del self._writes[key]
+            assert self._order is not None
+            self._order.remove(key)
         self._cleared.add(begin, end)
         self._record((OP_CLEAR_RANGE, begin, end, 0), len(begin) + len(end))
 
@@ -477,9 +499,9 @@ class BufferedTransaction(Transaction):
         entry = self._writes.get(key)
         if entry is None:
             if self._cleared.contains(key):
-                self._writes[key] = _Entry(atomic_add(None, param))
+                self._put(key, _Entry(atomic_add(None, param)))
             else:
-                entry = self._writes[key] = _Entry(known=False)
+                entry = self._put(key, _Entry(known=False))
                 entry.adds.append(param)
         elif entry.known:
             entry.value = atomic_add(entry.value, param)
@@ -506,7 +528,7 @@ class BufferedTransaction(Transaction):
         self._check_key(key)
         body, offset = parse_stamp_operand(value, "value")
         self._check_value(body)
-        self._writes[key] = _Entry(known=False, unreadable=True)
+        self._put(key, _Entry(known=False, unreadable=True))
         self._record((OP_VS_VALUE, key, body, offset), len(key) + len(body))
 
     def add_read_conflict_key(self, key: bytes) -> None:

@@ -28,6 +28,16 @@ NULL_CODE = 0x00
 INCOMPLETE_STAMP = b"\xff" * 10
 
 
+#: Encoded elements remembered (cleared when full): job keys repeat the same type names,
+#: ids and prefixes across the three transactions of a job, and the binding's pack of one
+#: element costs ~10 us of pure Python where a dict hit costs ~0.2 us.
+_ELEMENT_CACHE_MAX = 65536
+_element_cache: dict[tuple[type, Any], bytes] = {}
+#: Types whose value alone decides the encoding (bool and float are not here: True == 1 and
+#: -0.0 == 0.0 but encode differently; the type is part of the cache key as well).
+_CACHEABLE = (str, bytes, int)
+
+
 def _encode_stamp(v: Versionstamp) -> bytes:
     tr_version = v.tr_version
     if tr_version is not None and not isinstance(tr_version, bytes):
@@ -58,7 +68,17 @@ def _encode(value: Any, nested: bool) -> tuple[bytes, int]:
         return (b"\x00\xff" if nested else b"\x00"), -1
     # Every other type is encoded identically at top level and nested, so the binding's own
     # top-level pack of a one-element tuple gives exactly the element's bytes.
-    return _fdbtuple.pack((value,)), -1
+    kind = type(value)
+    if kind not in _CACHEABLE:
+        return _fdbtuple.pack((value,)), -1
+    cache_key = (kind, value)
+    data = _element_cache.get(cache_key)
+    if data is None:
+        data = _fdbtuple.pack((value,))
+        if len(_element_cache) >= _ELEMENT_CACHE_MAX:
+            _element_cache.clear()
+        _element_cache[cache_key] = data
+    return data, -1
 
 
 def _pack(t: tuple, prefix: bytes) -> tuple[bytes, int]:

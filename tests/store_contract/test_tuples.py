@@ -86,3 +86,11 @@ def test_range_covers_extensions_of_the_tuple_only():
     assert begin <= inside < end
     assert not begin <= tuples.pack(("jobs", "t"), prefix=b"P") < end
     assert not begin <= tuples.pack(("jobs", "u", 1), prefix=b"P") < end
+
+
+def test_values_that_compare_equal_but_encode_differently_never_share_a_cached_encoding():
+    # The pack cache keys on (type, value): True == 1, 1.0 == 1 and -0.0 == 0.0 in Python.
+    for first, second in ((1, True), (True, 1), (1, 1.0), (0.0, -0.0), ("a", b"a"), (0, False)):
+        for value in (first, second, first):
+            assert tuples.pack((value,)) == fdbtuple.pack((value,)), value
+            assert tuples.pack(("x", (value, None))) == fdbtuple.pack(("x", (value, None))), value

@@ -450,3 +450,26 @@ def test_scan_reports_paths_that_are_not_utf8(watched: Path) -> None:
     assert Watcher([str(watched)], seen).scan() == 1
     assert seen.paths == [str(db)]
     assert os.path.exists(seen.paths[0])
+
+
+def test_a_walk_reading_headers_on_many_threads_finds_exactly_what_a_serial_walk_finds(tmp_path: Path) -> None:
+    from smoosh.scan import HEADER_CHUNK, resolve_watch, walk, watch_roots
+
+    header = b"SQLite format 3\x00" + b"\x00" * 84
+    expected = set()
+    for d in range(3):
+        sub = tmp_path / f"d{d}"
+        sub.mkdir()
+        for i in range(HEADER_CHUNK * 2 + 7):  # several chunks per directory, a ragged last one
+            path = sub / f"f{i}.db"
+            is_db = i % 3 != 0
+            path.write_bytes(header if is_db else b"not a database at all")
+            if is_db:
+                expected.add(str(path))
+    entries = [resolve_watch(str(tmp_path))]
+    roots = watch_roots(entries)
+    found: dict[int, list[str]] = {1: [], 8: []}
+    for threads, out in found.items():
+        assert walk(entries, roots, out.append, lambda msg: None, header_threads=threads) == len(expected)
+    assert set(found[1]) == set(found[8]) == expected
+    assert found[1] == found[8]  # same order: a directory's files in listing order

@@ -202,7 +202,8 @@ def table(metrics: list[Metric]) -> str:
     return "\n".join(lines)
 
 
-def report(name: str, title: str, metrics: list[Metric], args: argparse.Namespace, notes: Sequence[str] = ()) -> str:
+def report(name: str, title: str, metrics: list[Metric], args: argparse.Namespace, notes: Sequence[str] = (),
+           command: str = "") -> str:
     """Print the table and (unless ``--no-write`` or ``--quick``) rewrite ``name``'s section of RESULTS.md.
 
     Parameters:
@@ -211,11 +212,12 @@ def report(name: str, title: str, metrics: list[Metric], args: argparse.Namespac
         metrics: what was measured.
         args: the parsed options.
         notes: extra lines (method, caveats) shown under the table.
+        command: how to rerun it (default ``python -m bench.NAME``).
 
     Returns:
         The section's Markdown.
     """
-    body = [f"### {title}", "", f"Measured {machine_line()}; `python -m bench.{name}` ({args.runs} run(s) each).", "",
+    body = [f"### {title}", "", f"Measured {machine_line()}; `{command or 'python -m bench.' + name}` ({args.runs} run(s) each).", "",
             table(metrics), ""]
     for m in metrics:
         if m.note:

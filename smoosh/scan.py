@@ -10,7 +10,7 @@ process then committed). So the daemon runs the walk in a helper process,
 it); as a bonus, walking a large fleet costs the daemon no GIL time.
 
 Helper protocol: a JSON request on stdin (``{"entries": [[spec, root, recursive, pattern]],
-"roots": [[root, recursive]]}``), NUL-terminated records on stdout: ``P<path>`` a database,
+"roots": [[root, recursive]], "changed_since": unix seconds or null}``), NUL-terminated records on stdout: ``P<path>`` a database,
 ``W<sentence>`` a warning, ``E<traceback>`` a failure.
 """
 
@@ -31,6 +31,7 @@ __all__ = [
     "SIDE_SUFFIXES",
     "WatchEntry",
     "accepts",
+    "changed_at",
     "is_sqlite_file",
     "main_db_path",
     "resolve_watch",
@@ -194,6 +195,7 @@ def walk(
     warn: Callable[[str], None],
     should_stop: Callable[[], bool] = lambda: False,
     header_threads: int = 1,
+    changed_since: float | None = None,
 ) -> int:
     """Walk ``roots`` and ``emit`` each SQLite database that belongs to ``entries``.
 
@@ -209,25 +211,45 @@ def walk(
         warn: called with a sentence for each directory that cannot be read.
         should_stop: polled between directories; True ends the walk early.
         header_threads: threads reading the headers of one directory's files at once.
+        changed_since: emit only databases whose file or ``-wal`` has an mtime or ctime at
+            or after this (unix seconds); None emits every database.
 
     Returns:
         The number of databases emitted.
     """
+    def serially(paths: list[str]) -> list[bool]:
+        return [_wanted(path, changed_since) for path in paths]
+
     if header_threads <= 1:
-        return _walk(entries, roots, emit, warn, should_stop, _check_serially)
+        return _walk(entries, roots, emit, warn, should_stop, serially)
     with ThreadPoolExecutor(max_workers=header_threads, thread_name_prefix="smoosh-scan") as pool:
 
         def check(paths: list[str]) -> list[bool]:
             if len(paths) <= HEADER_CHUNK:
-                return _check_serially(paths)
+                return serially(paths)
             chunks = [paths[i : i + HEADER_CHUNK] for i in range(0, len(paths), HEADER_CHUNK)]
-            return [ok for chunk in pool.map(_check_serially, chunks) for ok in chunk]
+            return [ok for chunk in pool.map(serially, chunks) for ok in chunk]
 
         return _walk(entries, roots, emit, warn, should_stop, check)
 
 
-def _check_serially(paths: list[str]) -> list[bool]:
-    return [is_sqlite_file(path) for path in paths]
+def changed_at(path: str) -> float:
+    """The latest mtime or ctime of ``path`` and its ``-wal`` (a WAL commit touches only the
+    ``-wal``; a rename or a copy with preserved times still sets the ctime); 0 if missing."""
+    latest = 0.0
+    for candidate in (path, path + "-wal"):
+        try:
+            st = os.stat(candidate)
+        except OSError:
+            continue
+        latest = max(latest, st.st_mtime, st.st_ctime)
+    return latest
+
+
+def _wanted(path: str, changed_since: float | None) -> bool:
+    if changed_since is not None and changed_at(path) < changed_since:
+        return False  # unchanged since the previous scan: its header is not even read
+    return is_sqlite_file(path)
 
 
 def _walk(
@@ -292,6 +314,7 @@ def _scan_helper_main(stdin: IO[bytes], stdout: IO[bytes]) -> int:
             lambda path: stdout.write(b"P" + os.fsencode(path) + b"\0"),
             lambda msg: stdout.write(b"W" + _record_text(msg) + b"\0"),
             header_threads=HEADER_THREADS,
+            changed_since=request.get("changed_since"),
         )
         stdout.flush()
         return 0

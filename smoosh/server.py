@@ -556,14 +556,17 @@ class Server:
     def _scan_status(self) -> dict[str, Any]:
         """Progress of finding and examining the fleet (start-up of a large fleet takes a while)."""
         watcher, debouncer = self._watcher, self._debouncer
-        completed, (found, took_s) = 0, (0, 0.0)
+        completed, (found, took_s), (last_found, last_s) = 0, (0, 0.0), (0, 0.0)
         if watcher is not None:
             completed = int(getattr(watcher, "scans_completed", 0))
-            found, took_s = getattr(watcher, "last_scan", (0, 0.0))
+            found, took_s = getattr(watcher, "startup_scan", (0, 0.0))
+            last_found, last_s = getattr(watcher, "last_scan", (0, 0.0))
         return {
             "scans_completed": completed,
             "databases_found": found,
             "duration_s": round(took_s, 3),
+            "last_scan_databases": last_found,
+            "last_scan_s": round(last_s, 3),
             "debouncing": debouncer.counts()["pending"] if debouncer is not None else 0,
             "examining": len(self._inflight),
         }
@@ -782,6 +785,10 @@ class Server:
                 self._open_channel(name, ch_cfg)
             else:
                 channel.update_settings(ch_cfg)
+        if self._watcher is not None and hasattr(self._watcher, "request_full_scan"):
+            # Periodic rescans report only changed files; the new config may price an
+            # unchanged one differently (a new channel, an upgrade target), so look at all.
+            self._watcher.request_full_scan()
         log.info("config reloaded: %d channel(s)", len(self._channels))
 
     def reload_config(self) -> None:

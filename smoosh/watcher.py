@@ -4,7 +4,12 @@ DESIGN §7: watchdog events are mapped from ``X-wal`` / ``X-journal`` / ``X-shm`
 (under WAL a commit touches only the ``-wal`` file; peers_perf §4.6), moves count by their
 destination (atomic saves arrive as ``moved``, never ``modified``), and the watched trees are
 rescanned every ``rescan_interval`` because inotify drops events silently when its queue
-overflows. ``polling=True`` (network filesystems) uses watchdog's PollingObserver; running
+overflows. The start-up scan (and one after a config change) reports every database; a
+periodic rescan reports only the databases whose file or ``-wal`` changed (mtime or ctime:
+a rename sets the ctime) since the previous scan started, less ``RESCAN_MARGIN_S``. An
+unchanged database has nothing new to say, and re-examining a million of them every ten
+minutes (an exact ``dbstat`` pass each, once its remembered size is forgotten) would keep
+the disk busy for nothing. ``polling=True`` (network filesystems) uses watchdog's PollingObserver; running
 out of inotify watches falls back to it too.
 
 What ``on_path`` receives, and where the SQLite header is checked:
@@ -69,6 +74,9 @@ MIN_DB_SIZE_BYTES = 512
 DEFAULT_RESCAN_INTERVAL_S = 600.0
 #: Seconds between checks for watched directories that are missing, deleted or replaced.
 ROOT_CHECK_INTERVAL_S = 5.0
+#: A periodic rescan reports files changed since the previous scan started, less this many
+#: seconds (coarse file-system timestamps, a clock step, a network file system's skew).
+RESCAN_MARGIN_S = 60.0
 #: Seconds between iterations of the watcher's own thread (root checks, rescans).
 THREAD_TICK_S = 1.0
 #: Seconds before a scan that could not run (helper failed to start) is tried again.
@@ -144,9 +152,15 @@ class Watcher:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._requested_full = False
+        # True: the next full scan reports every database (start-up, config change); False:
+        # only those changed since the previous full scan started (periodic rescans).
+        self._requested_everything = True
+        self._last_full_scan_wall: float | None = None
         self._requested_roots: set[str] = set()
         self._scan_proc: subprocess.Popen[bytes] | None = None
         self._scans_completed = 0
+        #: (databases found, seconds) of the start-up scan; (0, 0.0) before it completes.
+        self.startup_scan: tuple[int, float] = (0, 0.0)
         #: (databases found, seconds) of the last completed scan; (0, 0.0) before the first.
         self.last_scan: tuple[int, float] = (0, 0.0)
 
@@ -187,6 +201,7 @@ class Watcher:
             self._next_root_check_at = self._clock() + ROOT_CHECK_INTERVAL_S
             self._next_scan_at = self._clock() + self._rescan_interval_s
             self._requested_full = True
+            self._requested_everything = True
             self._thread = threading.Thread(target=self._run, name="smoosh-watcher", daemon=True)
             self._thread.start()
 
@@ -250,14 +265,30 @@ class Watcher:
             return
         self._run_requested_scans()
 
+    def request_full_scan(self) -> None:
+        """Report every database again soon, changed or not (the config that prices them changed)."""
+        with self._lock:
+            self._requested_full = True
+            self._requested_everything = True
+        self._wake.set()
+
     def _run_requested_scans(self) -> None:
         with self._lock:
             full, roots = self._requested_full, self._requested_roots
+            everything = self._requested_everything or self._last_full_scan_wall is None
             self._requested_full, self._requested_roots = False, set()
+            if full:
+                self._requested_everything = False
         if not (full or roots):
             return
         try:
-            self._scan(None if full else roots)
+            if full:
+                since = None if everything else self._last_full_scan_wall - RESCAN_MARGIN_S  # type: ignore[operator]
+                started_wall = time.time()
+                self._scan(None, since)
+                self._last_full_scan_wall = started_wall
+            else:
+                self._scan(roots)  # newly appeared roots: everything in them is new
         except Exception:
             log.exception("scan of the watched directories failed; retrying in %.0f s", SCAN_RETRY_S)
             with self._lock:
@@ -276,7 +307,7 @@ class Watcher:
         """
         return self._scan(None)
 
-    def _scan(self, only_roots: Iterable[str] | None) -> int:
+    def _scan(self, only_roots: Iterable[str] | None, changed_since: float | None = None) -> int:
         with self._scan_lock:
             entries = self._entries
             roots = watch_roots(entries)
@@ -286,23 +317,29 @@ class Watcher:
             if not roots or self._stop.is_set():
                 return 0  # nothing to walk, or stop() was called (start() clears it)
             started = time.monotonic()
-            count = self._run_helper(entries, roots)
+            count = self._run_helper(entries, roots, changed_since)
             self.last_scan = (count, time.monotonic() - started)
+            if self._scans_completed == 0:
+                self.startup_scan = self.last_scan
             self._scans_completed += 1
             log.info(
-                "scan of %d watched director%s found %d SQLite database%s in %.1f s",
+                "scan of %d watched director%s found %d SQLite database%s%s in %.1f s",
                 len(roots),
                 "y" if len(roots) == 1 else "ies",
                 count,
                 "" if count == 1 else "s",
+                "" if changed_since is None else " changed since the previous scan",
                 time.monotonic() - started,
             )
             return count
 
-    def _run_helper(self, entries: Sequence[WatchEntry], roots: dict[str, bool]) -> int:
+    def _run_helper(
+        self, entries: Sequence[WatchEntry], roots: dict[str, bool], changed_since: float | None = None
+    ) -> int:
         request = {
             "entries": [[e.spec, e.root, e.recursive, e.pattern] for e in entries],
             "roots": [[root, rec] for root, rec in roots.items()],
+            "changed_since": changed_since,
         }
         proc = subprocess.Popen(
             [sys.executable, "-m", "smoosh.scan"],

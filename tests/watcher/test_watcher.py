@@ -473,3 +473,36 @@ def test_a_walk_reading_headers_on_many_threads_finds_exactly_what_a_serial_walk
         assert walk(entries, roots, out.append, lambda msg: None, header_threads=threads) == len(expected)
     assert set(found[1]) == set(found[8]) == expected
     assert found[1] == found[8]  # same order: a directory's files in listing order
+
+
+def test_a_periodic_rescan_reports_only_databases_changed_since_the_previous_scan(
+    watched: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import smoosh.watcher as watcher_module
+
+    monkeypatch.setattr(watcher_module, "RESCAN_MARGIN_S", 0.0)
+    quiet = make_db(watched / "quiet.db")
+    busy = make_db(watched / "busy.db")
+    wal = make_db(watched / "wal.db", journal_mode="wal")
+    time.sleep(0.05)  # file times come from a coarse clock: keep them clear of the scan's start
+    clock = Clock(0.0)
+    seen = Seen()
+    w = Watcher([str(watched)], seen, rescan_interval_s=600.0, clock=clock)
+    w.tick(600.0)  # the first scan reports everything
+    assert seen.snapshot() == {str(quiet), str(busy), str(wal)}
+    assert w.startup_scan[0] == 3
+    time.sleep(0.05)
+    make_db(busy, commits=1)
+    holder = sqlite3.connect(wal, isolation_level=None)  # keeps the -wal: only it changes
+    try:
+        holder.execute("INSERT INTO t VALUES (1)")
+        seen.paths.clear()
+        w.tick(1200.0)
+        assert sorted(seen.paths) == sorted([str(busy), str(wal)])
+        assert w.last_scan[0] == 2 and w.startup_scan[0] == 3
+    finally:
+        holder.close()
+    seen.paths.clear()
+    w.request_full_scan()  # a config reload: every database is priced again
+    w.tick(1300.0)
+    assert seen.snapshot() == {str(quiet), str(busy), str(wal)}

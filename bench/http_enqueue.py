@@ -72,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         Metric("HTTP enqueue, already queued keys, 1000/batch", "keys/s", res["seen"], budget=20_000),
     ]
     report("http", "HTTP: batched POST /enqueue to a real daemon", metrics, args,
-           [f"{n:,} keys per pass in batches of {BATCH_KEYS}; daemon = `smoosh run` subprocess, SQLite job store."])
+           [f"{n:,} keys per pass in batches of {BATCH_KEYS}; daemon = `smoosh run` subprocess, SQLite job store."],
+           command="python -m bench.http_enqueue")
     return 0
 
 

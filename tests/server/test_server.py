@@ -88,6 +88,7 @@ def test_keys_that_cannot_be_compacted_are_rejected_with_their_reason(tmp_path: 
     cases = {
         "relative/path.db": "not an absolute path",
         "/etc/passwd": "outside roots",
+        f"{dbs}-sibling/a.db": "outside roots",  # shares the root's name as a prefix
         f"{dbs}/a\x00b.db": "contains a NUL byte",
         "/" + "x" * 5000: "longer than 4096 bytes",
         "": "empty key",

@@ -27,6 +27,8 @@ MAX_COMPACTED_KEYS = 100_000
 
 #: One way to offer a key: the channel names to try, the sizes measured, the priority per channel.
 Offer = tuple[Sequence[str], Any, Callable[[ChannelConfig], float]]
+#: Yielded by ``offers(..., defer_exact=True)`` where the exact measurement is due.
+EXACT_DUE: Offer = ((), None, lambda ch: 0.0)
 
 
 def db_path(key: str) -> str:
@@ -59,13 +61,15 @@ class Router:
         path = db_path(key)
         return any(path == pattern or fnmatch.fnmatchcase(path, pattern) for pattern in cfg.ignore)
 
-    def offers(self, key: str, cfg: Config) -> Iterator[Offer]:
+    def offers(self, key: str, cfg: Config, *, defer_exact: bool = False) -> Iterator[Offer]:
         """The ways to offer ``key`` to its channels, cheapest measurement first.
 
         Yields nothing for a missing database or one compacted recently that has not grown. For
         a database the cheap size estimate comes first; the exact one follows only when the
         compactor says it is due (at most once per ``exact_size_interval`` per key), because the
-        estimate is a lower bound and may not qualify where the truth does.
+        estimate is a lower bound and may not qualify where the truth does. With
+        ``defer_exact``, a due exact measurement is not taken: :data:`EXACT_DUE` is yielded
+        in its place, for the caller to hand the key to a thread that may take its time.
         """
         compactor = self.compactor_for(key)
         if compactor is None:
@@ -80,6 +84,9 @@ class Router:
         yield cfg.db_channels, sizes, lambda ch: self.priority(ch, key, sizes, compactor)
         exact_due = getattr(compactor, "exact_size_due", None)
         if exact_due is not None and exact_due(key):
+            if defer_exact:
+                yield EXACT_DUE
+                return
             exact = compactor.sizes(key, exact=True)
             if exact is not None and exact != sizes:
                 yield cfg.db_channels, exact, lambda ch: self.priority(ch, key, exact, compactor)

@@ -385,3 +385,34 @@ def test_status_answers_at_once_while_a_channel_is_stuck(tmp_path: Path, running
         assert time.monotonic() - t0 < 1.0
     assert during["reclaimable_bytes"] == before["reclaimable_bytes"]
     assert during["would_run"] == before["would_run"]
+
+
+class ExactOnlyCompactor(FailingCompactor):
+    """Compact by its cheap estimate, bloated by its exact size (fragmented pages)."""
+
+    def __init__(self) -> None:
+        super().__init__(RuntimeError("unused"))
+        self.exact_threads: list[str] = []
+
+    def sizes(self, key: str, *, exact: bool = False) -> Sizes | None:
+        if exact:
+            self.exact_threads.append(threading.current_thread().name)
+            return Sizes(file_bytes=10 * 1024 * 1024, active_bytes=1024 * 1024)
+        return Sizes(file_bytes=10 * 1024 * 1024, active_bytes=10 * 1024 * 1024)
+
+    def exact_size_due(self, key: str) -> bool:
+        return True
+
+
+def test_a_key_that_qualifies_only_on_its_exact_size_is_measured_off_the_examine_thread(
+    tmp_path: Path, running: Any, dbs: Path
+) -> None:
+    compactor = ExactOnlyCompactor()
+    server = running(make_config(tmp_path), workers=0, compactors=[compactor], dry_run=True)  # queue only
+    keys = [str(dbs / f"x{i}.db") for i in range(20)]
+    for key in keys:
+        server.enqueue(key)
+    wait_for(lambda: server.status()["channels"]["ratio_dbs"]["waiting"]["size"] == 20, 10, what="all queued")
+    assert len(compactor.exact_threads) == 20
+    assert all(name.startswith("smoosh-measure") for name in compactor.exact_threads)
+    assert server.status()["scan"]["examining"] == 0

@@ -57,14 +57,21 @@ def test_failed_busy_and_gone_results_go_to_the_server(make_channel: Any) -> Non
     assert sorted(h.rec.released) == ["/db/b", "/db/f", "/db/g"]
 
 
-def test_interrupted_job_is_requeued_at_its_priority_not_reported(make_channel: Any) -> None:
-    h = make_channel(settings=Settings(concurrency=1), priority_of=lambda key: 6.0)
-    h.channel.enqueue("/db/a", 6.0)
-    h.channel.enqueue("/db/b", 2.0)
+def interrupt_the_head(h: Any, queued: dict[str, float], **result: Any) -> None:
+    """Queue ``queued``, let a worker run the head, and finish it as interrupted."""
+    for key, priority in queued.items():
+        h.channel.enqueue(key, priority)
     h.tick()
     job, data = h.accept()
     h.wait_active(1)
-    h.finish(job, data, "interrupted")
+    if result.pop("deny_slots_after_start", False):
+        h.rec.grant = False
+    h.finish(job, data, "interrupted", **result)
+
+
+def test_interrupted_job_is_requeued_at_its_priority_not_reported(make_channel: Any) -> None:
+    h = make_channel(settings=Settings(concurrency=1), priority_of=lambda key: 6.0)
+    interrupt_the_head(h, {"/db/a": 6.0, "/db/b": 2.0})
     h.settle(lambda: h.rec.released == ["/db/a"], "slot freed")
     assert h.rec.done == []
     # Re-queued at 6.0 it outranks /db/b, so it is the one that starts again (same tick).
@@ -223,12 +230,7 @@ def test_rotated_job_makes_way_for_the_next_key_then_returns(make_channel: Any) 
     # A rotated-out key re-queued at 6.0 would outrank /db/b and take back the slot rotation
     # freed; it is set aside until /db/b has started, then queued again at its priority.
     h = make_channel(settings=Settings(concurrency=1), priority_of=lambda key: 6.0)
-    h.channel.enqueue("/db/a", 6.0)
-    h.channel.enqueue("/db/b", 2.0)
-    h.tick()
-    job, data = h.accept()
-    h.wait_active(1)
-    h.finish(job, data, "interrupted", rotated=True)
+    interrupt_the_head(h, {"/db/a": 6.0, "/db/b": 2.0}, rotated=True)
     h.settle(lambda: h.rec.released == ["/db/a"], "slot freed")
     assert h.rec.done == []
     assert h.job_ids() == {"/db/b"} and h.job_state("/db/b") == "pending"
@@ -238,11 +240,7 @@ def test_rotated_job_makes_way_for_the_next_key_then_returns(make_channel: Any) 
 
 def test_rotated_job_alone_in_its_channel_is_queued_again_at_once(make_channel: Any) -> None:
     h = make_channel(settings=Settings(concurrency=1), priority_of=lambda key: 6.0)
-    h.channel.enqueue("/db/a", 6.0)
-    h.tick()
-    job, data = h.accept()
-    h.wait_active(1)
-    h.finish(job, data, "interrupted", rotated=True)
+    interrupt_the_head(h, {"/db/a": 6.0}, rotated=True)
     h.settle(lambda: h.rec.released == ["/db/a"], "slot freed")
     # Nothing else waits here: it takes the next free slot like any queued key.
     assert h.job_ids() == {"/db/a"} and h.job_state("/db/a") == "pending"
@@ -250,14 +248,8 @@ def test_rotated_job_alone_in_its_channel_is_queued_again_at_once(make_channel: 
 
 def test_benched_key_is_checkpointed_and_flushed_like_a_waiting_one(make_channel: Any) -> None:
     h = make_channel(settings=Settings(concurrency=1), priority_of=lambda key: 6.0)
-    h.rec.grant = True
-    h.channel.enqueue("/db/a", 6.0)
-    h.channel.enqueue("/db/b", 2.0)
-    h.tick()
-    job, data = h.accept()
-    h.wait_active(1)
-    h.rec.grant = False  # no global slot: /db/b cannot start, so /db/a stays set aside
-    h.finish(job, data, "interrupted", rotated=True)
+    # No global slot once /db/a runs: /db/b cannot start, so /db/a stays set aside.
+    interrupt_the_head(h, {"/db/a": 6.0, "/db/b": 2.0}, rotated=True, deny_slots_after_start=True)
     h.settle(lambda: h.rec.released == ["/db/a"], "slot freed")
     assert h.channel.waiting() == [("/db/b", 2.0), ("/db/a", 6.0)]
     assert h.channel.keys() == {"/db/a", "/db/b"}

@@ -25,6 +25,7 @@ from smoosh.errors import ConfigError, InvalidKey, SmooshError
 from smoosh.history import ADDED, BUSY, CRASHED, FINISHED, STARTED, HistoryTable
 from smoosh.jobs import Jobs, NotFound
 from smoosh.keypool import KeyPool
+from smoosh.paths import canonical_path
 from smoosh.priority import quantize
 from smoosh.router import CLEANUP_PREFIX, EXACT_DUE, Router, db_path
 from smoosh.slots import SlotGate
@@ -317,7 +318,7 @@ class Server:
         prefix, path = (CLEANUP_PREFIX, key[len(CLEANUP_PREFIX):]) if key.startswith(CLEANUP_PREFIX) else ("", key)
         if not os.path.isabs(path):
             raise InvalidKey(key, "not an absolute path")
-        return prefix + os.path.realpath(path)
+        return prefix + canonical_path(path)
 
     def validate(self, key: str) -> None:
         """Check a canonical key: claimed by a compactor, inside ``roots``, not smoosh's own file.

@@ -54,6 +54,7 @@ from watchdog.events import (
 )
 
 from smoosh.debounce import Debouncer
+from smoosh.paths import canonical_path
 from smoosh.scan import WatchEntry, accepts, is_sqlite_file, main_db_path, resolve_watch, watch_roots
 
 __all__ = [
@@ -414,7 +415,7 @@ class Watcher:
             log.exception("watcher could not handle %r", event)
 
     def _consider(self, path: str) -> None:
-        real = os.path.realpath(main_db_path(path))
+        real = canonical_path(main_db_path(path))
         if not accepts(self._entries, real) or self._exclude(real):
             return
         try:

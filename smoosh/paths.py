@@ -1,0 +1,51 @@
+"""Canonical paths, cheaply: the kernel resolves the whole path in one lookup.
+
+``os.path.realpath`` resolves a path in Python, one ``lstat`` per component: six syscalls
+for ``/srv/tenants/a/b/x.db``, each a GIL hand-off, and on the enqueue path of a new key it
+was the largest single cost (measured: 11-13 us against 2.9 us here). On Linux an
+``O_PATH`` descriptor names the file without opening it, and ``/proc/self/fd/N`` reads back
+the path the kernel resolved. Closing an ``O_PATH`` descriptor does not release the POSIX
+locks this process holds on the file (measured: an in-process ``BEGIN EXCLUSIVE`` still
+blocks another process afterwards, where a plain ``open``/``close`` lets it write), so it
+is safe inside the daemon, whose compactions hold such locks (see ``smoosh.scan``).
+Anything unusual (a missing file, a file deleted mid-way, no ``/proc``) falls back to
+``os.path.realpath``, whose answer is the definition.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["canonical_path"]
+
+_O_PATH = getattr(os, "O_PATH", 0)
+_PROC_FD = "/proc/self/fd/"
+_USABLE = bool(_O_PATH) and os.path.isdir(_PROC_FD)
+_DELETED = " (deleted)"
+
+
+def canonical_path(path: str) -> str:
+    """``os.path.realpath(path)``: symlinks resolved, absolute; faster for existing files.
+
+    Parameters:
+        path: an absolute path.
+
+    Returns:
+        The canonical path, exactly as ``os.path.realpath`` gives it.
+    """
+    if not _USABLE:
+        return os.path.realpath(path)
+    try:
+        fd = os.open(path, _O_PATH | os.O_CLOEXEC)
+    except (OSError, ValueError):
+        return os.path.realpath(path)  # missing, dangling, no permission: the slow path decides
+    try:
+        resolved = os.readlink(_PROC_FD + str(fd))
+    except OSError:
+        return os.path.realpath(path)
+    finally:
+        os.close(fd)
+    if not resolved.startswith("/") or resolved.endswith(_DELETED):
+        # Deleted meanwhile (the kernel appends " (deleted)"), or a pseudo-file name.
+        return os.path.realpath(path)
+    return resolved

@@ -3,30 +3,14 @@
 from __future__ import annotations
 
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from compactor.dbfactory import make_bloated_db
+from helpers.locks import other_process_write
 from smoosh.compactors.sqlite import DBSTAT_QUERY, SqliteCompactor
 from smoosh.compactors.sqlite_file import in_use, is_in_use, read_quietly
 
-WRITE_FROM_ANOTHER_PROCESS = """
-import sqlite3, sys
-conn = sqlite3.connect(sys.argv[1], timeout=0)
-try:
-    conn.execute("INSERT INTO docs (key, body) VALUES ('k', x'00')")
-    conn.commit()
-    print("wrote")
-except sqlite3.OperationalError as e:
-    print(e)
-"""
-
-
-def other_process_write(db: Path) -> str:
-    out = subprocess.run([sys.executable, "-c", WRITE_FROM_ANOTHER_PROCESS, str(db)], capture_output=True, text=True, timeout=30)
-    return out.stdout.strip()
 
 
 def test_sizes_of_a_database_being_compacted_keep_its_write_lock(tmp_path: Path) -> None:

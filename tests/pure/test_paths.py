@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
+from helpers.locks import other_process_write
 from smoosh.paths import canonical_path
 
 
@@ -38,30 +37,17 @@ def test_canonical_path_agrees_with_realpath_on_every_kind_of_path(tmp_path: Pat
     assert canonical_path(str(tmp_path / "dirlink" / "tenants" / "a.db")) == str(db)
 
 
-WRITE = """
-import sqlite3, sys
-conn = sqlite3.connect(sys.argv[1], timeout=0)
-try:
-    conn.execute("INSERT INTO t VALUES (1)")
-    conn.commit()
-    print("wrote")
-except sqlite3.OperationalError as e:
-    print(e)
-"""
-
-
 def test_canonical_path_of_a_locked_database_keeps_the_lock(tmp_path: Path) -> None:
     db = tmp_path / "a.db"
     conn = sqlite3.connect(db, isolation_level=None)
-    conn.execute("CREATE TABLE t(x)")
+    conn.execute("CREATE TABLE docs(key, body)")
     conn.close()
     holder = sqlite3.connect(db, isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")
-    holder.execute("INSERT INTO t VALUES (0)")
+    holder.execute("INSERT INTO docs VALUES ('a', x'00')")
     try:
         assert canonical_path(str(db)) == str(db)
-        out = subprocess.run([sys.executable, "-c", WRITE, str(db)], capture_output=True, text=True, timeout=30)
-        assert out.stdout.strip() == "database is locked"
+        assert other_process_write(db) == "database is locked"
     finally:
         holder.execute("ROLLBACK")
         holder.close()

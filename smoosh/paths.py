@@ -33,7 +33,8 @@ def canonical_path(path: str) -> str:
     Returns:
         The canonical path, exactly as ``os.path.realpath`` gives it.
     """
-    if not _USABLE:
+    if not _USABLE or path.startswith("//"):
+        # POSIX lets a path keep a leading "//" (realpath does; the kernel's name drops it).
         return os.path.realpath(path)
     try:
         fd = os.open(path, _O_PATH | os.O_CLOEXEC)

@@ -29,6 +29,8 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from smoosh.paths import canonical_path
+
 __all__ = [
     "DbState",
     "parse_header",
@@ -224,13 +226,13 @@ def _read_header(path: str) -> tuple[bytes, int] | object | None:
 
     The read happens under ``_in_use_lock``: a compaction registers its file before opening
     its connection, so it cannot take its locks while this descriptor is open, and closing
-    the descriptor cannot drop them. realpath (several syscalls) runs outside the lock and
-    only while some compaction runs: examine threads would otherwise queue on it.
+    the descriptor cannot drop them. The canonical path runs outside the lock and only while
+    some compaction runs: examine threads would otherwise queue on it.
     """
     with _in_use_lock:
         if not _in_use:
             return _read_raw(path)
-    real = os.path.realpath(path)
+    real = canonical_path(path)
     with _in_use_lock:
         return _IN_USE if real in _in_use else _read_raw(path)
 

@@ -34,6 +34,8 @@ def test_canonical_path_agrees_with_realpath_on_every_kind_of_path(tmp_path: Pat
     ]
     for path in cases:
         assert canonical_path(str(path)) == os.path.realpath(path), path
+    for text in ("/" + str(db), "//" + str(db).lstrip("/"), str(real_dir) + "//a.db"):
+        assert canonical_path(text) == os.path.realpath(text), text
     assert canonical_path(str(tmp_path / "dirlink" / "tenants" / "a.db")) == str(db)
 
 

@@ -720,7 +720,6 @@ class Server:
         self._next_rotation = now + cfg.interval_s
         running = {key: (data or {}) for _t, key, state, data in rows if state == "running"}
         self._clear_stale_rotations(running)
-        self._slots.limit = cfg.max_jobs
         waiting = self._slots.waiting()
         if cfg.max_churn <= 0 or not waiting or self._slots.busy < cfg.max_jobs:
             return

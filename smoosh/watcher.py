@@ -9,8 +9,8 @@ periodic rescan reports only the databases whose file or ``-wal`` changed (mtime
 a rename sets the ctime) since the previous scan started, less ``RESCAN_MARGIN_S``. An
 unchanged database has nothing new to say, and re-examining a million of them every ten
 minutes (an exact ``dbstat`` pass each, once its remembered size is forgotten) would keep
-the disk busy for nothing. ``polling=True`` (network filesystems) uses watchdog's PollingObserver; running
-out of inotify watches falls back to it too.
+the disk busy for nothing. ``polling=True`` (network filesystems) uses watchdog's
+PollingObserver; running out of inotify watches falls back to it too.
 
 What ``on_path`` receives, and where the SQLite header is checked:
 

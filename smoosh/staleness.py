@@ -7,8 +7,12 @@ process), so ``is_fresh`` is one ``dict.get`` and one subtraction: no lock, no l
 metric objects.
 
 Thread-safety rests on the GIL: single ``dict`` operations are atomic, so ``is_fresh`` and
-``record`` need no lock. The cleaner iterates over a snapshot (``list(items)``) so a concurrent
-``record`` never raises "dictionary changed size during iteration".
+``record`` need no lock. The cleaner iterates over a snapshot (``dict.copy()``) so a concurrent
+``record`` never raises "dictionary changed size during iteration". Not ``list(d.items())``:
+building that list allocates a tuple per entry, an allocation can start the garbage
+collector, a collection can run Python code and so switch threads mid-iteration, and the
+dict iterator then raises (seen once, in a full run of the suite). ``copy`` walks
+the dict without that size check.
 """
 
 from __future__ import annotations
@@ -129,7 +133,7 @@ class AccessTable:
         accepted = self._accepted
         dropped = 0
         # Iterate over a snapshot: record() may add keys from other threads meanwhile.
-        for key, accepted_at in list(accepted.items()):
+        for key, accepted_at in accepted.copy().items():
             if now - accepted_at >= staleness_s:
                 # Re-check the value: if record() refreshed the key since the snapshot, keep it.
                 # (The get/pop pair can still lose to a record() in between; the cost is one

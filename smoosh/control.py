@@ -1,9 +1,9 @@
 """Holds on running work, shared through the store: the server sets them, workers obey them.
 
 When a channel leaves its strict window or an operator suspends it, the server calls
-:func:`set_hold`; every worker of that node (in any process sharing the store) reads
-:func:`is_held` between chunks and from its heartbeat thread: a held incremental compaction
-waits at its next chunk boundary, holding no database lock; a held full VACUUM is interrupted
+:func:`set_hold`; every worker of that node (in any process sharing the store) reads it
+with :func:`read_signals` from its heartbeat thread: a held incremental compaction waits at
+its next chunk boundary, holding no database lock; a held full VACUUM is interrupted
 and finished as "interrupted". A hold is one key, ``pack(("control", node, channel))``:
 present = held.
 
@@ -15,13 +15,11 @@ at a chunk boundary of a suspendable compaction.
 
 from __future__ import annotations
 
-from typing import Any
-
 from smoosh.store import tuples
-from smoosh.store.base import ReadView, Store, Transaction
+from smoosh.store.base import Store, Transaction
 
 __all__ = [
-    "set_hold", "is_held", "held_channels", "hold_key",
+    "set_hold", "held_channels", "hold_key",
     "request_rotation", "rotation_requests", "clear_rotation", "read_signals",
 ]
 
@@ -52,31 +50,6 @@ def set_hold(store: Store, node: str, channel: str, hold: bool) -> None:
             tr.clear(key)
 
     store.transact(body)
-
-
-def _reader(store_or_tr: Any) -> tuple[ReadView | None, Any]:
-    if hasattr(store_or_tr, "transact") and not hasattr(store_or_tr, "get"):
-        return None, store_or_tr
-    # A transaction: read at snapshot so a hold flip never conflicts with the caller's writes.
-    return getattr(store_or_tr, "snapshot", store_or_tr), None
-
-
-def is_held(store_or_tr: Store | Transaction, node: str, channel: str) -> bool:
-    """Is ``channel``'s running work on ``node`` held?
-
-    Parameters:
-        store_or_tr: a store (read in a transaction of its own) or an open transaction.
-        node: the node name.
-        channel: the channel name.
-
-    Returns:
-        True while a hold is set.
-    """
-    key = hold_key(node, channel)
-    view, store = _reader(store_or_tr)
-    if view is not None:
-        return view.get(key) is not None
-    return bool(store.transact(lambda tr: tr.snapshot.get(key) is not None))
 
 
 def held_channels(store: Store, node: str) -> set[str]:

@@ -22,8 +22,10 @@ at that version, whatever the number of tombstones.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import heapq
+import operator
 import threading
 import time
 from typing import Callable, Iterator
@@ -41,6 +43,12 @@ from smoosh.store._txn import BufferedStore, CommitRequest, PendingWatch, Snapsh
 
 #: Pairs copied per lock acquisition during a range scan.
 SCAN_CHUNK = 256
+#: Seconds between two trims of old key versions. A key written by every commit (a job
+#: type's watch key) holds retention x commit rate versions; trimming it on every commit
+#: moved that whole list each time (80% of a round trip's time at 5,000 commits/s).
+HISTORY_TRIM_INTERVAL_S = 1.0
+
+_version_of = operator.itemgetter(0)
 
 _History = list  # [(version, value or None for a deletion)], ascending versions
 
@@ -185,6 +193,7 @@ class MemoryStore(BufferedStore):
         self._log: collections.deque[tuple[int, float, RangeSet]] = collections.deque()
         #: (commit_time, version, keys written) whose older history may be pruned later.
         self._touched: collections.deque[tuple[float, int, set[bytes]]] = collections.deque()
+        self._last_trim = -float("inf")
 
     def _deleted_since(self, read_version: int, begin: bytes, end: bytes) -> set[bytes]:
         """Keys in ``[begin, end)`` deleted by commits newer than ``read_version`` (under the lock)."""
@@ -208,19 +217,26 @@ class MemoryStore(BufferedStore):
         # A deletion at or below the floor is older than every readable snapshot.
         while self._deletions and self._deletions[0][0] <= floor:
             self._deletions.popleft()
+        if not self._touched or self._touched[0][0] >= cutoff or now - self._last_trim < HISTORY_TRIM_INTERVAL_S:
+            return
+        # Batched, and each key once: versions kept a little longer than needed cost nothing
+        # (reads at or above the floor still find theirs), a trim per commit cost a lot.
+        self._last_trim = now
+        keys: set[bytes] = set()
         while self._touched and self._touched[0][0] < cutoff:
-            _, _, keys = self._touched.popleft()
-            for key in keys:
-                history = self._data.get(key)
-                if history is None:
-                    continue
-                # Keep the value at the floor version and everything newer.
-                i = len(history) - 1
-                while i > 0 and history[i][0] > floor:
-                    i -= 1
+            keys |= self._touched.popleft()[2]
+        data = self._data
+        for key in keys:
+            history = data.get(key)
+            if history is None:
+                continue
+            # Keep the newest value at or below the floor (what a read at the floor sees)
+            # and everything newer.
+            i = bisect.bisect_right(history, floor, key=_version_of) - 1
+            if i > 0:
                 del history[:i]
-                if len(history) == 1 and history[0][1] is None and history[0][0] <= floor:
-                    del self._data[key]
+            if len(history) == 1 and history[0][1] is None and history[0][0] <= floor:
+                del data[key]
 
     def _commit(self, req: CommitRequest) -> bytes:
         with self._lock:

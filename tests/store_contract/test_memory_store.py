@@ -65,3 +65,35 @@ def test_pruning_drops_deleted_keys_but_keeps_live_ones():
     s.transact(lambda tr: tr.set(b"d", b"1"))
     assert b"a" not in s._data
     assert s.create_transaction().get_range(b"", b"\xff") == [(b"b", b"1"), (b"c", b"1"), (b"d", b"1")]
+
+
+def test_hot_key_history_is_trimmed_to_the_retention_and_readers_inside_it_still_read():
+    # A key written by every commit (a job type's watch key) must not keep every version it
+    # ever had, and trimming must keep the version each still-readable snapshot needs.
+    from smoosh.store.memory import HISTORY_TRIM_INTERVAL_S
+
+    clock = FakeClock()
+    s = MemoryStore(max_age_s=None, clock=clock)  # no age limit: only the pruning stops readers
+    step_s = 0.05
+    readers = []
+    for i in range(int(3 * s.retention_s / step_s)):
+        s.transact(lambda tr, i=i: tr.set(b"hot", b"%d" % i))
+        if i % 10 == 0:
+            tr = s.create_transaction()
+            assert tr.get(b"other") is None  # takes the read version now
+            readers.append((i, clock.now, tr))
+        clock.now += step_s
+    kept = len(s._data[b"hot"])
+    assert s.retention_s / step_s - 2 <= kept <= (s.retention_s + HISTORY_TRIM_INTERVAL_S) / step_s + 2
+    recent = old = 0
+    for i, started, tr in readers:
+        age_s = clock.now - started
+        if age_s < s.retention_s - 2 * step_s:
+            assert tr.get(b"hot") == b"%d" % i
+            recent += 1
+        elif age_s > s.retention_s + 2 * step_s:
+            with pytest.raises(StoreError) as e:
+                tr.get(b"hot")
+            assert e.value.code == 1007
+            old += 1
+    assert recent and old

@@ -61,6 +61,8 @@ def _value_at(history: _History, version: int) -> bytes | None:
 
 
 class _MemorySnapshot(Snapshot):
+    needs_release = False  # holds no resource: close() is a no-op
+
     def __init__(self, store: MemoryStore, read_version: int) -> None:
         self._store = store
         self.read_version = read_version

@@ -482,7 +482,11 @@ class SqliteStore(BufferedStore):
     def _poll_loop(self) -> None:
         conn = self._connect()
         try:
-            last = conn.execute("PRAGMA data_version").fetchone()[0]
+            # No baseline: the first poll re-reads every armed key. A commit that landed after
+            # a watch was armed and checked but before this thread took its first
+            # data_version would otherwise be in that baseline and never be seen (a blocked
+            # accept missed the job added right after it went to sleep).
+            last: int | None = None
             while not self._stop.wait(self.poll_interval_s):
                 try:
                     last = self._poll_once(conn, last)
@@ -491,7 +495,7 @@ class SqliteStore(BufferedStore):
         finally:
             conn.close()
 
-    def _poll_once(self, conn: sqlite3.Connection, last: int) -> int:
+    def _poll_once(self, conn: sqlite3.Connection, last: int | None) -> int | None:
         if not self.watches.has_armed():
             return last
         current = conn.execute("PRAGMA data_version").fetchone()[0]

@@ -160,6 +160,24 @@ def test_separate_processes_incrementing_one_key_lose_no_update(store, path, tmp
     assert sum(runs) > 2 * n, "the processes never conflicted: the test did not exercise retries"
 
 
+def test_watch_fires_for_a_commit_that_lands_before_the_poller_thread_starts(path, monkeypatch):
+    # The interleaving a blocked accept once lost: the watch is armed and checked (no change
+    # yet), another connection commits, and only then does the poller thread begin.
+    with SqliteStore(path) as s:
+        s.transact(lambda tr: tr.set(b"w", b"1"))
+        start_poller = s._ensure_poller
+        monkeypatch.setattr(s, "_ensure_poller", lambda: None)
+        tr = s.create_transaction()
+        w = tr.watch(b"w")
+        tr.commit()  # read-only: armed and checked here, poller start deferred
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("UPDATE kv SET value = x'32' WHERE key = x'77'")
+        other.close()
+        assert not w.is_ready()
+        start_poller()
+        assert w.wait(WAIT_S)
+
+
 def test_watch_fires_when_another_process_commits(store, path):
     store.transact(lambda tr: tr.set(b"w", b"1"))
     tr = store.create_transaction()

@@ -104,6 +104,39 @@ def test_clear_and_clear_range_remove_keys(ctx):
     assert ctx.store.transact(lambda tr: tr.get_range_startswith(ctx.prefix)) == []
 
 
+def test_interleaved_writes_commit_with_the_effect_of_their_issue_order(ctx):
+    # Stores may fold a commit's mutations into a net effect per key; the result must be
+    # what applying them one by one, in order, gives.
+    _fill(ctx, [b"a", b"b", b"c", b"n"])
+    k = ctx.k
+
+    def body(tr):
+        tr.set(k(b"a"), b"1")
+        tr.clear(k(b"a"))
+        tr.set(k(b"a"), b"2")  # set, clear, set: 2
+        tr.set(k(b"b"), b"kept?")
+        tr.clear_range(k(b"b"), k(b"c"))  # clears the b written above
+        tr.set(k(b"bz"), b"after")  # inside the cleared range, written after it
+        tr.clear(k(b"c"))
+        tr.set(k(b"d"), b"x")
+        tr.clear(k(b"d"))  # a new key set then cleared: absent
+        tr.add(k(b"n"), (1).to_bytes(2, "little"))
+        tr.set(k(b"n"), (7).to_bytes(2, "little"))
+        tr.add(k(b"n"), (1).to_bytes(2, "little"))  # set then add: 8
+
+    ctx.store.transact(body)
+    got = dict(ctx.store.transact(lambda tr: tr.get_range_startswith(ctx.prefix)))
+    assert got == {k(b"a"): b"2", k(b"bz"): b"after", k(b"n"): (8).to_bytes(2, "little")}
+
+
+def test_a_commit_of_hundreds_of_sets_and_clears_applies_them_all(ctx):
+    names = [b"k%04d" % i for i in range(300)]
+    ctx.store.transact(lambda tr: [tr.set(ctx.k(n), n) for n in names])
+    ctx.store.transact(lambda tr: [tr.clear(ctx.k(n)) for n in names[::2]])
+    got = ctx.store.transact(lambda tr: tr.get_range_startswith(ctx.prefix))
+    assert got == [(ctx.k(n), n) for n in names[1::2]]
+
+
 def test_clear_range_with_begin_after_end_is_inverted_range(ctx):
     tr = ctx.store.create_transaction()
     with pytest.raises(StoreError) as e:

@@ -76,7 +76,7 @@ def _commit_in_thread(tr, results, name):
         except StoreError as e:
             results[name] = e.code
 
-    t = threading.Thread(target=run)
+    t = threading.Thread(target=run, daemon=True)  # a stuck commit fails the test, not the run
     t.start()
     return t
 
@@ -101,6 +101,64 @@ def test_concurrent_commits_are_grouped_into_one_sqlite_transaction(store, path)
     assert store.stats.sqlite_commits - before == 1
     assert store.stats.store_commits == 8
     assert store.stats.max_group == 8
+
+
+def test_a_lone_commit_runs_in_the_committing_thread(store):
+    # No committer thread: one worker's commit costs no thread hand-off.
+    before = {t.ident for t in threading.enumerate()}
+    for i in range(3):
+        store.transact(lambda tr, i=i: tr.set(b"k", b"%d" % i))
+    assert {t.ident for t in threading.enumerate()} <= before
+    assert store.stats.sqlite_commits >= 3
+
+
+def test_waiting_commits_beyond_one_group_are_led_on_by_their_own_threads(store, path, monkeypatch):
+    import smoosh.store.sqlite as sqlite_module
+
+    monkeypatch.setattr(sqlite_module, "MAX_GROUP", 3)
+    before = store.stats.sqlite_commits
+    blocker = _hold_write_lock(path)
+    results: dict = {}
+    threads = []
+    for i in range(8):
+        tr = store.create_transaction()
+        tr.set(b"k%d" % i, b"v")
+        threads.append(_commit_in_thread(tr, results, i))
+    _until(lambda: store.stats.requests == 8)
+    blocker.execute("COMMIT")
+    for t in threads:
+        t.join(WAIT_S)
+    assert not any(t.is_alive() for t in threads), "a commit was left without a leader"
+    assert all(isinstance(results[i], bytes) for i in range(8))
+    assert store.stats.sqlite_commits - before == 3  # groups of 3, 3 and 2
+    assert store.stats.max_group == 3
+
+
+def test_close_lets_the_commits_under_way_finish(path):
+    s = SqliteStore(path)
+    blocker = _hold_write_lock(path)
+    results: dict = {}
+    tr = s.create_transaction()
+    tr.set(b"late", b"1")
+    too_late = s.create_transaction()
+    too_late.set(b"too late", b"1")
+    t = _commit_in_thread(tr, results, "late")
+    _until(lambda: s.stats.requests == 1)
+    closer = threading.Thread(target=s.close)
+    closer.start()
+    closer.join(0.2)
+    assert closer.is_alive(), "close() returned while a commit was under way"
+    with pytest.raises(StoreError) as e:
+        too_late.commit()  # a commit that starts once close() began is refused
+    assert e.value.code == 2000
+    blocker.execute("COMMIT")
+    t.join(WAIT_S)
+    closer.join(WAIT_S)
+    assert not closer.is_alive()
+    assert isinstance(results["late"], bytes)
+    with SqliteStore(path) as again:
+        assert again.create_transaction().get(b"late") == b"1"
+        assert again.create_transaction().get(b"too late") is None
 
 
 def test_group_member_that_conflicts_fails_alone(store, path):

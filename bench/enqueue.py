@@ -24,7 +24,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench._fixtures import clone_fleet, config_text, make_bloated_db  # noqa: E402
+from bench._fixtures import SMALL_DB_ROWS, SMALL_MIN_SIZE, clone_fleet, config_text, make_bloated_db  # noqa: E402
 from bench._harness import Metric, parse_args, repeat, report  # noqa: E402
 
 #: Seconds to wait for every new key to reach a channel before giving up.
@@ -35,7 +35,7 @@ def _server(base: Path):
     from smoosh.config import parse_config
     from smoosh.server import Server
 
-    text = config_text(base)
+    text = config_text(base, min_size=SMALL_MIN_SIZE)
     path = base / "smoosh.ini"
     path.write_text(text)
     server = Server(parse_config(text, str(path)), workers=0, http=False, watch_config=False)
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="smoosh-bench-enqueue-"))
     try:
         template = str(work / "template.sqlite")
-        size = make_bloated_db(template, rows=400, row_bytes=400, journal_mode="wal")  # cheap ratio 2.08: qualifies without dbstat
+        size = make_bloated_db(template, rows=SMALL_DB_ROWS, row_bytes=400, journal_mode="wal")  # cheap ratio > 2: qualifies without dbstat
 
         def one() -> dict[str, float]:
             out = {}

@@ -8,6 +8,7 @@ import random
 import pytest
 
 from channels.priority_queue import DEFAULT_CAPACITY, PriorityQueue
+from helpers.queue_model import QueueModel
 
 
 def drain(q: PriorityQueue) -> list[tuple[object, float]]:
@@ -272,38 +273,19 @@ def test_non_number_priority_is_refused(priority: object) -> None:
 
 
 def test_random_operations_match_a_reference_model() -> None:
-    # Reference: a plain dict; order = highest priority, then oldest first-push time.
     rnd = random.Random(7)
-    capacity = 25
-    q = PriorityQueue(capacity=capacity)
-    model: dict[str, tuple[float, int]] = {}
-    evicted = 0
+    q = PriorityQueue(capacity=25)
+    model = QueueModel(capacity=25)
     for step in range(20_000):
         op = rnd.random()
         key = f"k{rnd.randrange(60)}"
         if op < 0.6:
             priority = rnd.choice([0.5, 1, 2, 2.0, 3.25, math.inf])
-            result = q.push(key, priority)
-            expected = None
-            if key in model:
-                if model[key][0] != priority:
-                    model[key] = (priority, model[key][1])
-            else:
-                model[key] = (priority, step)
-                if len(model) > capacity:
-                    expected = min(model, key=lambda k: (model[k][0], -model[k][1]))
-                    del model[expected]
-                    evicted += 1
-            assert result == expected
+            assert q.push(key, priority) == model.push(key, priority, step)
         elif op < 0.85:
-            expected_pop = None
-            if model:
-                top = max(model, key=lambda k: (model[k][0], -model[k][1]))
-                expected_pop = (top, model.pop(top)[0])
-            assert q.pop() == expected_pop
+            assert q.pop() == model.pop()
         else:
-            assert q.remove(key) == (model.pop(key, None) is not None)
+            assert q.remove(key) == model.remove(key)
         assert len(q) == len(model)
-    assert q.evicted == evicted
-    expected_items = sorted(model.items(), key=lambda kv: (-kv[1][0], kv[1][1]))
-    assert q.items() == [(k, v[0]) for k, v in expected_items]
+    assert q.evicted == model.evicted
+    assert q.items() == model.items()

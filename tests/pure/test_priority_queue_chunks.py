@@ -17,6 +17,7 @@ import pytest
 
 import channels.priority_queue as pq
 from channels.priority_queue import PriorityQueue
+from helpers.queue_model import QueueModel
 
 
 def check_layout(q: PriorityQueue) -> None:
@@ -41,45 +42,30 @@ def small_load(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
 
 @pytest.mark.parametrize("priorities", ["few", "one", "many"])
 def test_random_operations_across_chunks_match_a_reference_model(small_load: int, priorities: str) -> None:
-    # Reference: a plain dict; order = highest priority, then oldest first-push time.
     rnd = random.Random(small_load * 31 + len(priorities))
     choices = {"few": [0.5, 1, 2, 2.0, 3.25, math.inf, -math.inf, 10**20, 10**20 + 1], "one": [7]}
-    capacity = 60
-    q = PriorityQueue(capacity=capacity)
-    model: dict[str, tuple[float, int]] = {}
+    q = PriorityQueue(capacity=60)
+    model = QueueModel(capacity=60)
     for step in range(4000):
         op = rnd.random()
         key = f"k{rnd.randrange(100)}"
         if op < 0.6:
             priority = rnd.choice(choices[priorities]) if priorities in choices else rnd.random()
-            expected = None
-            if key in model:
-                if model[key][0] != priority:
-                    model[key] = (priority, model[key][1])
-            else:
-                model[key] = (priority, step)
-                if len(model) > capacity:
-                    expected = min(model, key=lambda k: (model[k][0], -model[k][1]))
-                    del model[expected]
-            assert q.push(key, priority) == expected
+            assert q.push(key, priority) == model.push(key, priority, step)
         elif op < 0.8:
-            expected_pop = None
-            if model:
-                top = max(model, key=lambda k: (model[k][0], -model[k][1]))
-                expected_pop = (top, model.pop(top)[0])
-            assert q.pop() == expected_pop
+            assert q.pop() == model.pop()
         elif op < 0.95:
-            assert q.remove(key) == (model.pop(key, None) is not None)
+            assert q.remove(key) == model.remove(key)
         else:
-            kept = sorted(model, key=lambda k: (-model[k][0], model[k][1]))
+            kept = [k for k, _ in model.items()]
             capacity = rnd.choice([5, 20, 60])
             assert q.set_capacity(capacity) == kept[capacity:][::-1]
             for gone in kept[capacity:]:
-                del model[gone]
+                model.remove(gone)
+            model.capacity = capacity
         check_layout(q)
-    expected_items = sorted(model.items(), key=lambda kv: (-kv[1][0], kv[1][1]))
-    assert q.items() == [(k, v[0]) for k, v in expected_items]
-    assert list(q) == [k for k, _ in expected_items]
+    assert q.items() == model.items()
+    assert list(q) == [k for k, _ in model.items()]
 
 
 def test_a_long_run_of_ties_keeps_ages_when_keys_move_in_and_out(small_load: int) -> None:

@@ -81,8 +81,8 @@ def _commit_in_thread(tr, results, name):
     return t
 
 
-def test_concurrent_commits_are_grouped_into_one_sqlite_transaction(store, path):
-    before = store.stats.sqlite_commits
+def _eight_commits_released_at_once(store, path):
+    """Eight commits queued behind another connection's write lock, then the lock released."""
     blocker = _hold_write_lock(path)
     results: dict = {}
     threads = []
@@ -92,6 +92,12 @@ def test_concurrent_commits_are_grouped_into_one_sqlite_transaction(store, path)
         threads.append(_commit_in_thread(tr, results, i))
     _until(lambda: store.stats.requests == 8)
     blocker.execute("COMMIT")
+    return results, threads
+
+
+def test_concurrent_commits_are_grouped_into_one_sqlite_transaction(store, path):
+    before = store.stats.sqlite_commits
+    results, threads = _eight_commits_released_at_once(store, path)
     for t in threads:
         t.join()
     stamps = [results[i] for i in range(8)]
@@ -117,15 +123,7 @@ def test_waiting_commits_beyond_one_group_are_led_on_by_their_own_threads(store,
 
     monkeypatch.setattr(sqlite_module, "MAX_GROUP", 3)
     before = store.stats.sqlite_commits
-    blocker = _hold_write_lock(path)
-    results: dict = {}
-    threads = []
-    for i in range(8):
-        tr = store.create_transaction()
-        tr.set(b"k%d" % i, b"v")
-        threads.append(_commit_in_thread(tr, results, i))
-    _until(lambda: store.stats.requests == 8)
-    blocker.execute("COMMIT")
+    results, threads = _eight_commits_released_at_once(store, path)
     for t in threads:
         t.join(WAIT_S)
     assert not any(t.is_alive() for t in threads), "a commit was left without a leader"

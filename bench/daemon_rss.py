@@ -26,7 +26,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench._daemon import Daemon, free_port  # noqa: E402
-from bench._fixtures import clone_fleet, config_text, make_bloated_db  # noqa: E402
+from bench._fixtures import SMALL_DB_ROWS, SMALL_MIN_SIZE, clone_fleet, config_text, make_bloated_db  # noqa: E402
 from bench._harness import Metric, parse_args, repeat, report, rss_bytes  # noqa: E402
 
 MB = 1_000_000
@@ -46,10 +46,10 @@ def one_run(work: Path, bloated: str, compact: str, n: int) -> dict[str, float]:
     make_s = time.perf_counter() - t0
     port = free_port()
     text = config_text(base, store=f"sqlite:{base / 'state' / 'jobs.db'}", http=f"127.0.0.1:{port}",
-                       watch=str(dbs), min_size="4KiB")
+                       watch=str(dbs), min_size=SMALL_MIN_SIZE)
     text = text.replace("[smoosh.ratio_dbs]\n", "[smoosh.ratio_dbs]\ncapacity = 100000\n")
     # Only the bloated tenth qualifies: the slack channel must not take the compact files.
-    text = text.replace("min_priority = 4KiB", "min_priority = 1GiB")
+    text = text.replace(f"min_priority = {SMALL_MIN_SIZE}", "min_priority = 1GiB")
     (base / "smoosh.ini").write_text(text)
     daemon = Daemon(base / "smoosh.ini", port)
     try:
@@ -98,8 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="smoosh-bench-rss-"))
     try:
         bloated, compact = str(work / "bloated.sqlite"), str(work / "compact.sqlite")
-        size_b = make_bloated_db(bloated, rows=40, row_bytes=400, journal_mode="wal")
-        size_c = make_bloated_db(compact, rows=40, row_bytes=400, delete_fraction=0.0, journal_mode="wal")
+        size_b = make_bloated_db(bloated, rows=SMALL_DB_ROWS, row_bytes=400, journal_mode="wal")
+        size_c = make_bloated_db(compact, rows=SMALL_DB_ROWS, row_bytes=400, delete_fraction=0.0, journal_mode="wal")
         res = repeat(lambda: one_run(work, bloated, compact, n), runs)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     name, title = ("scale", "Scale: daemon over 1,000,000 databases") if args.scale else \
         ("rss", "Memory: daemon watching a fleet")
-    notes = [f"templates: bloated {size_b // 1024} KiB, compact {size_c // 1024} KiB; min_size 4KiB; "
+    notes = [f"templates: bloated {size_b // 1024} KiB, compact {size_c // 1024} KiB; min_size {SMALL_MIN_SIZE}; "
              "RSS = VmRSS of the `smoosh run` process (MB = 10^6 bytes); the walk is the start-up scan "
              "as `/status` `scan.duration_s` reports it."]
     report(name, title, metrics, args, notes, command="python -m bench.daemon_rss" + (" --scale" if args.scale else ""))

@@ -12,10 +12,11 @@ Layout (one file, WAL mode, shared safely by every process on the machine):
 A transaction reads from its own WAL snapshot: a pooled read connection inside ``BEGIN``,
 held until commit or reset. Writes are buffered (reads see them). Commits queue in this
 process; the thread that leads (the committing thread itself when no other leads) takes
-the write lock once (``BEGIN IMMEDIATE``), drains every commit waiting and, for each transaction in turn inside a savepoint, checks its read
-conflict ranges against the log rows newer than its read version (earlier members of the
-batch included), applies its mutations and logs its write ranges. Only a real overlap is a
-1020; a member that fails is rolled back alone. One ``COMMIT`` (``synchronous=FULL``) then
+the write lock once (``BEGIN IMMEDIATE``), drains every commit waiting and, for each
+transaction in turn inside a savepoint, checks its read conflict ranges against the log
+rows newer than its read version (earlier members of the batch included), applies its
+mutations and logs its write ranges. Only a real overlap is a 1020; a member that fails is
+rolled back alone. One ``COMMIT`` (``synchronous=FULL``) then
 makes the whole group durable: group commit. Member ``i`` gets the stamp
 ``(version + 1, i)``.
 
@@ -387,12 +388,11 @@ class SqliteStore(BufferedStore):
             if not isinstance(e, Exception):
                 raise
 
-    @staticmethod
-    def _finish(batch: list[_Pending], error: BaseException) -> None:
+    @classmethod
+    def _finish(cls, batch: list[_Pending], error: BaseException) -> None:
         for p in batch:
             p.error = error
-            p.finished = True
-            p.wake.set()
+        cls._finish_ok(batch)
 
     def _commit_group(self, batch: list[_Pending]) -> None:
         conn = self._writer

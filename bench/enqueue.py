@@ -33,7 +33,7 @@ QUEUE_TIMEOUT_S = 120.0
 
 def _server(base: Path):
     from smoosh.config import parse_config
-    from smoosh.server import Server
+    from smoosh.daemon.server import Server
 
     text = config_text(base, min_size=SMALL_MIN_SIZE)
     path = base / "smoosh.ini"

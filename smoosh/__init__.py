@@ -11,7 +11,7 @@ from smoosh.errors import ConfigError, InvalidKey, SmooshError
 
 if TYPE_CHECKING:
     from smoosh.config import load_config
-    from smoosh.server import Server
+    from smoosh.daemon.server import Server
 
 __all__ = ["Server", "load_config", "SmooshError", "ConfigError", "InvalidKey"]
 __version__ = "0.1.0"
@@ -20,7 +20,7 @@ __version__ = "0.1.0"
 def __getattr__(name: str) -> Any:
     # Imported on first use so `import smoosh` (and the CLI's start-up) stays cheap.
     if name == "Server":
-        from smoosh.server import Server
+        from smoosh.daemon.server import Server
 
         return Server
     if name == "load_config":

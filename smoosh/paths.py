@@ -7,7 +7,7 @@ was the largest single cost (measured: 11-13 us against 2.9 us here). On Linux a
 the path the kernel resolved. Closing an ``O_PATH`` descriptor does not release the POSIX
 locks this process holds on the file (measured: an in-process ``BEGIN EXCLUSIVE`` still
 blocks another process afterwards, where a plain ``open``/``close`` lets it write), so it
-is safe inside the daemon, whose compactions hold such locks (see ``smoosh.scan``).
+is safe inside the daemon, whose compactions hold such locks (see ``smoosh.daemon.scan``).
 Anything unusual (a missing file, a file deleted mid-way, no ``/proc``) falls back to
 ``os.path.realpath``, whose answer is the definition.
 """

@@ -20,7 +20,7 @@ from watchdog.events import (
 )
 
 from smoosh.config import Config
-from smoosh.config_watch import ConfigWatcher
+from smoosh.config.watch import ConfigWatcher
 from smoosh.errors import ConfigError
 
 #: Upper bound for waiting on the operating system's file events (never a timer of ours).

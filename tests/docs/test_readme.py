@@ -28,7 +28,7 @@ def test_the_job_layer_example_runs_as_written(tmp_path: Path) -> None:
 
 
 def test_every_config_key_is_in_the_readme_reference() -> None:
-    from smoosh import config_defaults, config_sections
+    from smoosh.config import defaults as config_defaults, sections as config_sections
 
     keys: set[str] = set()
     for module in (config_defaults, config_sections):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from smoosh.jobs import Jobs
-from smoosh.jobs.cli import add_jobs_parser, jobs_command
+from smoosh.cli.jobs import add_jobs_parser, jobs_command
 from smoosh.store import open_store
 
 

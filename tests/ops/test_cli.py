@@ -111,7 +111,7 @@ def test_usage_errors_exit_2_and_an_unreachable_daemon_exits_1() -> None:
 
 
 def test_dry_run_status_lists_what_would_run_in_order() -> None:
-    from smoosh.cli import format_status
+    from smoosh.cli.format import format_status
 
     body = {
         "node": "n", "dry_run": True, "reclaimable_bytes": 0,

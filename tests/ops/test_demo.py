@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from smoosh.demo import DATABASES, run_demo
+from smoosh.cli.demo import DATABASES, run_demo
 
 LINE = re.compile(r"^(?P<name>\S+): reclaimed (?P<n>\d+) bytes$")
 

@@ -80,8 +80,8 @@ def test_a_finished_compaction_counts_its_result_and_reclaimed_bytes(tmp_path: P
 
 def test_two_servers_in_one_process_have_private_registries(tmp_path: Path) -> None:
     from smoosh.config import load_config
-    from smoosh.metrics import _registries, render
-    from smoosh.server import Server
+    from smoosh.daemon.metrics import _registries, render
+    from smoosh.daemon.server import Server
 
     servers = []
     for name in ("one", "two"):

@@ -15,7 +15,7 @@ from typing import Iterator
 import pytest
 
 from helpers.daemon import Daemon, free_port, write_config
-from smoosh import systemd
+from smoosh.cli import systemd
 
 UNIT = Path(__file__).resolve().parents[2] / "conf" / "smoosh.service"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import io
 
-from smoosh.cli import status_summary
-from smoosh.terminal import Screen, format_running, is_tty, progress_bar
+from smoosh.cli.format import status_summary
+from smoosh.cli.terminal import Screen, format_running, is_tty, progress_bar
 
 
 def test_a_progress_bar_fills_in_proportion_and_clamps() -> None:

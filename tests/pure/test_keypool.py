@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from smoosh.keypool import KeyPool
+from smoosh.daemon.keypool import KeyPool
 
 
 def test_keys_run_in_arrival_order_and_a_failure_does_not_stop_the_thread() -> None:

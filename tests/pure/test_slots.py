@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from smoosh.slots import SlotGate
+from smoosh.daemon.slots import SlotGate
 
 
 class Clock:

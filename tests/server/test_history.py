@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from smoosh.history import (
+from smoosh.daemon.history import (
     ADDED,
     BUSY,
     BUSY_RETRY_S,

@@ -17,7 +17,7 @@ from smoosh import InvalidKey, Server
 from smoosh.compactors.base import Busy, CompactionResult, Sizes
 from smoosh.config import parse_config
 from smoosh.errors import ConfigError
-from smoosh.server import UnknownChannel
+from smoosh.daemon.server import UnknownChannel
 
 
 class FakeClock:

@@ -21,7 +21,7 @@ from typing import Callable, Iterator
 import pytest
 from watchdog.observers import Observer
 
-from smoosh.watcher import (
+from smoosh.daemon.watcher import (
     ROOT_CHECK_INTERVAL_S,
     Watcher,
     is_sqlite_file,
@@ -261,7 +261,7 @@ def test_missing_directory_is_reported_once_and_picked_up_when_it_appears(
     root = tmp_path / "not-yet"
     seen = Seen()
     w = Watcher([str(root)], seen, clock=Clock(0.0))
-    with caplog.at_level(logging.WARNING, logger="smoosh.watcher"):
+    with caplog.at_level(logging.WARNING, logger="smoosh.daemon.watcher"):
         w.tick(0.0)
         w.tick(ROOT_CHECK_INTERVAL_S)
     warnings = [r.getMessage() for r in caplog.records if "does not exist" in r.getMessage()]
@@ -368,7 +368,7 @@ def test_a_raising_callback_is_logged_and_events_keep_flowing(
         seen(path)
 
     w = Watcher([str(watched)], on_path)
-    with caplog.at_level(logging.ERROR, logger="smoosh.watcher"):
+    with caplog.at_level(logging.ERROR, logger="smoosh.daemon.watcher"):
         w.start()
         try:
             make_db(watched / "first.db")
@@ -392,7 +392,7 @@ def test_inotify_watch_limit_falls_back_to_polling(
 
     seen = Seen()
     w = LimitedWatcher([str(watched)], seen)
-    with caplog.at_level(logging.ERROR, logger="smoosh.watcher"):
+    with caplog.at_level(logging.ERROR, logger="smoosh.daemon.watcher"):
         w.start()
     try:
         assert w.polling
@@ -453,7 +453,7 @@ def test_scan_reports_paths_that_are_not_utf8(watched: Path) -> None:
 
 
 def test_a_walk_reading_headers_on_many_threads_finds_exactly_what_a_serial_walk_finds(tmp_path: Path) -> None:
-    from smoosh.scan import HEADER_CHUNK, resolve_watch, walk, watch_roots
+    from smoosh.daemon.scan import HEADER_CHUNK, resolve_watch, walk, watch_roots
 
     header = b"SQLite format 3\x00" + b"\x00" * 84
     expected = set()
@@ -478,7 +478,7 @@ def test_a_walk_reading_headers_on_many_threads_finds_exactly_what_a_serial_walk
 def test_a_periodic_rescan_reports_only_databases_changed_since_the_previous_scan(
     watched: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import smoosh.watcher as watcher_module
+    import smoosh.daemon.watcher as watcher_module
 
     monkeypatch.setattr(watcher_module, "RESCAN_MARGIN_S", 0.0)
     quiet = make_db(watched / "quiet.db")

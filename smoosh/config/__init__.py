@@ -24,7 +24,7 @@ import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 
-from smoosh.config_defaults import (
+from smoosh.config.defaults import (
     DEFAULT_CONFIG_PATH, CONFIG_ENV, DEFAULTS_NAME, GLOBAL_SECTION, RESERVED_SECTIONS,
     CHANNEL_NAME_RE, DEFAULT_DB_CHANNELS, DEFAULT_VIEW_CHANNELS, DEFAULT_CLEANUP_CHANNELS,
     DEFAULT_STALENESS_S, DEFAULT_PERSIST, DEFAULT_STATE_DIR, DEFAULT_WAIT_S,
@@ -35,8 +35,8 @@ from smoosh.config_defaults import (
     DEFAULT_EXACT_SIZE_INTERVAL_S, DEFAULT_RESCAN_INTERVAL_S, DEFAULT_WAL_MAX_SIZE_BYTES,
     GLOBAL_KEYS, COUCHDB_ONLY_KEYS, RESTART_KEYS,
 )
-from smoosh.config_sections import CHANNEL_KEYS, SQLITE_KEYS, ChannelConfig, SqliteConfig, parse_ignore
-from smoosh.config_values import (
+from smoosh.config.sections import CHANNEL_KEYS, SQLITE_KEYS, ChannelConfig, SqliteConfig, parse_ignore
+from smoosh.config.values import (
     SectionReader,
     is_loopback_host,
     parse_bool,

@@ -22,8 +22,8 @@ What ``on_path`` receives, and where the SQLite header is checked:
   ``-wal``/``-shm``/``-journal`` side files.
 
 No header read happens inside the daemon process: closing any descriptor of a database
-drops the POSIX locks our own compactions hold on it (see ``smoosh.scan``). Events need only
-a ``stat``; scans run ``smoosh.scan``'s walk in a short-lived helper process.
+drops the POSIX locks our own compactions hold on it (see ``smoosh.daemon.scan``). Events need only
+a ``stat``; scans run ``smoosh.daemon.scan``'s walk in a short-lived helper process.
 """
 
 from __future__ import annotations
@@ -53,9 +53,9 @@ from watchdog.events import (
     FileSystemEventHandler,
 )
 
-from smoosh.debounce import Debouncer
+from smoosh.daemon.debounce import Debouncer
 from smoosh.paths import canonical_path
-from smoosh.scan import WatchEntry, accepts, is_sqlite_file, main_db_path, resolve_watch, watch_roots
+from smoosh.daemon.scan import WatchEntry, accepts, is_sqlite_file, main_db_path, resolve_watch, watch_roots
 
 __all__ = [
     "Watcher",
@@ -343,7 +343,7 @@ class Watcher:
             "changed_since": changed_since,
         }
         proc = subprocess.Popen(
-            [sys.executable, "-m", "smoosh.scan"],
+            [sys.executable, "-m", "smoosh.daemon.scan"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             # The helper writes to stderr only when Python itself fails (e.g. cannot import
@@ -552,9 +552,11 @@ def _dir_identity(path: str) -> tuple[int, int] | None:
 
 
 def _helper_env() -> dict[str, str]:
-    # The helper runs `-m smoosh.scan`: make sure it imports the same smoosh package,
+    # The helper runs `-m smoosh.daemon.scan`: make sure it imports the same smoosh package,
     # even when smoosh runs from a source tree that is not installed.
     env = dict(os.environ)
-    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    import smoosh
+
+    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(smoosh.__file__)))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
     return env

@@ -6,7 +6,7 @@ process's locks on it (sqlite.org/howtocorrupt.html §2.2): a header read inside
 whose workers hold compaction locks, could let another process write into a VACUUM in
 progress (measured: a raw header read released an in-process ``BEGIN EXCLUSIVE``, and another
 process then committed). So the daemon runs the walk in a helper process,
-``python -m smoosh.scan``, whose descriptors cannot touch its locks (``smoosh.watcher`` drives
+``python -m smoosh.daemon.scan``, whose descriptors cannot touch its locks (``smoosh.daemon.watcher`` drives
 it); as a bonus, walking a large fleet costs the daemon no GIL time.
 
 Helper protocol: a JSON request on stdin (``{"entries": [[spec, root, recursive, pattern]],

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from smoosh import terminal
+from smoosh.cli import terminal
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ def run_demo(out: TextIO | None = None, *, timeout_s: float = DEMO_TIMEOUT_S) ->
 
 def _run(base: str, out: TextIO, timeout_s: float) -> int:
     from smoosh.config import load_config
-    from smoosh.server import Server
+    from smoosh.daemon.server import Server
 
     dbs_dir = os.path.join(base, "dbs")
     os.makedirs(dbs_dir)
@@ -172,7 +172,7 @@ def _run(base: str, out: TextIO, timeout_s: float) -> int:
 
 def _wait(server: Any, paths: dict[str, str], out: TextIO, timeout_s: float) -> dict[str, dict[str, Any]]:
     """Show progress until every database's compaction has ended (or the timeout); the last /jobs rows."""
-    from smoosh.cli import format_status
+    from smoosh.cli.format import format_status
 
     tty = terminal.is_tty(out)
     screen = terminal.Screen(out) if tty else None

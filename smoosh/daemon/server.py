@@ -18,20 +18,20 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from channels import Channel
-from smoosh import control
+from smoosh.daemon import control
 from smoosh.compactors import load_compactors
 from smoosh.config import ChannelConfig, Config
 from smoosh.errors import ConfigError, InvalidKey, SmooshError
-from smoosh.history import ADDED, BUSY, CRASHED, FINISHED, STARTED, HistoryTable
+from smoosh.daemon.history import ADDED, BUSY, CRASHED, FINISHED, STARTED, HistoryTable
 from smoosh.jobs import Jobs, NotFound
-from smoosh.keypool import KeyPool
+from smoosh.daemon.keypool import KeyPool
 from smoosh.paths import canonical_path
 from smoosh.priority import quantize
-from smoosh.router import CLEANUP_PREFIX, EXACT_DUE, Router, db_path
-from smoosh.slots import SlotGate
-from smoosh.staleness import AccessTable
-from smoosh.suspension import Suspension
-from smoosh.status import STATUS_INTERVAL_S, write_node_status
+from smoosh.daemon.router import CLEANUP_PREFIX, EXACT_DUE, Router, db_path
+from smoosh.daemon.slots import SlotGate
+from smoosh.daemon.staleness import AccessTable
+from smoosh.daemon.suspension import Suspension
+from smoosh.daemon.status import STATUS_INTERVAL_S, write_node_status
 from smoosh.store import Store, open_store
 
 log = logging.getLogger(__name__)
@@ -197,7 +197,7 @@ class Server:
             self._open_channel(name, ch_cfg)
         self._access.start()
         if self._workers_n > 0:
-            from smoosh.worker import Worker
+            from smoosh.daemon.worker import Worker
 
             self._worker = Worker(
                 self._jobs, self._store, self.job_type, self._compactors,
@@ -206,7 +206,7 @@ class Server:
             self._worker.start()
         self._start_watcher(cfg)
         if self._watch_config:
-            from smoosh.config_watch import ConfigWatcher
+            from smoosh.config.watch import ConfigWatcher
 
             self._config_watcher = ConfigWatcher(cfg.path, self._on_config_change)
             self._config_watcher.start()
@@ -215,7 +215,7 @@ class Server:
         self._thread.start()
         # The admin API comes last: it serves only once every channel has restored its queue.
         if self._http_address:
-            from smoosh.http import AdminServer
+            from smoosh.daemon.http import AdminServer
 
             self._http = AdminServer(self, self._http_address, token=cfg.token)
             self._http.start()
@@ -849,8 +849,8 @@ class Server:
     def _start_watcher(self, cfg: Config) -> None:
         if not cfg.watch:
             return
-        from smoosh.debounce import Debouncer
-        from smoosh.watcher import Watcher
+        from smoosh.daemon.debounce import Debouncer
+        from smoosh.daemon.watcher import Watcher
 
         self._debouncer = Debouncer(quiet_s=1.0, recheck_interval_s=cfg.recheck_interval_s)
         self._watcher = Watcher(

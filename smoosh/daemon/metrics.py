@@ -1,6 +1,6 @@
 """Prometheus metrics for ``GET /metrics`` (DESIGN §4.2), read from the server at scrape time.
 
-The server keeps plain-int counters (:class:`smoosh.server.Counters`) and the channels
+The server keeps plain-int counters (:class:`smoosh.daemon.server.Counters`) and the channels
 publish status snapshots; nothing on the hot path touches prometheus_client. A custom
 collector turns both into metric families when Prometheus scrapes, on a private
 ``CollectorRegistry`` per server, so two servers in one process (tests, embedding) never
@@ -21,7 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from smoosh.server import Server
+    from smoosh.daemon.server import Server
 
 __all__ = ["render", "registry_for", "SmooshCollector", "ENQUEUE_OUTCOMES"]
 
@@ -151,7 +151,7 @@ def render(server: Server) -> tuple[bytes, str]:
     """Scrape ``server`` now.
 
     Parameters:
-        server: a started :class:`smoosh.server.Server`.
+        server: a started :class:`smoosh.daemon.server.Server`.
 
     Returns:
         ``(body, content_type)``: the Prometheus text exposition and its content type.

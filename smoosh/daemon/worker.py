@@ -3,12 +3,12 @@
 Each job runs on one of ``concurrency`` threads; beside it a heartbeat thread calls
 ``jobs.update`` every ``job_timeout_s / 3`` (one long VACUUM statement cannot call out, and a
 silent job is re-enqueued by the activity monitor after the type timeout) and polls the
-channel's hold (:mod:`smoosh.control`) every ``hold_poll_s``. While held, an incremental
+channel's hold (:mod:`smoosh.daemon.control`) every ``hold_poll_s``. While held, an incremental
 compaction waits at its next chunk boundary holding no database lock; a full VACUUM is
 interrupted and finished as "interrupted". A job the layer halted (removed, or re-enqueued
 after this worker went silent) is cancelled and never finished here: it belongs to someone
 else now. A clean stop interrupts running compactions and puts their jobs back to pending
-(``resubmit`` then ``finish``). A rotation request (:func:`smoosh.control.request_rotation`)
+(``resubmit`` then ``finish``). A rotation request (:func:`smoosh.daemon.control.request_rotation`)
 naming this run stops a suspendable compaction at its next chunk boundary; the job is
 finished as "interrupted" with ``rotated: True`` and its channel queues it again.
 """
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, Callable, Sequence
 
-from smoosh import control
+from smoosh.daemon import control
 from smoosh.compactors import Busy, Compactor, Gone, Interrupted, compactor_for
 from smoosh.jobs import JobHalted, NotFound
 
@@ -179,7 +179,7 @@ class Worker:
 
     Parameters:
         jobs: the job layer (:class:`smoosh.jobs.Jobs` or anything with accept/update/finish/resubmit).
-        store: the store the node's holds live in (:mod:`smoosh.control`).
+        store: the store the node's holds live in (:mod:`smoosh.daemon.control`).
         job_type: ``"smoosh:" + node``.
         compactors: in priority order (:func:`smoosh.compactors.load_compactors`).
         node: the node name (for the hold keys).

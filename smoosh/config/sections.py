@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from smoosh.config_values import (
+from smoosh.config.values import (
     SectionReader,
     parse_bool,
     parse_duration_at_least,

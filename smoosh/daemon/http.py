@@ -21,7 +21,7 @@ from smoosh import jsonutil
 from smoosh.errors import InvalidKey, SmooshError
 
 if TYPE_CHECKING:
-    from smoosh.server import Server
+    from smoosh.daemon.server import Server
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +224,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             getattr(self.admin.smoosh, action)(channel)
         except SmooshError as e:
-            from smoosh.server import UnknownChannel
+            from smoosh.daemon.server import UnknownChannel
 
             status = HTTPStatus.NOT_FOUND if isinstance(e, UnknownChannel) else HTTPStatus.INTERNAL_SERVER_ERROR
             self._send(status, {"error": str(e)})
@@ -233,7 +233,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send_metrics(self) -> None:
         try:
-            from smoosh.metrics import render
+            from smoosh.daemon.metrics import render
         except ImportError:
             self._send(HTTPStatus.NOT_FOUND, {"error": "metrics are not available in this build"})
             return

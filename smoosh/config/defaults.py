@@ -1,7 +1,7 @@
 """Defaults of the ``[smoosh]`` section, and the tables that tie ini keys to Config fields.
 
 Kept apart from :mod:`smoosh.config` so the defaults read as one list; the per-channel and
-``[smoosh.sqlite]`` defaults live beside their dataclasses in :mod:`smoosh.config_sections`.
+``[smoosh.sqlite]`` defaults live beside their dataclasses in :mod:`smoosh.config.sections`.
 """
 
 from __future__ import annotations

@@ -1,0 +1,115 @@
+"""The ``smoosh`` command (DESIGN §4.1). Exit codes: 0 ok, 1 operational error, 2 usage error."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from smoosh.cli.client import CliError
+from smoosh.cli.commands import cmd_config_check, cmd_control, cmd_demo, cmd_enqueue, cmd_status
+from smoosh.cli.run import cmd_run, cmd_worker
+from smoosh.errors import ConfigError, SmooshError
+
+__all__ = ["main", "build_parser", "CliError"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``smoosh`` command line; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as e:
+        print(f"smoosh: config error: {e}", file=sys.stderr)
+        return 1
+    except SmooshError as e:
+        print(f"smoosh: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = argparse.ArgumentParser(prog="smoosh", description="A compaction daemon for fleets of SQLite databases.")
+    sub = parser.add_subparsers(metavar="COMMAND")
+
+    def with_config(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--config", metavar="PATH", help="config file (default: $SMOOSH_CONFIG or conf/smoosh.ini)")
+
+    p = sub.add_parser("run", help="run the daemon with in-process workers")
+    with_config(p)
+    p.add_argument("--store", metavar="URL", help="job store: memory:, sqlite:PATH, fdb:[CLUSTER_FILE]")
+    p.add_argument("--http", metavar="HOST:PORT", help="admin API address (\"\" to disable)")
+    p.add_argument("--watch", metavar="DIR", action="append", help="directory to watch (repeatable)")
+    p.add_argument("--workers", metavar="N", type=_non_negative_int, help="in-process workers (default: max_jobs)")
+    p.add_argument("--dry-run", action="store_true", help="route and queue, but start no compaction")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("worker", help="run compaction workers against a shared store")
+    with_config(p)
+    p.add_argument("--store", metavar="URL")
+    p.add_argument("--concurrency", metavar="N", type=_positive_int, default=1)
+    p.set_defaults(func=cmd_worker)
+
+    p = sub.add_parser("status", help="show the status table")
+    with_config(p)
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--store", metavar="URL", help="read every node's status record from the store")
+    where.add_argument("--url", metavar="URL", help="the daemon's admin API (default: http:// + config http)")
+    p.add_argument("--json", action="store_true", help="print JSON as served")
+    p.add_argument("--jobs", action="store_true", help="per-key state, progress and history")
+    p.add_argument("--watch", action="store_true",
+                   help="on a terminal, redraw the table and running compactions every second until Ctrl-C")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("enqueue", help="ask the daemon to consider databases for compaction")
+    with_config(p)
+    p.add_argument("--url", metavar="URL")
+    p.add_argument("keys", nargs="+", metavar="KEY")
+    p.set_defaults(func=cmd_enqueue)
+
+    for action in ("suspend", "resume", "flush"):
+        p = sub.add_parser(action, help=f"{action} one channel or all")
+        with_config(p)
+        p.add_argument("--url", metavar="URL")
+        p.add_argument("channel", nargs="?", metavar="CHANNEL")
+        p.set_defaults(func=cmd_control, action=action)
+
+    p = sub.add_parser("config", help="configuration tools")
+    config_sub = p.add_subparsers(metavar="ACTION")
+    c = config_sub.add_parser("check", help="validate the config; exit 1 on errors")
+    with_config(c)
+    c.set_defaults(func=cmd_config_check)
+
+    p = sub.add_parser("demo", help="compact a few bloated SQLite files in a temp dir, start to finish")
+    p.set_defaults(func=cmd_demo)
+
+    from smoosh.cli.jobs import add_jobs_parser
+
+    add_jobs_parser(sub)
+    jobs_parser = sub.choices.get("jobs")
+    if jobs_parser is not None:
+        with_config(jobs_parser)
+    return parser
+
+
+def _positive_int(text: str) -> int:
+    value = _non_negative_int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be at least 1")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be 0 or more")
+    return value

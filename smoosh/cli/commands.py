@@ -1,0 +1,105 @@
+"""The CLI's commands that talk to a running daemon or check a config: status, enqueue, control, config, demo."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from smoosh import jsonutil
+from smoosh.cli.client import absolute_key, base_url, http_request
+from smoosh.cli.format import format_cluster, format_jobs, format_status
+from smoosh.errors import ConfigError
+
+#: Seconds between two redraws of ``smoosh status --watch``.
+WATCH_INTERVAL_S = 1.0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """``smoosh status``: the daemon's status table, or every node's record from a store.
+
+    ``--watch`` on a terminal redraws the table and the running compactions (with progress
+    bars) every second until Ctrl-C; in a pipe it prints them once.
+    """
+    if args.store:
+        from smoosh.daemon.status import read_cluster_status
+
+        nodes = read_cluster_status(args.store)
+        if args.json:
+            print(jsonutil.dumps({"nodes": nodes}, indent=2))
+        else:
+            print(format_cluster(nodes))
+        return 0
+    url = base_url(args)
+    if args.watch and not args.json:
+        return _watch_status(url)
+    if args.jobs:
+        body = http_request("GET", f"{url}/jobs")
+        print(jsonutil.dumps(body, indent=2) if args.json else format_jobs(body.get("jobs", [])))
+        return 0
+    body = http_request("GET", f"{url}/status")
+    print(jsonutil.dumps(body, indent=2) if args.json else format_status(body))
+    return 0
+
+
+def _watch_status(url: str) -> int:
+    """The status table plus running compactions: redrawn every second on a terminal, once in a pipe."""
+    from smoosh.cli import terminal
+
+    def frame(bars: bool) -> str:
+        status = http_request("GET", f"{url}/status")
+        jobs = http_request("GET", f"{url}/jobs").get("jobs", [])
+        return format_status(status) + "\n\n" + terminal.format_running(jobs, bars=bars)
+
+    if not terminal.is_tty(sys.stdout):
+        print(frame(bars=False))
+        return 0
+    screen = terminal.Screen(sys.stdout)
+    try:
+        while True:
+            screen.draw(frame(bars=True) + f"\n\n{url}  (Ctrl-C to quit)")
+            time.sleep(WATCH_INTERVAL_S)
+    except KeyboardInterrupt:
+        return 0
+
+
+def cmd_enqueue(args: argparse.Namespace) -> int:
+    """``smoosh enqueue KEY...``: relative paths resolve against this command's working directory."""
+    keys = [absolute_key(k) for k in args.keys]
+    body = http_request("POST", f"{base_url(args)}/enqueue", {"keys": keys})
+    rejected = body.get("rejected", [])
+    print(f"accepted {body.get('accepted', 0)} key(s)")
+    for item in rejected:
+        print(f"rejected {item.get('key')}: {item.get('reason')}", file=sys.stderr)
+    return 1 if rejected else 0
+
+
+def cmd_control(args: argparse.Namespace) -> int:
+    """``smoosh suspend|resume|flush [CHANNEL]``."""
+    payload = {"channel": args.channel} if args.channel else {}
+    http_request("POST", f"{base_url(args)}/{args.action}", payload)
+    target = f"channel {args.channel}" if args.channel else "all channels"
+    print(f"{args.action}: {target}")
+    return 0
+
+
+def cmd_config_check(args: argparse.Namespace) -> int:
+    """``smoosh config check``: validate, print the error or the warnings; exit 1 on an error."""
+    from smoosh.config import load_config
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    for warning in config.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(f"{config.path or 'defaults'}: ok ({len(config.channels)} channel(s))")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """``smoosh demo``: bloated SQLite files in a temp dir, compacted by an in-process daemon."""
+    from smoosh.cli.demo import run_demo
+
+    return run_demo()

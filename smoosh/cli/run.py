@@ -1,0 +1,145 @@
+"""``smoosh run`` and ``smoosh worker``: the daemon and stand-alone workers in the foreground."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+from smoosh.cli.format import status_summary
+from smoosh.errors import ConfigError
+
+log = logging.getLogger("smoosh")
+
+#: Seconds the main loop of ``smoosh run`` sleeps between looks at the stop flag.
+MAIN_LOOP_INTERVAL_S = 0.5
+#: Seconds between two STATUS= summaries sent to systemd (only sent when the text changed).
+STATUS_NOTIFY_INTERVAL_S = 5.0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """``smoosh run``: the daemon in the foreground until SIGTERM/SIGINT; SIGHUP re-reads the config.
+
+    Under systemd (``Type=notify``) it reports READY=1 once serving, a STATUS= summary, WATCHDOG=1
+    pings from this main loop at half ``WatchdogSec``, and STOPPING=1 when it begins to stop.
+    """
+    from smoosh.cli import systemd
+    from smoosh.config import load_config
+    from smoosh.daemon.server import Server
+
+    _setup_logging()
+    config = load_config(args.config)
+    for warning in config.warnings:
+        log.warning("config: %s", warning)
+    config = _override(config, store=args.store, http=args.http, watch=args.watch)
+    _check_http_token(config, overridden=args.http is not None)
+    server = Server(config, workers=args.workers, dry_run=args.dry_run)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=_reload, args=(server,), daemon=True).start())
+    server.start()
+    log.info("effective config: %s", config.describe() if hasattr(config, "describe") else config.path)
+    systemd.ready()
+    watchdog_s = systemd.watchdog_interval_s()
+    # Pings come from this loop, not a side thread: a hung loop must stop them (systemd then restarts us).
+    ping_every_s = watchdog_s / 2 if watchdog_s else None
+    wait_s = min(MAIN_LOOP_INTERVAL_S, ping_every_s) if ping_every_s else MAIN_LOOP_INTERVAL_S
+    next_ping = next_status = 0.0
+    last_status = ""
+    try:
+        while True:
+            now = time.monotonic()
+            if ping_every_s is not None and now >= next_ping:
+                systemd.watchdog_ping()
+                next_ping = now + ping_every_s
+            if now >= next_status:
+                next_status = now + STATUS_NOTIFY_INTERVAL_S
+                try:
+                    text = status_summary(server.status())
+                except Exception:  # a summary is cosmetic: never let it end the daemon
+                    log.exception("could not summarise the status for systemd")
+                    text = last_status
+                if text != last_status:
+                    systemd.status(text)
+                    last_status = text
+            if stop.wait(wait_s):
+                break
+    finally:
+        systemd.stopping()
+        server.stop()
+    return 0
+
+
+def _reload(server: Any) -> None:
+    """SIGHUP: re-read the config, telling systemd a reload is in progress until it is done."""
+    from smoosh.cli import systemd
+
+    systemd.reloading()
+    try:
+        server.reload_config()
+    finally:
+        systemd.ready()
+
+
+def _check_http_token(config: Any, *, overridden: bool) -> None:
+    """An off-loopback admin API needs a token (``--http`` bypasses the config file's own check).
+
+    Raises:
+        ConfigError: naming ``http`` and ``token``.
+    """
+    from smoosh.daemon.http import is_loopback, parse_address
+
+    if not config.http or config.token:
+        return
+    try:
+        host, _port = parse_address(config.http)
+    except ValueError as e:
+        raise ConfigError(f"--http {config.http!r}: {e}", key="http", value=config.http) from None
+    if not is_loopback(host):
+        where = "--http" if overridden else f"{config.path or 'defaults'}: [smoosh] http"
+        raise ConfigError(
+            f"{where} = {config.http!r}: binding off loopback needs [smoosh] token",
+            path=config.path, section="smoosh", key="http", value=config.http,
+        )
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    """``smoosh worker``: workers for this node's job type, in their own process."""
+    from smoosh.config import load_config
+    from smoosh.daemon.worker import run_worker_process
+
+    _setup_logging()
+    config = load_config(args.config)
+    return run_worker_process(config, args.store or config.store, args.concurrency)
+
+
+def _setup_logging() -> None:
+    logging.basicConfig(
+        level=os.environ.get("SMOOSH_LOG_LEVEL", "INFO").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    # watchdog logs every inotify event at DEBUG: far too much, even when debugging smoosh.
+    logging.getLogger("watchdog").setLevel(max(logging.INFO, logging.getLogger().level))
+
+
+def _override(config: Any, *, store: str | None, http: str | None, watch: list[str] | None) -> Any:
+    changes: dict[str, Any] = {}
+    if store:
+        changes["store"] = store
+    if http is not None:
+        changes["http"] = http
+    if watch:
+        dirs = tuple(os.path.realpath(w) for w in watch)
+        changes["watch"] = dirs
+        # Keys must lie in roots; a directory watched from the command line is a root too.
+        changes["roots"] = tuple(dict.fromkeys(tuple(config.roots) + dirs))
+    return dataclasses.replace(config, **changes) if changes else config

@@ -38,7 +38,7 @@ def _server(base: Path):
     text = config_text(base, min_size=SMALL_MIN_SIZE)
     path = base / "smoosh.ini"
     path.write_text(text)
-    server = Server(parse_config(text, str(path)), workers=0, http=False, watch_config=False)
+    server = Server(parse_config(text, str(path)), workers=0, watch_config=False)
     server.start()
     return server
 

@@ -249,7 +249,7 @@ def _validate_chunk(path: str, chunk: dict[object, object]) -> None:
     priorities = chunk.values()
     priority_types = set(map(type, priorities))
     if set(map(type, chunk)) == {str} and priority_types <= _PLAIN_NUMBER_TYPES:
-        if float not in priority_types or not any(map(math.isnan, priorities)):
+        if float not in priority_types or not any(math.isnan(p) for p in priorities if isinstance(p, float)):
             return
     for key, priority in chunk.items():
         if key.__class__ is not str:
@@ -418,7 +418,7 @@ def remove_stale_temp_files(path: str | os.PathLike[str]) -> list[str]:
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     prefix = _temp_prefix(path)
-    removed = []
+    removed: list[str] = []
     try:
         names = os.listdir(directory)
     except FileNotFoundError:

@@ -37,3 +37,11 @@ class InvalidKey(SmooshError):
         super().__init__(f"invalid key {key!r}: {reason}")
         self.key = key
         self.reason = reason
+
+
+class UnknownChannel(SmooshError):
+    """Raised when an operator names a channel the config does not define."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"unknown channel {name!r}")
+        self.name = name

@@ -139,6 +139,7 @@ def run_demo(out: TextIO | None = None, *, timeout_s: float = DEMO_TIMEOUT_S) ->
 
 def _run(base: str, out: TextIO, timeout_s: float) -> int:
     from smoosh.config import load_config
+    from smoosh.daemon.http import AdminServer
     from smoosh.daemon.server import Server
 
     dbs_dir = os.path.join(base, "dbs")
@@ -158,14 +159,18 @@ def _run(base: str, out: TextIO, timeout_s: float) -> int:
         mode = f"{spec.journal_mode} journal, auto_vacuum={spec.auto_vacuum}"
         print(f"built {spec.name}: {before[spec.name]} bytes ({mode}, {spec.delete_fraction:.0%} deleted)", file=out)
 
-    server = Server(load_config(config_path), watch_config=False)
+    config = load_config(config_path)
+    server = Server(config, watch_config=False)
     server.start()
+    admin = AdminServer(server, config.http)
+    admin.start()
     try:
-        print(f"smoosh is running in this process; admin API on http://{server.http_address}", file=out)
+        print(f"smoosh is running in this process; admin API on http://{admin.address}", file=out)
         for path in paths.values():
             server.enqueue(path)
         states = _wait(server, paths, out, timeout_s)
     finally:
+        admin.stop()
         server.stop()
     return _report(paths, before, states, out, timeout_s)
 

@@ -17,8 +17,6 @@ from smoosh.errors import ConfigError
 
 log = logging.getLogger("smoosh")
 
-#: Seconds the main loop of ``smoosh run`` sleeps between looks at the stop flag.
-MAIN_LOOP_INTERVAL_S = 0.5
 #: Seconds between two STATUS= summaries sent to systemd (only sent when the text changed).
 STATUS_NOTIFY_INTERVAL_S = 5.0
 
@@ -46,36 +44,59 @@ def cmd_run(args: argparse.Namespace) -> int:
     if hasattr(signal, "SIGHUP"):
         signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=_reload, args=(server,), daemon=True).start())
     server.start()
-    log.info("effective config: %s", config.describe() if hasattr(config, "describe") else config.path)
-    systemd.ready()
-    watchdog_s = systemd.watchdog_interval_s()
-    # Pings come from this loop, not a side thread: a hung loop must stop them (systemd then restarts us).
-    ping_every_s = watchdog_s / 2 if watchdog_s else None
-    wait_s = min(MAIN_LOOP_INTERVAL_S, ping_every_s) if ping_every_s else MAIN_LOOP_INTERVAL_S
-    next_ping = next_status = 0.0
-    last_status = ""
+    admin = None
     try:
-        while True:
-            now = time.monotonic()
-            if ping_every_s is not None and now >= next_ping:
-                systemd.watchdog_ping()
-                next_ping = now + ping_every_s
-            if now >= next_status:
-                next_status = now + STATUS_NOTIFY_INTERVAL_S
-                try:
-                    text = status_summary(server.status())
-                except Exception:  # a summary is cosmetic: never let it end the daemon
-                    log.exception("could not summarise the status for systemd")
-                    text = last_status
-                if text != last_status:
-                    systemd.status(text)
-                    last_status = text
-            if stop.wait(wait_s):
-                break
+        if config.http:
+            from smoosh.daemon.http import AdminServer
+
+            # Served only now: every channel has restored its checkpoint.
+            admin = AdminServer(server, config.http)
+            admin.start()
+            log.info("admin API on http://%s", admin.address)
+        log.info("effective config: %s", config.describe() if hasattr(config, "describe") else config.path)
+        systemd.ready()
+        _wait_for_stop(server, stop)
     finally:
         systemd.stopping()
+        if admin is not None:
+            admin.stop()
         server.stop()
     return 0
+
+
+def _wait_for_stop(server: Any, stop: threading.Event) -> None:
+    """Sleep until SIGTERM/SIGINT; under systemd, send watchdog pings and STATUS= summaries meanwhile.
+
+    Pings come from this loop, not a side thread: a hung loop must stop them (systemd then
+    restarts us). Outside systemd nothing here wakes until the signal.
+    """
+    from smoosh.cli import systemd
+
+    if not systemd.enabled():
+        stop.wait()
+        return
+    watchdog_s = systemd.watchdog_interval_s()
+    ping_every_s = watchdog_s / 2 if watchdog_s else None
+    wait_s = min(STATUS_NOTIFY_INTERVAL_S, ping_every_s) if ping_every_s else STATUS_NOTIFY_INTERVAL_S
+    next_ping = next_status = 0.0
+    last_status = ""
+    while True:
+        now = time.monotonic()
+        if ping_every_s is not None and now >= next_ping:
+            systemd.watchdog_ping()
+            next_ping = now + ping_every_s
+        if now >= next_status:
+            next_status = now + STATUS_NOTIFY_INTERVAL_S
+            try:
+                text = status_summary(server.status())
+            except Exception:  # a summary is cosmetic: never let it end the daemon
+                log.exception("could not summarise the status for systemd")
+                text = last_status
+            if text != last_status:
+                systemd.status(text)
+                last_status = text
+        if stop.wait(wait_s):
+            return
 
 
 def _reload(server: Any) -> None:

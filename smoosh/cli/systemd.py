@@ -39,6 +39,11 @@ def _address() -> str | None:
     return address
 
 
+def enabled() -> bool:
+    """Whether systemd asked for notifications (``$NOTIFY_SOCKET`` names a usable address)."""
+    return _address() is not None
+
+
 def notify(message: str) -> bool:
     """Send one notification (``"READY=1"``, several lines joined by newlines, ...).
 

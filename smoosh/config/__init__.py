@@ -23,6 +23,7 @@ import os
 import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from smoosh.config.defaults import (
     DEFAULT_CONFIG_PATH, CONFIG_ENV, DEFAULTS_NAME, GLOBAL_SECTION, RESERVED_SECTIONS,
@@ -168,8 +169,8 @@ class Config:
 
         channels: dict[str, ChannelConfig] = {}
         for name, kind in kinds.items():
-            values = sections.get(f"{GLOBAL_SECTION}.{name}", {})
-            channels[name] = ChannelConfig.from_section(name, kind, values, path=where, cwd=cwd, warnings=warnings)
+            section = sections.get(f"{GLOBAL_SECTION}.{name}", {})
+            channels[name] = ChannelConfig.from_section(name, kind, section, path=where, cwd=cwd, warnings=warnings)
 
         # Like the channel lists, a present but empty watch means "none" (enqueue by API only).
         if "watch" in r.values:
@@ -184,7 +185,7 @@ class Config:
         if token is None and not is_loopback_host(split_host_port(http)[0]):
             raise r.error("http", http, f"binding off loopback needs [{GLOBAL_SECTION}] token")
 
-        values = dict(
+        values: dict[str, Any] = dict(
             path=path,
             db_channels=lists["db_channels"],
             view_channels=lists["view_channels"],
@@ -224,7 +225,7 @@ class Config:
                                              warnings=warnings),
         )
         warnings[:0] = _global_warnings(r, sections, kinds)
-        return cls(**values, warnings=tuple(warnings))  # type: ignore[arg-type]
+        return cls(**values, warnings=tuple(warnings))
 
     def http_host_port(self) -> tuple[str, int]:
         """The admin API address as ``(host, port)``; an IPv6 host without brackets."""

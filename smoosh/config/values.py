@@ -10,7 +10,6 @@ message in the config has one shape.
 from __future__ import annotations
 
 import glob
-import ipaddress
 import math
 import os
 import re
@@ -18,6 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from smoosh.errors import ConfigError
+from smoosh.config.address import is_loopback_host, split_host_port
 from smoosh.units import INFINITY, parse_duration, parse_size
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+D = TypeVar("D")
 
 #: configparser's spellings of a boolean (``strict_window = yes`` works as in CouchDB's
 #: ``true``); anything else is an error rather than a silent false.
@@ -49,8 +50,6 @@ BOOLEAN_STATES: dict[str, bool] = {
 _INT_RE = re.compile(r"\+?[0-9]+")
 _DECIMAL_RE = re.compile(r"\+?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
 _NUMBER_WITH_UNIT_RE = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[ \t]*[A-Za-z]+")
-_HOSTNAME_RE = re.compile(r"(?=.{1,253}\Z)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-                          r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?")
 
 
 def error_message(path: str, section: str, key: str, value: str, problem: str) -> str:
@@ -95,7 +94,7 @@ class SectionReader:
             return None
         return value.strip()
 
-    def get(self, key: str, parse: Callable[[str], T], default: T) -> T:
+    def get(self, key: str, parse: Callable[[str], T], default: D) -> T | D:
         """Parse ``key`` with ``parse``; absent or empty gives ``default``.
 
         Parameters
@@ -241,47 +240,6 @@ def parse_http(text: str) -> str:
     """Validate ``host:port`` (``[::1]:5986`` for IPv6); returns it stripped."""
     split_host_port(text)
     return text
-
-
-def split_host_port(text: str) -> tuple[str, int]:
-    """Split ``host:port`` / ``[v6]:port`` into ``(host, port)``; ValueError if malformed."""
-    problem = "must be HOST:PORT (port 0-65535; an IPv6 host in brackets, e.g. [::1]:5986)"
-    if text.startswith("["):
-        close = text.find("]")
-        if close < 0 or text[close + 1:close + 2] != ":":
-            raise ValueError(problem)
-        host, port_text = text[1:close], text[close + 2:]
-        try:
-            ipaddress.IPv6Address(host)
-        except ValueError:
-            raise ValueError(problem) from None
-    else:
-        host, sep, port_text = text.rpartition(":")
-        if not sep or not host or ":" in host:
-            raise ValueError(problem)
-        if not _is_ipv4(host) and not _HOSTNAME_RE.fullmatch(host):
-            raise ValueError(problem)
-    if not _INT_RE.fullmatch(port_text) or int(port_text) > 65535:
-        raise ValueError(problem)
-    return host, int(port_text)
-
-
-def _is_ipv4(host: str) -> bool:
-    try:
-        ipaddress.IPv4Address(host)
-    except ValueError:
-        return False
-    return True
-
-
-def is_loopback_host(host: str) -> bool:
-    """True for ``localhost`` and loopback address literals (127.0.0.0/8, ::1)."""
-    if host.lower() in ("localhost", "localhost."):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # a name other than localhost may resolve anywhere
 
 
 # ---------------------------------------------------------------- paths

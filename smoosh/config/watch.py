@@ -61,16 +61,20 @@ class ConfigWatcher:
         *,
         settle_s: float = DEFAULT_SETTLE_S,
         clock: Callable[[], float] = time.monotonic,
+        on_edit: Callable[[], None] = lambda: None,
     ) -> None:
         self.path = os.path.abspath(path)
         self.directory = os.path.dirname(self.path)
         self.settle_s = settle_s
         self._on_change = on_change
+        self._on_edit = on_edit
         self._clock = clock
         self._cond = threading.Condition()
         self._due: float | None = None
         self._stopping = False
         self._observer: Any = None
+        self._owns_observer = False
+        self._watch: Any = None
         self._thread: threading.Thread | None = None
         #: Reloads delivered so far (for status and tests).
         self.reloads = 0
@@ -82,6 +86,12 @@ class ConfigWatcher:
         with self._cond:
             self._due = now + self.settle_s
             self._cond.notify_all()
+        self._on_edit()
+
+    def next_due(self) -> float | None:
+        """When the pending edit settles (None: no edit pending)."""
+        with self._cond:
+            return self._due
 
     @property
     def pending(self) -> bool:
@@ -142,15 +152,18 @@ class ConfigWatcher:
 
     # ------------------------------------------------------------ threads
 
-    def start(self, *, ticker: bool = True) -> None:
+    def start(self, *, ticker: bool = True, observer: Any = None) -> None:
         """Start watching. If the directory cannot be watched (inotify limits), log it and
         rely on SIGHUP; the daemon does not fail for it.
 
         Parameters
         ----------
         ticker:
-            Also start the thread that reloads once an edit has settled. Tests pass False
-            and step ``tick(now)`` themselves, with real file events feeding ``note_event``.
+            Also start the thread that reloads once an edit has settled. An owner that
+            ticks the watcher from its loop, and tests stepping ``tick(now)``, pass False.
+        observer:
+            A started watchdog observer to schedule the watch on (the daemon shares one);
+            None starts one of its own.
         """
         from watchdog.events import FileSystemEventHandler
         from watchdog.observers import Observer
@@ -166,19 +179,27 @@ class ConfigWatcher:
         if ticker:
             self._thread = threading.Thread(target=self._run, name="smoosh-config-watch", daemon=True)
             self._thread.start()
-        observer = Observer()
+        shared = observer is not None
+        observer = observer if shared else Observer()
         try:
-            observer.schedule(_Handler(), self.directory, recursive=False)
-            observer.start()
+            self._watch = observer.schedule(_Handler(), self.directory, recursive=False)
+            if not shared:
+                observer.start()
         except OSError as exc:
             log.warning("cannot watch %s for config edits (%s); send SIGHUP to reload", self.directory, exc)
             return
         self._observer = observer
+        self._owns_observer = not shared
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop the observer and the tick thread; a pending reload is dropped."""
         observer, self._observer = self._observer, None
-        if observer is not None:
+        if observer is not None and not self._owns_observer:
+            try:
+                observer.unschedule(self._watch)
+            except (KeyError, OSError):
+                pass
+        elif observer is not None:
             observer.stop()
             observer.join(timeout_s)
         with self._cond:

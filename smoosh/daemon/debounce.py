@@ -2,13 +2,15 @@
 
 DESIGN §5.1: a key is examined once it has had no events for ``quiet_s`` (a WAL database
 emits more than one event per commit; peers_perf §4.6 counts ~8 per commit in rollback
-mode). A key no channel took is not examined again for ``recheck_interval_s``; events during
+mode), and under a steady stream of events at the latest ``max_wait_s`` after its first
+unexamined one: a database written without pause is still examined. A key no channel took is not examined again for ``recheck_interval_s``; events during
 that hold are suppressed but remembered, and cause exactly one more look when the hold ends
 (so the final state of a file is always examined).
 
 Every key is in at most one state::
 
     pending    events seen, waiting for quiet_s without events      -> due() returns it
+               (or for max_wait_s since its first event)
     in flight  returned by due(), waiting for the caller's result()  -> events only mark it dirty
     held       result(taken=False): no look until the hold ends      -> dirty? one more look
 
@@ -51,28 +53,35 @@ class Debouncer:
         quiet_s: float = DEFAULT_QUIET_S,
         recheck_interval_s: float = DEFAULT_RECHECK_INTERVAL_S,
         *,
+        max_wait_s: float | None = None,
         in_flight_timeout_s: float = IN_FLIGHT_TIMEOUT_S,
     ) -> None:
+        max_wait_s = recheck_interval_s if max_wait_s is None else max_wait_s
         for name, value in (
             ("quiet_s", quiet_s),
             ("recheck_interval_s", recheck_interval_s),
+            ("max_wait_s", max_wait_s),
             ("in_flight_timeout_s", in_flight_timeout_s),
         ):
             if value < 0:
                 raise ValueError(f"{name} must be >= 0, got {value!r}")
         self._quiet_s = float(quiet_s)
         self._recheck_interval_s = float(recheck_interval_s)
+        self._max_wait_s = float(max(max_wait_s, quiet_s))
         self._in_flight_timeout_s = float(in_flight_timeout_s)
         self._lock = threading.Lock()
         #: key -> time of the burst's last event (insertion order = time order).
         self._pending: dict[str, float] = {}
+        #: key -> time of the burst's first event (insertion order = time order; never moved).
+        self._first: dict[str, float] = {}
         #: key -> [handed out at, dirty] (insertion order = time order).
         self._in_flight: dict[str, list] = {}
         #: key -> [hold ends at, dirty] (insertion order = time order).
         self._held: dict[str, list] = {}
 
     def set_recheck_interval(self, recheck_interval_s: float) -> None:
-        """Change the hold for keys no channel took (config reload); applies to new holds.
+        """Change the hold for keys no channel took, and the longest wait of a key under a
+        steady stream of events (config reload); applies to new holds and bursts.
 
         Parameters:
             recheck_interval_s: seconds, >= 0.
@@ -83,27 +92,35 @@ class Debouncer:
         if recheck_interval_s < 0:
             raise ValueError(f"recheck_interval_s must be >= 0, got {recheck_interval_s!r}")
         self._recheck_interval_s = float(recheck_interval_s)
+        self._max_wait_s = max(float(recheck_interval_s), self._quiet_s)
 
-    def event(self, key: str, now: float) -> None:
+    def event(self, key: str, now: float) -> bool:
         """Note a file event for ``key``.
 
         Parameters:
             key: the canonical path the event is about.
             now: the current time (the caller's clock, the same one passed to ``due``).
+
+        Returns:
+            True when the key started a new burst: :meth:`next_due` may now be earlier, so a
+            caller that sleeps until it should wake (later events only move it later).
         """
         with self._lock:
             hold = self._held.get(key)
             if hold is not None:
                 hold[1] = True
-                return
+                return False
             flight = self._in_flight.get(key)
             if flight is not None:
                 flight[1] = True
-                return
+                return False
             pending = self._pending
             # Re-insert at the end so the dict stays ordered by last event time.
-            pending.pop(key, None)
+            new = pending.pop(key, None) is None
+            if new:
+                self._first[key] = now
             pending[key] = now
+            return new
 
     def due(self, now: float) -> list[str]:
         """The keys to examine now; each is handed out once and is then "in flight".
@@ -128,12 +145,22 @@ class Debouncer:
                 del held[key]
                 if dirty:
                     out.append(key)
-            pending = self._pending
+            pending, first = self._pending, self._first
             cutoff = now - self._quiet_s
             while pending:
                 key, last = next(iter(pending.items()))
                 if last > cutoff:
                     break
+                del pending[key]
+                del first[key]
+                out.append(key)
+            # A steady stream of events never lets a key fall quiet: bounded by its first one.
+            cutoff = now - self._max_wait_s
+            while first:
+                key, since = next(iter(first.items()))
+                if since > cutoff:
+                    break
+                del first[key]
                 del pending[key]
                 out.append(key)
             for key in out:
@@ -153,7 +180,7 @@ class Debouncer:
                 )
         return out
 
-    def result(self, key: str, taken: bool, now: float) -> None:
+    def result(self, key: str, taken: bool, now: float) -> bool:
         """Report whether a channel took ``key`` after ``due`` handed it out.
 
         Taken: the key is forgotten here (the access table throttles it from now on). Not
@@ -164,15 +191,38 @@ class Debouncer:
             key: a key ``due`` returned (others are accepted and treated the same way).
             taken: whether a channel accepted the key.
             now: the current time.
+
+        Returns:
+            True when the key is now held (:meth:`next_due` may be earlier).
         """
         with self._lock:
             flight = self._in_flight.pop(key, None)
             if taken:
-                return
+                return False
             dirty = bool(flight and flight[1])
-            self._pending.pop(key, None)
+            if self._pending.pop(key, None) is not None:
+                del self._first[key]
             self._held.pop(key, None)
             self._held[key] = [now + self._recheck_interval_s, dirty]
+            return True
+
+    def is_busy(self, key: str) -> bool:
+        """Whether ``key`` has events waiting to settle, or is being examined for them."""
+        with self._lock:
+            return key in self._pending or key in self._in_flight
+
+    def next_due(self) -> float | None:
+        """The earliest time :meth:`due` may return a key (None: nothing pending or held)."""
+        with self._lock:
+            dues = []
+            if self._pending:
+                dues.append(next(iter(self._pending.values())) + self._quiet_s)
+                dues.append(next(iter(self._first.values())) + self._max_wait_s)
+            if self._held:
+                dues.append(next(iter(self._held.values()))[0])
+            if self._in_flight:
+                dues.append(next(iter(self._in_flight.values()))[0] + self._in_flight_timeout_s)
+            return min(dues) if dues else None
 
     def __len__(self) -> int:
         """The number of keys tracked in any state."""

@@ -2,14 +2,24 @@
 
 Each key keeps its last ``max_history`` events, newest first. A run of crashes, each closer than
 ``health_threshold_s`` to the event before it, counts as consecutive; a key with n consecutive
-crashes waits ``backoff_base_s * 2 ** min(n - 1, 10)`` seconds before it is retried. The table is
-pure: no clock, no I/O, no threads; the server serialises access to it.
+crashes waits ``backoff_base_s * 2 ** min(n - 1, 10)`` seconds before it is retried. The table has
+no clock, no I/O and no threads; it is shared by the intake's threads (a key queued), the
+server's loop (runs starting and ending) and readers of ``/jobs``, so every method takes its
+lock: the table is the owner of its records, its methods the one way in.
+
+A record that matters after a restart (a key crashing or busy, waiting for its retry time)
+is written to the store by the server with :func:`encode_record` and read back with
+:func:`decode_record` (DESIGN §5.6: crash memory lives in the store).
 """
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
 
 #: Default number of events kept per key.
 DEFAULT_MAX_HISTORY = 20
@@ -117,12 +127,17 @@ class HistoryTable:
         self.health_threshold_s = health_threshold_s
         self.backoff_base_s = backoff_base_s
         self.max_finished = max_finished
+        self._lock = threading.RLock()
         self._records: dict[str, KeyRecord] = {}
         # Finished keys in the order they finished, so the oldest are dropped first in O(1).
         self._finished: OrderedDict[str, None] = OrderedDict()
 
     def configure(self, *, max_history: int, health_threshold_s: float, backoff_base_s: float) -> None:
         """Apply live config changes; existing histories are trimmed to the new length."""
+        with self._lock:
+            self._configure(max_history, health_threshold_s, backoff_base_s)
+
+    def _configure(self, max_history: int, health_threshold_s: float, backoff_base_s: float) -> None:
         self.max_history = max_history
         self.health_threshold_s = health_threshold_s
         self.backoff_base_s = backoff_base_s
@@ -132,7 +147,8 @@ class HistoryTable:
 
     def get(self, key: str) -> KeyRecord | None:
         """The record of ``key``, or None."""
-        return self._records.get(key)
+        with self._lock:
+            return self._records.get(key)
 
     def record(self, key: str, event: str, at: float, *, channel: str | None = None, reason: str | None = None) -> KeyRecord:
         """Add an event to ``key``'s history and update its state.
@@ -140,6 +156,10 @@ class HistoryTable:
         Returns:
             The key's record; for a crash, ``retry_at`` is set from the backoff.
         """
+        with self._lock:
+            return self._record(key, event, at, channel, reason)
+
+    def _record(self, key: str, event: str, at: float, channel: str | None, reason: str | None) -> KeyRecord:
         rec = self._records.get(key)
         if rec is None:
             rec = self._records[key] = KeyRecord(key)
@@ -154,6 +174,7 @@ class HistoryTable:
         elif event == STARTED:
             rec.state = "running"
             rec.progress = 0.0
+            rec.retry_at = None
         elif event == FINISHED:
             rec.state = "finished"
             rec.progress = 1.0
@@ -183,28 +204,96 @@ class HistoryTable:
 
     def set_progress(self, key: str, progress: float, at: float) -> None:
         """Remember the latest progress a worker reported for ``key``."""
-        rec = self._records.get(key)
-        if rec is not None:
-            rec.progress = progress
-            rec.last_updated = at
+        with self._lock:
+            rec = self._records.get(key)
+            if rec is not None:
+                rec.progress = progress
+                rec.last_updated = at
 
     def due(self, now: float) -> list[str]:
         """Keys whose backoff or busy wait has ended; their ``retry_at`` is cleared."""
-        keys = [k for k, r in self._records.items() if r.retry_at is not None and r.retry_at <= now]
-        for key in keys:
-            self._records[key].retry_at = None
-        return keys
+        with self._lock:
+            keys = [k for k, r in self._records.items() if r.retry_at is not None and r.retry_at <= now]
+            for key in keys:
+                self._records[key].retry_at = None
+            return keys
 
     def waiting_retry(self, key: str) -> bool:
-        """Whether ``key`` is backing off (no channel may queue it meanwhile)."""
-        rec = self._records.get(key)
-        return rec is not None and rec.retry_at is not None
+        """Whether ``key`` is backing off."""
+        with self._lock:
+            rec = self._records.get(key)
+            return rec is not None and rec.retry_at is not None
 
     def forget(self, key: str) -> None:
         """Drop ``key``'s record."""
-        self._records.pop(key, None)
-        self._finished.pop(key, None)
+        with self._lock:
+            self._records.pop(key, None)
+            self._finished.pop(key, None)
 
     def records(self) -> list[KeyRecord]:
         """Every record, most recently updated first."""
-        return sorted(self._records.values(), key=lambda r: r.last_updated, reverse=True)
+        with self._lock:
+            return sorted(self._records.values(), key=lambda r: r.last_updated, reverse=True)
+
+    def restore(self, record: KeyRecord) -> None:
+        """Put back a record read from the store (at start-up)."""
+        with self._lock:
+            self._records[record.key] = record
+            self._finished.pop(record.key, None)
+
+    def snapshot(self, key: str) -> KeyRecord | None:
+        """A copy of ``key``'s record, safe to encode on another thread."""
+        with self._lock:
+            rec = self._records.get(key)
+            if rec is None:
+                return None
+            return KeyRecord(
+                rec.key, rec.channel, rec.state, rec.progress, rec.error_count, rec.last_error,
+                rec.last_updated, rec.retry_at, deque(rec.events),
+            )
+
+
+#: Largest stored record decoded, in bytes (20 events of a few hundred bytes each).
+MAX_RECORD_BYTES = 64 * 1024
+
+
+def encode_record(rec: KeyRecord) -> bytes:
+    """A record as stored: msgpack of its fields and events."""
+    return msgpack.packb(
+        {
+            "channel": rec.channel,
+            "state": rec.state,
+            "error_count": rec.error_count,
+            "last_error": rec.last_error,
+            "last_updated": rec.last_updated,
+            "retry_at": rec.retry_at,
+            "events": [[e.event, e.at, e.reason] for e in rec.events],
+        },
+        use_bin_type=True,
+    )
+
+
+def decode_record(key: str, raw: bytes) -> KeyRecord | None:
+    """A stored record back, or None when it is not one smoosh wrote (checked, never trusted)."""
+    if len(raw) > MAX_RECORD_BYTES:
+        return None
+    try:
+        data: Any = msgpack.unpackb(raw, raw=False, max_str_len=MAX_RECORD_BYTES, max_bin_len=0,
+                                    max_array_len=1000, max_map_len=100, max_ext_len=0)
+        events = deque(
+            Event(str(e[0]), float(e[1]), None if e[2] is None else str(e[2]))
+            for e in data["events"]
+        )
+        retry_at = data.get("retry_at")
+        return KeyRecord(
+            key=key,
+            channel=None if data.get("channel") is None else str(data["channel"]),
+            state=str(data.get("state") or "crashing"),
+            error_count=int(data.get("error_count") or 0),
+            last_error=None if data.get("last_error") is None else str(data["last_error"]),
+            last_updated=float(data.get("last_updated") or 0.0),
+            retry_at=None if retry_at is None else float(retry_at),
+            events=events,
+        )
+    except (ValueError, TypeError, KeyError, IndexError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
+        return None

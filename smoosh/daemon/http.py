@@ -8,9 +8,10 @@ channel never delays ``/status``.
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import json
 import logging
+import os
+import selectors
 import socket
 import threading
 from http import HTTPStatus
@@ -18,7 +19,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
 from smoosh import jsonutil
-from smoosh.errors import InvalidKey, SmooshError
+from smoosh.config.address import is_loopback_host, split_host_port
+from smoosh.errors import InvalidKey, SmooshError, UnknownChannel
 
 if TYPE_CHECKING:
     from smoosh.daemon.server import Server
@@ -37,48 +39,84 @@ REQUEST_TIMEOUT_S = 30.0
 
 
 def parse_address(address: str) -> tuple[str, int]:
-    """Split ``host:port`` (``[::1]:5986`` for IPv6) into host and port.
+    """Split ``host:port`` (``[::1]:5986`` for IPv6) into host and port, as the config check does.
 
     Raises:
-        ValueError: no port, or a port outside 0-65535.
+        ValueError: not ``HOST:PORT`` (the message says what is expected).
     """
-    host, sep, port_text = address.rpartition(":")
-    if not sep or not port_text.isdigit():
-        raise ValueError(f"invalid address {address!r}: expected HOST:PORT")
-    port = int(port_text)
-    if port > 65535:
-        raise ValueError(f"invalid address {address!r}: port must be 0-65535")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    return host or "127.0.0.1", port
+    try:
+        return split_host_port(address)
+    except ValueError as e:
+        raise ValueError(f"invalid address {address!r}: {e}") from None
 
 
 def is_loopback(host: str) -> bool:
     """Whether ``host`` names only the loopback interface."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return is_loopback_host(host)
 
 
 class _HTTPServer(ThreadingHTTPServer):
+    """Serves until :meth:`stop`, asleep on the listening socket and a wake-up pipe.
+
+    ``serve_forever`` wakes every ``poll_interval`` to look for a shutdown request, so an
+    idle daemon would wake twice a second for nothing; here the pipe ends the wait instead.
+    """
+
     daemon_threads = True
     allow_reuse_address = True  # SO_REUSEADDR: a restart binds at once, even with TIME_WAIT sockets
 
     def __init__(self, address: tuple[str, int], handler: type, family: int) -> None:
         self.address_family = family
         super().__init__(address, handler)
+        self._wake_r, self._wake_w = os.pipe()
+        self._stopping = False
+
+    def serve(self) -> None:
+        """Accept and dispatch connections until :meth:`stop`."""
+        with selectors.DefaultSelector() as selector:
+            selector.register(self, selectors.EVENT_READ)
+            selector.register(self._wake_r, selectors.EVENT_READ)
+            while not self._stopping:
+                for key, _events in selector.select():
+                    if key.fileobj is self and not self._stopping:
+                        self._handle_request_noblock()  # type: ignore[attr-defined]  # BaseServer's own step
+
+    def stop(self) -> None:
+        """End :meth:`serve` (from another thread)."""
+        self._stopping = True
+        os.write(self._wake_w, b"x")
+
+    def server_close(self) -> None:
+        super().server_close()
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+#: ``AdminServer(token=...)`` default: the token of the server's config in force (a reload applies).
+FROM_CONFIG = object()
 
 
 class AdminServer:
-    """Serves the admin API of one :class:`Server` from a thread of its own."""
+    """Serves the admin API of one :class:`Server` from a thread of its own.
 
-    def __init__(self, server: Server, address: str, *, token: str | None = None) -> None:
+    The command line wraps a started server in it (``smoosh run``); an embedding program
+    may do the same. It starts serving only when :meth:`start` is called, so a caller starts
+    the server first: every channel has restored its checkpoint by then.
+
+    Parameters:
+        server: the started server.
+        address: ``host:port`` (port 0: any free port; see :attr:`address`).
+        token: the bearer token every POST must carry off loopback; by default the token of
+            the server's config in force.
+    """
+
+    def __init__(self, server: Server, address: str, *, token: Any = FROM_CONFIG) -> None:
         host, port = parse_address(address)
         self.smoosh = server
-        self.token = token
+        self._token = token
         self.require_token = not is_loopback(host)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         handler = type("Handler", (_Handler,), {"admin": self})
@@ -86,22 +124,29 @@ class AdminServer:
         self._thread: threading.Thread | None = None
 
     @property
+    def token(self) -> str | None:
+        """The token POSTs need now."""
+        token = self.smoosh.config.token if self._token is FROM_CONFIG else self._token
+        return token if isinstance(token, str) else None
+
+    @property
     def address(self) -> str:
         """``host:port`` actually bound (the real port when 0 was asked for)."""
         host, port = self._httpd.server_address[:2]
-        return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+        host = host.decode() if isinstance(host, bytes) else str(host)
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
     def start(self) -> None:
         """Serve in a daemon thread."""
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="smoosh-http", daemon=True)
+        self._thread = threading.Thread(target=self._httpd.serve, name="smoosh-http", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
         """Stop serving and close the socket."""
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        self._httpd.stop()
         if self._thread is not None:
             self._thread.join(5)
+        self._httpd.server_close()
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -224,8 +269,6 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             getattr(self.admin.smoosh, action)(channel)
         except SmooshError as e:
-            from smoosh.daemon.server import UnknownChannel
-
             status = HTTPStatus.NOT_FOUND if isinstance(e, UnknownChannel) else HTTPStatus.INTERNAL_SERVER_ERROR
             self._send(status, {"error": str(e)})
             return

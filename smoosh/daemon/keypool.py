@@ -1,83 +1,132 @@
-"""A small pool of threads examining keys in arrival order.
+"""A small pool of threads taking items in arrival order, with threads only while there is work.
 
 ``concurrent.futures.ThreadPoolExecutor`` allocates a ``Future`` (with its own
 ``Condition``, lock and waiter deque: ~400 bytes measured) and a work item per call; at
 start-up the watcher hands the server every database of the fleet within a second, so a
-100,000-database fleet held ~50 MB of futures nobody ever waited on. Here a waiting key costs
-one slot in a deque. Several threads, because one slow file (an exact ``dbstat`` pass, a
-stalled disk) must not hold up the rest.
+100,000-database fleet held ~50 MB of futures nobody ever waited on. Here a waiting item
+costs one slot in a deque.
+
+Threads start when items arrive and end after ``idle_exit_s`` without work, so an idle
+daemon keeps none of them (DESIGN §9: an idle daemon runs about a dozen threads).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
-from typing import Callable
+from typing import Callable, Generic, TypeVar
 
-__all__ = ["KeyPool"]
+__all__ = ["KeyPool", "DEFAULT_IDLE_EXIT_S"]
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 
-class KeyPool:
-    """Runs ``fn(key)`` for every submitted key on one of ``threads`` daemon threads, FIFO.
+#: Seconds a pool thread waits for work before it ends.
+DEFAULT_IDLE_EXIT_S = 30.0
+
+
+class KeyPool(Generic[T]):
+    """Runs ``fn(item)`` for every submitted item on up to ``threads`` daemon threads, FIFO.
 
     Parameters:
-        fn: called once per submitted key; an exception is logged and the thread goes on.
-        threads: how many keys are examined at once.
+        fn: called once per submitted item; an exception is logged and the thread goes on.
+        threads: how many items are worked on at once, at most.
         name: thread name prefix.
+        idle_exit_s: seconds a thread waits for an item before it ends.
     """
 
-    def __init__(self, fn: Callable[[str], None], threads: int, name: str) -> None:
+    def __init__(self, fn: Callable[[T], None], threads: int, name: str, *, idle_exit_s: float = DEFAULT_IDLE_EXIT_S) -> None:
         if threads < 1:
             raise ValueError(f"threads must be >= 1, not {threads!r}")
         self._fn = fn
         self._n = threads
         self._name = name
-        self._keys: deque[str] = deque()
+        self._idle_exit_s = idle_exit_s
+        self._items: deque[T] = deque()
         self._cond = threading.Condition()
         self._stopped = False
-        self._threads: list[threading.Thread] = []
+        self._draining = False  # refuse new items, finish queued ones, then end
+        self._running = 0  # threads alive
+        self._idle = 0  # threads waiting for an item
+        self._serial = 0
 
     def start(self) -> None:
-        """Start the threads."""
-        for i in range(self._n):
-            t = threading.Thread(target=self._run, name=f"{self._name}_{i}", daemon=True)
-            t.start()
-            self._threads.append(t)
-
-    def submit(self, key: str) -> bool:
-        """Queue ``key``; False when the pool is stopped (the key is not queued)."""
+        """Accept items (threads start with the first ones)."""
         with self._cond:
-            if self._stopped:
+            self._stopped = False
+
+    def submit(self, item: T) -> bool:
+        """Queue ``item``; False when the pool is stopped (the item is not queued)."""
+        with self._cond:
+            if self._stopped or self._draining:
                 return False
-            self._keys.append(key)
-            self._cond.notify()
+            self._items.append(item)
+            if self._idle:
+                self._cond.notify()
+            elif self._running < self._n:
+                self._running += 1
+                self._serial += 1
+                threading.Thread(target=self._run, name=f"{self._name}_{self._serial}", daemon=True).start()
         return True
 
     def backlog(self) -> int:
-        """Keys submitted and not yet taken by a thread."""
-        return len(self._keys)
+        """Items submitted and not yet taken by a thread."""
+        return len(self._items)
 
-    def stop(self) -> list[str]:
-        """Stop taking keys; returns the ones never taken. Threads end after their current key."""
+    def threads(self) -> int:
+        """Threads alive now."""
+        return self._running
+
+    def stop(self) -> list[T]:
+        """Stop taking items; returns the ones never taken. Threads end after their current item."""
         with self._cond:
             self._stopped = True
-            dropped = list(self._keys)
-            self._keys.clear()
+            dropped = list(self._items)
+            self._items.clear()
             self._cond.notify_all()
         return dropped
+
+    def drain(self, timeout_s: float) -> bool:
+        """Stop taking new items, then wait until every queued item has been worked on.
+
+        Returns:
+            True when the pool emptied (and its threads ended) within ``timeout_s``.
+        """
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            self._draining = True
+            self._cond.notify_all()
+            while self._items or self._running:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+            self._stopped = True
+        return True
 
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._keys and not self._stopped:
-                    self._cond.wait()
+                while not self._items and not self._stopped:
+                    if self._draining:
+                        self._running -= 1
+                        self._cond.notify_all()
+                        return
+                    self._idle += 1
+                    woken = self._cond.wait(self._idle_exit_s)
+                    self._idle -= 1
+                    if not woken and not self._items:
+                        self._running -= 1
+                        return
                 if self._stopped:
+                    self._running -= 1
+                    self._cond.notify_all()
                     return
-                key = self._keys.popleft()
+                item = self._items.popleft()
             try:
-                self._fn(key)
+                self._fn(item)
             except Exception:
-                log.exception("examining %r failed", key)
+                log.exception("%s: working on %r failed", self._name, item)

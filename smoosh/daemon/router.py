@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from smoosh.compactors import compactor_for
 from smoosh.config import ChannelConfig, Config
-from smoosh.priority import compute, quantize
+from smoosh.priority import compute
 
 log = logging.getLogger(__name__)
 
@@ -25,10 +25,11 @@ CLEANUP_PREFIX = "cleanup:"
 #: Keys whose last compaction is remembered (to not compact an unchanged file again).
 MAX_COMPACTED_KEYS = 100_000
 
-#: One way to offer a key: the channel names to try, the sizes measured, the priority per channel.
-Offer = tuple[Sequence[str], Any, Callable[[ChannelConfig], float]]
+#: One way to offer a key: the channel names to try, the sizes measured, the priority per
+#: channel, and whether the sizes are exact.
+Offer = tuple[Sequence[str], Any, Callable[[ChannelConfig], float], bool]
 #: Yielded by ``offers(..., defer_exact=True)`` where the exact measurement is due.
-EXACT_DUE: Offer = ((), None, lambda ch: 0.0)
+EXACT_DUE: Offer = ((), None, lambda ch: 0.0, False)
 
 
 def db_path(key: str) -> str:
@@ -76,12 +77,12 @@ class Router:
             return
         if key.startswith(CLEANUP_PREFIX):
             priority = compactor.cleanup_priority(key)
-            yield cfg.cleanup_channels, None, lambda ch: priority
+            yield cfg.cleanup_channels, None, lambda ch: priority, False
             return
         sizes = compactor.sizes(key)
         if sizes is None or self.freshly_compacted(key, sizes.file_bytes, cfg):
             return
-        yield cfg.db_channels, sizes, lambda ch: self.priority(ch, key, sizes, compactor)
+        yield cfg.db_channels, sizes, lambda ch: self.priority(ch, key, sizes, compactor), False
         exact_due = getattr(compactor, "exact_size_due", None)
         if exact_due is not None and exact_due(key):
             if defer_exact:
@@ -89,7 +90,7 @@ class Router:
                 return
             exact = compactor.sizes(key, exact=True)
             if exact is not None and exact != sizes:
-                yield cfg.db_channels, exact, lambda ch: self.priority(ch, key, exact, compactor)
+                yield cfg.db_channels, exact, lambda ch: self.priority(ch, key, exact, compactor), True
 
     @staticmethod
     def priority(ch: ChannelConfig, key: str, sizes: Any, compactor: Any) -> float:
@@ -107,27 +108,6 @@ class Router:
             min_changes=ch.min_changes,
             needs_upgrade=needs_upgrade,
         )
-
-    def recheck(self, cfg: Config, name: str, key: str) -> float:
-        """The priority re-check a channel runs before starting ``key``, with the current config."""
-        ch = cfg.channels.get(name)
-        if ch is None or self.is_ignored(key, cfg):
-            return 0
-        compactor = self.compactor_for(key)
-        if compactor is None:
-            return 0
-        if key.startswith(CLEANUP_PREFIX):
-            return compactor.cleanup_priority(key)
-        sizes = compactor.sizes(key)
-        if sizes is None:
-            return 0
-        priority = self.priority(ch, key, sizes, compactor)
-        if not priority:
-            # Accepted on exact sizes, perhaps: the work is about to start, so measure exactly.
-            exact = compactor.sizes(key, exact=True)
-            if exact is not None:
-                priority = self.priority(ch, key, exact, compactor)
-        return quantize(priority) if priority else 0
 
     def record_compacted(self, key: str, size_after_bytes: int, now: float) -> None:
         """Remember a successful compaction of ``key`` (cleanup keys are not remembered)."""

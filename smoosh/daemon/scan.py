@@ -299,6 +299,10 @@ def _walk(
     return count
 
 
+def _write(stream: IO[bytes], record: bytes) -> None:
+    stream.write(record)
+
+
 def _scan_helper_main(stdin: IO[bytes], stdout: IO[bytes]) -> int:
     """The scan helper process: JSON request on stdin, NUL-separated records on stdout.
 
@@ -311,8 +315,8 @@ def _scan_helper_main(stdin: IO[bytes], stdout: IO[bytes]) -> int:
         walk(
             entries,
             roots,
-            lambda path: stdout.write(b"P" + os.fsencode(path) + b"\0"),
-            lambda msg: stdout.write(b"W" + _record_text(msg) + b"\0"),
+            lambda path: _write(stdout, b"P" + os.fsencode(path) + b"\0"),
+            lambda msg: _write(stdout, b"W" + _record_text(msg) + b"\0"),
             header_threads=HEADER_THREADS,
             changed_since=request.get("changed_since"),
         )

@@ -190,6 +190,10 @@ class AccessTable:
         self._next_clean_at = now + self._next_delay_s()
         return self.clean(now)
 
+    def next_due(self) -> float | None:
+        """When the cleaner next wants a :meth:`tick` (on the table's clock), or None before the first."""
+        return self._next_clean_at
+
     def start(self) -> None:
         """Start the background cleaner thread (idempotent)."""
         if self._thread is not None and self._thread.is_alive():

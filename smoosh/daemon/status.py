@@ -1,17 +1,20 @@
-"""Cluster-wide status: every node writes its status record to the store; anyone can read them all.
+"""The status table: built for ``GET /status``, written per node to the store, read cluster-wide.
 
-``smoosh status --store URL`` lists every node of a FoundationDB cluster (or of one shared
-SQLite store) without contacting any daemon (DESIGN §5.7).
+Channels publish snapshots; :func:`build_status` reads them (never waiting on a channel) with
+the intake's measurements for the reclaimable-bytes estimate. Every node also writes its
+record to the store every ~5 s, so ``smoosh status --store URL`` lists every node of a
+FoundationDB cluster (or of one shared SQLite store) without contacting any daemon
+(DESIGN §5.7).
 """
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
 import msgpack
 
+from smoosh.jsonutil import jsonable
 from smoosh.store import Store, open_store, tuples
 
 #: Seconds between two status records written by one node.
@@ -28,15 +31,43 @@ def _key(node: str) -> bytes:
     return tuples.pack(_PREFIX + (node,))
 
 
-def _encode_float(value: Any) -> Any:
-    # msgpack carries inf, but the record is read by tools that print JSON: keep it explicit.
-    if isinstance(value, float) and math.isinf(value):
-        return "infinity" if value > 0 else "-infinity"
-    if isinstance(value, dict):
-        return {k: _encode_float(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_encode_float(v) for v in value]
-    return value
+def build_status(server: Any) -> dict[str, Any]:
+    """The status table of a running :class:`~smoosh.daemon.server.Server`; never blocks on a channel.
+
+    A channel busy past a moment shows its last estimate instead of making the reader wait.
+    """
+    channels: dict[str, Any] = {}
+    total = 0
+    estimates: dict[str, tuple[int, list[list[Any]]]] = server._last_estimates
+    config = server.config
+    for name, channel in list(server.channels().items()):
+        entry = dict(channel.status())
+        snapshot = channel.try_snapshot()
+        if snapshot is None:
+            reclaimable, would_run = estimates.get(name, (0, []))
+        else:
+            keys, waiting = snapshot
+            reclaimable = server.intake.reclaimable(keys)
+            would_run = [[k, p] for k, p in waiting[:100]]
+            estimates[name] = (reclaimable, would_run)
+        entry["reclaimable_bytes"] = reclaimable
+        ch_cfg = config.channels.get(name)
+        window = getattr(ch_cfg, "window", None)
+        entry["window"] = str(window) if window is not None else "always"
+        if server.dry_run:
+            entry["would_run"] = would_run
+        total += reclaimable
+        channels[name] = entry
+    housekeeping = server._housekeeping
+    return {
+        "node": server.node,
+        "channels": channels,
+        "reclaimable_bytes": total,
+        "dry_run": server.dry_run,
+        "config_error": server._config_error,
+        "restart_required": list(server._restart_required),
+        "scan": housekeeping.scan_status() if housekeeping is not None else {},
+    }
 
 
 def write_node_status(store: Store, node: str, status: dict[str, Any], now: float) -> None:
@@ -47,7 +78,7 @@ def write_node_status(store: Store, node: str, status: dict[str, Any], now: floa
     }
     record = {
         "updated_at": now,
-        "channels": _encode_float(channels),
+        "channels": jsonable(channels),
         "reclaimable_bytes": status.get("reclaimable_bytes", 0),
     }
     value = msgpack.packb(record, use_bin_type=True)

@@ -120,6 +120,10 @@ class Watcher:
             own store and state directory).
         polling: use watchdog's PollingObserver (network filesystems) instead of inotify.
         clock: monotonic seconds; tests step ``tick(now)`` with their own.
+        on_scanned: receives what scans find, when it differs from ``on_path`` (events go
+            through a debounce, scan results need none); defaults to ``on_path``.
+        observer: a started watchdog observer to schedule the watches on (shared with the
+            config watcher: one observer thread for the daemon); None makes one of its own.
     """
 
     def __init__(
@@ -131,9 +135,15 @@ class Watcher:
         exclude: Callable[[str], bool] = lambda p: False,
         polling: bool = False,
         clock: Callable[[], float] = time.monotonic,
+        on_scanned: Callable[[str], None] | None = None,
+        observer: Any = None,
     ) -> None:
         self._specs = tuple(watch)
         self._on_path = on_path
+        self._on_scanned = on_scanned or on_path
+        self._shared_observer = observer
+        self._ticked = False  # ticked by its owner's loop: scans run on a thread of their own
+        self._scan_thread: threading.Thread | None = None
         self._rescan_interval_s = float(rescan_interval_s)
         self._exclude = exclude
         self._polling = polling
@@ -182,29 +192,40 @@ class Watcher:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def start(self) -> None:
-        """Start observing, then scan every watched tree once in the watcher's thread.
+    def start(self, *, thread: bool = True) -> None:
+        """Start observing, then scan every watched tree once.
 
         Observing starts before the scan so that no change falls between the two.
+
+        Parameters:
+            thread: run the root checks and rescans on a thread of the watcher's own; False
+                when the owner's loop calls :meth:`tick` (scans then run on a short-lived
+                thread each, so a large fleet's scan never blocks that loop).
         """
         with self._lock:
-            if self._thread is not None and self._thread.is_alive():
+            if (self._thread is not None and self._thread.is_alive()) or self._ticked:
                 return
             self._stop.clear()
-            self._observer = self._new_observer()
-            try:
-                self._observer.start()
-            except OSError as e:
-                if e.errno not in INOTIFY_LIMIT_ERRNOS or self._polling:
-                    raise
-                self._fall_back_to_polling(e, "starting the observer")
+            if self._shared_observer is not None and not self._polling:
+                self._observer = self._shared_observer
+            else:
+                self._observer = self._new_observer()
+                try:
+                    self._observer.start()
+                except OSError as e:
+                    if e.errno not in INOTIFY_LIMIT_ERRNOS or self._polling:
+                        raise
+                    self._fall_back_to_polling(e, "starting the observer")
             self._refresh_roots()
             self._next_root_check_at = self._clock() + ROOT_CHECK_INTERVAL_S
             self._next_scan_at = self._clock() + self._rescan_interval_s
             self._requested_full = True
             self._requested_everything = True
-            self._thread = threading.Thread(target=self._run, name="smoosh-watcher", daemon=True)
-            self._thread.start()
+            if thread:
+                self._thread = threading.Thread(target=self._run, name="smoosh-watcher", daemon=True)
+                self._thread.start()
+            else:
+                self._ticked = True
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
         """Stop the observer, any scan in progress and the watcher's thread; join them.
@@ -219,14 +240,23 @@ class Watcher:
             proc.kill()
         with self._lock:
             observer, self._observer = self._observer, None
+            watches = list(self._watches.values())
             self._watches.clear()
-        if observer is not None:
+            self._ticked = False
+        if observer is not None and observer is self._shared_observer:
+            for watch in watches:  # the owner stops the shared observer itself
+                try:
+                    observer.unschedule(watch)
+                except (KeyError, OSError):
+                    pass
+        elif observer is not None:
             observer.stop()
             if observer.is_alive():
                 observer.join(timeout_s)
-        thread, self._thread = self._thread, None
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout_s)
+        for thread in (self._thread, self._scan_thread):
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(timeout_s)
+        self._thread = self._scan_thread = None
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -240,14 +270,18 @@ class Watcher:
 
     # ------------------------------------------------------------------ stepping
 
-    def tick(self, now: float) -> None:
+    def tick(self, now: float) -> float:
         """Check the watched roots and start the periodic rescan when due.
 
-        Started: a due scan is handed to the watcher's thread (a scan of a large fleet must
-        not block the caller's loop). Not started: it runs here, synchronously.
+        Started: a due scan is handed to the watcher's thread, or (started without one) to
+        a short-lived scan thread: a scan of a large fleet must not block the caller's loop.
+        Not started: it runs here, synchronously.
 
         Parameters:
             now: the current time on the watcher's clock.
+
+        Returns:
+            When the next root check or rescan is due.
         """
         with self._lock:
             new_roots: list[str] = []
@@ -258,16 +292,26 @@ class Watcher:
                 self._next_scan_at = now + self._rescan_interval_s
                 self._requested_full = True
             self._requested_roots.update(new_roots)
+            next_due = min(self._next_root_check_at, self._next_scan_at)
             if not (self._requested_full or self._requested_roots):
-                return
+                return next_due
             threaded = self._thread is not None and self._thread.is_alive()
+            if self._ticked:
+                if self._scan_thread is None or not self._scan_thread.is_alive():
+                    self._scan_thread = threading.Thread(target=self._run_requested_scans, name="smoosh-scan", daemon=True)
+                    self._scan_thread.start()
+                return next_due
         if threaded and threading.current_thread() is not self._thread:
             self._wake.set()
-            return
+            return next_due
         self._run_requested_scans()
+        return next_due
 
     def request_full_scan(self) -> None:
-        """Report every database again soon, changed or not (the config that prices them changed)."""
+        """Report every database again soon, changed or not (the config that prices them changed).
+
+        Started with a thread, the scan starts at once; ticked by an owner, at its next tick.
+        """
         with self._lock:
             self._requested_full = True
             self._requested_everything = True
@@ -364,7 +408,7 @@ class Watcher:
             except BrokenPipeError:
                 pass  # the helper died at once; its exit code says so below
             buffer = b""
-            while chunk := proc.stdout.read1(1 << 16):
+            while chunk := proc.stdout.read1(1 << 16):  # type: ignore[attr-defined]  # a BufferedReader
                 buffer += chunk
                 *records, buffer = buffer.split(b"\0")
                 for record in records:
@@ -391,7 +435,10 @@ class Watcher:
             path = os.fsdecode(body)
             if self._exclude(path):
                 return 0
-            self._emit(path)
+            try:
+                self._on_scanned(path)
+            except Exception:
+                log.exception("on_scanned callback failed for %r", path)
             return 1
         if kind == b"W":
             log.warning("scan: %s", body.decode("utf-8", "replace"))
@@ -527,8 +574,15 @@ class Watcher:
         )
         old = self._observer
         self._polling = True
+        watches = list(self._watches.values())
         self._watches.clear()
-        if old is not None:
+        if old is not None and old is self._shared_observer:
+            for watch in watches:  # shared with the config watcher: leave it running
+                try:
+                    old.unschedule(watch)
+                except (KeyError, OSError):
+                    pass
+        elif old is not None:
             try:
                 old.unschedule_all()
                 if old.is_alive():

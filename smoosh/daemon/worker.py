@@ -1,193 +1,109 @@
 """The worker: accepts compaction jobs of one node's job type and runs them through the compactors.
 
-Each job runs on one of ``concurrency`` threads; beside it a heartbeat thread calls
-``jobs.update`` every ``job_timeout_s / 3`` (one long VACUUM statement cannot call out, and a
-silent job is re-enqueued by the activity monitor after the type timeout) and polls the
-channel's hold (:mod:`smoosh.daemon.control`) every ``hold_poll_s``. While held, an incremental
-compaction waits at its next chunk boundary holding no database lock; a full VACUUM is
-interrupted and finished as "interrupted". A job the layer halted (removed, or re-enqueued
-after this worker went silent) is cancelled and never finished here: it belongs to someone
-else now. A clean stop interrupts running compactions and puts their jobs back to pending
-(``resubmit`` then ``finish``). A rotation request (:func:`smoosh.daemon.control.request_rotation`)
-naming this run stops a suspendable compaction at its next chunk boundary; the job is
-finished as "interrupted" with ``rotated: True`` and its channel queues it again.
+One dispatcher thread accepts jobs while a slot is free, sends every running job's heartbeat
+(``jobs.update`` every ``job_timeout_s / 3``: one long VACUUM statement cannot call out,
+and a silent job is re-enqueued by the activity monitor after the type timeout) and, for a
+worker in its own process, reads the node's holds and rotation requests from the store while
+jobs run. Each job runs on a thread of its own that ends with it, so an idle worker holds one
+thread, asleep in ``accept`` until a job is added.
+
+Two ways to hear about holds and rotation:
+
+* In the daemon's process (``signals="direct"``) the server calls :meth:`Worker.set_hold` and
+  :meth:`Worker.request_rotation` itself, and a :class:`RunListener` hears every start and end
+  at once: no hand-off waits on a poll.
+* In ``smoosh worker`` (``signals="store"``) they come through the store
+  (:mod:`smoosh.daemon.control`), read every ``hold_poll_s`` while jobs run.
+
+While held, an incremental compaction waits at its next chunk boundary holding no database
+lock; a held full VACUUM is interrupted and finished as "interrupted". A job the layer halted
+(removed, or re-enqueued after this worker went silent) is cancelled and never finished here:
+it belongs to someone else now. A clean stop interrupts running compactions; the daemon's own
+worker then finishes them as interrupted (``stopping``: the channel takes the key back), a
+stand-alone worker puts them back to pending (``resubmit`` then ``finish``) for another one.
 """
 
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from types import FrameType
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Literal, Protocol, Sequence
 
-from smoosh.daemon import control
+from channels.ports import BUSY, FAILED, GONE, INTERRUPTED, OK, Outcome
 from smoosh.compactors import Busy, Compactor, Gone, Interrupted, compactor_for
-from smoosh.jobs import JobHalted, NotFound
+from smoosh.daemon import control
+from smoosh.daemon.job_context import HALTED, ROTATED, STOPPING, JobContext
+from smoosh.daemon.startup import DAEMON_WORKER
+from smoosh.jobs import AcceptInterrupt, JobHalted, NotFound
 
-__all__ = ["Worker", "JobContext", "run_worker_process", "DEFAULT_JOB_TIMEOUT_S", "DEFAULT_HOLD_POLL_S"]
+__all__ = ["Worker", "JobContext", "RunListener", "run_worker_process", "DEFAULT_JOB_TIMEOUT_S", "DEFAULT_HOLD_POLL_S"]
 
 log = logging.getLogger(__name__)
 
 #: The job type's activity timeout (seconds); the heartbeat runs every third of it.
 DEFAULT_JOB_TIMEOUT_S = 30.0
-#: How often a running job's channel hold is read from the store (seconds).
+#: How often a stand-alone worker reads its running jobs' holds from the store (seconds).
 DEFAULT_HOLD_POLL_S = 1.0
-#: How long one ``accept`` waits for a pending job before the loop checks for a stop (seconds).
-ACCEPT_TIMEOUT_S = 1.0
-#: Pause after an unexpected error in the accept loop, so a broken store is not hammered (seconds).
+#: Pause after an unexpected error in the dispatcher, so a broken store is not hammered (seconds).
 ERROR_PAUSE_S = 1.0
-#: A clean stop of ``smoosh worker`` finishes within this (seconds).
+#: A clean stop finishes within this (seconds).
 STOP_TIMEOUT_S = 10.0
-#: Longest single wait inside a held checkpoint, so a stop is noticed promptly (seconds).
-HOLD_WAIT_SLICE_S = 0.5
-#: The stop reason of a run that rotation stopped.
-ROTATED = "rotated"
 
 
-class JobContext:
-    """The :class:`~smoosh.compactors.base.CompactionContext` a worker hands a compaction.
+class RunListener(Protocol):
+    """Hears, in the worker's process, that a job started or ended (the daemon's scheduler)."""
 
-    Three outside events reach a running compaction through it: a hold (``set_held``: the
-    next ``checkpoint`` waits; cancel callbacks run, so a full VACUUM stops), a stop or halt
-    (``stop``: callbacks run and every later ``checkpoint`` raises ``Interrupted``).
-    """
+    def run_started(self, key: str, data: dict[str, Any]) -> None:
+        """The job of ``key`` was accepted and its compaction starts (``data``: its job data)."""
 
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._fraction = 0.0
-        self._cancel_fns: list[Callable[[], None]] = []
-        self._held = False
-        self._checkpointed = False
-        self.stop_reason: str | None = None
-
-    # -- the compaction's side
-    def progress(self, fraction: float) -> None:
-        """Record progress; kept monotone and clamped to [0, 1]."""
-        fraction = min(1.0, max(0.0, float(fraction)))
-        with self._cond:
-            if fraction > self._fraction:
-                self._fraction = fraction
-
-    def checkpoint(self) -> None:
-        """Wait while held; raise :class:`Interrupted` once stopped."""
-        with self._cond:
-            self._checkpointed = True
-            while self._held and self.stop_reason is None:
-                self._cond.wait(HOLD_WAIT_SLICE_S)
-            if self.stop_reason is not None:
-                raise Interrupted(self.stop_reason)
-
-    def on_cancel(self, fn: Callable[[], None]) -> None:
-        """Register ``fn`` to run when the job must stop now; runs at once if it already must."""
-        with self._cond:
-            self._cancel_fns.append(fn)
-            now = self._held or self.stop_reason is not None
-        if now:
-            self._call(fn)
-
-    # -- the worker's side
-    @property
-    def fraction(self) -> float:
-        """The latest progress, in [0, 1]."""
-        with self._cond:
-            return self._fraction
-
-    @property
-    def held(self) -> bool:
-        """Is the job's channel held now?"""
-        with self._cond:
-            return self._held
-
-    @property
-    def suspendable(self) -> bool:
-        """Can the run stop at a chunk boundary without losing work?
-
-        True once the compaction has passed a chunk boundary and has no cancel callback: a
-        chunked compaction keeps its progress in the file; one that registered a cancel
-        callback (a full VACUUM) would throw its work away.
-        """
-        with self._cond:
-            return self._checkpointed and not self._cancel_fns
-
-    def rotate(self) -> bool:
-        """Stop at the next chunk boundary for rotation, only if :attr:`suspendable`.
-
-        Decided under the same lock ``on_cancel`` takes, so a compaction that registers a
-        cancel callback a moment later finds the stop already set and never starts its
-        VACUUM. Returns True when the run is (now or already) stopping for rotation.
-        """
-        with self._cond:
-            if self.stop_reason is not None:
-                return self.stop_reason == ROTATED
-            if self._cancel_fns or not self._checkpointed:
-                return False
-            self.stop_reason = ROTATED
-            self._cond.notify_all()
-        return True
-
-    def set_held(self, held: bool) -> None:
-        """Hold or release; holding runs the cancel callbacks (a full VACUUM cannot pause)."""
-        with self._cond:
-            if held == self._held:
-                return
-            self._held = held
-            fns = list(self._cancel_fns) if held else []
-            self._cond.notify_all()
-        for fn in fns:
-            self._call(fn)
-
-    def stop(self, reason: str) -> None:
-        """Stop the compaction: callbacks run now, the next checkpoint raises ``Interrupted``."""
-        with self._cond:
-            if self.stop_reason is not None:
-                return
-            self.stop_reason = reason
-            fns = list(self._cancel_fns)
-            self._cond.notify_all()
-        for fn in fns:
-            self._call(fn)
-
-    @staticmethod
-    def _call(fn: Callable[[], None]) -> None:
-        try:
-            fn()
-        except Exception:
-            log.exception("A compaction's cancel callback failed.")
+    def run_ended(self, key: str, data: dict[str, Any], outcome: Outcome) -> None:
+        """The job of ``key`` ended with ``outcome`` (already recorded in the job layer)."""
 
 
 @dataclass(eq=False)  # identity hashing: kept in a set of running jobs
 class _Running:
-    """One job in flight: the heartbeat thread and the compaction share it."""
+    """One job in flight: the dispatcher (heartbeats, signals) and the compaction share it."""
 
     job: Any
     data: dict[str, Any]
     ctx: JobContext
-    done: threading.Event = field(default_factory=threading.Event)
+    next_update: float
     halted: bool = False
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: threading.Lock = field(default_factory=threading.Lock)  # job handle updates vs. finish
+    done: bool = False
     # Published in the job's data so rotation can name this run (and no later one).
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     started_at: float = 0.0
+
+    @property
+    def key(self) -> str:
+        return str(self.job.id)
+
+    @property
+    def channel(self) -> str | None:
+        channel = self.data.get("channel")
+        return channel if isinstance(channel, str) else None
 
 
 class Worker:
     """Runs the compaction jobs of one job type.
 
     Parameters:
-        jobs: the job layer (:class:`smoosh.jobs.Jobs` or anything with accept/update/finish/resubmit).
-        store: the store the node's holds live in (:mod:`smoosh.daemon.control`).
+        jobs: the job layer.
+        store: the store the node's holds live in (``signals="store"``; may be None otherwise).
         job_type: ``"smoosh:" + node``.
         compactors: in priority order (:func:`smoosh.compactors.load_compactors`).
         node: the node name (for the hold keys).
         job_timeout_s: the type timeout; heartbeats go out every third of it.
         concurrency: jobs run at once (one thread each).
-        hold_poll_s: how often a running job's hold is read.
-        clock: wall-clock seconds, for ``duration_s``.
-        accept_timeout_s: how long one ``accept`` waits; a stop waits up to this for idle threads.
+        signals: ``"direct"`` (in the daemon) or ``"store"`` (a worker process); see the module.
+        listener: hears starts and ends (``signals="direct"``).
+        hold_poll_s: how often a stand-alone worker reads its holds.
+        clock: wall-clock seconds, for ``duration_s`` and ``started_at``.
+        accept_timeout_s: kept for callers of the old worker; ignored (accept is interrupted on stop).
     """
 
     def __init__(
@@ -200,9 +116,11 @@ class Worker:
         node: str,
         job_timeout_s: float = DEFAULT_JOB_TIMEOUT_S,
         concurrency: int = 1,
+        signals: Literal["direct", "store"] = "store",
+        listener: RunListener | None = None,
         hold_poll_s: float = DEFAULT_HOLD_POLL_S,
         clock: Callable[[], float] = time.time,
-        accept_timeout_s: float = ACCEPT_TIMEOUT_S,
+        accept_timeout_s: float | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, not {concurrency!r}")
@@ -213,164 +131,289 @@ class Worker:
         self.node = node
         self.job_timeout_s = job_timeout_s
         self.concurrency = concurrency
+        self.signals = signals
+        self.listener = listener
         self.hold_poll_s = hold_poll_s
         self._clock = clock
-        self.accept_timeout_s = accept_timeout_s
-        self._stopping = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self._cond = threading.Condition()
         self._running: set[_Running] = set()
-        self._lock = threading.Lock()
+        self._threads: set[threading.Thread] = set()
+        self._held: set[str] = set()  # channels held now (direct signals)
+        self._stopping = False
+        self._interrupt = AcceptInterrupt()
+        self._dispatcher: threading.Thread | None = None
+        self._next_poll = 0.0
 
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
-        """Start ``concurrency`` threads, each accepting and running jobs until :meth:`stop`."""
-        self._stopping.clear()
-        for i in range(self.concurrency):
-            t = threading.Thread(target=self._loop, name=f"smoosh-worker-{i}", daemon=True)
-            t.start()
-            self._threads.append(t)
+        """Start the dispatcher thread; jobs run until :meth:`stop`."""
+        with self._cond:
+            if self._dispatcher is not None:
+                return
+            self._stopping = False
+            self._interrupt = AcceptInterrupt()
+            self._dispatcher = threading.Thread(target=self._dispatch, name="smoosh-worker", daemon=True)
+        self._dispatcher.start()
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> bool:
-        """Clean stop: interrupt running compactions and put their jobs back to pending.
-
-        Parameters:
-            timeout_s: how long to wait for the threads.
+        """Clean stop: interrupt running compactions and wait for them to end.
 
         Returns:
             True when every thread ended within ``timeout_s``.
         """
-        self._stopping.set()
-        with self._lock:
+        with self._cond:
+            self._stopping = True
             running = list(self._running)
+            self._cond.notify_all()
+        self._interrupt.interrupt()
         for r in running:
-            r.ctx.stop("worker stopping")
+            r.ctx.stop(STOPPING)
         deadline = time.monotonic() + timeout_s
-        for t in self._threads:
+        with self._cond:
+            threads = list(self._threads)
+            dispatcher, self._dispatcher = self._dispatcher, None
+        for t in [*threads, *([dispatcher] if dispatcher is not None else [])]:
             t.join(max(0.0, deadline - time.monotonic()))
-        alive = [t for t in self._threads if t.is_alive()]
-        self._threads = alive
+        alive = [t for t in threads if t.is_alive()] + ([dispatcher] if dispatcher and dispatcher.is_alive() else [])
         if alive:
             log.warning("%d worker thread(s) did not stop within %.1f s.", len(alive), timeout_s)
         return not alive
 
     def status(self) -> list[dict[str, Any]]:
-        """The jobs running now: ``[{"key", "channel", "progress", "held", "stopping"}]``."""
-        with self._lock:
+        """The jobs running now: ``[{"key", "channel", "progress", "held", "stopping", "started_at",
+        "run_id", "suspendable"}]``."""
+        with self._cond:
             running = list(self._running)
         return [
             {
-                "key": r.job.id,
-                "channel": r.data.get("channel"),
+                "key": r.key,
+                "channel": r.channel,
                 "progress": r.ctx.fraction,
                 "held": r.ctx.held,
                 "stopping": r.ctx.stop_reason is not None,
+                "started_at": r.started_at,
+                "run_id": r.run_id,
+                "suspendable": r.ctx.suspendable,
             }
             for r in running
         ]
 
-    def _loop(self) -> None:
-        while not self._stopping.is_set():
+    # ------------------------------------------------------------------ direct signals
+
+    def set_hold(self, channel: str, held: bool) -> None:
+        """Hold (or release) the running and future jobs of ``channel`` (direct signals)."""
+        with self._cond:
+            if held:
+                self._held.add(channel)
+            else:
+                self._held.discard(channel)
+            running = [r for r in self._running if r.channel == channel]
+        for r in running:
+            r.ctx.set_held(held)
+
+    def request_rotation(self, key: str) -> bool:
+        """Ask the run of ``key`` to stop at its next chunk boundary; False if it cannot stop without loss."""
+        with self._cond:
+            running = [r for r in self._running if r.key == key]
+        rotated = any(r.ctx.rotate() for r in running)
+        if rotated:
+            log.info("Job %r stops at its next chunk boundary: rotated out.", key)
+        return rotated
+
+    # ------------------------------------------------------------------ the dispatcher
+
+    def _dispatch(self) -> None:
+        while True:
             try:
+                with self._cond:
+                    if self._stopping:
+                        return
+                next_due = self._send_due(time.monotonic())
+                with self._cond:
+                    if self._stopping:
+                        return
+                    if len(self._running) >= self.concurrency:
+                        self._cond.wait(None if next_due is None else max(0.0, next_due - time.monotonic()))
+                        continue
+                timeout = None if next_due is None else max(0.0, next_due - time.monotonic())
                 try:
-                    job, data = self.jobs.accept(self.job_type, timeout=self.accept_timeout_s)
+                    job, data = self.jobs.accept(self.job_type, timeout=timeout, interrupt=self._interrupt)
                 except NotFound:
                     continue
-                self.run_job(job, data)
+                self._launch(job, data)
             except Exception:
                 # One bad job or a store hiccup never ends the worker.
-                log.exception("Worker loop iteration for %r failed; going on.", self.job_type)
-                self._stopping.wait(ERROR_PAUSE_S)
+                log.exception("Worker for %r: dispatching failed; going on.", self.job_type)
+                with self._cond:
+                    self._cond.wait(ERROR_PAUSE_S)
+
+    def _send_due(self, now: float) -> float | None:
+        """Heartbeats (and store signals) that are due; returns when the next one is."""
+        with self._cond:
+            running = list(self._running)
+        if not running:
+            return None
+        poll = self.signals == "store" and now >= self._next_poll
+        if poll:
+            self._next_poll = now + self.hold_poll_s
+        for r in running:
+            try:
+                if poll:
+                    self._poll_signals(r)
+                if now >= r.next_update:
+                    r.next_update = now + self.job_timeout_s / 3.0
+                    self._send_heartbeat(r)
+            except Exception:
+                log.exception("Heartbeat of job %r failed; going on.", r.key)
+        dues = [r.next_update for r in running]
+        if self.signals == "store":
+            dues.append(self._next_poll)
+        return min(dues)
+
+    def _poll_signals(self, r: _Running) -> None:
+        held, rotate_run = control.read_signals(self.store, self.node, r.channel, r.key)
+        if r.channel is not None:
+            r.ctx.set_held(held)
+        if rotate_run == r.run_id and r.ctx.stop_reason is None and r.ctx.rotate():
+            log.info("Job %r stops at its next chunk boundary: rotated out.", r.key)
+
+    def _send_heartbeat(self, r: _Running) -> None:
+        data = {
+            **r.data,
+            "progress": r.ctx.fraction,
+            "run_id": r.run_id,
+            "started_at": r.started_at,
+            "heartbeat_at": self._clock(),
+            "worker": DAEMON_WORKER if self.signals == "direct" else "process",
+            "suspendable": r.ctx.suspendable,
+        }
+        try:
+            with r.lock:
+                if r.done:
+                    return  # the job is being finished: an update now could race the finish
+                r.job = self.jobs.update(r.job, data)
+        except JobHalted:
+            r.halted = True
+            r.ctx.stop(HALTED)
+
+    def _launch(self, job: Any, data: dict[str, Any]) -> None:
+        ctx = JobContext()
+        running = _Running(
+            job=job, data=dict(data), ctx=ctx, started_at=self._clock(),
+            # No heartbeat at once: a short compaction (most of a fleet) needs none at all.
+            next_update=time.monotonic() + self.job_timeout_s / 3.0,
+        )
+        with self._cond:
+            if running.channel in self._held:
+                ctx.set_held(True)
+            self._running.add(running)
+            thread = threading.Thread(
+                target=self._run_thread, args=(running,), name=f"smoosh-compact-{len(self._threads)}", daemon=True
+            )
+            self._threads.add(thread)
+        thread.start()
+
+    def _run_thread(self, running: _Running) -> None:
+        try:
+            self._run(running)
+        except Exception:
+            log.exception("Running the job of %r failed.", running.key)
+        finally:
+            with self._cond:
+                self._running.discard(running)
+                self._threads.discard(threading.current_thread())
+                self._cond.notify_all()
 
     # ------------------------------------------------------------------ one job
 
     def run_job(self, job: Any, data: dict[str, Any]) -> dict[str, Any] | None:
-        """Run one accepted job to its end and finish it.
+        """Run one accepted job to its end in the caller's thread, and finish it.
 
-        Parameters:
-            job: the accepted :class:`smoosh.jobs.Job` (its id is the key).
-            data: its data (``channel``, ``key``, ``priority``, ``progress``).
+        Heartbeats need the dispatcher (:meth:`start`); a short job run this way needs none.
 
         Returns:
             The data the job was finished with, or None when it was not finished here
             (halted: it belongs to someone else; or put back to pending by a clean stop).
         """
-        key = job.id
-        data = dict(data)
-        started = self._clock()
-        running = _Running(job=job, data=data, ctx=JobContext(), started_at=started)
-        if self._stopping.is_set():
-            return self._requeue(running, "worker stopping")
-        compactor = compactor_for(key, self.compactors)
-        if compactor is None:
-            return self._finish(running, self._outcome("failed", f"no compactor claims {key}", started))
-        try:
-            sizes = compactor.sizes(key)
-        except Exception as exc:
-            log.exception("Reading the sizes of %r failed.", key)
-            return self._finish(running, self._outcome("failed", f"{type(exc).__name__}: {exc}", started))
-        if sizes is None:
-            return self._finish(running, self._outcome("gone", f"{key} is missing or not a database", started))
-
-        with self._lock:
+        running = _Running(job=job, data=dict(data), ctx=JobContext(), started_at=self._clock(), next_update=0.0)
+        with self._cond:
             self._running.add(running)
-        heartbeat = threading.Thread(target=self._heartbeat, args=(running,), name=f"smoosh-heartbeat-{key}", daemon=True)
-        heartbeat.start()
-        size_bytes = sizes.file_bytes
         try:
-            log.info("Compacting %r (channel %r).", key, data.get("channel"))
-            result = compactor.compact(key, running.ctx)
-            outcome = self._outcome("ok", None, started, result.size_before_bytes, result.size_after_bytes)
-        except Busy as exc:
-            outcome = self._outcome("busy", str(exc), started, size_bytes, size_bytes)
-        except Interrupted as exc:
-            outcome = self._outcome("interrupted", str(exc), started, size_bytes, size_bytes)
-        except Gone as exc:
-            outcome = self._outcome("gone", str(exc), started)
-        except Exception as exc:
-            log.exception("Compaction of %r failed.", key)
-            outcome = self._outcome("failed", f"{type(exc).__name__}: {exc}", started, size_bytes, size_bytes)
+            return self._run(running)
         finally:
-            running.done.set()
-            heartbeat.join()
-            with self._lock:
+            with self._cond:
                 self._running.discard(running)
-        outcome["progress"] = 1.0 if outcome["result"] == "ok" else running.ctx.fraction
-        if outcome["result"] == "interrupted" and running.ctx.stop_reason == ROTATED:
-            outcome["rotated"] = True
+
+    def _run(self, running: _Running) -> dict[str, Any] | None:
+        key = running.key
+        started = running.started_at
+        with self._cond:
+            stopping = self._stopping
+        if stopping:
+            running.ctx.stop(STOPPING)
+        if self.listener is not None:
+            self._tell(lambda: self.listener.run_started(key, {**running.data, "run_id": running.run_id}))  # type: ignore[union-attr]
+        outcome = self._compact(running, started)
         if running.halted:
             log.info("Job %r was halted (removed or re-enqueued); not finishing it.", key)
             return None
-        if outcome["result"] == "interrupted" and running.ctx.stop_reason == "worker stopping":
-            return self._requeue(running, "worker stopping")
-        log.info("Compaction of %r ended: %s (%s).", key, outcome["result"], outcome["error"] or "no error")
-        return self._finish(running, outcome)
+        if outcome.result == INTERRUPTED and running.ctx.stop_reason == STOPPING and self.signals == "store":
+            return self._requeue(running)
+        finished = self._finish(running, outcome)
+        if finished is not None and self.listener is not None:
+            self._tell(lambda: self.listener.run_ended(key, finished, outcome))  # type: ignore[union-attr]
+        return finished
+
+    def _compact(self, running: _Running, started: float) -> Outcome:
+        key, ctx = running.key, running.ctx
+        size_bytes = int(running.data.get("file_bytes") or 0)
+        compactor = compactor_for(key, self.compactors)
+        if compactor is None:
+            return self._outcome(FAILED, f"no compactor claims {key}", started, ctx)
+        if ctx.stop_reason is not None:
+            return self._outcome(INTERRUPTED, ctx.stop_reason, started, ctx, size_bytes, size_bytes)
+        try:
+            result = compactor.compact(key, ctx)
+            return self._outcome(OK, None, started, ctx, result.size_before_bytes, result.size_after_bytes)
+        except Busy as exc:
+            return self._outcome(BUSY, str(exc), started, ctx, size_bytes, size_bytes)
+        except Interrupted as exc:
+            return self._outcome(INTERRUPTED, str(exc), started, ctx, size_bytes, size_bytes)
+        except Gone as exc:
+            return self._outcome(GONE, str(exc), started, ctx)
+        except Exception as exc:
+            log.warning("Compaction of %r failed: %s: %s", key, type(exc).__name__, exc, exc_info=log.isEnabledFor(logging.DEBUG))
+            return self._outcome(FAILED, f"{type(exc).__name__}: {exc}", started, ctx, size_bytes, size_bytes)
+        finally:
+            with running.lock:
+                running.done = True
 
     def _outcome(
-        self, result: str, error: str | None, started: float, before: int = 0, after: int | None = None
-    ) -> dict[str, Any]:
-        after = before if after is None else after
-        return {
-            "result": result,
-            "error": error,
-            "size_before_bytes": int(before),
-            "size_after_bytes": int(after),
-            "reclaimed_bytes": max(0, int(before) - int(after)),
-            "duration_s": max(0.0, float(self._clock() - started)),
-        }
+        self, result: str, error: str | None, started: float, ctx: JobContext, before: int = 0, after: int | None = None
+    ) -> Outcome:
+        return Outcome(
+            result=result,
+            error=error,
+            size_before_bytes=int(before),
+            size_after_bytes=int(before if after is None else after),
+            duration_s=max(0.0, float(self._clock() - started)),
+            progress=1.0 if result == OK else ctx.fraction,
+            rotated=result == INTERRUPTED and ctx.stop_reason == ROTATED,
+            stopping=result == INTERRUPTED and ctx.stop_reason == STOPPING,
+        )
 
-    def _finish(self, running: _Running, outcome: dict[str, Any]) -> dict[str, Any] | None:
-        data = {**running.data, **outcome}
-        data.setdefault("progress", running.data.get("progress", 0.0))
+    def _finish(self, running: _Running, outcome: Outcome) -> dict[str, Any] | None:
+        data = {**running.data, **outcome.to_data(), "run_id": running.run_id}
         try:
             with running.lock:
                 self.jobs.finish(running.job, data)
         except JobHalted:
-            log.info("Job %r was halted before it could be finished.", running.job.id)
+            log.info("Job %r was halted before it could be finished.", running.key)
             return None
         return data
 
-    def _requeue(self, running: _Running, reason: str) -> None:
+    def _requeue(self, running: _Running) -> dict[str, Any] | None:
         # resubmit, then finish: a resubmitted job goes back to pending on finish, with the
         # data it started with, so the next worker starts it afresh (an incremental
         # compaction's progress is kept in the file itself).
@@ -378,57 +421,17 @@ class Worker:
             with running.lock:
                 job = self.jobs.resubmit(running.job)
                 self.jobs.finish(job, running.data)
-            log.info("Job %r put back to pending (%s).", running.job.id, reason)
+            log.info("Job %r put back to pending (%s).", running.key, STOPPING)
         except JobHalted:
-            log.info("Job %r was halted before it could be put back.", running.job.id)
+            log.info("Job %r was halted before it could be put back.", running.key)
         return None
 
-    # ------------------------------------------------------------------ heartbeat
-
-    def _heartbeat(self, running: _Running) -> None:
-        update_every_s = self.job_timeout_s / 3.0
-        channel = running.data.get("channel")
-        next_update = time.monotonic() + update_every_s
-        next_poll = time.monotonic()
-        while not running.done.is_set():
-            try:
-                now = time.monotonic()
-                if now >= next_poll:
-                    next_poll = now + self.hold_poll_s
-                    self._poll_signals(running, channel)
-                if now >= next_update:
-                    next_update = now + update_every_s
-                    self._send_heartbeat(running)
-                    if running.halted:
-                        return
-            except Exception:
-                log.exception("Heartbeat of job %r failed; going on.", running.job.id)
-            running.done.wait(max(0.0, min(next_update, next_poll) - time.monotonic()))
-
-    def _poll_signals(self, running: _Running, channel: str | None) -> None:
-        held, rotate_run = control.read_signals(self.store, self.node, channel, running.job.id)
-        if channel is not None:
-            running.ctx.set_held(held)
-        if rotate_run == running.run_id and running.ctx.stop_reason is None:
-            if running.ctx.rotate():
-                log.info("Job %r stops at its next chunk boundary: rotated out.", running.job.id)
-
-    def _send_heartbeat(self, running: _Running) -> None:
-        data = {
-            **running.data,
-            "progress": running.ctx.fraction,
-            "run_id": running.run_id,
-            "started_at": running.started_at,
-            "suspendable": running.ctx.suspendable,
-        }
+    @staticmethod
+    def _tell(fn: Callable[[], None]) -> None:
         try:
-            with running.lock:
-                if running.done.is_set():
-                    return  # the job is being finished: an update now could race the finish
-                running.job = self.jobs.update(running.job, data)
-        except JobHalted:
-            running.halted = True
-            running.ctx.stop("job halted")
+            fn()
+        except Exception:
+            log.exception("A run listener failed.")
 
 
 def run_worker_process(config: Any, store_url: str | None = None, concurrency: int | None = None) -> int:
@@ -436,13 +439,15 @@ def run_worker_process(config: Any, store_url: str | None = None, concurrency: i
 
     Parameters:
         config: smoosh's ``Config`` (``node``, ``job_timeout_s``, ``sqlite``, ``store``,
-            ``wal_max_size_bytes``, ``exact_size_interval_s``).
+            ``roots``, ``wal_max_size_bytes``, ``exact_size_interval_s``).
         store_url: the store (default: the config's ``store``).
         concurrency: jobs at once (default 1).
 
     Returns:
         The exit code: 0 after a clean stop.
     """
+    import signal
+
     from smoosh.compactors import load_compactors
     from smoosh.jobs import Jobs
     from smoosh.store import open_store
@@ -452,19 +457,19 @@ def run_worker_process(config: Any, store_url: str | None = None, concurrency: i
     store = open_store(store_url or config.store)
     jobs = Jobs(store)
     stop = threading.Event()
-    previous: dict[int, Any] = {}
+    previous: dict[Any, Any] = {}
     try:
         job_type = "smoosh:" + node
         jobs.set_type_timeout(job_type, job_timeout_s)
-        kw = {}
+        kw: dict[str, Any] = {}
         for name in ("wal_max_size_bytes", "exact_size_interval_s"):
             if getattr(config, name, None) is not None:
                 kw[name] = getattr(config, name)
         compactors = load_compactors(getattr(config, "sqlite", None), **kw)
         worker = Worker(jobs, store, job_type, compactors, node=node, job_timeout_s=job_timeout_s,
-                        concurrency=concurrency or 1)
+                        concurrency=concurrency or 1, signals="store")
 
-        def on_signal(signum: int, frame: FrameType | None) -> None:
+        def on_signal(signum: int, frame: Any) -> None:
             stop.set()
 
         if threading.current_thread() is threading.main_thread():
@@ -472,8 +477,7 @@ def run_worker_process(config: Any, store_url: str | None = None, concurrency: i
                 previous[sig] = signal.signal(sig, on_signal)
         worker.start()
         log.info("Worker for %r running %d job(s) at once.", job_type, worker.concurrency)
-        while not stop.wait(1.0):
-            pass
+        stop.wait()
         log.info("Stopping the worker for %r.", job_type)
         worker.stop(STOP_TIMEOUT_S - 1.0)
         return 0

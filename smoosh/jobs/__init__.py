@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from smoosh.jobs.batching import BatchPolicy
 from smoosh.jobs.errors import EncodingError, JobHalted, JobsError, NotFound, NoTypeTimeout
-from smoosh.jobs.layer import Job, JobInfo, Jobs
+from smoosh.jobs.layer import AcceptInterrupt, Job, JobInfo, Jobs
 from smoosh.jobs.subscription import Subscription
 
 __all__ = [
     "Jobs",
     "Job",
     "JobInfo",
+    "AcceptInterrupt",
     "Subscription",
     "BatchPolicy",
     "JobsError",

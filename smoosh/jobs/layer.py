@@ -72,6 +72,42 @@ class JobInfo:
     data: dict[str, Any]
 
 
+class AcceptInterrupt:
+    """Lets another thread end an ``accept`` that waits for a pending job: it raises NotFound.
+
+    Thread-safe. Once interrupted it stays so: a worker makes one per run of its accept loop.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._interrupted = False
+        self._watches: set[Watch] = set()
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether :meth:`interrupt` was called."""
+        return self._interrupted
+
+    def interrupt(self) -> None:
+        """End the waits of every accept given this token, now and later."""
+        with self._lock:
+            self._interrupted = True
+            watches, self._watches = self._watches, set()
+        for watch in watches:
+            watch.cancel()
+
+    def _arm(self, watch: Watch) -> bool:
+        with self._lock:
+            if not self._interrupted:
+                self._watches.add(watch)
+                return True
+        return False
+
+    def _disarm(self, watch: Watch) -> None:
+        with self._lock:
+            self._watches.discard(watch)
+
+
 @dataclass(frozen=True)
 class _NoJob:
     watch: Watch
@@ -295,6 +331,7 @@ class Jobs:
         max_sched_time: float | None = None,
         no_schedule: bool = False,
         timeout: float | None = None,
+        interrupt: AcceptInterrupt | None = None,
     ) -> tuple[Job, dict[str, Any]]:
         """Take a pending job and mark it running; block until one is pending.
 
@@ -306,12 +343,14 @@ class Jobs:
                 types with random ids: no range read).
             timeout: seconds to wait for a pending job (0: do not wait; None: forever). It
                 bounds the wait, not conflict retries.
+            interrupt: a token another thread may use to end the wait early.
 
         Returns:
             ``(job, data)``.
 
         Raises:
-            NotFound: nothing became pending within ``timeout`` (or the layer was closed).
+            NotFound: nothing became pending within ``timeout`` (or the layer was closed, or
+                ``interrupt`` was used).
             ValueError: ``no_schedule`` with a ``max_sched_time`` other than None or 0.
         """
         check_type(job_type)
@@ -327,7 +366,7 @@ class Jobs:
             if not isinstance(result, _NoJob):
                 job, raw = result
                 return job, decode_data(raw)
-            self._wait_pending(job_type, result, fixed_max is None and not no_schedule, deadline)
+            self._wait_pending(job_type, result, fixed_max is None and not no_schedule, deadline, interrupt)
 
     def _accept_tx(
         self, tr: Transaction, job_type: Any, max_s: int, no_schedule: bool
@@ -356,8 +395,13 @@ class Jobs:
         # next enqueue; it is armed when the (read-only) transaction commits.
         return _NoJob(pending.watch_pending(tr, self.keys, job_type), pending.earliest_scheduled_time(tr, self.keys, job_type))
 
-    def _wait_pending(self, job_type: Any, nojob: _NoJob, by_time: bool, deadline: float | None) -> None:
+    def _wait_pending(
+        self, job_type: Any, nojob: _NoJob, by_time: bool, deadline: float | None, interrupt: AcceptInterrupt | None
+    ) -> None:
         watch = nojob.watch
+        if interrupt is not None and not interrupt._arm(watch):
+            watch.cancel()
+            raise NotFound(f"no pending job of type {job_type!r}: the wait was interrupted", type=job_type)
         wait_s = math.inf
         if by_time and nojob.earliest_scheduled_time is not None:
             # A job scheduled in the future becomes eligible when its time comes.
@@ -383,7 +427,11 @@ class Jobs:
         finally:
             with self._accept_lock:
                 self._accept_watches.discard(watch)
+            if interrupt is not None:
+                interrupt._disarm(watch)
             watch.cancel()
+        if interrupt is not None and interrupt.interrupted:
+            raise NotFound(f"no pending job of type {job_type!r}: the wait was interrupted", type=job_type)
 
     def update(self, job: Job, data: dict[str, Any] | None = None, *, tx: Transaction | None = None) -> Job:
         """Heartbeat (and optionally replace the data of) a running job.
@@ -461,8 +509,15 @@ class Jobs:
 
     # -- subscriptions ---------------------------------------------------------------------------
 
-    def subscribe(self, job_type: Any, job_id: str) -> Subscription:
+    def subscribe(
+        self, job_type: Any, job_id: str, *, on_event: Callable[[Event], None] | None = None
+    ) -> Subscription:
         """Follow a job's state changes (and, while it runs, each update).
+
+        Parameters:
+            job_type, job_id: the job.
+            on_event: called with each event instead of queueing it for ``wait`` (on the
+                notifier's thread, which it must not block: hand the event on and return).
 
         Returns:
             A Subscription; one for a finished job has already ended.
@@ -482,9 +537,9 @@ class Jobs:
         data = decode_data(row.data)
         state = row.state
         if state == FINISHED_STATE:
-            return Subscription(self._hub, None, job_type, job_id, state, data)
+            return Subscription(self._hub, None, job_type, job_id, state, data, on_event)
         notifier = self._supervisor.notifier(job_type)
-        sub = Subscription(self._hub, notifier, job_type, job_id, state, data)
+        sub = Subscription(self._hub, notifier, job_type, job_id, state, data, on_event)
         if notifier is None:  # closed layer: a subscription that never hears anything
             sub.close()
             return sub

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import collections
 import itertools
+import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from smoosh.jobs.model import FINISHED_STATE, NOT_FOUND_STATE
 
 if TYPE_CHECKING:
     from smoosh.jobs.notifier import Notifier
+
+log = logging.getLogger(__name__)
 
 #: An event: (type, id, state, data); data is None for "not_found".
 Event = tuple[Any, str, str, Any]
@@ -90,7 +93,14 @@ class Subscription:
     """
 
     def __init__(
-        self, hub: Hub, notifier: Notifier | None, job_type: Any, job_id: str, state: str, data: Any
+        self,
+        hub: Hub,
+        notifier: Notifier | None,
+        job_type: Any,
+        job_id: str,
+        state: str,
+        data: Any,
+        on_event: Callable[[Event], None] | None = None,
     ) -> None:
         self.type = job_type
         self.id = job_id
@@ -101,6 +111,7 @@ class Subscription:
         self._events: collections.deque[tuple[int, Event]] = collections.deque()
         self._ended = state in FINAL_STATES
         self._closed = False
+        self._on_event = on_event
 
     def __repr__(self) -> str:
         return f"Subscription({self.type!r}, {self.id!r}, state={self.state!r})"
@@ -143,9 +154,18 @@ class Subscription:
     def _deliver(self, event: Event) -> None:
         if self._closed or self._ended:
             return
-        self._events.append((self._hub.next_order(), event))
         if event[2] in FINAL_STATES:
             self._ended = True
+        if self._on_event is not None:
+            # A callback subscription queues nothing: its owner hears each event at once, on
+            # the notifier's thread, with the hub's lock held (so the callback must not block).
+            self._consume(event)
+            try:
+                self._on_event(event)
+            except Exception:
+                log.exception("the event callback of %r failed", self)
+            return
+        self._events.append((self._hub.next_order(), event))
         self._hub.cond.notify_all()
 
     def _consume(self, event: Event) -> None:

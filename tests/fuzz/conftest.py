@@ -12,6 +12,7 @@ import pytest
 from compactor.dbfactory import make_bloated_db
 from helpers.daemon import write_config
 from smoosh import Server, load_config
+from smoosh.daemon.http import AdminServer
 
 
 @dataclass
@@ -43,10 +44,13 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     os.symlink("/", root / "slash")
     os.symlink(root / "sub", root / "sub-link")
     os.symlink(root / "loop", root / "loop")
-    server = Server(config, http="127.0.0.1:0", workers=0, watch_config=False)
+    server = Server(config, workers=0, watch_config=False)
     server.start()
-    host, port = server.http_address.rsplit(":", 1)
+    admin = AdminServer(server, "127.0.0.1:0")
+    admin.start()
+    host, port = admin.address.rsplit(":", 1)
     try:
         yield Target(server, host, int(port), base, root, outside)
     finally:
+        admin.stop()
         server.stop()

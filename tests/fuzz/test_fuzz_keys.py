@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from fuzz.conftest import Target
 from fuzz.fuzzlib import FAST, SOAK_EXAMPLES, fuzz_settings
 from smoosh.errors import InvalidKey
-from smoosh.daemon.server import CLEANUP_PREFIX, MAX_KEY_BYTES
+from smoosh.daemon.intake import MAX_KEY_BYTES
+from smoosh.daemon.router import CLEANUP_PREFIX
 
 COMPONENTS = st.sampled_from(
     ["..", ".", "", "dbs", "inside.db", "escape", "secret.db", "secret-link.db", "slash", "etc", "passwd",

@@ -18,7 +18,7 @@ from helpers.daemon import free_port, write_config
 from smoosh import Server, load_config
 from smoosh.config import Config, parse_config
 from smoosh.errors import ConfigError
-from smoosh.daemon.http import is_loopback, parse_address
+from smoosh.daemon.http import AdminServer, is_loopback, parse_address
 
 PROJECT = Path(__file__).resolve().parents[2]
 #: The packages whose sources the grep rules cover.
@@ -56,11 +56,14 @@ def exposed(tmp_path: Path) -> Iterator[tuple[str, int, Path]]:
     """A server bound to every interface (off loopback), with a token."""
     config = load_config(str(write_config(tmp_path, port=0, extra_global=f"token = {TOKEN}\nwait_secs = 3600")),
                          cwd=str(tmp_path))
-    server = Server(config, http="0.0.0.0:0", workers=0, watch_config=False)
+    server = Server(config, workers=0, watch_config=False)
     server.start()
+    admin = AdminServer(server, "0.0.0.0:0")
+    admin.start()
     try:
-        yield "127.0.0.1", int(server.http_address.rsplit(":", 1)[1]), tmp_path
+        yield "127.0.0.1", int(admin.address.rsplit(":", 1)[1]), tmp_path
     finally:
+        admin.stop()
         server.stop()
 
 
@@ -89,15 +92,18 @@ def test_off_loopback_every_post_needs_the_bearer_token(exposed: tuple[str, int,
 
 
 def test_an_exposed_server_without_a_token_refuses_every_post(tmp_path: Path) -> None:
-    # Server(config, http=...) bypasses the config check: the handler must fail closed.
+    # An AdminServer bound off loopback bypasses the config check: the handler must fail closed.
     config = load_config(str(write_config(tmp_path, port=0)), cwd=str(tmp_path))
-    server = Server(config, http="0.0.0.0:0", workers=0, watch_config=False)
+    server = Server(config, workers=0, watch_config=False)
     server.start()
+    admin = AdminServer(server, "0.0.0.0:0")
+    admin.start()
     try:
-        port = int(server.http_address.rsplit(":", 1)[1])
+        port = int(admin.address.rsplit(":", 1)[1])
         assert call("127.0.0.1", port, "POST", "/suspend", {}, "Bearer ")[0] == 401
         assert call("127.0.0.1", port, "POST", "/suspend", {}, None)[0] == 401
     finally:
+        admin.stop()
         server.stop()
 
 

@@ -87,7 +87,7 @@ def test_two_servers_in_one_process_have_private_registries(tmp_path: Path) -> N
     for name in ("one", "two"):
         (tmp_path / name).mkdir()
         config = write_config(tmp_path / name, port=0, extra_global=f"node = {name}\nwatch =")
-        servers.append(Server(load_config(str(config)), workers=0, http=False, watch_config=False))
+        servers.append(Server(load_config(str(config)), workers=0, watch_config=False))
     for s in servers:
         s.start()
     try:

@@ -19,12 +19,17 @@ ANSWER_WITHIN_S = 1.0
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[object]:
     from smoosh.config import load_config
+    from smoosh.daemon.http import AdminServer
     from smoosh.daemon.server import Server
 
     config = load_config(str(write_config(tmp_path, port=0, extra_global="watch =")))
-    s = Server(config, workers=0, http="127.0.0.1:0", watch_config=False)
+    s = Server(config, workers=0, watch_config=False)
     s.start()
+    admin = AdminServer(s, "127.0.0.1:0")
+    admin.start()
+    s.admin = admin  # type: ignore[attr-defined]
     yield s
+    admin.stop()
     s.stop()
 
 
@@ -44,8 +49,8 @@ def hold_lock(lock: threading.Lock) -> tuple[threading.Event, threading.Thread]:
 
 
 def test_status_answers_within_a_second_while_a_channel_is_stuck(server: object) -> None:
-    url = f"http://{server.http_address}"  # type: ignore[attr-defined]
-    channel = server._channels["ratio_dbs"]  # type: ignore[attr-defined]
+    url = f"http://{server.admin.address}"  # type: ignore[attr-defined]
+    channel = server.channels()["ratio_dbs"]  # type: ignore[attr-defined]
     release, thread = hold_lock(channel._lock)
     try:
         started = time.monotonic()

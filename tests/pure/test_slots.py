@@ -5,16 +5,8 @@ from __future__ import annotations
 from smoosh.daemon.slots import SlotGate
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_slots_are_capped_and_released() -> None:
-    gate = SlotGate(2, clock=Clock())
+    gate = SlotGate(2)
     assert gate.acquire("a") and gate.acquire("a")
     assert not gate.acquire("a")
     assert gate.busy == 2
@@ -28,15 +20,12 @@ def test_slots_are_capped_and_released() -> None:
 
 
 def test_a_freed_slot_goes_to_the_longest_waiting_channel_not_the_first_to_ask() -> None:
-    clock = Clock()
-    gate = SlotGate(1, clock=clock)
+    gate = SlotGate(1)
     assert gate.acquire("busy")
     assert not gate.acquire("upgrade")  # in line first
-    clock.now += 1
     assert not gate.acquire("busy")  # in line second
     assert gate.waiting() == ["upgrade", "busy"]
     gate.release("busy")
-    clock.now += 0.2
     # "busy" asks first after the release, but "upgrade" has waited longer.
     assert not gate.acquire("busy")
     assert gate.acquire("upgrade")
@@ -44,12 +33,10 @@ def test_a_freed_slot_goes_to_the_longest_waiting_channel_not_the_first_to_ask()
 
 
 def test_two_free_slots_serve_the_two_oldest_waiters() -> None:
-    clock = Clock()
-    gate = SlotGate(2, clock=clock)
+    gate = SlotGate(2)
     assert gate.acquire("x") and gate.acquire("x")
     for name in ("a", "b", "c"):
         assert not gate.acquire(name)
-        clock.now += 1
     gate.release("x")
     gate.release("x")
     assert not gate.acquire("c")
@@ -58,20 +45,28 @@ def test_two_free_slots_serve_the_two_oldest_waiters() -> None:
     assert not gate.acquire("c")
 
 
-def test_a_channel_that_stops_asking_leaves_the_line() -> None:
-    clock = Clock()
-    gate = SlotGate(1, waiter_ttl_s=5.0, clock=clock)
+def test_a_channel_that_withdraws_leaves_the_line() -> None:
+    gate = SlotGate(1)
     assert gate.acquire("x")
     assert not gate.acquire("suspended")
-    clock.now += 1
     assert not gate.acquire("live")
+    assert gate.waiting() == ["suspended", "live"]
     gate.release("x")
-    clock.now += 4.5  # "suspended" last asked 5.5 s ago; "live" 4.5 s ago
+    assert not gate.acquire("live")  # "suspended" is ahead while it waits
+    gate.withdraw("suspended")  # it was suspended: it cannot start anything now
     assert gate.acquire("live")
 
 
+def test_a_forced_acquire_takes_a_slot_past_the_limit() -> None:
+    gate = SlotGate(1)
+    assert gate.acquire("a")
+    assert gate.acquire("b", force=True)
+    assert gate.busy == 2
+    assert not gate.acquire("c")
+
+
 def test_a_lower_limit_applies_to_the_next_acquire() -> None:
-    gate = SlotGate(3, clock=Clock())
+    gate = SlotGate(3)
     assert gate.acquire("a") and gate.acquire("a")
     gate.limit = 2
     assert not gate.acquire("a")

@@ -52,21 +52,35 @@ def freelist(path: Path) -> int:
         return int(conn.execute("PRAGMA freelist_count").fetchone()[0])
 
 
-def start_two(tmp_path: Path, max_churn: int) -> tuple[Server, Path, Path]:
+class FakeClock:
+    """The server's wall clock, moved by hand (rotation's interval passes at once)."""
+
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def start_two(tmp_path: Path, max_churn: int) -> tuple[Server, Path, Path, FakeClock]:
     dbs = tmp_path / "dbs"
     dbs.mkdir()
     big, small = dbs / "big.db", dbs / "small.db"
-    make_bloated_db(str(big), rows=6000, delete_fraction=0.8, auto_vacuum="incremental")
+    make_bloated_db(str(big), rows=3000, delete_fraction=0.8, auto_vacuum="incremental")
     make_bloated_db(str(small), rows=1000, delete_fraction=0.8)
     config = parse_config(config_text(tmp_path, dbs, max_churn), str(tmp_path / "smoosh.ini"))
-    server = Server(config, workers=1, http=False, watch_config=False,
-                    compactors=[SlowChunks(config.sqlite, pause_s=0.005)])
+    clock = FakeClock()
+    server = Server(config, workers=1, watch_config=False, clock=clock,
+                    compactors=[SlowChunks(config.sqlite, pause_s=0.002)])
     server.start()
     server.enqueue(str(big))
     wait_for(lambda: server.status()["channels"]["big_dbs"]["active"] == 1, 15, what="big running")
+    # Past its first chunk boundary: only then can it stop without losing work.
+    wait_for(lambda: server._worker.status()[0]["suspendable"], 15, what="big past a chunk")  # type: ignore[attr-defined]
     server.enqueue(str(small))
     wait_for(lambda: server.status()["channels"]["small_dbs"]["waiting"]["size"] == 1, 15, what="small queued")
-    return server, big, small
+    server.tick()  # small_dbs asks for the only slot and joins the line
+    return server, big, small, clock
 
 
 def ok_count(server: Server, channel: str) -> int:
@@ -74,8 +88,11 @@ def ok_count(server: Server, channel: str) -> int:
 
 
 def test_a_long_chunked_compaction_is_rotated_out_for_waiting_work(tmp_path: Path) -> None:
-    server, big, small = start_two(tmp_path, max_churn=20)
+    server, big, small, clock = start_two(tmp_path, max_churn=20)
     try:
+        clock.now += 1.5  # big has held the slot longer than `interval`
+        server.tick()
+        assert server.counters.rotations == 1
         wait_for(lambda: ok_count(server, "small_dbs") == 1, 30, what="small compacted")
         # The small database ran while the big one was stopped half-way, not after it.
         assert ok_count(server, "big_dbs") == 0
@@ -89,8 +106,10 @@ def test_a_long_chunked_compaction_is_rotated_out_for_waiting_work(tmp_path: Pat
 
 
 def test_max_churn_zero_turns_rotation_off(tmp_path: Path) -> None:
-    server, big, small = start_two(tmp_path, max_churn=0)
+    server, big, small, clock = start_two(tmp_path, max_churn=0)
     try:
+        clock.now += 1.5
+        server.tick()
         wait_for(lambda: ok_count(server, "small_dbs") == 1, 60, what="small compacted")
         # Without rotation the small database waited for the big one to finish.
         assert ok_count(server, "big_dbs") == 1

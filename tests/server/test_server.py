@@ -17,7 +17,7 @@ from smoosh import InvalidKey, Server
 from smoosh.compactors.base import Busy, CompactionResult, Sizes
 from smoosh.config import parse_config
 from smoosh.errors import ConfigError
-from smoosh.daemon.server import UnknownChannel
+from smoosh.errors import UnknownChannel
 
 
 class FakeClock:
@@ -71,7 +71,6 @@ def running(tmp_path: Path) -> Iterator[Any]:
     servers: list[Server] = []
 
     def start(config: Any, **kw: Any) -> Server:
-        kw.setdefault("http", False)
         kw.setdefault("watch_config", False)
         server = Server(config, **kw)
         server.start()
@@ -252,6 +251,7 @@ def test_a_compaction_that_keeps_failing_backs_off_exponentially(tmp_path: Path,
         server.tick(clock())
         assert record()["error_count"] == attempt  # not retried before its time
         clock.advance(1)
+        server.tick(clock())
     assert waits == [100.0, 200.0, 400.0]
     assert compactor.calls == 3
 
@@ -267,7 +267,11 @@ def test_a_busy_database_is_retried_and_not_counted_as_a_crash(tmp_path: Path, r
     rec = {j["key"]: j for j in server.jobs_table()}[key]
     assert rec["error_count"] == 0
     assert rec["retry_at"] - rec["last_updated"] == 60.0
-    clock.advance(61)
+    clock.advance(59)
+    server.tick(clock())
+    assert compactor.calls == 1  # not retried before its time
+    clock.advance(2)
+    server.tick(clock())
     wait_for(lambda: compactor.calls == 2, 20, what="the retry after 60 s")
 
 
@@ -351,24 +355,26 @@ def test_a_compacted_file_that_has_not_grown_is_not_compacted_again(tmp_path: Pa
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the death is the point
-def test_a_channel_whose_thread_died_is_restarted_from_its_checkpoint(tmp_path: Path, running: Any, dbs: Path) -> None:
+def test_a_channel_that_crashes_is_restarted_from_its_checkpoint(tmp_path: Path, running: Any, dbs: Path) -> None:
     db = dbs / "a.db"
     make_bloated_db(str(db))
-    server = running(make_config(tmp_path, extra="checkpoint_interval = 1s"), workers=0, dry_run=True)
+    server = running(make_config(tmp_path), workers=0, dry_run=True)
     server.enqueue(str(db))
-    checkpoint = tmp_path / "state" / "ratio_dbs.smooshq"
-    wait_for(checkpoint.exists, 10, what="the channel's checkpoint")
-    crashed = server._channels["ratio_dbs"]
+    wait_for(lambda: [k for k, _ in server.channels()["ratio_dbs"].waiting()] == [str(db)], 10, what="the key queued")
+    crashed = server.channels()["ratio_dbs"]
 
     def die(now: float) -> None:
-        raise SystemExit  # a BaseException: the channel's loop does not survive it
+        raise SystemExit  # a BaseException: even that must not end the server's loop
 
     crashed.tick = die  # type: ignore[method-assign]
-    wait_for(lambda: not crashed.is_alive(), 10, what="the channel thread to die")
-    server.tick(server._clock())
-    restarted = server._channels["ratio_dbs"]
-    assert restarted is not crashed and restarted.is_alive()
+    server.wake("ratio_dbs")
+    server.tick()
+    restarted = server.channels()["ratio_dbs"]
+    assert restarted is not crashed
     assert [k for k, _ in restarted.waiting()] == [str(db)]
+    assert (tmp_path / "state" / "ratio_dbs.smooshq").exists()
+    server.suspend("ratio_dbs")  # the registry answers for the channel at once: no 404 window
+    assert restarted.status()["suspended"]
 
 
 def test_status_answers_at_once_while_a_channel_is_stuck(tmp_path: Path, running: Any, dbs: Path) -> None:
@@ -378,7 +384,7 @@ def test_status_answers_at_once_while_a_channel_is_stuck(tmp_path: Path, running
     server.enqueue(str(db))
     wait_for(lambda: server.status()["channels"]["ratio_dbs"]["reclaimable_bytes"] > 0, 10, what="the estimate")
     before = server.status()["channels"]["ratio_dbs"]
-    stuck = server._channels["ratio_dbs"]
+    stuck = server.channels()["ratio_dbs"]
     with stuck._lock:  # the channel is stuck holding its lock
         t0 = time.monotonic()
         during = server.status()["channels"]["ratio_dbs"]

@@ -8,7 +8,6 @@ from __future__ import annotations
 import datetime as dt
 import sqlite3
 import threading
-import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -46,7 +45,7 @@ def setup(tmp_path: Path) -> Iterator[tuple[Any, Path, FakeClock]]:
     db = dbs / "big.db"
     # One-page chunks: the compaction takes thousands of short transactions, so there is time
     # to move the clock while it runs.
-    make_bloated_db(str(db), rows=10000, delete_fraction=0.8, auto_vacuum="incremental")
+    make_bloated_db(str(db), rows=3000, delete_fraction=0.8, auto_vacuum="incremental")
     text = f"""[smoosh]
 watch =
 roots = {dbs}
@@ -72,40 +71,52 @@ incremental_chunk_pages = 1
     yield config, db, clock
 
 
-def progress_of(server: Server, key: Path) -> float | None:
-    try:
-        if server.jobs.get_job_state(server.job_type, str(key)) != "running":
-            return None
-        return float(server.jobs.get_job_data(server.job_type, str(key)).get("progress") or 0.0)
-    except Exception:
-        return None
+def progress_of(server: Server) -> float | None:
+    """The running compaction's progress, straight from the in-process worker (None: none runs)."""
+    running = server._worker.status()  # type: ignore[attr-defined]
+    return running[0]["progress"] if running else None
 
 
 def test_work_waits_for_the_window_and_a_strict_window_pauses_it_between_chunks(setup: Any) -> None:
     config, db, clock = setup
-    server = Server(config, workers=1, http=False, watch_config=False, clock=clock,
-                    compactors=[SlowChunks(config.sqlite)])
+    server = Server(config, workers=1, watch_config=False, clock=clock,
+                    compactors=[SlowChunks(config.sqlite, pause_s=0.002)])
     server.start()
     try:
         server.enqueue(str(db))
         wait_for(lambda: server.status()["channels"]["night_dbs"]["waiting"]["size"] == 1, 10, what="queued")
-        time.sleep(0.5)  # several channel ticks at noon: outside the window, nothing starts
+        for _ in range(3):
+            server.tick()  # ticks at noon: outside the window, nothing starts
         status = server.status()["channels"]["night_dbs"]
         assert (status["in_window"], status["active"], status["starting"]) == (False, 0, 0)
 
         clock.set(at(24, 1, 30))  # inside: queued work starts at once, without a new event
-        wait_for(lambda: (progress_of(server, db) or 0) > 0.05, 20, what="the compaction to run")
+        server.wake("night_dbs")
+        server.tick()
+        wait_for(lambda: (progress_of(server) or 0) > 0.05, 20, what="the compaction to run")
 
-        clock.set(at(24, 5, 30))  # leaving a strict window holds the running compaction
-        wait_for(lambda: server.status()["channels"]["night_dbs"]["in_window"] is False, 5, what="window closed")
-        time.sleep(2.5)  # the worker notices the hold within hold_poll_s (1 s)
-        held_at = progress_of(server, db)
-        time.sleep(1.0)
-        assert held_at is not None and progress_of(server, db) == held_at < 1.0
-        with sqlite3.connect(db, timeout=0) as conn:  # paused between chunks: no lock held
-            conn.execute("INSERT INTO docs (key, body) VALUES ('k', x'00')")
+        clock.set(at(24, 5, 30))  # leaving a strict window holds the running compaction at once
+        server.wake("night_dbs")
+        server.tick()
+        assert server.status()["channels"]["night_dbs"]["in_window"] is False
+        assert server._worker.status()[0]["held"]  # type: ignore[attr-defined]
+
+        def paused() -> bool:  # between chunks: no lock held, so another writer gets in
+            try:
+                with sqlite3.connect(db, timeout=0) as conn:
+                    conn.execute("INSERT INTO docs (key, body) VALUES ('k', x'00')")
+                return True
+            except sqlite3.OperationalError:
+                return False
+
+        wait_for(paused, 5, what="the compaction to pause at a chunk boundary")
+        held_at = progress_of(server)
+        assert held_at is not None and held_at < 1.0
+        assert paused() and progress_of(server) == held_at  # still paused: no chunk ran meanwhile
 
         clock.set(at(25, 2))  # back inside: it resumes and finishes
+        server.wake("night_dbs")
+        server.tick()
         wait_for(lambda: {j["key"]: j for j in server.jobs_table()}.get(str(db), {}).get("state") == "finished",
                  60, what="the compaction to finish")
     finally:

@@ -1,0 +1,183 @@
+"""What a channel needs from the world, as typed ports, and the two values that cross them.
+
+A :class:`~channels.channel.Channel` decides *what* to start and *when*; it starts nothing
+itself. It hands a key to a :class:`Scheduler` (smoosh's adapter over its job layer, or a
+test's double) and hears back through :meth:`Channel.on_run_event` with :class:`RunEvent`
+values; it asks its :class:`Host` (the daemon) for global slots, reports holds, and hands
+it every :class:`Outcome`. The channel is pure of smoosh: these protocols are the whole
+seam.
+
+Results (one vocabulary everywhere: job data, ``/jobs``, metrics, logs):
+``ok``, ``failed``, ``busy``, ``gone``, ``interrupted``, ``replaced``, ``blocked``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Literal, Protocol
+
+__all__ = [
+    "Outcome",
+    "RunEvent",
+    "RunKind",
+    "Scheduler",
+    "Host",
+    "RESULTS",
+    "OK",
+    "FAILED",
+    "BUSY",
+    "GONE",
+    "INTERRUPTED",
+    "REPLACED",
+    "BLOCKED",
+]
+
+OK = "ok"
+FAILED = "failed"
+BUSY = "busy"
+GONE = "gone"
+INTERRUPTED = "interrupted"
+REPLACED = "replaced"
+BLOCKED = "blocked"
+#: Every result a compaction can end with, in the order metrics list them.
+RESULTS = (OK, FAILED, BUSY, GONE, INTERRUPTED, REPLACED, BLOCKED)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one compaction ended.
+
+    Attributes:
+        result: one of :data:`RESULTS`.
+        error: why it did not succeed (None for ``ok``).
+        size_before_bytes, size_after_bytes: the database's footprint around the run.
+        duration_s: how long the compaction ran.
+        progress: the last progress reported, in [0, 1].
+        rotated: an ``interrupted`` run that rotation stopped to make way for waiting work.
+        stopping: an ``interrupted`` run stopped because its worker or daemon is stopping:
+            the channel takes the key back at the top of its queue.
+    """
+
+    result: str
+    error: str | None = None
+    size_before_bytes: int = 0
+    size_after_bytes: int = 0
+    duration_s: float = 0.0
+    progress: float = 0.0
+    rotated: bool = False
+    stopping: bool = False
+
+    @property
+    def reclaimed_bytes(self) -> int:
+        """Bytes given back (never negative)."""
+        return max(0, self.size_before_bytes - self.size_after_bytes)
+
+    def to_data(self) -> dict[str, Any]:
+        """The outcome as job data (msgpack-encodable), ``reclaimed_bytes`` included.
+
+        ``rotated`` and ``stopping`` appear only when set: most outcomes are neither.
+        """
+        data = asdict(self)
+        data["reclaimed_bytes"] = self.reclaimed_bytes
+        for flag in ("rotated", "stopping"):
+            if not data[flag]:
+                del data[flag]
+        return data
+
+    @classmethod
+    def from_data(cls, data: Any, *, default_error: str = "no outcome recorded") -> Outcome:
+        """Read an outcome back from job data; anything malformed is a ``failed`` outcome.
+
+        Job data crosses processes and the store, so every field is checked, never trusted.
+        """
+        if not isinstance(data, dict):
+            return cls(FAILED, default_error)
+        result = data.get("result")
+        if result not in RESULTS:
+            return cls(FAILED, str(data.get("error") or default_error))
+
+        def number(name: str) -> float:
+            value = data.get(name)
+            return value if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+
+        error = data.get("error")
+        return cls(
+            result=result,
+            error=None if error is None else str(error),
+            size_before_bytes=int(number("size_before_bytes")),
+            size_after_bytes=int(number("size_after_bytes")),
+            duration_s=float(number("duration_s")),
+            progress=float(number("progress")),
+            rotated=data.get("rotated") is True,
+            stopping=data.get("stopping") is True,
+        )
+
+
+#: What happened to a run: ``running`` (a worker took it), ``pending`` (it waits for a
+#: worker again, its worker having gone), ``ended`` (``outcome`` says how), ``dropped``
+#: (it never started: the priority re-check said 0, another channel runs the key, or the
+#: job could not be added; ``reason`` says which).
+RunKind = Literal["running", "pending", "ended", "dropped"]
+
+
+@dataclass(frozen=True)
+class RunEvent:
+    """One step of one run, delivered to the channel that started it.
+
+    ``run`` is the token the channel got from :meth:`Scheduler.submit`: an event for an
+    older run of the same key (a late duplicate) carries another token and is ignored.
+    """
+
+    key: str
+    run: int
+    kind: RunKind
+    outcome: Outcome | None = None
+    reason: str | None = None
+    priority: float | None = None  # for ``dropped``: the re-checked priority (0: done or gone)
+
+
+class Scheduler(Protocol):
+    """Starts the work a channel chose; reports back through ``Channel.on_run_event``."""
+
+    def submit(self, channel: str, key: str, priority: float) -> int:
+        """Start work on ``key``; returns the run's token at once (the work starts later).
+
+        The scheduler re-checks the priority, then makes the run durable (smoosh: a job);
+        every later step comes back as a :class:`RunEvent` with this token.
+        """
+
+    def adopt(self, channel: str, key: str) -> int | None:
+        """Follow a run of ``key`` that already exists (found at start-up); its token, or None."""
+
+
+class Host(Protocol):
+    """What a channel asks of the daemon that runs it."""
+
+    def acquire_slot(self, channel: str, *, force: bool = False) -> bool:
+        """Take one of the node's global slots (``max_jobs``); False: none is free for it now.
+
+        ``force`` takes one even past the limit (a run adopted at start-up runs already).
+        """
+
+    def release_slot(self, channel: str) -> None:
+        """Give back a slot taken with :meth:`acquire_slot`."""
+
+    def withdraw(self, channel: str) -> None:
+        """The channel no longer waits for a slot (it cannot start anything now)."""
+
+    def on_hold(self, channel: str, held: bool) -> None:
+        """Running work of the channel must hold (True) or may go on (False)."""
+
+    def on_outcome(self, channel: str, key: str, outcome: Outcome, now: float) -> float | None:
+        """Record how a run of ``key`` ended (history, counters, logs).
+
+        Returns:
+            A not-before time: the channel keeps the key and starts it no earlier (a crash's
+            backoff, a busy database's wait); None: the key leaves the channel.
+        """
+
+    def admits(self, key: str) -> bool:
+        """Whether a key restored from a checkpoint may stay (validated like a new key)."""
+
+    def wake(self, channel: str) -> None:
+        """Tick the channel soon (it has work it may be able to start)."""

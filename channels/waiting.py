@@ -1,0 +1,143 @@
+"""What waits in a channel: the priority queue, keys set aside by rotation, keys deferred after a crash.
+
+Three places a waiting key can be, one object for all of them (pure: no clock, no I/O, no
+lock; the owning channel serialises access):
+
+* the queue (:class:`~channels.priority_queue.PriorityQueue`): what starts next, highest first;
+* *benched* keys: rotation stopped them to make way for waiting work (DESIGN §5.6); they
+  return to the queue once the channel starts something else, or at once when nothing else
+  waits (re-queued at once, the stopped key would often be the head again and take back the
+  slot rotation freed);
+* *deferred* keys: their last run crashed or met a busy database; they wait out their
+  not-before time holding no slot (DESIGN §5.6), then return to the queue.
+
+All three are checkpointed and shown as waiting.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from channels.priority_queue import PriorityQueue, _check_priority
+
+__all__ = ["Waiting"]
+
+
+class Waiting:
+    """A channel's waiting keys.
+
+    Parameters:
+        capacity: the queue's capacity (benched and deferred keys do not count against it).
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.queue = PriorityQueue(capacity)
+        self._benched: dict[str, float] = {}
+        self._deferred: dict[str, list[float]] = {}  # key -> [priority, not before]
+
+    def __len__(self) -> int:
+        return len(self.queue) + len(self._benched) + len(self._deferred)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.queue or key in self._benched or key in self._deferred
+
+    @property
+    def deferred(self) -> int:
+        """Keys waiting out a not-before time."""
+        return len(self._deferred)
+
+    def push(self, key: str, priority: float) -> tuple[bool, Any]:
+        """Queue ``key`` (or move it); a benched or deferred key keeps its place aside.
+
+        Returns:
+            ``(changed, evicted)``: whether anything changed, and the key the full queue
+            evicted (possibly ``key`` itself), or None.
+
+        Raises:
+            TypeError, ValueError: ``priority`` is not an int or float, or is NaN.
+        """
+        if key in self._benched:
+            _check_priority(priority)
+            self._benched[key] = priority
+            return True, None
+        if key in self._deferred:
+            _check_priority(priority)
+            self._deferred[key][0] = priority
+            return True, None
+        return True, self.queue.push(key, priority)
+
+    def defer(self, key: str, priority: float, not_before: float) -> None:
+        """Keep ``key`` aside until ``not_before``."""
+        self.queue.remove(key)
+        self._benched.pop(key, None)
+        self._deferred[key] = [priority, not_before]
+
+    def bench(self, key: str, priority: float) -> None:
+        """Set ``key`` aside until another key of the channel starts."""
+        self._benched[key] = priority
+
+    def has_benched(self) -> bool:
+        """Whether rotation set keys aside."""
+        return bool(self._benched)
+
+    def unbench(self) -> None:
+        """Put the keys rotation set aside back into the queue."""
+        for key, priority in self._benched.items():
+            self.queue.push(key, priority)
+        self._benched.clear()
+
+    def earliest_not_before(self) -> float | None:
+        """The earliest time a deferred key may start (None: none is deferred)."""
+        return min((not_before for _, not_before in self._deferred.values()), default=None)
+
+    def undefer(self, now: float) -> list[str]:
+        """Queue the deferred keys whose time has come; returns them."""
+        due = [key for key, (_, not_before) in self._deferred.items() if not_before <= now]
+        for key in due:
+            priority, _ = self._deferred.pop(key)
+            self.queue.push(key, priority)
+        return due
+
+    def take(self, key: str) -> float | None:
+        """Remove ``key`` from wherever it waits; its priority, or None when it was not waiting."""
+        priority = self.queue.get(key)
+        if priority is not None:
+            self.queue.remove(key)
+            return priority
+        if key in self._benched:
+            return self._benched.pop(key)
+        if key in self._deferred:
+            return self._deferred.pop(key)[0]
+        return None
+
+    def clear(self) -> int:
+        """Drop every waiting key; how many there were."""
+        dropped = len(self)
+        self.queue.clear()
+        self._benched.clear()
+        self._deferred.clear()
+        return dropped
+
+    def keys(self) -> set[str]:
+        """Every waiting key."""
+        keys = {str(k) for k in self.queue}
+        keys.update(self._benched, self._deferred)
+        return keys
+
+    def items(self) -> list[tuple[str, float]]:
+        """``(key, priority)`` pairs: the queue highest first, then benched, then deferred keys."""
+        items = [(str(k), p) for k, p in self.queue.items()]
+        items.extend(self._benched.items())
+        items.extend((key, priority) for key, (priority, _) in self._deferred.items())
+        return items
+
+    def info(self) -> dict[str, Any]:
+        """``{"size", "min", "max"}`` over every waiting key (0, 0, 0 when none waits)."""
+        info = self.queue.info()
+        size, low, high = info["size"], info["min"], info["max"]
+        aside = [*self._benched.values(), *(p for p, _ in self._deferred.values())]
+        if aside:
+            low = min(aside) if not size else min(low, min(aside))
+            high = max(aside) if not size else max(high, max(aside))
+            size += len(aside)
+        return {"size": size, "min": low, "max": high}

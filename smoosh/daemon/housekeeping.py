@@ -1,0 +1,212 @@
+"""The server loop's timed chores: file watching, config reloads, rotation, status records, staleness.
+
+One :class:`Housekeeping` task on the server's loop does what used to take a thread each: it
+ticks the file watcher (root checks, rescans: a scan runs on a short-lived thread of its own),
+the config watcher (a settled edit is reloaded on the loop itself), the access table's
+cleaner, rotation (DESIGN §5.6) and the node's status record in the store (every ~5 s,
+written by the scheduler's starter thread: store I/O never runs on the loop). The daemon
+keeps one watchdog observer, shared by the file watcher and the config watcher.
+
+Owner: the server's loop thread (every method but :meth:`stop`, which runs after the loop's
+last tick, and the watchdog callbacks, which only post or wake).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from smoosh.config import Config
+from smoosh.daemon import control, rotation
+from smoosh.daemon.status import STATUS_INTERVAL_S, write_node_status
+from smoosh.errors import SmooshError
+
+if TYPE_CHECKING:
+    from smoosh.daemon.server import Server
+
+__all__ = ["Housekeeping"]
+
+log = logging.getLogger(__name__)
+
+
+class Housekeeping:
+    """The server's timed chores, ticked on its loop."""
+
+    def __init__(self, server: Server, *, watch_config: bool) -> None:
+        self.server = server
+        self._watch_config = watch_config
+        self._observer: Any = None
+        self.watcher: Any = None
+        self.config_watcher: Any = None
+        now = server._clock()
+        self._next_status_write = now
+        self._next_rotation = now + server.config.interval_s
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start watching the data directories and the config file (one observer for both)."""
+        server = self.server
+        cfg = server.config
+        if cfg.watch or self._watch_config:
+            from watchdog.observers import Observer
+
+            self._observer = Observer()
+            self._observer.start()
+        if cfg.watch:
+            self._start_watcher(cfg)
+        if self._watch_config and cfg.path is not None:
+            from smoosh.config.watch import ConfigWatcher
+
+            self.config_watcher = ConfigWatcher(
+                cfg.path, lambda result: server._on_config_change(result), on_edit=self._wake
+            )
+            self.config_watcher.start(ticker=False, observer=self._observer)
+
+    def _start_watcher(self, cfg: Config) -> None:
+        from smoosh.daemon.watcher import Watcher
+
+        intake = self.server.intake
+        self.watcher = Watcher(
+            list(cfg.watch), intake.on_event, on_scanned=intake.on_scanned,
+            rescan_interval_s=cfg.rescan_interval_s, exclude=self._is_own_path, observer=self._observer,
+        )
+        self.watcher.start(thread=False)
+
+    def stop(self) -> None:
+        """Stop the watchers and the observer."""
+        for part in (self.config_watcher, self.watcher):
+            if part is not None:
+                try:
+                    part.stop()
+                except Exception:
+                    log.exception("error while stopping %r", part)
+        if self._observer is not None:
+            self._observer.stop()
+            self._observer.join(5)
+            self._observer = None
+
+    def _wake(self) -> None:
+        self.server._loop.wake(self)
+
+    def _is_own_path(self, path: str) -> bool:
+        return any(path == own or path.startswith(own + "/") for own in self.server.intake._own_paths)
+
+    def operator_acted(self) -> None:
+        """An operator suspended, resumed or flushed: the node's record in the store shows it now."""
+        self._next_status_write = self.server._clock()
+        self._wake()
+
+    def config_changed(self, old: Config, new: Config) -> None:
+        """Apply what a live reload changed of the chores."""
+        if self.watcher is not None:
+            # Periodic rescans report only changed files; the new config may price an
+            # unchanged one differently (a new channel, an upgrade target), so look at all.
+            self.watcher.request_full_scan()
+        if new.interval_s != old.interval_s:
+            self._next_rotation = min(self._next_rotation, self.server._clock() + new.interval_s)
+        self._wake()
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def tick(self, now: float) -> float | None:
+        """Do the chores that are due at ``now``; return when the next one is."""
+        server = self.server
+        mono = time.monotonic()
+        dues: list[float] = []
+        for part in (self.watcher, self.config_watcher):
+            if part is None:
+                continue
+            if part is self.config_watcher:
+                part.tick(mono)
+                due = part.next_due()
+            else:
+                due = part.tick(mono)
+            if due is not None:
+                dues.append(now + max(0.0, due - mono))
+        cleaned = server._access.tick(mono)
+        if cleaned:
+            log.debug("access table cleaner dropped %d expired keys", cleaned)
+        clean_at = server._access.next_due()
+        if clean_at is not None and len(server._access):
+            dues.append(now + max(0.0, clean_at - mono))
+        if now >= self._next_rotation:
+            self._next_rotation = now + server.config.interval_s
+            self._rotate(now)
+        dues.append(self._next_rotation)
+        if now >= self._next_status_write:
+            self._next_status_write = now + STATUS_INTERVAL_S
+            self._write_status(now)
+        dues.append(self._next_status_write)
+        return min(dues)
+
+    def _write_status(self, now: float) -> None:
+        server = self.server
+        store, scheduler = server._store, server._scheduler
+        if store is None or scheduler is None:
+            return
+        status = server.status()
+
+        def write() -> None:
+            try:
+                write_node_status(store, server.node, status, now)
+            except SmooshError as e:
+                log.warning("could not write this node's status record: %s", e)
+
+        scheduler.background(write)
+
+    def _rotate(self, now: float) -> None:
+        """Rotation (DESIGN §5.6): make way for work waiting on ``max_jobs``."""
+        server = self.server
+        cfg = server.config
+        scheduler = server._scheduler
+        if scheduler is None:
+            return
+        waiting = server._slots.waiting()
+        channels = server.channels()
+        waiting_keys = sum(int(channels[n].status()["waiting"]["size"]) for n in waiting if n in channels)
+        local = {r["key"] for r in server._worker.status()} if server._worker is not None else set()
+        runs = [
+            rotation.Candidate(run.key, run.running_since, None if run.key in local else run.suspendable, run.run_id)
+            for run in scheduler.runs()
+            if run.running_since is not None
+        ]
+        chosen = rotation.choose(
+            now, runs, interval_s=cfg.interval_s, max_churn=cfg.max_churn,
+            busy_slots=server._slots.busy, max_jobs=cfg.max_jobs, waiting_keys=waiting_keys,
+        )
+        for run in chosen:
+            if run.key in local:
+                if not server._worker.request_rotation(run.key):
+                    continue
+            elif run.run_id is not None and server._store is not None:
+                store, key, run_id = server._store, run.key, run.run_id
+                scheduler.background(lambda: control.request_rotation(store, server.node, key, run_id))
+            else:
+                continue
+            server.counters.rotations += 1
+            log.info("rotating %r out after %.0f s: channel(s) %s wait for a slot",
+                     run.key, now - run.running_since, ", ".join(waiting))
+
+    # -- status --------------------------------------------------------------------------------
+
+    def scan_status(self) -> dict[str, Any]:
+        """Progress of finding and examining the fleet (start-up of a large fleet takes a while)."""
+        watcher = self.watcher
+        intake = self.server.intake
+        completed, (found, took_s), (last_found, last_s) = 0, (0, 0.0), (0, 0.0)
+        if watcher is not None:
+            completed = int(watcher.scans_completed)
+            found, took_s = watcher.startup_scan
+            last_found, last_s = watcher.last_scan
+        return {
+            "scans_completed": completed,
+            "databases_found": found,
+            "duration_s": round(took_s, 3),
+            "last_scan_databases": last_found,
+            "last_scan_s": round(last_s, 3),
+            "debouncing": intake.debouncer.counts()["pending"],
+            "examining": intake.examining(),
+        }
+

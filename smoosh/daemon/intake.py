@@ -1,0 +1,398 @@
+"""The intake: from "this key changed" to a key queued in a channel (or not), measured once.
+
+The path (DESIGN §2): :meth:`Intake.enqueue` looks the raw key up in the access table (the
+hot path: a dict lookup, no I/O); only on a miss is the key canonicalised and validated,
+and its database measured off the caller's thread. The router prices it per channel; the
+first channel in the operator's order that gives a priority > 0 queues it. The measurement
+is kept with the key (:class:`Measurement`), so the re-check before its start costs a
+``stat`` when the file has not changed since, instead of a second measurement.
+
+Watcher events are debounced (:class:`~smoosh.daemon.debounce.Debouncer`); a scan's reports
+are examined at once. Roots are checked here on the way in, and again wherever a database is
+opened: the re-check before a start, and the compactor itself.
+
+Ownership: the measurement table and the in-flight table belong to the intake, reached only
+through its methods; ``_lock`` guards the in-flight table (examine threads and callers),
+the measurement table is a dict whose single operations the GIL makes atomic.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from smoosh.compactors.base import Sizes
+from smoosh.config import Config
+from smoosh.daemon.debounce import Debouncer
+from smoosh.daemon.keypool import KeyPool
+from smoosh.daemon.router import CLEANUP_PREFIX, EXACT_DUE, Router, db_path
+from smoosh.daemon.staleness import AccessTable
+from smoosh.errors import InvalidKey
+from smoosh.paths import canonical_path
+from smoosh.priority import quantize
+
+__all__ = ["Intake", "Measurement", "MAX_KEY_BYTES", "inside"]
+
+log = logging.getLogger(__name__)
+
+#: Longest key accepted, in bytes of UTF-8 (PATH_MAX on Linux).
+MAX_KEY_BYTES = 4096
+#: Threads computing priorities from cheap sizes (a header read each). One: the work is
+#: Python under the GIL, and more threads only convoy on it.
+EXAMINE_THREADS = 1
+#: Threads taking exact ``dbstat`` measurements handed over by the examine thread. Several:
+#: SQLite reads every page without the GIL, and at start-up those pages are rarely cached.
+MEASURE_THREADS = 3
+
+
+def inside(path: str, root: str) -> bool:
+    """Whether ``path`` is ``root`` or below it (both absolute, canonical).
+
+    A string test: both are canonical, so no ``..`` or doubled slash can fool it. ``/data2``
+    is not inside ``/data``: the prefix includes the separator.
+    """
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def signature(path: str) -> tuple[int, ...] | None:
+    """What changes when a database is written: inode, size and mtime of the file and its ``-wal``."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    try:
+        wal = os.stat(path + "-wal")
+        wal_part: tuple[int, ...] = (wal.st_size, wal.st_mtime_ns)
+    except OSError:
+        wal_part = ()
+    return (st.st_ino, st.st_size, st.st_mtime_ns, *wal_part)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """A database's sizes as measured for the decision to queue it, carried to its start.
+
+    ``signature`` is the file's :func:`signature` taken just before the measurement: while it
+    holds, the sizes still hold.
+    """
+
+    sizes: Sizes
+    signature: tuple[int, ...] | None
+    exact: bool
+
+
+@dataclass(slots=True)
+class _InFlight:
+    """A key waiting for or in its examination (one per key: a fleet has many).
+
+    ``dirty`` asks for one more run after the one in progress; ``debounced`` reports the
+    outcome to the debouncer (the key came from the watcher's events).
+    """
+
+    started: bool = False
+    dirty: bool = False
+    debounced: bool = False
+
+
+class Intake:
+    """Validates, examines and routes keys; see the module docstring.
+
+    Parameters:
+        config_of: the config in force (read anew for every decision: reloads apply at once).
+        router: measures keys and prices them per channel.
+        access: the staleness table (the hot path).
+        offer: ``offer(key, channel_names, config, priority_of, sizes) -> bool``: hand the key
+            to the first of the channels that takes it; True when one queued it.
+        own_paths: smoosh's own files (state_dir, the store), never keys.
+        clock: wall-clock seconds (the debouncer's).
+    """
+
+    def __init__(
+        self,
+        *,
+        config_of: Callable[[], Config],
+        router: Router,
+        access: AccessTable,
+        offer: Callable[[str, tuple[str, ...], Config, Callable[[Any], float], Sizes | None], bool],
+        own_paths: tuple[str, ...],
+        clock: Callable[[], float],
+        counters: Any,
+    ) -> None:
+        self._config_of = config_of
+        self.router = router
+        self.access = access
+        self._offer = offer
+        self._own_paths = own_paths
+        self._clock = clock
+        self.counters = counters
+        self._lock = threading.Lock()
+        self._inflight: dict[str, _InFlight] = {}
+        self.measurements: dict[str, Measurement] = {}
+        self.debouncer = Debouncer(recheck_interval_s=config_of().recheck_interval_s)
+        self._examiners: KeyPool[str] = KeyPool(self._examine_cheap, EXAMINE_THREADS, "smoosh-examine")
+        self._measurers: KeyPool[str] = KeyPool(self._examine_exact, MEASURE_THREADS, "smoosh-measure")
+        self._stopped = False
+        #: Asks the owner's loop to tick the intake soon (its debounce has a new due time).
+        self.wake: Callable[[], None] = lambda: None
+
+    def start(self) -> None:
+        """Accept keys."""
+        self._stopped = False
+        self._examiners.start()
+        self._measurers.start()
+
+    def stop(self) -> None:
+        """Stop examining: keys not yet taken by a thread are dropped."""
+        self._stopped = True
+        for pool in (self._examiners, self._measurers):
+            with self._lock:
+                for key in pool.stop():
+                    self._inflight.pop(key, None)
+
+    def examining(self) -> int:
+        """Keys waiting for or in their examination."""
+        return len(self._inflight)
+
+    # -- the way in --------------------------------------------------------------------------
+
+    def enqueue(self, key: str) -> None:
+        """Consider ``key`` for compaction; returns at once (the examination runs elsewhere).
+
+        Raises:
+            InvalidKey: the key is not a usable key for this daemon (the reason says why).
+        """
+        if self.access.is_fresh(key):
+            self.counters.enqueue_stale += 1
+            return
+        canonical = self.canonical_key(key)
+        if canonical != key and self.access.is_fresh(canonical):
+            self.counters.enqueue_stale += 1
+            return
+        self.validate(canonical)
+        self.submit(canonical)
+
+    def on_event(self, path: str) -> None:
+        """The watcher saw ``path`` change: the hot path first, then the debouncer."""
+        if self.access.is_fresh(path):
+            self.counters.enqueue_stale += 1
+            return
+        if self.debouncer.event(path, self._clock()):
+            self.wake()
+
+    def on_scanned(self, path: str) -> None:
+        """A scan found the database ``path``: examined at once (a scan never waits on the debounce).
+
+        Unless it is being written right now: a file whose events are still settling is
+        examined when they have (at the latest ``recheck_interval`` after the first one),
+        not half-written.
+        """
+        if self.access.is_fresh(path) or self.debouncer.is_busy(path):
+            return
+        try:
+            self.validate(path)
+        except InvalidKey as e:
+            log.debug("scanned file ignored: %s", e)
+            return
+        self.submit(path)
+
+    def tick(self, now: float) -> float | None:
+        """Examine the debounced keys that are due; returns when the next one is."""
+        for key in self.debouncer.due(now):
+            if self.access.is_fresh(key):
+                self.debouncer.result(key, True, now)
+                continue
+            try:
+                self.validate(key)
+            except InvalidKey as e:
+                log.debug("watcher event ignored: %s", e)
+                self.debouncer.result(key, False, now)
+                continue
+            self.submit(key, debounced=True)
+        return self.debouncer.next_due()
+
+    def canonical_key(self, key: object) -> str:
+        """The key's identity: the realpath of an absolute path (``cleanup:`` kept as a prefix).
+
+        Raises:
+            InvalidKey: not a string, empty, too long, a NUL byte, or not an absolute path.
+        """
+        if not isinstance(key, str):
+            raise InvalidKey(repr(key), "a key must be a string")
+        if not key:
+            raise InvalidKey(key, "empty key")
+        if "\x00" in key:
+            raise InvalidKey(key, "contains a NUL byte")
+        try:
+            size_bytes = len(key.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise InvalidKey(key, "not valid UTF-8") from None
+        if size_bytes > MAX_KEY_BYTES:
+            raise InvalidKey(key[:80] + "...", f"longer than {MAX_KEY_BYTES} bytes")
+        prefix, path = (CLEANUP_PREFIX, key[len(CLEANUP_PREFIX):]) if key.startswith(CLEANUP_PREFIX) else ("", key)
+        if not os.path.isabs(path):
+            raise InvalidKey(key, "not an absolute path")
+        return prefix + canonical_path(path)
+
+    def validate(self, key: str) -> None:
+        """Check a canonical key: claimed by a compactor, inside ``roots``, not smoosh's own file.
+
+        Raises:
+            InvalidKey: naming the key and the reason.
+        """
+        if self.router.compactor_for(key) is None:
+            raise InvalidKey(key, "no compactor claims it")
+        path = db_path(key)
+        roots = self._config_of().roots
+        if not roots:
+            raise InvalidKey(key, "no roots configured: set [smoosh] roots or watch")
+        if not any(inside(path, root) for root in roots):
+            raise InvalidKey(key, f"outside roots ({', '.join(roots)})")
+        if any(inside(path, own) for own in self._own_paths):
+            raise InvalidKey(key, "smoosh's own file")
+
+    def admits(self, key: str) -> bool:
+        """Whether a key found in a checkpoint or the job store may stay: validated like a new one.
+
+        A key that fails is logged once at WARNING, naming it and why.
+        """
+        try:
+            if self.canonical_key(key) != key:
+                raise InvalidKey(str(key), "it is not canonical (a symbolic link, or a relative part)")
+            self.validate(key)
+        except InvalidKey as e:
+            log.warning("dropped %r restored from disk: %s", key, e.reason)
+            return False
+        return True
+
+    # -- examination (pool threads) ------------------------------------------------------------
+
+    def submit(self, key: str, debounced: bool = False) -> None:
+        """Examine ``key`` off this thread; a second request while it runs marks it dirty."""
+        with self._lock:
+            state = self._inflight.get(key)
+            if state is not None:
+                # The examination running now may have read the file before this event's
+                # change: run it once more afterwards so the file's final state is examined.
+                # One still waiting for a thread will read the file anyway.
+                state.dirty = state.started
+                state.debounced = state.debounced or debounced
+                return
+            self._inflight[key] = _InFlight(debounced=debounced)
+        if not self._examiners.submit(key):  # stopped: the daemon is stopping
+            with self._lock:
+                self._inflight.pop(key, None)
+
+    def _examine_cheap(self, key: str) -> None:
+        self._examine(key, defer_exact=True)
+
+    def _examine_exact(self, key: str) -> None:
+        self._examine(key, defer_exact=False)
+
+    def _examine(self, key: str, defer_exact: bool) -> None:
+        with self._lock:
+            state = self._inflight.get(key)
+            if state is None:
+                return
+            state.started = True
+        accepted = False
+        while True:
+            try:
+                if defer_exact:
+                    self.counters.enqueue_examined += 1
+                outcome = self._route(key, defer_exact)
+            except Exception:
+                log.exception("examining %r failed", key)
+                outcome = False
+            if outcome is EXACT_DUE:
+                if self._measurers.submit(key):
+                    return  # still in flight: the measurer finishes its bookkeeping
+                outcome = False
+            accepted = bool(outcome)
+            with self._lock:
+                if state.dirty and not self._stopped:
+                    state.dirty = False
+                    continue
+                self._inflight.pop(key, None)
+            break
+        if state.debounced:
+            try:
+                if self.debouncer.result(key, accepted, self._clock()):
+                    self.wake()
+            except Exception:
+                log.exception("debouncer result for %r failed", key)
+
+    def _route(self, key: str, defer_exact: bool = False) -> Any:
+        """Offer ``key`` to its channels in configured order; True when one queued it.
+
+        With ``defer_exact``: :data:`EXACT_DUE` when no channel took the cheap sizes and an
+        exact measurement is due (the caller hands the key to a measurer thread).
+        """
+        cfg = self._config_of()
+        if self.router.is_ignored(key, cfg):
+            log.debug("%r is ignored", key)
+            return False
+        before = signature(db_path(key))
+        for offer in self.router.offers(key, cfg, defer_exact=defer_exact):
+            if offer is EXACT_DUE:
+                return EXACT_DUE
+            names, sizes, priority_of, exact = offer
+            if self._offer(key, tuple(names), cfg, priority_of, sizes):
+                if sizes is not None:
+                    self.measurements[key] = Measurement(sizes, before, exact)
+                self.access.record(key)
+                self.counters.enqueue_accepted += 1
+                return True
+        return False
+
+    # -- the re-check before a start (the scheduler's starter thread) ----------------------------
+
+    def recheck(self, channel: str, key: str) -> float:
+        """The key's priority in ``channel`` now, with the current config; 0 drops it.
+
+        The key's roots are checked again (the config may have changed since it was queued;
+        the compactor refuses a symlink where it opens the file). The measurement taken when
+        the key was queued is reused while the file's signature is unchanged.
+        """
+        cfg = self._config_of()
+        ch = cfg.channels.get(channel)
+        if ch is None or self.router.is_ignored(key, cfg):
+            return 0
+        try:
+            self.validate(key)
+        except InvalidKey as e:
+            log.warning("not starting %r: %s", key, e.reason)
+            return 0
+        compactor = self.router.compactor_for(key)
+        if key.startswith(CLEANUP_PREFIX):
+            return float(compactor.cleanup_priority(key))
+        carried = self.measurements.get(key)
+        if carried is not None and carried.signature is not None and carried.signature == signature(key):
+            priority = self.router.priority(ch, key, carried.sizes, compactor)
+            return quantize(priority) if priority else 0
+        sizes = compactor.sizes(key)
+        if sizes is None:
+            return 0
+        priority = self.router.priority(ch, key, sizes, compactor)
+        if not priority:
+            # Queued on exact sizes, perhaps: the work is about to start, so measure exactly.
+            exact = compactor.sizes(key, exact=True)
+            if exact is not None:
+                priority = self.router.priority(ch, key, exact, compactor)
+        return quantize(priority) if priority else 0
+
+    def forget(self, key: str) -> None:
+        """Drop what is known of ``key`` (it was compacted, or left every channel)."""
+        self.measurements.pop(key, None)
+
+    def reclaimable(self, keys: Mapping[str, Any] | set[str]) -> int:
+        """Bytes the measured keys among ``keys`` would give back (file - active)."""
+        total = 0
+        measurements = self.measurements
+        for key in keys:
+            m = measurements.get(key)
+            if m is not None:
+                total += max(0, m.sizes.file_bytes - m.sizes.active_bytes)
+        return total

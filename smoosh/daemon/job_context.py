@@ -1,0 +1,131 @@
+"""The context a worker hands a running compaction: progress, chunk boundaries, holds, stops, rotation."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable
+
+from smoosh.compactors import Interrupted
+
+__all__ = ["JobContext", "ROTATED", "STOPPING", "HALTED"]
+
+log = logging.getLogger(__name__)
+
+#: The stop reason of a run that rotation stopped.
+ROTATED = "rotated"
+#: The stop reason of a run whose worker stops.
+STOPPING = "worker stopping"
+#: The stop reason of a run whose job the layer halted (removed, or re-enqueued elsewhere).
+HALTED = "job halted"
+
+
+class JobContext:
+    """The :class:`~smoosh.compactors.base.CompactionContext` a worker hands a compaction.
+
+    Three outside events reach a running compaction through it: a hold (``set_held``: the
+    next ``checkpoint`` waits; cancel callbacks run, so a full VACUUM stops), a stop or halt
+    (``stop``: callbacks run and every later ``checkpoint`` raises ``Interrupted``).
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._fraction = 0.0
+        self._cancel_fns: list[Callable[[], None]] = []
+        self._held = False
+        self._checkpointed = False
+        self.stop_reason: str | None = None
+
+    # -- the compaction's side
+    def progress(self, fraction: float) -> None:
+        """Record progress; kept monotone and clamped to [0, 1]."""
+        fraction = min(1.0, max(0.0, float(fraction)))
+        with self._cond:
+            if fraction > self._fraction:
+                self._fraction = fraction
+
+    def checkpoint(self) -> None:
+        """Wait while held; raise :class:`Interrupted` once stopped."""
+        with self._cond:
+            self._checkpointed = True
+            while self._held and self.stop_reason is None:
+                self._cond.wait()  # set_held(False) and stop() both notify
+            if self.stop_reason is not None:
+                raise Interrupted(self.stop_reason)
+
+    def on_cancel(self, fn: Callable[[], None]) -> None:
+        """Register ``fn`` to run when the job must stop now; runs at once if it already must."""
+        with self._cond:
+            self._cancel_fns.append(fn)
+            now = self._held or self.stop_reason is not None
+        if now:
+            self._call(fn)
+
+    # -- the worker's side
+    @property
+    def fraction(self) -> float:
+        """The latest progress, in [0, 1]."""
+        with self._cond:
+            return self._fraction
+
+    @property
+    def held(self) -> bool:
+        """Is the job's channel held now?"""
+        with self._cond:
+            return self._held
+
+    @property
+    def suspendable(self) -> bool:
+        """Can the run stop at a chunk boundary without losing work?
+
+        True once the compaction has passed a chunk boundary and has no cancel callback: a
+        chunked compaction keeps its progress in the file; one that registered a cancel
+        callback (a full VACUUM) would throw its work away.
+        """
+        with self._cond:
+            return self._checkpointed and not self._cancel_fns
+
+    def rotate(self) -> bool:
+        """Stop at the next chunk boundary for rotation, only if :attr:`suspendable`.
+
+        Decided under the same lock ``on_cancel`` takes, so a compaction that registers a
+        cancel callback a moment later finds the stop already set and never starts its
+        VACUUM. Returns True when the run is (now or already) stopping for rotation.
+        """
+        with self._cond:
+            if self.stop_reason is not None:
+                return self.stop_reason == ROTATED
+            if self._cancel_fns or not self._checkpointed:
+                return False
+            self.stop_reason = ROTATED
+            self._cond.notify_all()
+        return True
+
+    def set_held(self, held: bool) -> None:
+        """Hold or release; holding runs the cancel callbacks (a full VACUUM cannot pause)."""
+        with self._cond:
+            if held == self._held:
+                return
+            self._held = held
+            fns = list(self._cancel_fns) if held else []
+            self._cond.notify_all()
+        for fn in fns:
+            self._call(fn)
+
+    def stop(self, reason: str) -> None:
+        """Stop the compaction: callbacks run now, the next checkpoint raises ``Interrupted``."""
+        with self._cond:
+            if self.stop_reason is not None:
+                return
+            self.stop_reason = reason
+            fns = list(self._cancel_fns)
+            self._cond.notify_all()
+        for fn in fns:
+            self._call(fn)
+
+    @staticmethod
+    def _call(fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception:
+            log.exception("A compaction's cancel callback failed.")

@@ -1,0 +1,293 @@
+"""The channels' scheduler port over the job layer: one job per run, run events back to the loop.
+
+A channel hands a key to :meth:`JobScheduler.submit` and gets a run token at once. The
+*starter* thread then re-checks the key's priority (the database may be gone or compacted
+since it was queued) and, in one transaction, adds the job (``type = "smoosh:" + node``,
+``id = key``) unless another channel's job for the key is running (one key, one job). Every
+step of the run comes back as a :class:`~channels.ports.RunEvent` posted to the server's
+loop, from two sources that may both speak, so the channel ignores what it already heard:
+
+* the daemon's own worker tells the scheduler directly (:class:`~smoosh.daemon.worker.RunListener`):
+  a compaction starts within milliseconds of its job being added, and its end is heard at once;
+* a callback subscription on the job tells it what a worker in another process does.
+
+When a run has ended its job is removed (by the starter, in one transaction with whatever the
+server must write beside it: the key's crash record). Store work runs on the starter, never
+on the server's loop; the starter is one thread (started on demand, gone when idle), so a
+key's removal always precedes its next addition.
+
+Ownership: ``_runs`` belongs to the server's loop thread; the starter and the workers reach
+the loop only by posting events.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from channels.ports import FAILED, Outcome, RunEvent
+from smoosh.daemon.keypool import KeyPool
+from smoosh.jobs import Jobs, NotFound, Subscription
+from smoosh.store.base import Transaction
+
+__all__ = ["JobScheduler", "JOB_REMOVED_ERROR"]
+
+log = logging.getLogger(__name__)
+
+#: The ``error`` of a run whose job disappeared from the job layer.
+JOB_REMOVED_ERROR = "job removed"
+
+
+@dataclass(eq=False)
+class Run:
+    """One run the scheduler follows (owner: the server's loop)."""
+
+    channel: str
+    key: str
+    token: int
+    priority: float
+    sub: Subscription | None = None
+    running_since: float | None = None
+    run_id: str | None = None
+    suspendable: bool = False
+    progress: float = 0.0
+    ended: bool = False
+
+
+class JobScheduler:
+    """Starts runs as jobs and follows them.
+
+    Parameters:
+        jobs: the job layer.
+        job_type: this node's job type.
+        recheck: ``recheck(channel, key) -> priority`` before a start (I/O: runs on the starter).
+        post: hands a callable to the server's loop (:meth:`smoosh.loop.Loop.post`).
+        deliver: ``deliver(channel, event)`` on the loop: the server routes it to the channel;
+            for an ``ended`` event it may return a write to make with the job's removal.
+        clock: wall-clock seconds.
+        rng: makes run tokens (random, so a token never repeats across restarts).
+    """
+
+    def __init__(
+        self,
+        jobs: Jobs,
+        job_type: str,
+        *,
+        recheck: Callable[[str, str], float],
+        post: Callable[[Callable[[], None]], None],
+        deliver: Callable[[str, RunEvent], Callable[[Transaction], None] | None],
+        clock: Callable[[], float],
+        rng: random.Random | None = None,
+    ) -> None:
+        self.jobs = jobs
+        self.job_type = job_type
+        self._recheck = recheck
+        self._post = post
+        self._deliver = deliver
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._runs: dict[str, Run] = {}
+        self._starter: KeyPool[Callable[[], None]] = KeyPool(lambda fn: fn(), 1, "smoosh-starter")
+        self._starter.start()
+
+    # -- the channels' port (loop thread) ------------------------------------------------------
+
+    def submit(self, channel: str, key: str, priority: float) -> int:
+        """Start work on ``key`` for ``channel``; the run's token (see :class:`channels.ports.Scheduler`)."""
+        run = Run(channel, key, self._token(), priority)
+        self._runs[key] = run
+        if not self._starter.submit(lambda: self._start(run)):
+            self._emit(run, "dropped", reason="the daemon is stopping")
+        return run.token
+
+    def adopt(self, channel: str, key: str) -> int | None:
+        """Follow the existing job of ``key`` (found running at start-up); its token, or None."""
+        try:
+            data = self.jobs.get_job_data(self.job_type, key)
+        except NotFound:
+            return None
+        run_token = data.get("run")
+        token = run_token if isinstance(run_token, int) else self._token()
+        run = Run(channel, key, token, float(data.get("priority") or 0) or 1.0)
+        self._runs[key] = run
+        self._starter.submit(lambda: self._follow(run))
+        return token
+
+    # -- what the server asks (loop thread) -------------------------------------------------------
+
+    def observe(self, event: RunEvent, data: dict[str, Any] | None = None) -> Run | None:
+        """Note an event of a run before its channel hears it; the run, or None for an old run."""
+        run = self._runs.get(event.key)
+        if run is None or run.token != event.run:
+            return None
+        if event.kind == "running":
+            if run.running_since is None:
+                run.running_since = self._clock()
+            if data:
+                if isinstance(data.get("run_id"), str):
+                    run.run_id = data["run_id"]
+                run.suspendable = data.get("suspendable") is True
+                progress = data.get("progress")
+                if isinstance(progress, (int, float)):
+                    run.progress = float(progress)
+        elif event.kind == "pending":
+            run.running_since = None
+        return run
+
+    def retire(self, key: str, token: int, also: Callable[[Transaction], None] | None = None) -> None:
+        """The run has ended or was dropped: stop following it and remove its job.
+
+        ``also`` writes in the same transaction as the removal (the key's crash record).
+        """
+        run = self._runs.get(key)
+        if run is None or run.token != token or run.ended:
+            return
+        run.ended = True
+        del self._runs[key]
+        if run.sub is not None:
+            run.sub.close()
+        self._starter.submit(lambda: self._remove(run, also))
+
+    def runs(self) -> list[Run]:
+        """Every run followed now (loop thread)."""
+        return list(self._runs.values())
+
+    def run_of(self, key: str) -> Run | None:
+        """The run of ``key`` followed now, if any (loop thread)."""
+        return self._runs.get(key)
+
+    def background(self, fn: Callable[[], None]) -> None:
+        """Run store work ``fn`` on the starter thread, in order with the runs' own."""
+        self._starter.submit(fn)
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Stop following every run (their jobs stay where they are); store work queued so far finishes."""
+        for run in self._runs.values():
+            if run.sub is not None:
+                run.sub.close()
+        self._runs.clear()
+        if not self._starter.drain(timeout_s):
+            log.warning("store work of the scheduler did not finish within %.0f s", timeout_s)
+
+    # -- events from this process's worker (worker threads) ----------------------------------------
+
+    def run_started(self, key: str, data: dict[str, Any]) -> None:
+        """The daemon's worker accepted the job of ``key`` (its data names the run)."""
+        token = data.get("run")
+        if isinstance(token, int):
+            self._post(lambda: self._route(key, RunEvent(key, token, "running"), data))
+
+    def run_ended(self, key: str, data: dict[str, Any], outcome: Outcome) -> None:
+        """The daemon's worker finished the job of ``key``."""
+        token = data.get("run")
+        if isinstance(token, int):
+            self._post(lambda: self._route(key, RunEvent(key, token, "ended", outcome=outcome), data))
+
+    # -- the starter thread -------------------------------------------------------------------------
+
+    def _start(self, run: Run) -> None:
+        try:
+            priority = self._recheck(run.channel, run.key)
+        except Exception:
+            log.warning("Re-checking the priority of %r failed; counted as 0.", run.key, exc_info=True)
+            priority = 0
+        if not priority:
+            self._emit(run, "dropped", reason="its priority is now 0 (compacted or gone)", priority=0)
+            return
+        run.priority = priority
+        data = {"channel": run.channel, "key": run.key, "priority": float(priority), "progress": 0.0, "run": run.token}
+        try:
+            owner = self.jobs.transact(lambda tr: self._add(tr, run, data))
+        except Exception as exc:
+            log.warning("Could not add the job of %r: %s", run.key, exc, exc_info=log.isEnabledFor(logging.DEBUG))
+            self._emit(run, "dropped", reason=f"its job could not be added: {exc}")
+            return
+        if owner is not None and owner != run.channel:
+            self._emit(run, "dropped", reason=f"it is already being compacted by channel {owner!r}")
+            return
+        if owner == run.channel:
+            log.info("%r is already running for channel %s; following its job.", run.key, run.channel)
+        self._follow(run)
+
+    def _add(self, tr: Transaction, run: Run, data: dict[str, Any]) -> str | None:
+        """Add the job unless one for the key runs; the running job's channel, or None when added."""
+        try:
+            info = self.jobs.get_job(self.job_type, run.key, tx=tr)
+        except NotFound:
+            info = None
+        if info is not None and info.state == "running":
+            owner = info.data.get("channel")
+            return owner if isinstance(owner, str) else run.channel
+        self.jobs.add(self.job_type, run.key, data, tx=tr)
+        return None
+
+    def _follow(self, run: Run) -> None:
+        """Subscribe to the run's job; a state already reached is reported at once."""
+        try:
+            sub = self.jobs.subscribe(self.job_type, run.key, on_event=lambda ev: self._on_job_event(run, ev))
+        except NotFound:
+            self._emit(run, "ended", outcome=Outcome(FAILED, JOB_REMOVED_ERROR))
+            return
+        self._post(lambda: self._attach(run, sub))
+        if sub.state in ("running", "finished"):
+            self._on_job_event(run, (self.job_type, run.key, sub.state, sub.data))
+
+    def _attach(self, run: Run, sub: Subscription) -> None:
+        if run.ended or self._runs.get(run.key) is not run:
+            sub.close()  # ended before the subscription arrived
+        else:
+            run.sub = sub
+
+    def _on_job_event(self, run: Run, event: tuple[Any, str, str, Any]) -> None:
+        """A job event from the store (notifier thread): hand it to the loop."""
+        _type, key, state, data = event
+        if state == "running":
+            self._emit(run, "running", data=data)
+        elif state == "pending":
+            self._emit(run, "pending")
+        elif state == "finished":
+            self._emit(run, "ended", outcome=Outcome.from_data(data))
+        elif state == "not_found":
+            self._emit(run, "ended", outcome=Outcome(FAILED, JOB_REMOVED_ERROR))
+
+    def _remove(self, run: Run, also: Callable[[Transaction], None] | None) -> None:
+        def body(tr: Transaction) -> None:
+            try:
+                info = self.jobs.get_job(self.job_type, run.key, tx=tr)
+            except NotFound:
+                info = None
+            # Only this run's job: a job someone else added for the key since stays.
+            if info is not None and info.state != "running" and info.data.get("run") in (run.token, None):
+                self.jobs.remove(self.job_type, run.key, tx=tr)
+            if also is not None:
+                also(tr)
+
+        try:
+            self.jobs.transact(body)
+        except Exception:
+            log.warning("Could not remove the finished job of %r.", run.key, exc_info=True)
+
+    # -- plumbing -----------------------------------------------------------------------------------
+
+    def _emit(self, run: Run, kind: Any, *, data: Any = None, **fields: Any) -> None:
+        event = RunEvent(run.key, run.token, kind, **fields)
+        self._post(lambda: self._route(run.key, event, data if isinstance(data, dict) else None))
+
+    def _route(self, key: str, event: RunEvent, data: dict[str, Any] | None) -> None:
+        run = self.observe(event, data)
+        if run is None:
+            return
+        also = self._deliver(run.channel, event)
+        if event.kind == "ended":
+            self.retire(key, run.token, also)
+        elif event.kind == "dropped" and self._runs.get(key) is run:
+            # Never added (or another channel's job runs): nothing to remove.
+            run.ended = True
+            del self._runs[key]
+            if run.sub is not None:
+                run.sub.close()
+
+    def _token(self) -> int:
+        return self._rng.getrandbits(62)

@@ -1,0 +1,135 @@
+"""At start-up, before any worker of the node runs: one owner for every key the node left behind.
+
+A key waits in a channel or runs as a job, never both (DESIGN §5.1). What the previous run of
+the daemon left in the job store is sorted out here, before the daemon's own worker can
+accept anything:
+
+* a **pending** job (added, never accepted; or put back by a stopping worker): taken back:
+  the job is removed and its key goes to the top of its channel (priority infinity), so the
+  channel's pause, window and concurrency govern it;
+* a **running** job whose worker is gone (this daemon's own worker died with it, or no
+  heartbeat came within the type timeout: a kill -9): taken back the same way;
+* a **running** job with a live worker elsewhere (a ``smoosh worker`` process that accepted
+  it meanwhile): adopted: its channel follows it and counts it as active.
+
+Keys found in the job store are validated like new ones. The crash records (DESIGN §5.6: a
+key's crash history and not-before time live in the store) are read back too, so a key that
+was crashing before the restart waits out its backoff after it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from smoosh.daemon.history import HistoryTable, KeyRecord, decode_record
+from smoosh.jobs import Jobs, NotFound
+from smoosh.store import tuples
+from smoosh.store.base import Transaction
+
+__all__ = ["Found", "take_over_jobs", "crash_record_key", "DAEMON_WORKER"]
+
+log = logging.getLogger(__name__)
+
+#: The ``worker`` a job's data names when the daemon's own (in-process) worker runs it.
+DAEMON_WORKER = "daemon"
+
+
+def crash_record_key(node: str, key: str) -> bytes:
+    """The store key of ``key``'s crash record on ``node``."""
+    return tuples.pack(("crash", node, key))
+
+
+@dataclass
+class Found:
+    """What the node left behind, to hand to the channels once they are open."""
+
+    take_back: dict[str, str] = field(default_factory=dict)  # key -> channel
+    follow: dict[str, str] = field(default_factory=dict)  # key -> channel
+    crashing: dict[str, KeyRecord] = field(default_factory=dict)  # key -> record with a retry time
+
+    def apply(self, channels: Mapping[str, Any], now: float) -> None:
+        """Queue the keys taken back, follow the adopted runs, defer the keys still crashing."""
+        for key, name in self.take_back.items():
+            channel = channels.get(name)
+            if channel is None:
+                log.info("took back %r, but its channel %s is gone; its next event queues it again", key, name)
+                continue
+            channel.enqueue(key, math.inf)
+            log.info("took back the job of %r into channel %s", key, name)
+        for key, name in self.follow.items():
+            channel = channels.get(name)
+            if channel is not None and channel.adopt(key):
+                log.info("following %r, which a worker elsewhere is compacting for channel %s", key, name)
+        for key, rec in self.crashing.items():
+            channel = channels.get(rec.channel or "")
+            if channel is None or rec.retry_at is None or rec.retry_at <= now:
+                continue
+            waiting = dict(channel.waiting())
+            if key in waiting:
+                channel.defer(key, waiting[key], rec.retry_at)
+
+
+def take_over_jobs(
+    jobs: Jobs,
+    job_type: str,
+    history: HistoryTable,
+    now: float,
+    *,
+    node: str,
+    job_timeout_s: float,
+    admits: Callable[[str], bool],
+) -> Found:
+    """Sort out this node's jobs and crash records (see the module docstring).
+
+    Returns:
+        What to apply to the channels once they are open.
+    """
+    found = Found()
+    begin, end = tuples.range(("crash", node))
+    for raw_key, value in jobs.store.transact(lambda tr: tr.snapshot.get_range(begin, end)):
+        key = tuples.unpack(raw_key)[-1]
+        rec = decode_record(str(key), value)
+        if rec is None:
+            log.warning("ignored an unreadable crash record of %r", key)
+            continue
+        history.restore(rec)
+        if rec.retry_at is not None and rec.retry_at > now:
+            found.crashing[rec.key] = rec
+    for info in list(jobs.iter_jobs(job_type)):
+        key, data = info.id, info.data
+        channel = data.get("channel") if isinstance(data.get("channel"), str) else None
+        if info.state == "finished":
+            _remove(jobs, job_type, key)  # its channel never saw it end; the key's next event queues it
+            continue
+        if not admits(key):
+            _remove(jobs, job_type, key)
+            continue
+        if info.state == "running" and _live(data, now, job_timeout_s):
+            if channel is not None:
+                found.follow[key] = channel
+            continue
+        _remove(jobs, job_type, key)
+        if channel is not None:
+            found.take_back[key] = channel
+    return found
+
+
+def _live(data: Mapping[str, Any], now: float, job_timeout_s: float) -> bool:
+    """Whether a running job's worker is alive elsewhere: not ours, and a recent heartbeat."""
+    if data.get("worker") == DAEMON_WORKER:
+        return False  # this node's daemon ran it in process: it died with that daemon
+    heartbeat_at = data.get("heartbeat_at")
+    return isinstance(heartbeat_at, (int, float)) and now - heartbeat_at < job_timeout_s
+
+
+def _remove(jobs: Jobs, job_type: str, key: str) -> None:
+    def body(tr: Transaction) -> None:
+        try:
+            jobs.remove(job_type, key, tx=tr)
+        except NotFound:
+            pass
+
+    jobs.transact(body)

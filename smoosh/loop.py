@@ -1,0 +1,261 @@
+"""One loop abstraction for every background role: tasks ticked on one thread, one injected clock.
+
+A role is a :class:`Task`: ``tick(now)`` does whatever is due at ``now`` and returns when it
+next wants to run (an absolute time on the loop's clock), or None to wait until it is woken.
+A :class:`Loop` runs many tasks on ONE thread and is the owner of everything its tasks touch:
+other threads never call into a task, they :meth:`Loop.post` a message (a callable) that the
+loop runs between ticks, or :meth:`Loop.call` one and wait for its answer. So the state of a
+role needs no lock, and an idle loop sleeps until the earliest due time or a message: it never
+wakes on a polling interval.
+
+Tests do not start the thread: they call :meth:`Loop.run_once` with their own ``now`` (the
+injected clock), which runs the queued messages and every due task, exactly as the thread
+would.
+
+A task that raises is logged with its traceback and ticked again after :data:`CRASH_PAUSE_S`
+(its :meth:`Task.reset`, if it has one, runs first): one bad tick never ends a loop.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, TypeVar
+
+__all__ = ["Clock", "Task", "Loop", "LoopStopped", "CRASH_PAUSE_S"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Wall-clock seconds (Unix time); tests inject their own.
+Clock = Callable[[], float]
+
+#: Seconds before a task whose tick raised is ticked again (a persistent failure logs a few
+#: lines a second instead of spinning).
+CRASH_PAUSE_S = 1.0
+#: Seconds :meth:`Loop.stop` waits for the thread to end.
+JOIN_TIMEOUT_S = 10.0
+
+
+class LoopStopped(RuntimeError):
+    """Raised by :meth:`Loop.call` when the loop stops before it ran the call."""
+
+
+class Task(Protocol):
+    """A background role stepped by a :class:`Loop`."""
+
+    def tick(self, now: float) -> float | None:
+        """Do what is due at ``now``; return the next time to be ticked (None: only when woken)."""
+
+
+@dataclass(eq=False)
+class _Entry:
+    task: Task
+    name: str
+    due: float | None = 0.0  # 0: tick at the first run
+    woken: bool = False
+    crashes: int = 0
+
+
+@dataclass(eq=False)
+class _Reply:
+    done: threading.Event = field(default_factory=threading.Event)
+    value: Any = None
+    error: BaseException | None = None
+
+
+class Loop:
+    """Runs tasks and messages on one thread; the owner of their state.
+
+    Parameters:
+        name: the thread's name.
+        clock: the clock ``now`` is read from and due times are on (Unix seconds by default).
+    """
+
+    def __init__(self, name: str, *, clock: Clock = time.time) -> None:
+        self.name = name
+        self.clock = clock
+        self._cond = threading.Condition()
+        self._inbox: collections.deque[Callable[[], None]] = collections.deque()
+        self._tasks: dict[Task, _Entry] = {}
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._woken = False
+        # One iteration at a time: a test stepping run_once while the thread runs waits for it.
+        self._run_lock = threading.RLock()
+        self._current: threading.Thread | None = None  # the thread inside run_once now
+
+    # -- tasks -----------------------------------------------------------------------------
+
+    def add(self, task: Task, name: str, *, due: float | None = 0.0) -> None:
+        """Start ticking ``task`` (first at ``due``; 0 = at once). Owner thread or before start."""
+        with self._cond:
+            self._tasks[task] = _Entry(task, name, due)
+            self._cond.notify()
+
+    def remove(self, task: Task) -> None:
+        """Stop ticking ``task`` (a no-op if it is not there)."""
+        with self._cond:
+            self._tasks.pop(task, None)
+
+    def wake(self, task: Task | None = None) -> None:
+        """Tick ``task`` (or just run the loop) as soon as possible; callable from any thread."""
+        with self._cond:
+            if task is not None:
+                entry = self._tasks.get(task)
+                if entry is not None:
+                    entry.woken = True
+            self._woken = True
+            self._cond.notify()
+
+    # -- messages --------------------------------------------------------------------------
+
+    def post(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the loop's thread before its next ticks; callable from any thread.
+
+        Messages run in the order they were posted. An exception is logged and dropped.
+        """
+        with self._cond:
+            self._inbox.append(fn)
+            self._cond.notify()
+
+    def call(self, fn: Callable[[], T], timeout_s: float | None = None) -> T:
+        """Run ``fn`` on the loop's thread and return its result (or raise its exception).
+
+        On the loop's own thread, or when no thread runs (tests stepping ``run_once``, a
+        server that is not started), ``fn`` runs at once in the caller.
+
+        Raises:
+            LoopStopped: the loop stopped first.
+            TimeoutError: ``timeout_s`` passed first.
+        """
+        thread = self._thread
+        me = threading.current_thread()
+        if thread is None or thread is me or self._current is me or not thread.is_alive():
+            return fn()
+        reply = _Reply()
+
+        def run() -> None:
+            try:
+                reply.value = fn()
+            except BaseException as exc:  # handed to the caller, who re-raises it
+                reply.error = exc
+            finally:
+                reply.done.set()
+
+        with self._cond:
+            if self._stopping:
+                raise LoopStopped(f"{self.name} is stopping")
+            self._inbox.append(run)
+            self._cond.notify()
+        if not reply.done.wait(timeout_s):
+            raise TimeoutError(f"{self.name} did not answer within {timeout_s} s")
+        if reply.error is not None:
+            raise reply.error
+        return reply.value
+
+    def on_loop_thread(self) -> bool:
+        """Whether the caller runs on this loop's thread (or inside one of its iterations)."""
+        me = threading.current_thread()
+        return self._thread is me or self._current is me
+
+    # -- running ---------------------------------------------------------------------------
+
+    def run_once(self, now: float | None = None) -> float | None:
+        """Run every queued message, then every task that is due or woken, once.
+
+        Parameters:
+            now: the time to tick at; None reads the clock.
+
+        Returns:
+            The earliest time any task wants to be ticked next (None: none does).
+        """
+        with self._run_lock:
+            previous, self._current = self._current, threading.current_thread()
+            try:
+                return self._run_once(now)
+            finally:
+                self._current = previous
+
+    def _run_once(self, now: float | None) -> float | None:
+        while True:
+            with self._cond:
+                if not self._inbox:
+                    self._woken = False
+                    break
+                fn = self._inbox.popleft()
+            try:
+                fn()
+            except Exception:
+                log.exception("%s: a message failed", self.name)
+        now = self.clock() if now is None else now
+        with self._cond:
+            entries = list(self._tasks.values())
+        for entry in entries:
+            if not entry.woken and (entry.due is None or entry.due > now):
+                continue
+            entry.woken = False
+            try:
+                entry.due = entry.task.tick(now)
+                entry.crashes = 0
+            except Exception:
+                entry.crashes += 1
+                log.exception("%s: %s failed; ticking it again in %.0f s", self.name, entry.name, CRASH_PAUSE_S)
+                reset = getattr(entry.task, "reset", None)
+                if reset is not None:
+                    try:
+                        reset()
+                    except Exception:
+                        log.exception("%s: resetting %s failed", self.name, entry.name)
+                entry.due = now + CRASH_PAUSE_S
+        with self._cond:
+            dues = [e.due for e in self._tasks.values() if e.due is not None]
+            if any(e.woken for e in self._tasks.values()):
+                return now
+        return min(dues) if dues else None
+
+    def start(self) -> None:
+        """Run the loop on a daemon thread until :meth:`stop`."""
+        if self._thread is not None:
+            return
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = JOIN_TIMEOUT_S) -> None:
+        """End the thread after the iteration in progress; messages still queued run first."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout_s)
+            if thread.is_alive():
+                log.error("%s did not stop within %.0f s", self.name, timeout_s)
+        self._thread = None
+
+    def is_alive(self) -> bool:
+        """Whether the loop's thread runs."""
+        thread = self._thread
+        return thread is not None and thread.is_alive()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                next_due = self.run_once()
+            except BaseException:
+                log.exception("%s: iteration failed", self.name)
+                next_due = self.clock() + CRASH_PAUSE_S
+            with self._cond:
+                if self._stopping:
+                    break
+                if self._inbox or self._woken:
+                    continue
+                timeout = None if next_due is None else max(0.0, next_due - self.clock())
+                self._cond.wait(timeout)
+        # What was posted before stop() still runs (a stop message, a final checkpoint).
+        self.run_once()

@@ -21,7 +21,8 @@ What is injected, and when (each decision drawn from one ``random.Random(SEED)``
 * **On reads** (at a tenth of ``RATE`` per read): 1007, 1009 ``future_version``, 1031.
 
 Half of the failing commits fail before and half after committing. Read-only commits never
-fail (FoundationDB does not send them to the cluster).
+fail (FoundationDB does not send them to the cluster). :meth:`FaultyStore.inject` forces
+given faults on the next write commits, for tests that need one exact fault.
 
 Faults strike only the transactions of :meth:`~smoosh.store.base.Store.transact` (every
 transaction smoosh itself runs goes through it): a transaction from a direct
@@ -32,6 +33,7 @@ injected.
 
 from __future__ import annotations
 
+import collections
 import random
 import threading
 from dataclasses import dataclass, field
@@ -126,6 +128,8 @@ class FaultyStore(Store):
         self.faults = FaultStats()
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
+        #: Faults forced on the next write commits, before any random draw (see :meth:`inject`).
+        self._script: collections.deque[tuple[bool, int]] = collections.deque()
         self._local = threading.local()
         #: Whether faults are injected at all (tests switch it off around setup and checks).
         self.enabled = True
@@ -138,9 +142,25 @@ class FaultyStore(Store):
                 return None
             return codes[self._rng.randrange(len(codes))]
 
+    def inject(self, code: int, *, after_commit: bool, times: int = 1) -> None:
+        """Make the next ``times`` write commits of :meth:`transact` fail with ``code``.
+
+        Parameters:
+            code: the error code to raise.
+            after_commit: raise it after really committing (else instead of committing).
+            times: how many consecutive write commits fail so.
+        """
+        with self._lock:
+            self._script.extend([(after_commit, code)] * times)
+
     def _commit_fault(self) -> tuple[bool, int] | None:
         """None, or (after_commit, code)."""
         with self._lock:
+            if self._script:
+                after, code = self._script.popleft()
+                counts = self.faults.after_commit if after else self.faults.before_commit
+                counts[code] = counts.get(code, 0) + 1
+                return after, code
             if not self.enabled or self._rng.random() >= self.rate:
                 self.faults.clean_commits += 1
                 return None

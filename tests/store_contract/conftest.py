@@ -114,7 +114,9 @@ def ctx(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreCtx]:
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if not os.environ.get(FDB_CLUSTER_ENV):
-        skipped = [r for r in terminalreporter.stats.get("skipped", []) if "[fdb" in r.nodeid]
+        skipped = [
+            r for r in terminalreporter.stats.get("skipped", []) if "tests/store_contract/" in r.nodeid and "[fdb" in r.nodeid
+        ]
         if skipped:
             terminalreporter.write_line(
                 f"store contract: {len(skipped)} FoundationDB variants skipped "

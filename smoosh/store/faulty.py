@@ -18,7 +18,10 @@ What is injected, and when (each decision drawn from one ``random.Random(SEED)``
 * **After a real commit** (the inner transaction *has* committed, and the caller is told it
   may not have): 1021, 1031, 1039 ``cluster_version_changed``. Only the "may have committed"
   codes: FoundationDB never reports 1020 or 1007 for a transaction that committed.
-* **On reads** (at a tenth of ``RATE`` per read): 1007, 1009 ``future_version``, 1031.
+* **On reads**: a tenth of the transactions (at ``RATE`` 1) fail at one of their first
+  :data:`READ_FAULT_WINDOW` reads with 1007, 1009 ``future_version`` or 1031. Per
+  transaction, not per read, as on a cluster: a transaction of a thousand reads is not
+  doomed.
 
 Half of the failing commits fail before and half after committing. Read-only commits never
 fail (FoundationDB does not send them to the cluster). :meth:`FaultyStore.inject` forces
@@ -56,8 +59,10 @@ T = TypeVar("T")
 
 #: Chance that a commit with writes fails, when the URL names no rate.
 DEFAULT_FAULT_RATE = 0.1
-#: A read fails at this fraction of the commit rate (a transaction reads several times).
+#: A transaction fails on a read at this fraction of the commit rate.
 READ_FAULT_SHARE = 0.1
+#: A read fault strikes one of the transaction's first this-many reads.
+READ_FAULT_WINDOW = 8
 #: Of the failing commits, the share that fail after the inner commit really happened.
 AFTER_COMMIT_SHARE = 0.5
 #: Errors raised instead of committing.
@@ -136,12 +141,6 @@ class FaultyStore(Store):
 
     # -- decisions -------------------------------------------------------------------------
 
-    def _draw(self, chance: float, codes: tuple[int, ...]) -> int | None:
-        with self._lock:
-            if not self.enabled or self._rng.random() >= chance:
-                return None
-            return codes[self._rng.randrange(len(codes))]
-
     def inject(self, code: int, *, after_commit: bool, times: int = 1) -> None:
         """Make the next ``times`` write commits of :meth:`transact` fail with ``code``.
 
@@ -171,12 +170,17 @@ class FaultyStore(Store):
             counts[code] = counts.get(code, 0) + 1
             return after, code
 
-    def _read_fault(self) -> None:
-        code = self._draw(self.read_rate, READ_CODES)
-        if code is not None:
-            with self._lock:
-                self.faults.reads[code] = self.faults.reads.get(code, 0) + 1
-            raise StoreError(code, f"{describe(code)} [injected on a read]")
+    def _read_fault_plan(self) -> tuple[int, int] | None:
+        """None, or (the read that fails, counted from 1; its code) for one transaction."""
+        with self._lock:
+            if not self.enabled or self._rng.random() >= self.read_rate:
+                return None
+            return 1 + self._rng.randrange(READ_FAULT_WINDOW), READ_CODES[self._rng.randrange(len(READ_CODES))]
+
+    def _read_fault(self, code: int) -> None:
+        with self._lock:
+            self.faults.reads[code] = self.faults.reads.get(code, 0) + 1
+        raise StoreError(code, f"{describe(code)} [injected on a read]")
 
     # -- the store -----------------------------------------------------------------------------
 
@@ -211,27 +215,49 @@ class FaultyStore(Store):
             self.inner.close()
 
 
+class _ReadPlan:
+    """The read fault planned for one attempt of a transaction (shared by its snapshot view)."""
+
+    __slots__ = ("store", "faulty", "reads", "fail_at", "code")
+
+    def __init__(self, store: FaultyStore, faulty: bool) -> None:
+        self.store = store
+        self.faulty = faulty
+        self.reads = 0
+        self.fail_at = 0
+        self.code = 0
+        self.replan()
+
+    def replan(self) -> None:
+        self.reads = 0
+        plan = self.store._read_fault_plan() if self.faulty else None
+        self.fail_at, self.code = plan if plan is not None else (0, 0)
+
+    def before_read(self) -> None:
+        if self.fail_at:
+            self.reads += 1
+            if self.reads == self.fail_at:
+                self.fail_at = 0
+                self.store._read_fault(self.code)
+
+
 class _FaultyReadView(ReadView):
-    def __init__(self, inner: ReadView, store: FaultyStore, faulty: bool) -> None:
+    def __init__(self, inner: ReadView, plan: _ReadPlan) -> None:
         self._inner = inner
-        self._store = store
-        self._faulty = faulty
+        self._plan = plan
 
     def get(self, key: bytes) -> bytes | None:
-        if self._faulty:
-            self._store._read_fault()
+        self._plan.before_read()
         return self._inner.get(key)
 
     def get_key(self, selector: KeySelector) -> bytes:
-        if self._faulty:
-            self._store._read_fault()
+        self._plan.before_read()
         return self._inner.get_key(selector)
 
     def get_range(
         self, begin: bytes | KeySelector, end: bytes | KeySelector, limit: int = 0, reverse: bool = False
     ) -> list[tuple[bytes, bytes]]:
-        if self._faulty:
-            self._store._read_fault()
+        self._plan.before_read()
         return self._inner.get_range(begin, end, limit=limit, reverse=reverse)
 
 
@@ -239,9 +265,12 @@ class FaultyTransaction(_FaultyReadView, Transaction):
     """An inner transaction whose reads and commit may fail as :mod:`smoosh.store.faulty` says."""
 
     def __init__(self, inner: Transaction, store: FaultyStore, *, faulty: bool) -> None:
-        super().__init__(inner, store, faulty)
+        plan = _ReadPlan(store, faulty)
+        super().__init__(inner, plan)
         self._tr = inner
-        self.snapshot = _FaultyReadView(inner.snapshot, store, faulty)
+        self._store = store
+        self._faulty = faulty
+        self.snapshot = _FaultyReadView(inner.snapshot, plan)
 
     def set(self, key: bytes, value: bytes) -> None:
         self._tr.set(key, value)
@@ -287,6 +316,7 @@ class FaultyTransaction(_FaultyReadView, Transaction):
 
     def reset(self) -> None:
         self._tr.reset()
+        self._plan.replan()
 
     def cancel(self) -> None:
         self._tr.cancel()
@@ -304,6 +334,7 @@ class FaultyTransaction(_FaultyReadView, Transaction):
     def on_error(self, error: StoreError) -> None:
         """The inner store's ``on_error`` (its backoff; the binding's on ``fdb:``)."""
         self._tr.on_error(error)
+        self._plan.replan()  # the next attempt draws its own read fault
 
 
 def parse_url(rest: str) -> tuple[int, float, str]:

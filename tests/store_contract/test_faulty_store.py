@@ -6,7 +6,7 @@ import pytest
 
 from smoosh.store import open_store
 from smoosh.store.errors import StoreError, StoreUnavailable
-from smoosh.store.faulty import AFTER_COMMIT_CODES, BEFORE_COMMIT_CODES, FaultyStore, parse_url
+from smoosh.store.faulty import AFTER_COMMIT_CODES, BEFORE_COMMIT_CODES, READ_FAULT_WINDOW, FaultyStore, parse_url
 from smoosh.store.memory import MemoryStore
 
 
@@ -90,12 +90,17 @@ def test_read_only_commits_and_direct_transactions_are_never_faulted(inner_url):
         assert store.faults.total() == 0
 
 
-def test_reads_fail_at_the_read_rate(inner_url):
+def test_a_read_fault_strikes_one_of_the_first_reads_of_a_transaction(inner_url):
     with FaultyStore(open_store(inner_url), seed=4, rate=0.0, read_rate=1.0) as store:
         with pytest.raises(StoreError) as e:
-            store.transact(lambda tr: tr.snapshot.get(b"k"), retry_limit=0)
+            store.transact(lambda tr: [tr.snapshot.get(b"k") for _ in range(READ_FAULT_WINDOW)], retry_limit=0)
         assert e.value.code in (1007, 1009, 1031)
         assert "[injected on a read]" in str(e.value)
+    # At most one fault per attempt, whatever its size: a transaction of many reads commits.
+    with FaultyStore(open_store(inner_url), seed=4, rate=0.0, read_rate=0.5, max_retry_delay_s=0.001) as store:
+        for _ in range(10):
+            assert store.transact(lambda tr: len([tr.get(b"k%d" % i) for i in range(1000)])) == 1000
+        assert 0 < sum(store.faults.reads.values()) == store.retry_stats.retries
 
 
 def test_the_same_seed_injects_the_same_faults():

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator, TypeVar
 
 from smoosh.store import tuples
 from smoosh.store.base import Store, Transaction, Watch
-from smoosh.store.errors import StoreError
+from smoosh.store.errors import NOT_COMMITTED, StoreError
 from smoosh.jobs import model, pending
 from smoosh.jobs.batching import BatchPolicy
 from smoosh.jobs.encoding import check_id, check_sched_time, check_type, decode_data, encode_data
@@ -107,6 +107,7 @@ class Jobs:
         self._accept_watches: set[Watch] = set()
         self._accept_lock = threading.Lock()
         self._txids = TxIds(store, self.keys, clock=clock)
+        self._windows: dict[Any, pending.PickWindow] = {}
         self._supervisor = Supervisor(
             store, self.keys, self._hub, clock=clock, rng=self.rng, batch=batch or BatchPolicy(),
             monitors=monitors, max_jitter_s=max_jitter_s,
@@ -321,29 +322,50 @@ class Jobs:
         if timeout is not None and timeout < 0:
             raise ValueError(f"timeout {timeout!r} must not be negative")
         deadline = None if timeout is None else time.monotonic() + timeout
+        window = self.pick_window(job_type)
+        conflicts = 0
+
+        def on_retry(error: StoreError) -> None:
+            nonlocal conflicts
+            if error.code == NOT_COMMITTED:
+                # Another acceptor committed first, most likely on the same key: spread wider.
+                conflicts += 1
+                window.widen()
+
         while True:
             max_s = 0 if no_schedule else (math.floor(self.clock()) if fixed_max is None else fixed_max)
+            conflicts = 0
             result = self._txids.run(
-                lambda tr: self._accept_tx(tr, job_type, max_s, no_schedule),
+                lambda tr: self._accept_tx(tr, job_type, max_s, no_schedule, window.size),
+                on_retry=on_retry,
                 # Remembered: the job taken, so a replay returns that same job. A _NoJob
                 # that wrote (it only cleared stray keys) replays as "look again".
                 remember=lambda r: None if isinstance(r, _NoJob) else r,
                 recall=lambda v: _LOOK_AGAIN if v is None else (v[0], v[1]),
             )
             if not isinstance(result, _NoJob):
+                if not conflicts:
+                    window.narrow()
                 job, raw = result
                 return job, decode_data(raw)
             if result.watch is not None:
                 self._wait_pending(job_type, result, fixed_max is None and not no_schedule, deadline)
 
+    def pick_window(self, job_type: Any) -> pending.PickWindow:
+        """The type's accept window in this layer (how many pending keys an accept picks among)."""
+        window = self._windows.get(job_type)
+        if window is None:
+            window = self._windows.setdefault(job_type, pending.PickWindow())
+        return window
+
     def _accept_tx(
-        self, tr: Transaction, job_type: Any, max_s: int, no_schedule: bool
+        self, tr: Transaction, job_type: Any, max_s: int, no_schedule: bool, window: int = pending.PICK_RANGE_LIMIT
     ) -> tuple[Job, bytes] | _NoJob:
         for _ in range(MAX_STRAY_PENDING):
             if no_schedule:
                 picked = pending.dequeue_no_schedule(tr, self.keys, job_type, self.rng)
             else:
-                picked = pending.dequeue(tr, self.keys, job_type, max_s, self.rng)
+                picked = pending.dequeue(tr, self.keys, job_type, max_s, self.rng, window)
             if picked is None:
                 break
             job_id, stime = picked

@@ -84,10 +84,15 @@ def _unpack(raw: bytes) -> Any:
 
 def encode_result(value: Any) -> bytes:
     """The tx-id value for a call that returned ``value`` (a marker if it cannot be remembered)."""
+    if value is None:
+        return _NONE_RESULT  # add, finish and remove: most calls
     try:
         return _pack([_REMEMBERED, value])
     except (TypeError, ValueError, OverflowError):
         return _pack([_NOT_REMEMBERED, type(value).__name__])
+
+
+_NONE_RESULT = _pack([_REMEMBERED, None])
 
 
 def decode_result(raw: bytes) -> Any:

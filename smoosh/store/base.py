@@ -234,7 +234,8 @@ class Transaction(ReadView):
                 (None: no limit). The embedded stores leave the deadline to the retry loop.
             max_retry_delay_s: ceiling of :meth:`on_error`'s backoff.
         """
-        self._backoff = Backoff(max_retry_delay_s)
+        self._max_retry_delay_s = max_retry_delay_s
+        self._backoff = None  # made by the first on_error
 
     def on_error(self, error: StoreError) -> None:
         """FoundationDB's ``on_error``: for a retryable error, back off and reset; else raise.
@@ -250,7 +251,7 @@ class Transaction(ReadView):
             raise error
         backoff = self.__dict__.get("_backoff")
         if backoff is None:
-            backoff = self._backoff = Backoff()
+            backoff = self._backoff = Backoff(self.__dict__.get("_max_retry_delay_s", MAX_RETRY_DELAY_S))
         backoff.wait()
         self.reset()
 
@@ -320,7 +321,7 @@ class Store(abc.ABC):
         stats = self.retry_stats
         retries = 0
         warned_locked = False
-        fresh_backoff = Backoff(max_retry_delay_s)
+        fresh_backoff: Backoff | None = None
         tr = self._loop_transaction(timeout_s, max_retry_delay_s)
         try:
             while True:
@@ -352,6 +353,8 @@ class Store(abc.ABC):
                     else:
                         # 1031: on_error would raise it; the timed-out transaction is spent.
                         tr.cancel()
+                        if fresh_backoff is None:
+                            fresh_backoff = Backoff(max_retry_delay_s)
                         fresh_backoff.wait(deadline - time.monotonic())
                         tr = self._loop_transaction(deadline - time.monotonic(), max_retry_delay_s)
                     continue

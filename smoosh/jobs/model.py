@@ -25,7 +25,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from fdb.tuple import Versionstamp
+from fdb.tuple import Versionstamp  # type: ignore[import-untyped]
 
 from smoosh.store import tuples
 from smoosh.store.base import Transaction
@@ -168,14 +168,15 @@ class Keys:
 
     def tx_id(self, issued_at_s: int, tx_id: bytes) -> bytes:
         """The key of one transaction id (ordered by issue time, so old ones clear as a range)."""
-        return tuples.pack((TX_IDS, issued_at_s, tx_id), self.prefix)
+        # Packed by hand: the generic packer would cache every random id as an element.
+        return self.tx_ids_before(issued_at_s) + b"\x01" + tx_id.replace(b"\x00", b"\x00\xff") + b"\x00"
 
     def tx_ids_range(self) -> tuple[bytes, bytes]:
         return tuples.range((TX_IDS,), self.prefix)
 
     def tx_ids_before(self, issued_at_s: int) -> bytes:
         """First key past every transaction id issued before ``issued_at_s``."""
-        return tuples.pack((TX_IDS, issued_at_s), self.prefix)
+        return self._type_prefix(TX_IDS, issued_at_s)
 
     def unpack(self, key: bytes) -> tuple[Any, ...]:
         return tuples.unpack(key, len(self.prefix))

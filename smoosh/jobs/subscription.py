@@ -11,18 +11,23 @@ import collections
 import itertools
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable, Protocol
 
 from smoosh.jobs.model import FINISHED_STATE, NOT_FOUND_STATE
-
-if TYPE_CHECKING:
-    from smoosh.jobs.notifier import Notifier
 
 #: An event: (type, id, state, data); data is None for "not_found".
 Event = tuple[Any, str, str, Any]
 
 #: States after which a subscription ends (no further events).
 FINAL_STATES = frozenset({FINISHED_STATE, NOT_FOUND_STATE})
+
+
+class Registry(Protocol):
+    """What a subscription needs of the notifier that feeds it (the notifier imports this
+    module, never the reverse)."""
+
+    def unregister(self, sub: Subscription) -> None:
+        """Stop delivering events to ``sub``."""
 
 
 class Hub:
@@ -90,7 +95,7 @@ class Subscription:
     """
 
     def __init__(
-        self, hub: Hub, notifier: Notifier | None, job_type: Any, job_id: str, state: str, data: Any
+        self, hub: Hub, notifier: Registry | None, job_type: Any, job_id: str, state: str, data: Any
     ) -> None:
         self.type = job_type
         self.id = job_id

@@ -15,7 +15,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from sortedcontainers import SortedList
+from sortedcontainers import SortedList  # type: ignore[import-untyped]
 
 from smoosh.store.base import (
     KEY_SIZE_LIMIT_BYTES,
@@ -352,8 +352,10 @@ class BufferedTransaction(Transaction):
         local = iter(self._written_in(begin, end, reverse))
         nb = next(base, None)
         nl = next(local, None)
+        value: bytes | None
         while nb is not None or nl is not None:
             if nl is None or (nb is not None and ((nb[0] > nl) if reverse else (nb[0] < nl))):
+                assert nb is not None  # for mypy: the loop's condition says so
                 key, value = nb
                 nb = next(base, None)
                 if self._cleared.contains(key):
@@ -379,6 +381,7 @@ class BufferedTransaction(Transaction):
                     continue
             if barrier is not None and ((key < barrier) if reverse else (key >= barrier)):
                 raise StoreError(ACCESSED_UNREADABLE)
+            assert value is not None  # a base pair always has a value
             yield key, value
         if barrier is not None:
             raise StoreError(ACCESSED_UNREADABLE)

@@ -235,7 +235,7 @@ class Transaction(ReadView):
             max_retry_delay_s: ceiling of :meth:`on_error`'s backoff.
         """
         self._max_retry_delay_s = max_retry_delay_s
-        self._backoff = None  # made by the first on_error
+        self._backoff: Backoff | None = None  # made by the first on_error
 
     def on_error(self, error: StoreError) -> None:
         """FoundationDB's ``on_error``: for a retryable error, back off and reset; else raise.

@@ -30,7 +30,7 @@ import threading
 import time
 from typing import Callable, Iterator
 
-from sortedcontainers import SortedDict, SortedList
+from sortedcontainers import SortedDict, SortedList  # type: ignore[import-untyped]
 
 from smoosh.store.base import (
     MAX_WATCHES,

@@ -34,8 +34,9 @@ from typing import Any, Callable, Generic, TypeVar
 
 import msgpack
 
-from smoosh.store.base import DEFAULT_RETRY_LIMIT, Store, Transaction
+from smoosh.store.base import DEFAULT_RETRY_LIMIT, VALUE_SIZE_LIMIT_BYTES, Store, Transaction
 from smoosh.store.errors import COMMIT_UNKNOWN_RESULT, StoreError
+from smoosh.jobs.encoding import MAX_CONTAINER_ITEMS
 from smoosh.jobs.model import Job, Keys
 
 log = logging.getLogger(__name__)
@@ -79,7 +80,18 @@ def _pack(value: Any) -> bytes:
 
 
 def _unpack(raw: bytes) -> Any:
-    return msgpack.unpackb(raw, ext_hook=_ext_hook, raw=False, strict_map_key=False)
+    # Bounded like every msgpack decode here: a tx-id value is one store value at most.
+    return msgpack.unpackb(
+        raw,
+        ext_hook=_ext_hook,
+        raw=False,
+        strict_map_key=False,
+        max_str_len=VALUE_SIZE_LIMIT_BYTES,
+        max_bin_len=VALUE_SIZE_LIMIT_BYTES,
+        max_ext_len=VALUE_SIZE_LIMIT_BYTES,
+        max_array_len=MAX_CONTAINER_ITEMS,
+        max_map_len=MAX_CONTAINER_ITEMS,
+    )
 
 
 def encode_result(value: Any) -> bytes:

@@ -95,8 +95,12 @@ def _worker(jobs: Jobs, shared: Shared, me: int, ops: int, seed: int, exists: di
                 other = shared.holders.get(job.id)
                 if other is not None and job.id in shared.finishing:
                     shared.finishing.discard(job.id)
-                elif other is not None and shared.removes_begun.get(job.id, 0) <= other[2]:
-                    shared.violations.append(f"{job.id} accepted by worker {me} while worker {other[0]} holds it")
+                elif other is not None and shared.removes_begun.get(job.id, 0) <= min(other[2], before.get(job.id, 0)):
+                    # Two runs of one job can only coexist if a remove committed between
+                    # the two accepts; either of them may be the older, stale one.
+                    shared.violations.append(
+                        f"{job.id} accepted by worker {me} (lock {job.lock}) while worker {other[0]} holds it (lock {other[1]})"
+                    )
                 shared.holders[job.id] = (me, job.lock, before.get(job.id, 0))
             held.append(job)
         elif op == "remove":

@@ -53,9 +53,10 @@ class StoreCtx:
         faults = getattr(self.store, "faults", None)
         return sum(faults.after_commit.values()) if faults is not None else 0
 
-    def without_faults(self) -> None:
-        """Stop injecting faults (for a test that counts attempts or runs a non-idempotent body)."""
-        for s in (self.store,):
+    def without_faults(self, *more: Store) -> None:
+        """Stop injecting faults into this store (and ``more``), for a test that counts
+        attempts or runs a body that is not idempotent."""
+        for s in (self.store, *more):
             if hasattr(s, "enabled"):
                 s.enabled = False  # type: ignore[attr-defined]
 

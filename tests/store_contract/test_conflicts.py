@@ -127,6 +127,7 @@ def test_atomic_add_adds_no_read_conflict(ctx):
 
 
 def test_transact_retries_a_real_conflict_and_both_effects_land(ctx):
+    ctx.without_faults()  # counts attempts
     k = ctx.k
     calls = []
 

@@ -12,6 +12,11 @@ Beside it, with equal durability (WAL, ``synchronous=FULL``, read back and shown
 venv ``.venv-bench``, as subprocesses) and a bare stdlib sqlite3 loop doing three durable
 commits per job (``bench/_peers.py``). Budgets: memory >= 20,000/s; SQLite one worker >=
 0.9x the bare loop; SQLite 4 workers >= 2x huey.
+
+Backlog runs (DESIGN §9, "accept cost does not grow with the backlog"): the same round trip
+by one worker while 10, 1,000 or 10,000 other jobs are pending (eligible, scheduled time 0,
+so every accept may pick one of them: the backlog stays the same size). Budget: the rate
+with 10,000 pending >= 0.8x the rate with 10 pending, on both embedded stores.
 """
 
 from __future__ import annotations
@@ -72,6 +77,47 @@ def round_trips(store_url: str, n: int, workers: int) -> float:
     return share * workers / dt
 
 
+#: Backlog sizes of the accept-cost runs.
+BACKLOGS = (10, 1_000, 10_000)
+
+
+def backlog_round_trips(store_url: str, pending: int, n: int) -> float:
+    """``n`` add+accept+finish round trips by one worker while ``pending`` jobs wait; jobs/s."""
+    from smoosh.jobs import Jobs
+    from smoosh.store import open_store
+
+    store = open_store(store_url)
+    jobs = Jobs(store)
+    jobs.set_type_timeout(JOB_TYPE, 30)
+    for start in range(0, pending, 1000):  # the backlog, 1,000 jobs per transaction
+        jobs.transact(lambda tr, start=start: [
+            jobs.add(JOB_TYPE, f"/srv/backlog/{i:08d}.sqlite", _data(i), tx=tr) for i in range(start, min(pending, start + 1000))
+        ])
+    t0 = time.perf_counter()
+    for i in range(n):
+        data = _data(i)
+        jobs.add(JOB_TYPE, data["key"], data)
+        job, got = jobs.accept(JOB_TYPE)
+        jobs.finish(job, {**got, "result": "ok"})
+    dt = time.perf_counter() - t0
+    jobs.close()
+    store.close()
+    return n / dt
+
+
+def backlog_runs(n_mem: int, n_sql: int) -> dict[str, float]:
+    """Every backlog size on both embedded stores: ``{"mem_backlog10": jobs/s, ...}``."""
+    out = {}
+    for pending in BACKLOGS:
+        out[f"mem_backlog{pending}"] = backlog_round_trips("memory:", pending, n_mem)
+        d = tempfile.mkdtemp(prefix="smoosh-bench-jobs-")
+        try:
+            out[f"sql_backlog{pending}"] = backlog_round_trips(_sqlite_url(d), pending, n_sql)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+    return out
+
+
 def _sqlite_url(d: str) -> str:
     return f"sqlite:{os.path.join(d, 'jobs.db')}"
 
@@ -119,6 +165,11 @@ def main(argv: list[str] | None = None) -> int:
         # A worker process of sqlite_processes: the store's schema already exists.
         round_trips(argv[1], int(argv[2]), 1)
         return 0
+    if argv[:1] == ["--backlog-only"]:
+        # Just the backlog runs, as JSON (to measure two checkouts side by side).
+        n_mem, n_sql = (int(a) for a in argv[1:3]) if len(argv) >= 3 else (3000, 600)
+        print(json.dumps(backlog_runs(n_mem, n_sql)))
+        return 0
     args = parse_args(__doc__, argv)
     n_mem = 2000 if args.quick else 10_000
     n_sql = 400 if args.quick else 3000
@@ -132,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             "sql4": sqlite_round_trips(n_sql, 4),
             "sqlp4": sqlite_processes(n_sql, 4),
             "bare3": peer("bare3", n_sql)["per_s"],
+            **backlog_runs(n_mem // 3, n_sql),
         }
         if have_venv:
             r["huey"] = peer("huey", n_sql)["per_s"]
@@ -155,6 +207,16 @@ def main(argv: list[str] | None = None) -> int:
                note="one thread per process: no group commit across processes, so each commit is its own fsync"),
         Metric("bare sqlite3, 3 durable commits/job", "/s", res["bare3"], note="WAL, synchronous=FULL; single thread"),
     ]
+    for store, label in (("mem", "memory store"), ("sql", "SQLite store")):
+        base = med[f"{store}_backlog10"]
+        for pending in BACKLOGS:
+            key = f"{store}_backlog{pending}"
+            metrics.append(Metric(
+                f"{label}, 1 worker, {pending:,} jobs pending", "/s", res[key],
+                budget=0.8 * base if pending == BACKLOGS[-1] else None,
+                budget_text=f">= 0.8x the rate with 10 pending ({0.8 * base:,.0f}/s)" if pending == BACKLOGS[-1] else "",
+                reference=base if pending != BACKLOGS[0] else None, reference_name="10 pending",
+            ))
     if huey:
         metrics += [
             Metric("huey SqliteHuey storage (enqueue+dequeue)", "/s", res["huey"], note="2 commits/job; dequeue deletes the task"),
@@ -163,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
     notes = [
         f"{n_mem} round trips per memory run, {n_sql} per SQLite/peer run; every peer reports WAL and synchronous=2 (FULL).",
+        f"Backlog runs: {n_mem // 3} round trips (memory) / {n_sql} (SQLite) by one worker beside 10, 1,000 or 10,000 eligible pending jobs.",
     ]
     if not have_venv:
         notes.append("huey/persist-queue skipped: .venv-bench missing (see bench/README.md).")

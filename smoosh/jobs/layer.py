@@ -2,7 +2,11 @@
 
 Every state change is one transaction; each call that changes state takes ``tx=`` so a
 caller's own writes and the job change commit together (or not at all). Without ``tx`` the
-call runs its own transaction through the store's retry loop.
+call runs its own transaction through the store's retry loop, and is idempotent under
+"may have committed" errors (1021, 1031, 1039): each write transaction carries a
+transaction id that remembers its result (:mod:`smoosh.jobs.txids`), so a retry after such
+an error returns what the committed attempt returned. With ``tx=``, the caller's own
+:meth:`Jobs.transact` carries the id for the whole transaction.
 """
 
 from __future__ import annotations
@@ -18,15 +22,16 @@ from typing import Any, Callable, Iterator, TypeVar
 
 from smoosh.store import tuples
 from smoosh.store.base import Store, Transaction, Watch
-from smoosh.store.errors import StoreError
+from smoosh.store.errors import NOT_COMMITTED, StoreError
 from smoosh.jobs import model, pending
 from smoosh.jobs.batching import BatchPolicy
 from smoosh.jobs.encoding import check_id, check_sched_time, check_type, decode_data, encode_data
 from smoosh.jobs.errors import JobHalted, NotFound, NoTypeTimeout
-from smoosh.jobs.model import FINISHED_STATE, PENDING_STATE, JobRow, Keys
+from smoosh.jobs.model import FINISHED_STATE, PENDING_STATE, Job, JobRow, Keys
 from smoosh.jobs.monitor import MAX_JITTER_S
 from smoosh.jobs.subscription import Event, Hub, Subscription
 from smoosh.jobs.supervisor import Supervisor
+from smoosh.jobs.txids import TxIds
 
 log = logging.getLogger(__name__)
 
@@ -43,21 +48,6 @@ PENDING_COUNT_LIMIT = 1024
 FOLD_BATCH_ROWS = 1000
 #: Pending keys without a matching pending row that one accept transaction may skip.
 MAX_STRAY_PENDING = 16
-
-
-@dataclass(frozen=True)
-class Job:
-    """A worker's handle on one accepted run of a job.
-
-    It stays valid until the job is removed or re-enqueued; ``update`` and ``resubmit``
-    return a new one whose ``resubmitted`` says whether the job was resubmitted while running
-    (it then goes back to pending when finished).
-    """
-
-    type: Any
-    id: str
-    lock: str
-    resubmitted: bool = False
 
 
 @dataclass(frozen=True)
@@ -110,8 +100,12 @@ class AcceptInterrupt:
 
 @dataclass(frozen=True)
 class _NoJob:
-    watch: Watch
+    watch: Watch | None
     earliest_scheduled_time: int | None
+
+
+#: An accept whose committed attempt took nothing: try again at once.
+_LOOK_AGAIN = _NoJob(None, None)
 
 
 class Jobs:
@@ -148,6 +142,8 @@ class Jobs:
         self._closed = False
         self._accept_watches: set[Watch] = set()
         self._accept_lock = threading.Lock()
+        self._txids = TxIds(store, self.keys, clock=clock)
+        self._windows: dict[Any, pending.PickWindow] = {}
         self._supervisor = Supervisor(
             store, self.keys, self._hub, clock=clock, rng=self.rng, batch=batch or BatchPolicy(),
             monitors=monitors, max_jitter_s=max_jitter_s,
@@ -160,13 +156,17 @@ class Jobs:
         """Run ``fn(tx)`` in one transaction with retries; pass ``tx=tx`` to the calls inside.
 
         The body may run more than once (after a conflict), so it must be safe to repeat.
+        It never runs again after an attempt that committed: when that attempt reported
+        "may have committed", the result it returned is returned from the transaction's
+        id, provided it is made of None, bools, numbers, strings, bytes, Jobs, lists,
+        tuples and dicts (for any other result such a replay raises StoreError 1021).
         """
-        return self.store.transact(fn)
+        return self._txids.run(fn)
 
     def _run(self, fn: Callable[[Transaction], T], tx: Transaction | None) -> T:
         if tx is not None:
             return fn(tx)
-        return self.store.transact(fn)
+        return self._txids.run(fn)
 
     def close(self) -> None:
         """Stop every background thread of this layer and wake blocked ``accept``/``wait`` calls.
@@ -176,6 +176,7 @@ class Jobs:
         self._closed = True
         self._supervisor.close()
         self._hub.close()
+        self._txids.close()
         with self._accept_lock:
             watches = list(self._accept_watches)
         for watch in watches:
@@ -360,22 +361,50 @@ class Jobs:
         if timeout is not None and timeout < 0:
             raise ValueError(f"timeout {timeout!r} must not be negative")
         deadline = None if timeout is None else time.monotonic() + timeout
+        window = self.pick_window(job_type)
+        conflicts = 0
+
+        def on_retry(error: StoreError) -> None:
+            nonlocal conflicts
+            if error.code == NOT_COMMITTED:
+                # Another acceptor committed first, most likely on the same key: spread wider.
+                conflicts += 1
+                window.widen()
+
         while True:
             max_s = 0 if no_schedule else (math.floor(self.clock()) if fixed_max is None else fixed_max)
-            result = self.store.transact(lambda tr: self._accept_tx(tr, job_type, max_s, no_schedule))
+            conflicts = 0
+            result = self._txids.run(
+                lambda tr: self._accept_tx(tr, job_type, max_s, no_schedule, window.size),
+                on_retry=on_retry,
+                # Remembered: the job taken, so a replay returns that same job. A _NoJob
+                # that wrote (it only cleared stray keys) replays as "look again".
+                remember=lambda r: None if isinstance(r, _NoJob) else r,
+                recall=lambda v: _LOOK_AGAIN if v is None else (v[0], v[1]),
+            )
             if not isinstance(result, _NoJob):
+                if not conflicts:
+                    window.narrow()
                 job, raw = result
                 return job, decode_data(raw)
-            self._wait_pending(job_type, result, fixed_max is None and not no_schedule, deadline, interrupt)
+            if result.watch is not None:
+                self._wait_pending(job_type, result, fixed_max is None and not no_schedule, deadline, interrupt)
+
+    def pick_window(self, job_type: Any) -> pending.PickWindow:
+        """The type's accept window in this layer (how many pending keys an accept picks among)."""
+        window = self._windows.get(job_type)
+        if window is None:
+            window = self._windows.setdefault(job_type, pending.PickWindow())
+        return window
 
     def _accept_tx(
-        self, tr: Transaction, job_type: Any, max_s: int, no_schedule: bool
+        self, tr: Transaction, job_type: Any, max_s: int, no_schedule: bool, window: int = pending.PICK_RANGE_LIMIT
     ) -> tuple[Job, bytes] | _NoJob:
         for _ in range(MAX_STRAY_PENDING):
             if no_schedule:
                 picked = pending.dequeue_no_schedule(tr, self.keys, job_type, self.rng)
             else:
-                picked = pending.dequeue(tr, self.keys, job_type, max_s, self.rng)
+                picked = pending.dequeue(tr, self.keys, job_type, max_s, self.rng, window)
             if picked is None:
                 break
             job_id, stime = picked
@@ -399,6 +428,7 @@ class Jobs:
         self, job_type: Any, nojob: _NoJob, by_time: bool, deadline: float | None, interrupt: AcceptInterrupt | None
     ) -> None:
         watch = nojob.watch
+        assert watch is not None
         if interrupt is not None and not interrupt._arm(watch):
             watch.cancel()
             raise NotFound(f"no pending job of type {job_type!r}: the wait was interrupted", type=job_type)
@@ -606,4 +636,9 @@ class Jobs:
     def supervisor(self) -> Supervisor:
         """The owner of this layer's background threads."""
         return self._supervisor
+
+    @property
+    def txids(self) -> TxIds:
+        """This layer's transaction ids (replays answered, ids awaiting their clear)."""
+        return self._txids
 

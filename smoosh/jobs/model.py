@@ -8,6 +8,7 @@ Layout (every key is ``prefix + pack(tuple)``; the couch_jobs model, DESIGN §5.
     (WATCHES_ACTIVITY, type)      = (versionstamp,) rewritten on accept/update/finish/remove/re-enqueue
     (ACTIVITY_TIMEOUT, type)      = (seconds,)     also the registry of types
     (ACTIVITY, type, versionstamp) = (id, data)    one entry per running job
+    (TX_IDS, issued_at, id)       = remembered result of one write transaction (see txids)
 
 ``seq`` is 0 while pending, None once finished, and the versionstamp of the job's last
 accept/update while running; that versionstamp is also its ACTIVITY key, so the row always
@@ -24,7 +25,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from fdb.tuple import Versionstamp
+from fdb.tuple import Versionstamp  # type: ignore[import-untyped]
 
 from smoosh.store import tuples
 from smoosh.store.base import Transaction
@@ -35,6 +36,8 @@ WATCHES_PENDING = 3
 WATCHES_ACTIVITY = 4
 ACTIVITY_TIMEOUT = 5
 ACTIVITY = 6
+#: Transaction ids of recent write transactions (fabric2 keeps them at 255 too).
+TX_IDS = 255
 
 #: ``seq`` of a pending job.
 PENDING_SEQ = 0
@@ -48,6 +51,21 @@ FINISHED_STATE = "finished"
 NOT_FOUND_STATE = "not_found"
 
 _ONE = struct.pack("<q", 1)
+
+
+@dataclass(frozen=True)
+class Job:
+    """A worker's handle on one accepted run of a job.
+
+    It stays valid until the job is removed or re-enqueued; ``update`` and ``resubmit``
+    return a new one whose ``resubmitted`` says whether the job was resubmitted while running
+    (it then goes back to pending when finished).
+    """
+
+    type: Any
+    id: str
+    lock: str
+    resubmitted: bool = False
 
 
 @dataclass(frozen=True)
@@ -147,6 +165,18 @@ class Keys:
     def activity_range(self, job_type: Any) -> tuple[bytes, bytes]:
         p = self._type_prefix(ACTIVITY, job_type)
         return p + b"\x00", p + b"\xff"
+
+    def tx_id(self, issued_at_s: int, tx_id: bytes) -> bytes:
+        """The key of one transaction id (ordered by issue time, so old ones clear as a range)."""
+        # Packed by hand: the generic packer would cache every random id as an element.
+        return self.tx_ids_before(issued_at_s) + b"\x01" + tx_id.replace(b"\x00", b"\x00\xff") + b"\x00"
+
+    def tx_ids_range(self) -> tuple[bytes, bytes]:
+        return tuples.range((TX_IDS,), self.prefix)
+
+    def tx_ids_before(self, issued_at_s: int) -> bytes:
+        """First key past every transaction id issued before ``issued_at_s``."""
+        return self._type_prefix(TX_IDS, issued_at_s)
 
     def unpack(self, key: bytes) -> tuple[Any, ...]:
         return tuples.unpack(key, len(self.prefix))

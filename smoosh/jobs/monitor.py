@@ -16,7 +16,7 @@ import logging
 import random
 from typing import Any, Callable
 
-from fdb.tuple import Versionstamp
+from fdb.tuple import Versionstamp  # type: ignore[import-untyped]
 
 from smoosh.store import tuples
 from smoosh.store.base import Store, Transaction
@@ -24,6 +24,7 @@ from smoosh.store.errors import StoreError
 from smoosh.jobs import model
 from smoosh.jobs.batching import BATCH_RETRY_LIMIT, MAX_CONSECUTIVE_FAILURES, BatchPolicy, is_batch_error
 from smoosh.jobs.model import Keys
+from smoosh.jobs.txids import TxIds, sweep_expired
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,7 @@ class ActivityMonitor:
         self.batch_size = self.batch.initial
         #: Jobs re-enqueued so far (for tests and status).
         self.reenqueued = 0
+        self.txids = TxIds(store, keys, clock=clock)
         self._retime_requested = False
         self.reset()
 
@@ -138,6 +140,9 @@ class ActivityMonitor:
         if self.baseline is not _NO_BASELINE and self.baseline is not None:
             count = self._reenqueue_all(self.baseline)
         self.baseline = self.store.transact(lambda tr: model.read_activity_stamp(tr, self.keys, self.job_type))
+        # Transaction ids of calls whose process died before clearing them (see txids).
+        sweep_expired(self.store, self.keys, self.clock())
+        self.txids.flush()
         return count
 
     def _reenqueue_all(self, baseline: Versionstamp) -> int:
@@ -146,9 +151,7 @@ class ActivityMonitor:
         while True:
             limit = self.batch_size
             try:
-                count = self.store.transact(
-                    lambda tr: self._reenqueue_batch(tr, baseline, limit), retry_limit=BATCH_RETRY_LIMIT
-                )
+                count = self.txids.run(lambda tr: self._reenqueue_batch(tr, baseline, limit), retry_limit=BATCH_RETRY_LIMIT)
             except StoreError as e:
                 if not is_batch_error(e):
                     raise

@@ -12,12 +12,9 @@ import itertools
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Protocol
 
 from smoosh.jobs.model import FINISHED_STATE, NOT_FOUND_STATE
-
-if TYPE_CHECKING:
-    from smoosh.jobs.notifier import Notifier
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +23,14 @@ Event = tuple[Any, str, str, Any]
 
 #: States after which a subscription ends (no further events).
 FINAL_STATES = frozenset({FINISHED_STATE, NOT_FOUND_STATE})
+
+
+class Registry(Protocol):
+    """What a subscription needs of the notifier that feeds it (the notifier imports this
+    module, never the reverse)."""
+
+    def unregister(self, sub: Subscription) -> None:
+        """Stop delivering events to ``sub``."""
 
 
 class Hub:
@@ -95,7 +100,7 @@ class Subscription:
     def __init__(
         self,
         hub: Hub,
-        notifier: Notifier | None,
+        notifier: Registry | None,
         job_type: Any,
         job_id: str,
         state: str,

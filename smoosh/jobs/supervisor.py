@@ -119,10 +119,10 @@ class Supervisor:
                 runner.start()
                 return
         if retime:
-            monitor = runner.role
-            assert isinstance(monitor, ActivityMonitor)
+            role = runner.role
+            assert isinstance(role, ActivityMonitor)
             # The runner's next step (now) re-reads the timeout and reschedules from now.
-            monitor.request_retime()
+            role.request_retime()
             runner.kick()
 
     # -- notifiers ---------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Stores with FoundationDB's semantics: ``memory:``, ``sqlite:PATH``, ``fdb:`` / ``fdb:CLUSTER_FILE``."""
+"""Stores with FoundationDB's semantics: ``memory:``, ``sqlite:PATH``, ``fdb:`` / ``fdb:CLUSTER_FILE``,
+and ``faulty:SEED[:RATE]:INNER``, which injects FoundationDB's errors into any of them."""
 
 from __future__ import annotations
 
@@ -14,13 +15,15 @@ def open_store(url: str) -> Store:
     Parameters:
         url: ``memory:`` (this process only, nothing on disk), ``sqlite:PATH`` (the embedded
             default; relative paths resolve against the working directory), ``fdb:`` (the
-            default cluster file) or ``fdb:CLUSTER_FILE``.
+            default cluster file), ``fdb:CLUSTER_FILE``, or ``faulty:SEED[:RATE]:INNER``
+            (any of those with FoundationDB's errors injected; see :mod:`smoosh.store.faulty`).
 
     Returns:
         An open :class:`Store`; close it when done.
 
     Raises:
-        StoreUnavailable: an unknown scheme, an empty SQLite path, or no FoundationDB client.
+        StoreUnavailable: an unknown scheme, an empty SQLite path, a malformed ``faulty:``
+            URL, or no FoundationDB client.
     """
     scheme, sep, rest = url.partition(":")
     if not sep:
@@ -39,4 +42,12 @@ def open_store(url: str) -> Store:
         from smoosh.store.fdb import FdbStore
 
         return FdbStore(rest or None, url=url)
+    if scheme == "faulty":
+        from smoosh.store.faulty import FaultyStore, parse_url
+
+        try:
+            seed, rate, inner_url = parse_url(rest)
+        except ValueError as e:
+            raise StoreUnavailable(f"store URL {url!r}: {e}") from None
+        return FaultyStore(open_store(inner_url), seed=seed, rate=rate, url=url)
     raise StoreUnavailable(f"store URL {url!r} has unknown scheme {scheme!r}: use memory:, sqlite:PATH or fdb:[CLUSTER_FILE]")

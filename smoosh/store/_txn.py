@@ -15,7 +15,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from sortedcontainers import SortedList
+from sortedcontainers import SortedList  # type: ignore[import-untyped]
 
 from smoosh.store.base import (
     KEY_SIZE_LIMIT_BYTES,
@@ -81,8 +81,13 @@ class Snapshot(abc.ABC):
         """The committed value of ``key`` at the read version."""
 
     @abc.abstractmethod
-    def scan(self, begin: bytes, end: bytes, reverse: bool) -> Iterator[tuple[bytes, bytes]]:
-        """Committed pairs in ``[begin, end)`` in key order (reversed if asked), fetched lazily."""
+    def scan(self, begin: bytes, end: bytes, reverse: bool, first_chunk: int = 0) -> Iterator[tuple[bytes, bytes]]:
+        """Committed pairs in ``[begin, end)`` in key order (reversed if asked), fetched lazily.
+
+        ``first_chunk`` (0: the store's usual chunk) is how many pairs the caller expects to
+        need: a limited read of a few keys at the head of a long range (an accept's pick)
+        then fetches a few, not a whole chunk, so its cost does not grow with the range.
+        """
 
     @abc.abstractmethod
     def close(self) -> None:
@@ -335,7 +340,7 @@ class BufferedTransaction(Transaction):
             self._add_read_range(key, key_after(key))
         return value
 
-    def _merged(self, begin: bytes, end: bytes, reverse: bool) -> Iterator[tuple[bytes, bytes]]:
+    def _merged(self, begin: bytes, end: bytes, reverse: bool, first_chunk: int = 0) -> Iterator[tuple[bytes, bytes]]:
         """Pairs in ``[begin, end)``: the snapshot overlaid with our writes and clears."""
         if begin >= end:
             return
@@ -343,12 +348,14 @@ class BufferedTransaction(Transaction):
         unreadable = self._unreadable.overlapping(begin, end)
         if unreadable:
             barrier = unreadable[-1][1] if reverse else unreadable[0][0]
-        base = self._snapshot().scan(begin, end, reverse)
+        base = self._snapshot().scan(begin, end, reverse, first_chunk)
         local = iter(self._written_in(begin, end, reverse))
         nb = next(base, None)
         nl = next(local, None)
+        value: bytes | None
         while nb is not None or nl is not None:
             if nl is None or (nb is not None and ((nb[0] > nl) if reverse else (nb[0] < nl))):
+                assert nb is not None  # for mypy: the loop's condition says so
                 key, value = nb
                 nb = next(base, None)
                 if self._cleared.contains(key):
@@ -374,6 +381,7 @@ class BufferedTransaction(Transaction):
                     continue
             if barrier is not None and ((key < barrier) if reverse else (key >= barrier)):
                 raise StoreError(ACCESSED_UNREADABLE)
+            assert value is not None  # a base pair always has a value
             yield key, value
         if barrier is not None:
             raise StoreError(ACCESSED_UNREADABLE)
@@ -383,13 +391,13 @@ class BufferedTransaction(Transaction):
         pivot = key_after(sel.key) if sel.or_equal else sel.key
         if sel.offset >= 1:
             n = sel.offset
-            for key, _ in self._merged(pivot, KEYSPACE_END, False):
+            for key, _ in self._merged(pivot, KEYSPACE_END, False, sel.offset):
                 n -= 1
                 if n == 0:
                     return key
             return KEYSPACE_END
         n = 1 - sel.offset
-        for key, _ in self._merged(b"", min(pivot, KEYSPACE_END), True):
+        for key, _ in self._merged(b"", min(pivot, KEYSPACE_END), True, 1 - sel.offset):
             n -= 1
             if n == 0:
                 return key
@@ -421,7 +429,7 @@ class BufferedTransaction(Transaction):
         if rb >= re:
             return []
         out: list[tuple[bytes, bytes]] = []
-        for pair in self._merged(rb, re, reverse):
+        for pair in self._merged(rb, re, reverse, limit):
             out.append(pair)
             if limit and len(out) >= limit:
                 break

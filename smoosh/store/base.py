@@ -7,35 +7,39 @@ transaction's own later reads, commit fails with 1020 when a key the transaction
 as a snapshot read) was written by another transaction that committed after its read
 version, and the retry loop in :meth:`Store.transact` runs the body again for FoundationDB's
 retryable error set.
+
+The retry loop is written once, here. A store supplies two primitives for it:
+:meth:`Transaction.on_error` (FoundationDB's: back off and reset for a retryable error,
+raise anything else; the ``fdb:`` store hands it to the binding) and
+:meth:`Transaction.set_retry_options` (the transaction's timeout and backoff ceiling).
 """
 
 from __future__ import annotations
 
 import abc
 import logging
-import random
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, TypeVar
 
 from smoosh.store.errors import (
     DATABASE_LOCKED,
+    RETRYABLE,
     TRANSACTION_TIMED_OUT,
     StoreError,
 )
+from smoosh.store.retry import MAX_RETRY_DELAY_S, Backoff, RetryStats
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: FoundationDB's default number of retries before the loop gives up (fabric2 uses 100).
+#: Retries before the loop gives up and raises the last error (fabric2's ``retry_limit``).
 DEFAULT_RETRY_LIMIT = 100
-#: Total time (seconds) the retry loop may spend before raising 1031 transaction_timed_out.
+#: Total time (seconds) the retry loop may spend before raising 1031 transaction_timed_out
+#: (fabric2's transaction ``timeout``).
 DEFAULT_TIMEOUT_S = 60.0
-#: First backoff delay (seconds) after a retryable error; doubled on each retry.
-INITIAL_BACKOFF_S = 0.01
-#: Ceiling (seconds) of the retry backoff, FoundationDB's ``max_retry_delay`` default.
-MAX_BACKOFF_S = 1.0
 
 #: FoundationDB's limits; the embedded stores enforce them so code that works here works there.
 #: Maximum bytes of "affected data" in one transaction (2101 beyond it).
@@ -222,6 +226,35 @@ class Transaction(ReadView):
     def has_writes(self) -> bool:
         """Whether the transaction holds any mutation (a read-only transaction commits nothing)."""
 
+    def set_retry_options(self, *, timeout_s: float | None = None, max_retry_delay_s: float = MAX_RETRY_DELAY_S) -> None:
+        """FoundationDB's ``timeout`` and ``max_retry_delay`` transaction options.
+
+        Parameters:
+            timeout_s: seconds after which the transaction's operations fail with 1031
+                (None: no limit). The embedded stores leave the deadline to the retry loop.
+            max_retry_delay_s: ceiling of :meth:`on_error`'s backoff.
+        """
+        self._max_retry_delay_s = max_retry_delay_s
+        self._backoff: Backoff | None = None  # made by the first on_error
+
+    def on_error(self, error: StoreError) -> None:
+        """FoundationDB's ``on_error``: for a retryable error, back off and reset; else raise.
+
+        Retryable means FoundationDB's predicate (:data:`~smoosh.store.errors.RETRYABLE`):
+        1031 is not in it (the retry loop retries it on a fresh transaction). The backoff
+        grows with each call on the same transaction (see :class:`~smoosh.store.retry.Backoff`).
+
+        Raises:
+            StoreError: ``error`` itself when it is not retryable.
+        """
+        if error.code not in RETRYABLE:
+            raise error
+        backoff = self.__dict__.get("_backoff")
+        if backoff is None:
+            backoff = self._backoff = Backoff(self.__dict__.get("_max_retry_delay_s", MAX_RETRY_DELAY_S))
+        backoff.wait()
+        self.reset()
+
 
 class Store(abc.ABC):
     """A handle on one store. Thread-safe: any number of threads may run transactions at once."""
@@ -242,58 +275,103 @@ class Store(abc.ABC):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def retry_stats(self) -> RetryStats:
+        """Counts of what this handle's retry loops retried (see :class:`~smoosh.store.retry.RetryStats`)."""
+        stats = self.__dict__.get("_retry_stats")
+        if stats is None:
+            with _STATS_LOCK:
+                stats = self.__dict__.setdefault("_retry_stats", RetryStats())
+        return stats
+
     def transact(
         self,
         fn: Callable[[Transaction], T],
         *,
         retry_limit: int = DEFAULT_RETRY_LIMIT,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        max_retry_delay_s: float = MAX_RETRY_DELAY_S,
+        on_retry: Callable[[StoreError], None] | None = None,
     ) -> T:
-        """Run ``fn(tr)`` in a transaction and commit it, retrying as FoundationDB's loop does.
+        """Run ``fn(tr)`` in a transaction and commit it, retrying as FoundationDB defines it.
 
-        The body may run more than once: it must not have side effects outside the
-        transaction that break when repeated.
+        After an error of FoundationDB's retryable set the transaction's :meth:`~Transaction.on_error`
+        backs off (exponentially, at most ``max_retry_delay_s``) and resets it; after 1031
+        (an attempt that timed out) the loop backs off the same way and starts a fresh
+        transaction. Any other error is raised at once, with its code. The body may thus
+        run more than once: it must not have side effects outside the transaction that
+        break when repeated. After 1021, 1031 or 1039 an attempt may have committed although
+        it reported failure: a body that is not idempotent must find out itself (the job
+        layer writes a transaction id with every write, see ``smoosh.jobs.txids``), and
+        ``on_retry`` tells it when.
 
         Parameters:
             fn: the body; its return value is returned after a successful commit.
-            retry_limit: how many retries before the last retryable error is raised.
-            timeout_s: total seconds before 1031 transaction_timed_out.
+            retry_limit: retries before the last retryable error is raised.
+            timeout_s: total seconds before 1031 transaction_timed_out (also the ``fdb:``
+                transaction's own timeout, so a stalled read or commit cannot outlive it).
+            max_retry_delay_s: ceiling of the backoff between retries.
+            on_retry: called with the error before each retry.
 
         Raises:
-            StoreError: a non-retryable error, the retry limit, or the timeout.
+            StoreError: a non-retryable error, the last error at the retry limit, or 1031
+                once ``timeout_s`` has passed.
         """
         deadline = time.monotonic() + timeout_s
-        backoff_s = INITIAL_BACKOFF_S
+        stats = self.retry_stats
         retries = 0
         warned_locked = False
-        tr = self.create_transaction()
-        while True:
-            try:
-                result = fn(tr)
-                tr.commit()
+        fresh_backoff: Backoff | None = None
+        tr = self._loop_transaction(timeout_s, max_retry_delay_s)
+        try:
+            while True:
+                try:
+                    result = fn(tr)
+                    tr.commit()
+                except StoreError as e:
+                    if not e.loop_retryable or retries >= retry_limit:
+                        if retries and e.loop_retryable:
+                            stats.record_end(retries, gave_up=True)
+                        raise
+                    remaining_s = deadline - time.monotonic()
+                    if remaining_s <= 0:
+                        stats.record_end(retries, gave_up=True)
+                        raise StoreError(TRANSACTION_TIMED_OUT) from e
+                    retries += 1
+                    stats.record_retry(e.code, e.maybe_committed)
+                    if e.code == DATABASE_LOCKED and not warned_locked:
+                        # Another process has held the store's write lock for a whole busy
+                        # timeout: worth an operator's attention once, not once per retry.
+                        warned_locked = True
+                        log.warning("%s; retrying for up to %.0f s more", e, remaining_s)
+                    else:
+                        log.debug("retrying transaction after %s (retry %d)", e, retries)
+                    if on_retry is not None:
+                        on_retry(e)
+                    if e.code in RETRYABLE:
+                        tr.on_error(e)
+                    else:
+                        # 1031: on_error would raise it; the timed-out transaction is spent.
+                        tr.cancel()
+                        if fresh_backoff is None:
+                            fresh_backoff = Backoff(max_retry_delay_s)
+                        fresh_backoff.wait(deadline - time.monotonic())
+                        tr = self._loop_transaction(deadline - time.monotonic(), max_retry_delay_s)
+                    continue
+                if retries:
+                    stats.record_end(retries)
                 return result
-            except StoreError as e:
-                if not e.retryable or retries >= retry_limit:
-                    tr.cancel()
-                    raise
-                if time.monotonic() >= deadline:
-                    tr.cancel()
-                    raise StoreError(TRANSACTION_TIMED_OUT) from e
-                retries += 1
-                if e.code == DATABASE_LOCKED and not warned_locked:
-                    # Another process has held the store's write lock for a whole busy
-                    # timeout: worth an operator's attention once, not once per retry.
-                    warned_locked = True
-                    log.warning("%s; retrying for up to %.0f s more", e, max(0.0, deadline - time.monotonic()))
-                else:
-                    log.debug("retrying transaction after %s (retry %d)", e, retries)
-                # Full jitter keeps a crowd of conflicting workers from retrying in lockstep.
-                time.sleep(min(backoff_s, max(0.0, deadline - time.monotonic())) * random.random())
-                backoff_s = min(backoff_s * 2, MAX_BACKOFF_S)
-                tr.reset()
-            except BaseException:
-                tr.cancel()
-                raise
+        except BaseException:
+            tr.cancel()
+            raise
+
+    def _loop_transaction(self, timeout_s: float, max_retry_delay_s: float) -> Transaction:
+        tr = self.create_transaction()
+        tr.set_retry_options(timeout_s=max(timeout_s, 0.001), max_retry_delay_s=max_retry_delay_s)
+        return tr
+
+
+_STATS_LOCK = threading.Lock()
 
 
 def strinc(key: bytes) -> bytes:

@@ -55,6 +55,15 @@ RETRYABLE_NOT_COMMITTED = frozenset(
 #: FoundationDB's ``retryable`` predicate: what ``on_error`` retries.
 RETRYABLE = MAYBE_COMMITTED | RETRYABLE_NOT_COMMITTED
 
+#: What smoosh's retry loop (:meth:`~smoosh.store.base.Store.transact`) retries: FoundationDB's
+#: set plus 1031, which ``on_error`` does not retry. couch_jobs retries it too: one attempt
+#: that timed out (a slow commit, a stalled read) says nothing about the next.
+LOOP_RETRYABLE = RETRYABLE | {TRANSACTION_TIMED_OUT}
+
+#: Codes after which smoosh treats a transaction as "may have committed": FoundationDB's
+#: maybe_committed set plus 1031, since a timeout can strike after the commit was sent.
+OUTCOME_UNKNOWN = MAYBE_COMMITTED | {TRANSACTION_TIMED_OUT}
+
 _DESCRIPTIONS = {
     TRANSACTION_TOO_OLD: "Transaction is too old to perform reads or be committed",
     FUTURE_VERSION: "Request for future version",
@@ -65,7 +74,9 @@ _DESCRIPTIONS = {
     TRANSACTION_TIMED_OUT: "Operation aborted because the transaction timed out",
     TOO_MANY_WATCHES: "Too many watches currently set",
     ACCESSED_UNREADABLE: "Read or wrote an unreadable key",
+    PROCESS_BEHIND: "Storage process does not have recent mutations",
     DATABASE_LOCKED: "Database is locked",
+    CLUSTER_VERSION_CHANGED: "The protocol version of the cluster has changed",
     OPERATION_CANCELLED: "Asynchronous operation cancelled",
     INVERTED_RANGE: "Range begin key larger than end key",
     KEY_OUTSIDE_LEGAL_RANGE: "Key outside legal range",
@@ -75,6 +86,11 @@ _DESCRIPTIONS = {
     KEY_TOO_LARGE: "Key length exceeds limit",
     VALUE_TOO_LARGE: "Value length exceeds limit",
 }
+
+
+def describe(code: int) -> str:
+    """FoundationDB's description of an error code (a generic one for codes not listed)."""
+    return _DESCRIPTIONS.get(code, "store error")
 
 
 class StoreError(SmooshError):
@@ -92,8 +108,13 @@ class StoreError(SmooshError):
 
     @property
     def maybe_committed(self) -> bool:
-        """Whether the transaction may have committed despite the error."""
-        return self.code in MAYBE_COMMITTED
+        """Whether the transaction may have committed despite the error (1021, 1031, 1039)."""
+        return self.code in OUTCOME_UNKNOWN
+
+    @property
+    def loop_retryable(self) -> bool:
+        """Whether smoosh's retry loop runs the transaction again (``retryable``, or 1031)."""
+        return self.code in LOOP_RETRYABLE
 
 
 class StoreUnavailable(SmooshError):

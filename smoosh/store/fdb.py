@@ -3,45 +3,208 @@
 The seam mirrors FoundationDB's own transaction API, so this module only converts: our
 :class:`~smoosh.store.base.KeySelector` to ``fdb.KeySelector``, futures to values,
 ``fdb.FDBError`` to :class:`~smoosh.store.errors.StoreError` with the same code, and watch
-futures to :class:`~smoosh.store.base.Watch`. ``fdb`` is imported lazily, and the API version
-is selected once per process (the binding allows nothing else).
+futures to :class:`~smoosh.store.base.Watch`. Retries go through the binding's ``on_error``
+(its retryable set, its backoff, ``max_retry_delay``); the retry loop is the base class's.
+
+Versions. Three things must agree: the binding (PyPI ``foundationdb``), the client library
+``libfdb_c`` it loads, and the cluster. The binding announces a *header* API version (710 for
+the 7.1 binding, 730 for 7.3, 800 for 8.0) and the client library refuses any binding whose
+header version is above its own maximum: the 8.0 binding loads only an 8.0 library, the 7.3
+binding a 7.3 or 8.0 one, the 7.1 binding any of 7.1, 7.3 and 8.0. smoosh therefore depends on
+the 7.1 binding and selects, once per process, the highest API version that both the binding
+and the loaded library support (never below :data:`MIN_API_VERSION`). The client library talks
+to clusters of its own major.minor version (or others through FoundationDB's multi-version
+client, ``external_client_library``). :func:`describe_versions` reports all of it.
+
+``fdb`` is imported lazily, and only when an ``fdb:`` store is opened or versions are asked for.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import threading
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Iterator
 
 from smoosh.store.base import KeySelector, ReadView, Store, Transaction, Watch
 from smoosh.store.errors import CLIENT_INVALID_OPERATION, StoreError, StoreUnavailable
+from smoosh.store.retry import MAX_RETRY_DELAY_S
 
-#: The FoundationDB API version smoosh is written against (lowered to the binding's latest if older).
-API_VERSION = 710
+#: The lowest FoundationDB API version smoosh runs at (persistent transaction timeouts need
+#: 610, 4-byte versionstamp offsets 520; 710 is what the 7.1 binding, our floor, speaks).
+MIN_API_VERSION = 710
+#: The header API version of a binding too old to say it (the 7.1 binding has no
+#: ``LATEST_API_VERSION``; its ``api_version`` passes 710 as the header version).
+LEGACY_BINDING_API_VERSION = 710
 #: What to do when the binding or the native client is missing.
 INSTALL_HINT = "install smoosh[fdb] and the FoundationDB client library (libfdb_c)"
+#: The special key whose value is the cluster's status document (JSON).
+STATUS_KEY = b"\xff\xff/status/json"
+#: Seconds :func:`describe_versions` waits for the cluster's status.
+STATUS_TIMEOUT_S = 5.0
 
 _api_lock = threading.Lock()
+
+
+def binding_api_version(fdb: ModuleType) -> int:
+    """The header API version of the imported binding (710 for a 7.1 binding)."""
+    return int(getattr(fdb, "LATEST_API_VERSION", LEGACY_BINDING_API_VERSION))
+
+
+def client_max_api_version(fdb: ModuleType) -> int:
+    """The highest API version the client library ``libfdb_c`` supports (loads it).
+
+    Raises:
+        StoreUnavailable: the client library cannot be found or loaded.
+    """
+    try:
+        import fdb.impl as impl  # type: ignore[import-untyped]  # loads libfdb_c; fails without it
+    except Exception as e:  # the binding raises a bare Exception when libfdb_c is missing
+        raise StoreUnavailable(f"FoundationDB client library not found ({e}): {INSTALL_HINT}") from e
+    return int(impl._capi.fdb_get_max_api_version())
+
+
+def choose_api_version(binding_version: int, library_max: int) -> int:
+    """The API version to select: the highest both sides support.
+
+    Raises:
+        StoreUnavailable: the library is older than the binding (it would refuse it) or
+            than :data:`MIN_API_VERSION`.
+    """
+    if library_max < binding_version:
+        raise StoreUnavailable(
+            f"the FoundationDB binding needs a client library supporting API version {binding_version}, "
+            f"but the installed libfdb_c supports at most {library_max}: install a binding of the "
+            f"library's version (pip install 'foundationdb=={library_max // 100}.{library_max // 10 % 10}.*') "
+            f"or a newer client library"
+        )
+    chosen = min(binding_version, library_max)
+    if chosen < MIN_API_VERSION:
+        raise StoreUnavailable(f"FoundationDB API version {chosen} is older than smoosh needs ({MIN_API_VERSION})")
+    return chosen
 
 
 def load_fdb() -> ModuleType:
     """Import ``fdb`` and select the API version (once per process).
 
+    Returns:
+        The ``fdb`` module, its API version selected.
+
     Raises:
-        StoreUnavailable: the binding or the native client library is missing or unusable.
+        StoreUnavailable: the binding or the native client library is missing or unusable,
+            or another part of the process selected an API version below :data:`MIN_API_VERSION`.
     """
     try:
-        import fdb
+        import fdb  # type: ignore[import-untyped]  # the binding ships no types
     except ImportError as e:
         raise StoreUnavailable(f"FoundationDB binding not installed: {INSTALL_HINT}") from e
     with _api_lock:
-        if not fdb.is_api_version_selected():
-            try:
-                fdb.api_version(min(API_VERSION, fdb.LATEST_API_VERSION))
-            except Exception as e:  # the binding raises a bare Exception when libfdb_c is missing
-                raise StoreUnavailable(f"FoundationDB client unusable ({e}): {INSTALL_HINT}") from e
+        if fdb.is_api_version_selected():
+            selected = fdb.get_api_version()
+            if selected < MIN_API_VERSION:
+                raise StoreUnavailable(f"FoundationDB API version {selected} was selected elsewhere; smoosh needs {MIN_API_VERSION}")
+            return fdb
+        version = choose_api_version(binding_api_version(fdb), client_max_api_version(fdb))
+        try:
+            fdb.api_version(version)
+        except Exception as e:  # RuntimeError from the binding, a bare Exception without libfdb_c
+            raise StoreUnavailable(f"FoundationDB client unusable ({e}): {INSTALL_HINT}") from e
     return fdb
+
+
+@dataclass(frozen=True)
+class FdbVersions:
+    """What :func:`describe_versions` found (for ``smoosh doctor``).
+
+    Attributes:
+        binding: the ``foundationdb`` package version, e.g. ``"7.1.67"``.
+        binding_api_version: the binding's header API version.
+        client_library: the loaded ``libfdb_c`` version, e.g. ``"7.3.43"`` (None if unknown).
+        client_max_api_version: the library's highest API version.
+        api_version: the API version selected in this process.
+        server_versions: versions the cluster's processes report, when a cluster was asked.
+        cluster_error: why the cluster could not be asked, when it could not.
+    """
+
+    binding: str
+    binding_api_version: int
+    client_library: str | None
+    client_max_api_version: int
+    api_version: int
+    server_versions: list[str] | None = None
+    cluster_error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _binding_package_version(fdb: ModuleType) -> str:
+    version = getattr(fdb, "__version__", None)
+    if version:
+        return str(version)
+    try:
+        from importlib.metadata import version as dist_version
+
+        return dist_version("foundationdb")
+    except Exception:
+        return "unknown"
+
+
+def _client_library_version(fdb: ModuleType) -> str | None:
+    """The ``libfdb_c`` version string's first field ("7.1.27" of "7.1.27,<hash>,<protocol>")."""
+    import ctypes
+
+    import fdb.impl as impl  # type: ignore[import-untyped]
+
+    func = getattr(impl._capi, "fdb_get_client_version", None)
+    if func is None:
+        return None
+    func.restype = ctypes.c_char_p
+    raw = func()
+    return raw.decode("utf-8", "replace").split(",")[0] if raw else None
+
+
+def server_versions_from_status(status: dict[str, Any]) -> list[str]:
+    """The distinct versions in a status document's ``cluster.processes`` (sorted)."""
+    processes = (status.get("cluster") or {}).get("processes") or {}
+    return sorted({str(p["version"]) for p in processes.values() if isinstance(p, dict) and p.get("version")})
+
+
+def describe_versions(cluster_file: str | None = None, *, ask_cluster: bool = True, timeout_s: float = STATUS_TIMEOUT_S) -> FdbVersions:
+    """Report the binding, client library and (where reachable) cluster versions.
+
+    Parameters:
+        cluster_file: the cluster to ask (None: the default cluster file).
+        ask_cluster: False reports the client side only and opens no database.
+        timeout_s: how long to wait for the cluster's status document.
+
+    Returns:
+        An :class:`FdbVersions`; a cluster that cannot be reached is reported in
+        ``cluster_error``, not raised.
+
+    Raises:
+        StoreUnavailable: no binding or no client library.
+    """
+    fdb = load_fdb()
+    versions = FdbVersions(
+        binding=_binding_package_version(fdb),
+        binding_api_version=binding_api_version(fdb),
+        client_library=_client_library_version(fdb),
+        client_max_api_version=client_max_api_version(fdb),
+        api_version=fdb.get_api_version(),
+    )
+    if not ask_cluster:
+        return versions
+    try:
+        db = fdb.open(cluster_file)
+        tr = db.create_transaction()
+        tr.options.set_timeout(int(timeout_s * 1000))
+        raw = tr.get(STATUS_KEY).wait()
+        status = json.loads(bytes(raw)) if raw is not None else {}
+    except Exception as e:  # an unreachable or misconfigured cluster is a finding, not a crash
+        return dataclasses.replace(versions, cluster_error=str(e) or type(e).__name__)
+    return dataclasses.replace(versions, server_versions=server_versions_from_status(status))
 
 
 class FdbWatch(Watch):
@@ -164,8 +327,25 @@ class FdbTransaction(_FdbReadView, Transaction):
 
     def reset(self) -> None:
         self._tr.reset()
+        self._forget_attempt()
+
+    def _forget_attempt(self) -> None:
         self._has_writes = False
         self._stamp_future = None
+
+    def set_retry_options(self, *, timeout_s: float | None = None, max_retry_delay_s: float = MAX_RETRY_DELAY_S) -> None:
+        """FoundationDB's ``timeout`` and ``max_retry_delay`` options (both kept across ``on_error``)."""
+        with _mapped(self._fdb):
+            if timeout_s is not None:
+                # 0 would mean "no timeout": a deadline already reached is 1 ms.
+                self._tr.options.set_timeout(max(1, int(timeout_s * 1000)))
+            self._tr.options.set_max_retry_delay(max(1, int(max_retry_delay_s * 1000)))
+
+    def on_error(self, error: StoreError) -> None:
+        """The binding's ``on_error``: its retryable set, its backoff; raises anything else."""
+        with _mapped(self._fdb):
+            self._tr.on_error(error.code).wait()
+        self._forget_attempt()
 
     def cancel(self) -> None:
         self._tr.cancel()
@@ -195,6 +375,7 @@ class FdbStore(Store):
 
     def __init__(self, cluster_file: str | None = None, *, url: str | None = None) -> None:
         self._fdb = load_fdb()
+        self.cluster_file = cluster_file
         self.url = url or f"fdb:{cluster_file or ''}"
         try:
             self._db = self._fdb.open(cluster_file)
@@ -205,3 +386,7 @@ class FdbStore(Store):
         """A new FoundationDB transaction."""
         with _mapped(self._fdb):
             return FdbTransaction(self._db.create_transaction(), self._fdb)
+
+    def versions(self) -> FdbVersions:
+        """Binding, client library and cluster versions (see :func:`describe_versions`)."""
+        return describe_versions(self.cluster_file)

@@ -30,7 +30,7 @@ import threading
 import time
 from typing import Callable, Iterator
 
-from sortedcontainers import SortedDict, SortedList
+from sortedcontainers import SortedDict, SortedList  # type: ignore[import-untyped]
 
 from smoosh.store.base import (
     MAX_WATCHES,
@@ -77,11 +77,13 @@ class _MemorySnapshot(Snapshot):
             history = self._store._data.get(key)
             return None if history is None else _value_at(history, self.read_version)
 
-    def scan(self, begin: bytes, end: bytes, reverse: bool) -> Iterator[tuple[bytes, bytes]]:
+    def scan(self, begin: bytes, end: bytes, reverse: bool, first_chunk: int = 0) -> Iterator[tuple[bytes, bytes]]:
         store = self._store
         data = store._data
         read_version = self.read_version
         lo, hi = begin, end
+        # The merge above us reads one pair ahead; later chunks grow back to the usual size.
+        chunk_size = min(first_chunk + 1, SCAN_CHUNK) if first_chunk > 0 else SCAN_CHUNK
         while True:
             chunk = []
             with store._lock:
@@ -101,11 +103,12 @@ class _MemorySnapshot(Snapshot):
                     value = None if history is None else _value_at(history, read_version)
                     if value is not None:
                         chunk.append((key, value))
-                        if len(chunk) >= SCAN_CHUNK:
+                        if len(chunk) >= chunk_size:
                             break
             yield from chunk
-            if len(chunk) < SCAN_CHUNK:
+            if len(chunk) < chunk_size:
                 return
+            chunk_size = min(chunk_size * 4, SCAN_CHUNK)
             if reverse:
                 hi = chunk[-1][0]
             else:

@@ -148,23 +148,26 @@ class _SqliteSnapshot(Snapshot):
             raise _store_error(e) from e
         return None if row is None else row[0]
 
-    def scan(self, begin: bytes, end: bytes, reverse: bool) -> Iterator[tuple[bytes, bytes]]:
+    def scan(self, begin: bytes, end: bytes, reverse: bool, first_chunk: int = 0) -> Iterator[tuple[bytes, bytes]]:
         lo, hi = begin, end
+        # The merge above us reads one pair ahead; later chunks grow back to the usual size.
+        chunk_size = min(first_chunk + 1, SCAN_CHUNK) if first_chunk > 0 else SCAN_CHUNK
         while True:
             try:
                 if reverse:
                     rows = self._c().execute(
-                        "SELECT key, value FROM kv WHERE key >= ? AND key < ? ORDER BY key DESC LIMIT ?", (lo, hi, SCAN_CHUNK)
+                        "SELECT key, value FROM kv WHERE key >= ? AND key < ? ORDER BY key DESC LIMIT ?", (lo, hi, chunk_size)
                     ).fetchall()
                 else:
                     rows = self._c().execute(
-                        "SELECT key, value FROM kv WHERE key >= ? AND key < ? ORDER BY key LIMIT ?", (lo, hi, SCAN_CHUNK)
+                        "SELECT key, value FROM kv WHERE key >= ? AND key < ? ORDER BY key LIMIT ?", (lo, hi, chunk_size)
                     ).fetchall()
             except sqlite3.Error as e:
                 raise _store_error(e) from e
             yield from rows
-            if len(rows) < SCAN_CHUNK:
+            if len(rows) < chunk_size:
                 return
+            chunk_size = min(chunk_size * 4, SCAN_CHUNK)
             if reverse:
                 hi = rows[-1][0]
             else:

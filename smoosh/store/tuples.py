@@ -13,8 +13,8 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-import fdb.tuple as _fdbtuple
-from fdb.tuple import Versionstamp
+import fdb.tuple as _fdbtuple  # type: ignore[import-untyped]  # the binding ships no types
+from fdb.tuple import Versionstamp  # type: ignore[import-untyped]
 
 __all__ = ["Versionstamp", "pack", "unpack", "range", "pack_with_versionstamp", "has_incomplete_versionstamp"]
 
@@ -72,8 +72,10 @@ def _encode(value: Any, nested: bool) -> tuple[bytes, int]:
     if kind not in _CACHEABLE:
         return _fdbtuple.pack((value,)), -1
     cache_key = (kind, value)
-    data = _element_cache.get(cache_key)
-    if data is None:
+    cached = _element_cache.get(cache_key)
+    if cached is not None:
+        data = cached
+    else:
         data = _fdbtuple.pack((value,))
         if len(_element_cache) >= _ELEMENT_CACHE_MAX:
             _element_cache.clear()

@@ -1,10 +1,20 @@
-"""Fixtures for the job-layer tests: a store of each embedded kind and a layer over it."""
+"""Fixtures for the job-layer tests: a store of each kind and a layer over it.
+
+``memory`` and ``sqlite`` always run. ``fdb`` runs where ``SMOOSH_TEST_FDB_CLUSTER`` names a
+cluster file (each test under a fresh random prefix, cleared before and after) and is
+skipped, with the reason in the summary, elsewhere. ``faulty-memory`` runs every test
+through ``faulty:SEED:RATE:memory:`` (FoundationDB's errors injected into every transaction
+the layer runs, before and after real commits; the seed comes from the test's name, so a
+failure repeats); ``faulty-sqlite`` does the same around ``sqlite:`` under ``make soak``.
+"""
 
 from __future__ import annotations
 
 import os
 import random
 import sys
+import uuid
+import zlib
 from typing import Any, Callable, Iterator
 
 import pytest
@@ -14,30 +24,81 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from jobs_testlib import T1, T1_TIMEOUT_S, T2, T2_TIMEOUT_S  # noqa: E402
 
 from smoosh.jobs import Jobs  # noqa: E402
-from smoosh.store import open_store  # noqa: E402
+from smoosh.store import open_store, tuples  # noqa: E402
 from smoosh.store.base import Store  # noqa: E402
 
-STORE_KINDS = ["memory", "sqlite"]
+FDB_CLUSTER_ENV = "SMOOSH_TEST_FDB_CLUSTER"
+STORE_KINDS = ["memory", "sqlite", "fdb", "faulty-memory", pytest.param("faulty-sqlite", marks=pytest.mark.slow)]
+#: Chance that a write commit fails in the faulty variants (half of them after committing).
+FAULT_RATE = 0.2
+#: Backoff ceiling in the faulty variants: thousands of injected faults, short sleeps.
+FAULTY_MAX_RETRY_DELAY_S = 0.002
+
+#: Totals over the faulty variants of this run, shown in the summary.
+FAULT_TOTALS = {"tests": 0, "faults": 0, "after_commit": 0, "retries": 0, "max_retries": 0, "gave_up": 0}
+
+
+def open_kind(kind: str, tmp_path: Any, seed: int = 0) -> Store:
+    """A fresh store of ``kind`` (see the module docstring)."""
+    if kind.startswith("faulty-"):
+        from smoosh.store.faulty import FaultyStore
+
+        inner = open_kind(kind.removeprefix("faulty-"), tmp_path)
+        return FaultyStore(inner, seed=seed, rate=FAULT_RATE, max_retry_delay_s=FAULTY_MAX_RETRY_DELAY_S)
+    if kind == "memory":
+        return open_store("memory:")
+    if kind == "sqlite":
+        return open_store(f"sqlite:{tmp_path / 'jobs.db'}")
+    return open_store(f"fdb:{os.environ[FDB_CLUSTER_ENV]}")
 
 
 @pytest.fixture(params=STORE_KINDS)
-def store(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Store]:
-    """A fresh store: ``memory:`` or ``sqlite:`` on a file in tmp_path."""
-    if request.param == "memory":
-        st = open_store("memory:")
-    else:
-        st = open_store(f"sqlite:{tmp_path / 'jobs.db'}")
+def store_kind(request: pytest.FixtureRequest) -> str:
+    kind: str = request.param
+    if kind == "fdb" and not os.environ.get(FDB_CLUSTER_ENV):
+        pytest.skip(f"no FoundationDB cluster: set {FDB_CLUSTER_ENV} to a cluster file")
+    return kind
+
+
+@pytest.fixture
+def prefix(store_kind: str) -> bytes:
+    """The job-layer prefix of this test: the default one, or a fresh one on FoundationDB."""
+    if store_kind == "fdb":
+        return tuples.pack(("smoosh-test", uuid.uuid4().hex))
+    from smoosh.jobs.layer import DEFAULT_PREFIX
+
+    return DEFAULT_PREFIX
+
+
+@pytest.fixture
+def store(request: pytest.FixtureRequest, store_kind: str, prefix: bytes, tmp_path: Any) -> Iterator[Store]:
+    """A fresh store of the test's kind."""
+    st = open_kind(store_kind, tmp_path, seed=zlib.crc32(request.node.nodeid.encode()))
+    if store_kind == "fdb":
+        st.transact(lambda tr: tr.clear_range_startswith(prefix))
     yield st
+    if store_kind == "fdb":
+        st.transact(lambda tr: tr.clear_range_startswith(prefix))
+    faults = getattr(st, "faults", None)
+    if faults is not None:
+        stats = st.retry_stats.snapshot()
+        FAULT_TOTALS["tests"] += 1
+        FAULT_TOTALS["faults"] += faults.total()
+        FAULT_TOTALS["after_commit"] += sum(faults.after_commit.values())
+        FAULT_TOTALS["retries"] += stats["retries"]  # type: ignore[operator]
+        FAULT_TOTALS["gave_up"] += stats["gave_up"]  # type: ignore[operator]
+        FAULT_TOTALS["max_retries"] = max(FAULT_TOTALS["max_retries"], stats["max_retries"])  # type: ignore[call-overload]
     st.close()
 
 
 @pytest.fixture
-def make_jobs(store: Store) -> Iterator[Callable[..., Jobs]]:
+def make_jobs(store: Store, prefix: bytes) -> Iterator[Callable[..., Jobs]]:
     """Factory of layers over the test's store; every layer made is closed afterwards."""
     made: list[Jobs] = []
 
     def make(**kwargs: Any) -> Jobs:
         kwargs.setdefault("rng", random.Random(7))
+        kwargs.setdefault("prefix", prefix)
         jobs = Jobs(store, **kwargs)
         made.append(jobs)
         return jobs
@@ -54,3 +115,20 @@ def jobs(make_jobs: Callable[..., Jobs]) -> Jobs:
     layer.set_type_timeout(T1, T1_TIMEOUT_S)
     layer.set_type_timeout(T2, T2_TIMEOUT_S)
     return layer
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if FAULT_TOTALS["tests"]:
+        t = FAULT_TOTALS
+        terminalreporter.write_line(
+            f"job layer under faults: {t['tests']} tests, {t['faults']} faults injected "
+            f"({t['after_commit']} after a real commit), {t['retries']} retries, "
+            f"at most {t['max_retries']} in one call, {t['gave_up']} calls gave up"
+        )
+    if not os.environ.get(FDB_CLUSTER_ENV):
+        skipped = [r for r in terminalreporter.stats.get("skipped", []) if "tests/jobs/" in r.nodeid and "[fdb" in r.nodeid]
+        if skipped:
+            terminalreporter.write_line(
+                f"job layer: {len(skipped)} FoundationDB variants skipped "
+                f"(set {FDB_CLUSTER_ENV} to a cluster file to run them)"
+            )

@@ -3,12 +3,18 @@
 ``memory`` and ``sqlite`` always run; ``fdb`` runs where ``SMOOSH_TEST_FDB_CLUSTER`` names a
 cluster file and is skipped (with the reason in the summary) elsewhere. On FoundationDB every
 test works under a fresh random prefix, cleared before and after.
+
+``faulty-memory`` runs every test through ``faulty:SEED:RATE:memory:`` (FoundationDB's errors
+injected into every ``transact``, before and after real commits; the seed comes from the
+test's name, so a failure repeats); ``faulty-sqlite`` does the same around ``sqlite:`` under
+``make soak`` only.
 """
 
 from __future__ import annotations
 
 import os
 import uuid
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -18,7 +24,9 @@ import pytest
 from smoosh.store.base import Store
 
 FDB_CLUSTER_ENV = "SMOOSH_TEST_FDB_CLUSTER"
-STORE_KINDS = ["memory", "sqlite", "fdb"]
+STORE_KINDS = ["memory", "sqlite", "fdb", "faulty-memory", pytest.param("faulty-sqlite", marks=pytest.mark.slow)]
+#: Chance that a write commit of a ``transact`` fails in the faulty variants.
+FAULT_RATE = 0.3
 
 
 @dataclass
@@ -35,13 +43,34 @@ class StoreCtx:
         """A test key under this test's prefix."""
         return self.prefix + name
 
+    @property
+    def faulty(self) -> bool:
+        """Whether errors are injected into this store's ``transact`` calls."""
+        return self.kind.startswith("faulty-")
+
+    def after_commit_faults(self) -> int:
+        """Faults injected so far after a real commit (0 on a store without faults)."""
+        faults = getattr(self.store, "faults", None)
+        return sum(faults.after_commit.values()) if faults is not None else 0
+
+    def without_faults(self, *more: Store) -> None:
+        """Stop injecting faults into this store (and ``more``), for a test that counts
+        attempts or runs a body that is not idempotent."""
+        for s in (self.store, *more):
+            if hasattr(s, "enabled"):
+                s.enabled = False  # type: ignore[attr-defined]
+
     def only(self, *kinds: str, why: str) -> None:
         """Skip unless the store is one of ``kinds``."""
         if self.kind not in kinds:
             pytest.skip(f"{self.kind}: {why}")
 
 
-def _open(kind: str, tmp_path: Path, opts: dict[str, Any]) -> Store:
+def _open(kind: str, tmp_path: Path, opts: dict[str, Any], seed: int = 0) -> Store:
+    if kind.startswith("faulty-"):
+        from smoosh.store.faulty import FaultyStore
+
+        return FaultyStore(_open(kind.removeprefix("faulty-"), tmp_path, opts), seed=seed, rate=FAULT_RATE, max_retry_delay_s=0.002)
     if kind == "memory":
         from smoosh.store.memory import MemoryStore
 
@@ -63,9 +92,10 @@ def ctx(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreCtx]:
     if kind == "fdb" and not os.environ.get(FDB_CLUSTER_ENV):
         pytest.skip(f"no FoundationDB cluster: set {FDB_CLUSTER_ENV} to a cluster file")
     opened: list[Store] = []
+    seed = zlib.crc32(request.node.nodeid.encode())
 
     def make(**opts: Any) -> Store:
-        s = _open(kind, tmp_path, opts)
+        s = _open(kind, tmp_path, opts, seed + len(opened))
         opened.append(s)
         return s
 
@@ -74,7 +104,7 @@ def ctx(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreCtx]:
     if kind == "fdb":
         store.transact(lambda tr: tr.clear_range_startswith(prefix))
     try:
-        yield StoreCtx(kind, store, prefix, make, tmp_path / "store.db" if kind == "sqlite" else None)
+        yield StoreCtx(kind, store, prefix, make, tmp_path / "store.db" if kind.endswith("sqlite") else None)
     finally:
         if kind == "fdb":
             store.transact(lambda tr: tr.clear_range_startswith(prefix))
@@ -85,7 +115,9 @@ def ctx(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreCtx]:
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if not os.environ.get(FDB_CLUSTER_ENV):
-        skipped = [r for r in terminalreporter.stats.get("skipped", []) if "[fdb" in r.nodeid]
+        skipped = [
+            r for r in terminalreporter.stats.get("skipped", []) if "tests/store_contract/" in r.nodeid and "[fdb" in r.nodeid
+        ]
         if skipped:
             terminalreporter.write_line(
                 f"store contract: {len(skipped)} FoundationDB variants skipped "

@@ -73,6 +73,7 @@ def test_transaction_older_than_the_age_limit_fails_reads_and_commit_with_1007(c
 def test_transact_retries_a_too_old_transaction_with_a_fresh_one(ctx):
     clock = FakeClock()
     store = ctx.make(max_age_s=1.0, clock=clock)
+    ctx.without_faults(store)  # counts attempts
     calls = []
 
     def body(tr):

@@ -77,11 +77,32 @@ def test_get_versionstamp_before_commit_or_after_a_read_only_commit_is_invalid(c
 
 
 def test_versionstamp_operand_without_room_for_the_stamp_is_rejected(ctx):
+    # The offset is measured from the key's own length, so the stamp's 10 bytes overrun its
+    # end by one whatever the test prefix (45 bytes on FoundationDB, 2 elsewhere).
+    body = ctx.k(b"x" * 12)
+    offset = len(body) - 9
     tr = ctx.store.create_transaction()
     with pytest.raises(StoreError) as e:
-        tr.set_versionstamped_key(ctx.k(b"x") + (20).to_bytes(4, "little"), b"")
+        tr.set_versionstamped_key(body + offset.to_bytes(4, "little"), b"")
         tr.commit()
     assert e.value.code == 2000
+
+
+def test_versionstamp_operand_shorter_than_the_stamp_and_its_offset_is_rejected(ctx):
+    tr = ctx.store.create_transaction()
+    with pytest.raises(StoreError) as e:
+        tr.set_versionstamped_value(ctx.k(b"v"), b"\x00" * 9 + (0).to_bytes(4, "little"))
+        tr.commit()
+    assert e.value.code == 2000
+
+
+def test_versionstamp_operand_that_just_fits_is_accepted(ctx):
+    body = ctx.k(b"x") + b"\x00" * 10
+    tr = ctx.store.create_transaction()
+    tr.set_versionstamped_key(body + (len(body) - 10).to_bytes(4, "little"), b"")
+    tr.commit()
+    got = [k for k, _ in ctx.store.create_transaction().get_range_startswith(ctx.k(b"x"))]
+    assert got == [ctx.k(b"x") + tr.get_versionstamp()]
 
 
 def test_completed_stamps_from_later_commits_sort_after_earlier_ones(ctx):

@@ -184,6 +184,8 @@ class Channel:
             self._log.debug("Channel %s: ignored %s event of an old run of %r.", self.name, event.kind, key)
             return
         if event.kind == "running":
+            if event.priority:
+                run.priority = event.priority  # re-checked before the start: what it is worth now
             self._move(run, self._starting, self._active)
             self._log.debug("Channel %s: compaction of %r is running.", self.name, key)
         elif event.kind == "pending":
@@ -277,6 +279,7 @@ class Channel:
         if evicted:
             self._log.info("Channel %s: capacity now %d, %d key(s) evicted.", self.name, settings.capacity, len(evicted))
         self._check_window(now, force=True)
+        self._sync_hold()  # strict_window may have changed with the window state unchanged
 
     def set_checkpoint_interval(self, interval_s: float, now: float) -> None:
         """Change the checkpoint interval live; the next checkpoint is due at most one interval from now."""
@@ -544,8 +547,10 @@ class Channel:
             return
         if not_before is not None:
             with self._lock:
-                if not self._closed and key not in self._waiting:
-                    self._waiting.defer(key, run.priority, not_before)
+                if not self._closed:
+                    # Queued again meanwhile (a new event): it still waits out its backoff.
+                    waiting = self._waiting.take(key)
+                    self._waiting.defer(key, run.priority if waiting is None else waiting, not_before)
                     self._changed_locked()
 
     # -- status and persistence -------------------------------------------------------------------

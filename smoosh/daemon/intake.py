@@ -31,7 +31,7 @@ from smoosh.daemon.keypool import KeyPool
 from smoosh.daemon.router import CLEANUP_PREFIX, EXACT_DUE, Router, db_path
 from smoosh.daemon.staleness import AccessTable
 from smoosh.errors import InvalidKey
-from smoosh.paths import canonical_path
+from smoosh.paths import canonical_path, inside, refused_at_use
 from smoosh.priority import quantize
 
 __all__ = ["Intake", "Measurement", "MAX_KEY_BYTES", "inside"]
@@ -46,15 +46,6 @@ EXAMINE_THREADS = 1
 #: Threads taking exact ``dbstat`` measurements handed over by the examine thread. Several:
 #: SQLite reads every page without the GIL, and at start-up those pages are rarely cached.
 MEASURE_THREADS = 3
-
-
-def inside(path: str, root: str) -> bool:
-    """Whether ``path`` is ``root`` or below it (both absolute, canonical).
-
-    A string test: both are canonical, so no ``..`` or doubled slash can fool it. ``/data2``
-    is not inside ``/data``: the prefix includes the separator.
-    """
-    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 def signature(path: str) -> tuple[int, ...] | None:
@@ -364,6 +355,10 @@ class Intake:
             self.validate(key)
         except InvalidKey as e:
             log.warning("not starting %r: %s", key, e.reason)
+            return 0
+        refused = refused_at_use(db_path(key), cfg.roots)
+        if refused is not None:
+            log.warning("not starting %r: %s", key, refused)
             return 0
         compactor = self.router.compactor_for(key)
         if key.startswith(CLEANUP_PREFIX):

@@ -49,6 +49,9 @@ class Run:
     token: int
     priority: float
     sub: Subscription | None = None
+    # The run token in the data of a job this run follows but did not add (another run of
+    # this channel added it: an earlier daemon's): that job is this run's to remove too.
+    job_run: int | None = None
     running_since: float | None = None
     run_id: str | None = None
     suspendable: bool = False
@@ -89,6 +92,8 @@ class JobScheduler:
         self._clock = clock
         self._rng = rng or random.Random()
         self._runs: dict[str, Run] = {}
+        #: This process's worker, which runs claimed jobs (None: every job waits for a worker).
+        self.local: Any = None
         self._starter: KeyPool[Callable[[], None]] = KeyPool(lambda fn: fn(), 1, "smoosh-starter")
         self._starter.start()
 
@@ -110,6 +115,7 @@ class JobScheduler:
             return None
         run_token = data.get("run")
         token = run_token if isinstance(run_token, int) else self._token()
+        # (A store read on the caller's thread: adopt runs at start-up, before the loop does.)
         run = Run(channel, key, token, float(data.get("priority") or 0) or 1.0)
         self._runs[key] = run
         self._starter.submit(lambda: self._follow(run))
@@ -176,8 +182,10 @@ class JobScheduler:
     def run_started(self, key: str, data: dict[str, Any]) -> None:
         """The daemon's worker accepted the job of ``key`` (its data names the run)."""
         token = data.get("run")
+        priority = data.get("priority")
+        priority = float(priority) if isinstance(priority, (int, float)) and not isinstance(priority, bool) else None
         if isinstance(token, int):
-            self._post(lambda: self._route(key, RunEvent(key, token, "running"), data))
+            self._post(lambda: self._route(key, RunEvent(key, token, "running", priority=priority), data))
 
     def run_ended(self, key: str, data: dict[str, Any], outcome: Outcome) -> None:
         """The daemon's worker finished the job of ``key``."""
@@ -198,6 +206,27 @@ class JobScheduler:
             return
         run.priority = priority
         data = {"channel": run.channel, "key": run.key, "priority": float(priority), "progress": 0.0, "run": run.token}
+        local = self.local
+        if local is not None and local.reserve():
+            # This process's worker has a free slot: the job is added already accepted by it
+            # (one commit), and runs at once; no other worker is woken for it.
+            try:
+                claimed = self.jobs.transact(lambda tr: self._add_claimed(tr, run, data))
+            except Exception as exc:
+                local.unreserve()
+                log.warning("Could not add the job of %r: %s", run.key, exc, exc_info=log.isEnabledFor(logging.DEBUG))
+                self._emit(run, "dropped", reason=f"its job could not be added: {exc}")
+                return
+            if not isinstance(claimed, str):
+                local.run_claimed(claimed, data)
+                return
+            local.unreserve()
+            if claimed != run.channel:
+                self._emit(run, "dropped", reason=f"it is already being compacted by channel {claimed!r}")
+                return
+            log.info("%r is already running for channel %s; following its job.", run.key, run.channel)
+            self._follow(run)
+            return
         try:
             owner = self.jobs.transact(lambda tr: self._add(tr, run, data))
         except Exception as exc:
@@ -219,9 +248,26 @@ class JobScheduler:
             info = None
         if info is not None and info.state == "running":
             owner = info.data.get("channel")
-            return owner if isinstance(owner, str) else run.channel
+            owner = owner if isinstance(owner, str) else run.channel
+            if owner == run.channel and isinstance(info.data.get("run"), int):
+                run.job_run = info.data["run"]
+            return owner
         self.jobs.add(self.job_type, run.key, data, tx=tr)
         return None
+
+    def _add_claimed(self, tr: Transaction, run: Run, data: dict[str, Any]) -> Any:
+        """Add the job claimed by this process's worker; the running job's channel instead, if one runs."""
+        try:
+            info = self.jobs.get_job(self.job_type, run.key, tx=tr)
+        except NotFound:
+            info = None
+        if info is not None and info.state == "running":
+            owner = info.data.get("channel")
+            owner = owner if isinstance(owner, str) else run.channel
+            if owner == run.channel and isinstance(info.data.get("run"), int):
+                run.job_run = info.data["run"]
+            return owner
+        return self.jobs.add_claimed(self.job_type, run.key, data, tx=tr)
 
     def _follow(self, run: Run) -> None:
         """Subscribe to the run's job; a state already reached is reported at once."""
@@ -259,7 +305,7 @@ class JobScheduler:
             except NotFound:
                 info = None
             # Only this run's job: a job someone else added for the key since stays.
-            if info is not None and info.state != "running" and info.data.get("run") in (run.token, None):
+            if info is not None and info.state != "running" and info.data.get("run") in (run.token, run.job_run, None):
                 self.jobs.remove(self.job_type, run.key, tx=tr)
             if also is not None:
                 also(tr)

@@ -203,9 +203,10 @@ class Server:
             self._worker = Worker(
                 self._jobs, self._store, self.job_type, self._compactors, node=self.node,
                 job_timeout_s=cfg.job_timeout_s, concurrency=self._workers_n, signals="direct",
-                listener=self._scheduler, clock=self._clock,
+                listener=self._scheduler, clock=self._clock, roots=lambda: self._config.roots,
             )
             self._worker.start()
+            self._scheduler.local = self._worker
         self._housekeeping = Housekeeping(self, watch_config=self._watch_config)
         self.intake.wake = lambda: self._loop.wake(self.intake)
         self._loop.add(self.intake, "the intake")

@@ -1,11 +1,11 @@
 """The worker: accepts compaction jobs of one node's job type and runs them through the compactors.
 
-One dispatcher thread accepts jobs while a slot is free, sends every running job's heartbeat
-(``jobs.update`` every ``job_timeout_s / 3``: one long VACUUM statement cannot call out,
-and a silent job is re-enqueued by the activity monitor after the type timeout) and, for a
-worker in its own process, reads the node's holds and rotation requests from the store while
-jobs run. Each job runs on a thread of its own that ends with it, so an idle worker holds one
-thread, asleep in ``accept`` until a job is added.
+One dispatcher thread accepts jobs while a slot is free. While jobs run, a heartbeat thread
+sends each one's heartbeat (``jobs.update`` every ``job_timeout_s / 3``: one long VACUUM
+statement cannot call out, and a silent job is re-enqueued by the activity monitor after the
+type timeout) and, for a worker in its own process, reads the node's holds and rotation
+requests from the store; it ends when no job runs. Each job runs on a thread of its own that
+ends with it, so an idle worker holds one thread, asleep in ``accept`` until a job is added.
 
 Two ways to hear about holds and rotation:
 
@@ -26,6 +26,7 @@ stand-alone worker puts them back to pending (``resubmit`` then ``finish``) for 
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 import uuid
@@ -34,10 +35,12 @@ from typing import Any, Callable, Literal, Protocol, Sequence
 
 from channels.ports import BUSY, FAILED, GONE, INTERRUPTED, OK, Outcome
 from smoosh.compactors import Busy, Compactor, Gone, Interrupted, compactor_for
+from smoosh.compactors.sqlite import CLEANUP_PREFIX
 from smoosh.daemon import control
 from smoosh.daemon.job_context import HALTED, ROTATED, STOPPING, JobContext
 from smoosh.daemon.startup import DAEMON_WORKER
 from smoosh.jobs import AcceptInterrupt, JobHalted, NotFound
+from smoosh.paths import refused_at_use
 
 __all__ = ["Worker", "JobContext", "RunListener", "run_worker_process", "DEFAULT_JOB_TIMEOUT_S", "DEFAULT_HOLD_POLL_S"]
 
@@ -77,6 +80,9 @@ class _Running:
     # Published in the job's data so rotation can name this run (and no later one).
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     started_at: float = 0.0
+    # Claimed by this process's scheduler (add_claimed): its job is removed as it finishes,
+    # in the same transaction, and a halted run is reported (nobody else follows it).
+    claimed: bool = False
 
     @property
     def key(self) -> str:
@@ -103,6 +109,8 @@ class Worker:
         listener: hears starts and ends (``signals="direct"``).
         hold_poll_s: how often a stand-alone worker reads its holds.
         clock: wall-clock seconds, for ``duration_s`` and ``started_at``.
+        roots: the roots in force (read at every start: a reload applies); a database outside
+            them, or reached through a symbolic link, is refused (ends ``gone``) unopened.
         accept_timeout_s: kept for callers of the old worker; ignored (accept is interrupted on stop).
     """
 
@@ -120,6 +128,7 @@ class Worker:
         listener: RunListener | None = None,
         hold_poll_s: float = DEFAULT_HOLD_POLL_S,
         clock: Callable[[], float] = time.time,
+        roots: Callable[[], Sequence[str]] = lambda: (),
         accept_timeout_s: float | None = None,
     ) -> None:
         if concurrency < 1:
@@ -135,13 +144,18 @@ class Worker:
         self.listener = listener
         self.hold_poll_s = hold_poll_s
         self._clock = clock
+        self._roots = roots
         self._cond = threading.Condition()
         self._running: set[_Running] = set()
         self._threads: set[threading.Thread] = set()
         self._held: set[str] = set()  # channels held now (direct signals)
+        # Slots promised but not running yet: to claimed jobs on their way in, and one to the
+        # dispatcher while it waits in accept (so a claim never takes the slot it accepts into).
+        self._reserved = 0
         self._stopping = False
         self._interrupt = AcceptInterrupt()
         self._dispatcher: threading.Thread | None = None
+        self._heartbeat: threading.Thread | None = None
         self._next_poll = 0.0
 
     # ------------------------------------------------------------------ lifecycle
@@ -173,6 +187,8 @@ class Worker:
         with self._cond:
             threads = list(self._threads)
             dispatcher, self._dispatcher = self._dispatcher, None
+            if self._heartbeat is not None:
+                threads.append(self._heartbeat)
         for t in [*threads, *([dispatcher] if dispatcher is not None else [])]:
             t.join(max(0.0, deadline - time.monotonic()))
         alive = [t for t in threads if t.is_alive()] + ([dispatcher] if dispatcher and dispatcher.is_alive() else [])
@@ -198,6 +214,26 @@ class Worker:
             }
             for r in running
         ]
+
+    # ------------------------------------------------------------------ claimed jobs
+
+    def reserve(self) -> bool:
+        """Promise one free slot to a job the caller is about to claim; False when none is free."""
+        with self._cond:
+            if self._stopping or self._dispatcher is None or len(self._running) + self._reserved >= self.concurrency:
+                return False
+            self._reserved += 1
+            return True
+
+    def unreserve(self) -> None:
+        """Give back a slot :meth:`reserve` promised (the claim failed)."""
+        with self._cond:
+            self._reserved = max(0, self._reserved - 1)
+            self._cond.notify_all()
+
+    def run_claimed(self, job: Any, data: dict[str, Any]) -> None:
+        """Run a job the caller added already accepted (``Jobs.add_claimed``) in the slot it reserved."""
+        self._launch(job, data, reserved=True, claimed=True)
 
     # ------------------------------------------------------------------ direct signals
 
@@ -229,24 +265,43 @@ class Worker:
                 with self._cond:
                     if self._stopping:
                         return
-                next_due = self._send_due(time.monotonic())
                 with self._cond:
                     if self._stopping:
                         return
-                    if len(self._running) >= self.concurrency:
-                        self._cond.wait(None if next_due is None else max(0.0, next_due - time.monotonic()))
+                    if len(self._running) + self._reserved >= self.concurrency:
+                        self._cond.wait()  # a run ends, a claim gives its slot back, or a stop
                         continue
-                timeout = None if next_due is None else max(0.0, next_due - time.monotonic())
+                    self._reserved += 1  # the slot it accepts into
                 try:
-                    job, data = self.jobs.accept(self.job_type, timeout=timeout, interrupt=self._interrupt)
-                except NotFound:
-                    continue
-                self._launch(job, data)
+                    job, data = self.jobs.accept(self.job_type, interrupt=self._interrupt)
+                except BaseException:
+                    self.unreserve()
+                    if isinstance(sys.exc_info()[1], NotFound):
+                        continue
+                    raise
+                self._launch(job, data, reserved=True)
             except Exception:
                 # One bad job or a store hiccup never ends the worker.
                 log.exception("Worker for %r: dispatching failed; going on.", self.job_type)
                 with self._cond:
                     self._cond.wait(ERROR_PAUSE_S)
+
+    def _beat(self) -> None:
+        """The heartbeat thread: heartbeats (and store signals) while jobs run; it ends with the last."""
+        while True:
+            try:
+                next_due = self._send_due(time.monotonic())
+            except Exception:
+                log.exception("Worker for %r: heartbeats failed; going on.", self.job_type)
+                next_due = time.monotonic() + ERROR_PAUSE_S
+            with self._cond:
+                # Decided under the lock _launch starts this thread under: a run launched
+                # meanwhile is either seen here or finds no thread and starts one.
+                if self._stopping or not self._running:
+                    self._heartbeat = None
+                    return
+                if next_due is not None:
+                    self._cond.wait(max(0.0, next_due - time.monotonic()))
 
     def _send_due(self, now: float) -> float | None:
         """Heartbeats (and store signals) that are due; returns when the next one is."""
@@ -297,17 +352,22 @@ class Worker:
             r.halted = True
             r.ctx.stop(HALTED)
 
-    def _launch(self, job: Any, data: dict[str, Any]) -> None:
+    def _launch(self, job: Any, data: dict[str, Any], *, reserved: bool = False, claimed: bool = False) -> None:
         ctx = JobContext()
         running = _Running(
-            job=job, data=dict(data), ctx=ctx, started_at=self._clock(),
+            job=job, data=dict(data), ctx=ctx, started_at=self._clock(), claimed=claimed,
             # No heartbeat at once: a short compaction (most of a fleet) needs none at all.
             next_update=time.monotonic() + self.job_timeout_s / 3.0,
         )
         with self._cond:
             if running.channel in self._held:
                 ctx.set_held(True)
+            if reserved:
+                self._reserved = max(0, self._reserved - 1)  # the promised slot is taken now
             self._running.add(running)
+            if self._heartbeat is None:
+                self._heartbeat = threading.Thread(target=self._beat, name="smoosh-heartbeat", daemon=True)
+                self._heartbeat.start()
             thread = threading.Thread(
                 target=self._run_thread, args=(running,), name=f"smoosh-compact-{len(self._threads)}", daemon=True
             )
@@ -357,6 +417,9 @@ class Worker:
         outcome = self._compact(running, started)
         if running.halted:
             log.info("Job %r was halted (removed or re-enqueued); not finishing it.", key)
+            if running.claimed and self.listener is not None:
+                halted = Outcome(FAILED, "job halted: removed or re-enqueued while it ran")
+                self._tell(lambda: self.listener.run_ended(key, dict(running.data), halted))  # type: ignore[union-attr]
             return None
         if outcome.result == INTERRUPTED and running.ctx.stop_reason == STOPPING and self.signals == "store":
             return self._requeue(running)
@@ -371,6 +434,10 @@ class Worker:
         compactor = compactor_for(key, self.compactors)
         if compactor is None:
             return self._outcome(FAILED, f"no compactor claims {key}", started, ctx)
+        refused = refused_at_use(key[len(CLEANUP_PREFIX):] if key.startswith(CLEANUP_PREFIX) else key, self._roots())
+        if refused is not None:
+            log.warning("Refused to compact %r: %s.", key, refused)
+            return self._outcome(GONE, f"refused: {refused}", started, ctx)
         if ctx.stop_reason is not None:
             return self._outcome(INTERRUPTED, ctx.stop_reason, started, ctx, size_bytes, size_bytes)
         try:
@@ -407,7 +474,18 @@ class Worker:
         data = {**running.data, **outcome.to_data(), "run_id": running.run_id}
         try:
             with running.lock:
-                self.jobs.finish(running.job, data)
+                if running.claimed:
+                    # Its channel is in this process and hears the end directly: the row
+                    # goes in the same commit (one commit instead of finish + remove).
+                    job = running.job
+
+                    def finish_and_remove(tr: Any) -> None:
+                        self.jobs.finish(job, data, tx=tr)
+                        self.jobs.remove(job.type, job.id, tx=tr)
+
+                    self.jobs.transact(finish_and_remove)
+                else:
+                    self.jobs.finish(running.job, data)
         except JobHalted:
             log.info("Job %r was halted before it could be finished.", running.key)
             return None
@@ -466,8 +544,9 @@ def run_worker_process(config: Any, store_url: str | None = None, concurrency: i
             if getattr(config, name, None) is not None:
                 kw[name] = getattr(config, name)
         compactors = load_compactors(getattr(config, "sqlite", None), **kw)
+        roots = tuple(getattr(config, "roots", ()))
         worker = Worker(jobs, store, job_type, compactors, node=node, job_timeout_s=job_timeout_s,
-                        concurrency=concurrency or 1, signals="store")
+                        concurrency=concurrency or 1, signals="store", roots=lambda: roots)
 
         def on_signal(signum: int, frame: Any) -> None:
             stop.set()

@@ -27,7 +27,7 @@ from smoosh.jobs import model, pending
 from smoosh.jobs.batching import BatchPolicy
 from smoosh.jobs.encoding import check_id, check_sched_time, check_type, decode_data, encode_data
 from smoosh.jobs.errors import JobHalted, NotFound, NoTypeTimeout
-from smoosh.jobs.model import FINISHED_STATE, PENDING_STATE, Job, JobRow, Keys
+from smoosh.jobs.model import FINISHED_STATE, PENDING_STATE, RUNNING_STATE, Job, JobRow, Keys
 from smoosh.jobs.monitor import MAX_JITTER_S
 from smoosh.jobs.subscription import Event, Hub, Subscription
 from smoosh.jobs.supervisor import Supervisor
@@ -253,6 +253,44 @@ class Jobs:
                 self._resubmit_row(tr, job_type, job_id, row, stime, encoded)
 
         self._run(body, tx)
+
+    def add_claimed(
+        self, job_type: Any, job_id: str, data: dict[str, Any], *, tx: Transaction | None = None
+    ) -> Job:
+        """Add a job already accepted by its adder: one transaction where ``add`` + ``accept`` take two.
+
+        For a caller that runs the job itself (the daemon's own worker, which has a free
+        slot): the job is durable and running at once, monitored like any accepted job, and
+        never visible as pending, so no other acceptor is woken for it. An existing pending
+        or finished job of that id is taken over (its pending key removed).
+
+        Returns:
+            The running job's handle (``update``, ``finish`` and ``resubmit`` take it).
+
+        Raises:
+            NoTypeTimeout: the type has no timeout.
+            EncodingError: bad data, type or id (raised before anything is written).
+            JobHalted: the job is running already (someone else's run).
+        """
+        check_type(job_type)
+        check_id(job_id)
+        encoded = encode_data(data)
+
+        def body(tr: Transaction) -> Job:
+            if model.read_type_timeout(tr.snapshot, self.keys, job_type) is None:
+                raise NoTypeTimeout(job_type)
+            row = model.get_row(tr, self.keys, job_type, job_id)
+            if row is not None and row.state == RUNNING_STATE:
+                raise JobHalted(f"job {job_type} {job_id} is running already", type=job_type, job_id=job_id)
+            if row is not None and row.state == PENDING_STATE:
+                pending.remove(tr, self.keys, job_type, row.scheduled_time, job_id)
+            lock = uuid.UUID(int=self.rng.getrandbits(128)).hex
+            user_version = model.next_user_version(tr)
+            model.set_row_running(tr, self.keys, job_type, job_id, JobRow(None, lock, 0, False, encoded), user_version)
+            model.write_activity(tr, self.keys, job_type, job_id, None, encoded, user_version)
+            return Job(job_type, job_id, lock, False)
+
+        return self._run(body, tx)
 
     def _resubmit_row(
         self, tr: Transaction, job_type: Any, job_id: str, row: JobRow, stime: int | None, data: bytes | None

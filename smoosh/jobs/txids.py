@@ -174,6 +174,9 @@ class TxIds:
             Whatever the body or the store raises; StoreError 1021 when an attempt committed a
             result that could not be remembered.
         """
+        if not self.store.commit_outcome_may_be_unknown:
+            # Every error of this store means "not committed": a retry can never double a call.
+            return self.store.transact(fn, on_retry=on_retry, retry_limit=retry_limit)
         with self._lock:
             tx_id = self._rng.getrandbits(8 * TX_ID_BYTES).to_bytes(TX_ID_BYTES, "big")
         tx_key = self.keys.tx_id(int(self.clock()), tx_id)

@@ -168,6 +168,9 @@ class _Resources:
 class BufferedStore(Store):
     """Base of the embedded stores: limits, clock and watch registry; subclasses store the data."""
 
+    #: A local commit: it commits, or it reports an error and did not commit.
+    commit_outcome_may_be_unknown = False
+
     def __init__(
         self,
         url: str,

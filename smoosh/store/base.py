@@ -261,6 +261,11 @@ class Store(abc.ABC):
 
     #: The URL the store was opened with, e.g. ``sqlite:var/smoosh/jobs.db``.
     url: str
+    #: Whether a commit may end in an error although it committed (FoundationDB's 1021, a
+    #: timeout after the commit). Callers that must give one answer either way (the job
+    #: layer's transaction ids) pay for it only where it can happen. The embedded stores
+    #: commit locally: SQLite's COMMIT either commits or reports that it did not.
+    commit_outcome_may_be_unknown: bool = True
 
     @abc.abstractmethod
     def create_transaction(self) -> Transaction:

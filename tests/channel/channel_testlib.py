@@ -1,36 +1,30 @@
-"""Helpers for the channel tests: an injected clock, settings, callback recorders, a harness."""
+"""Helpers for the channel tests: an injected clock, settings, a scripted scheduler, a recording host.
+
+A :class:`~channels.Channel` reaches the world only through its two ports, so these tests
+drive it entirely by hand: ``tick(now)`` at a chosen time, run events delivered with
+``on_run_event``, and every call it makes recorded in one ordered :class:`Journal`. No
+thread, no sleep, no job layer.
+"""
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Callable
+import itertools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
 
-from channels import Channel
+from channels import Channel, Outcome, RunEvent
 
-#: The job type every test channel uses.
-JOB_TYPE = "smoosh:test"
+#: The name of every test channel.
+NAME = "ratio_dbs"
 
 #: Test start time: 2024-01-01 03:30:00 UTC (the window vectors of DESIGN 5.3 are "at 03:30").
-T0 = datetime(2024, 1, 1, 3, 30, tzinfo=timezone.utc).timestamp()
+T0 = datetime(2024, 1, 1, 3, 30, tzinfo=UTC).timestamp()
 
-#: Real seconds a test waits for an asynchronous job event before it fails.
-SETTLE_TIMEOUT_S = 5.0
-
-
-class FakeClock:
-    """A settable wall clock; ``clock()`` returns ``now``."""
-
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> float:
-        self.now += seconds
-        return self.now
+#: The first run token the scripted scheduler hands out.
+FIRST_TOKEN = 100
 
 
 @dataclass(frozen=True)
@@ -56,100 +50,206 @@ class SwitchWindow:
         return self.open
 
 
-@dataclass
-class Recorder:
-    """Records every callback a channel makes."""
+class Journal(list[tuple[Any, ...]]):
+    """Every call made on the doubles, in order: ``(name, *args)`` tuples."""
 
-    done: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
-    holds: list[tuple[str, bool]] = field(default_factory=list)
-    acquired: list[str] = field(default_factory=list)
-    released: list[str] = field(default_factory=list)
-    grant: bool = True
+    def names(self) -> list[str]:
+        return [call[0] for call in self]
 
-    def on_job_done(self, channel: str, key: str, data: dict[str, Any]) -> None:
-        self.done.append((channel, key, data))
 
-    def on_hold(self, channel: str, hold: bool) -> None:
-        self.holds.append((channel, hold))
+class ScriptedScheduler:
+    """A :class:`~channels.ports.Scheduler` that records submits and hands out tokens.
 
-    def acquire_slot(self, channel: str, key: str) -> bool:
-        if self.grant:
-            self.acquired.append(key)
-        return self.grant
+    Nothing runs: the test emits the run's events itself (``Harness.send``).
 
-    def release_slot(self, channel: str, key: str) -> None:
-        self.released.append(key)
+    Attributes:
+        submits: ``(channel, key, priority)`` per submit, in order.
+        tokens: the token handed out last for each key.
+        fail: keys whose submit raises (as a scheduler that cannot reach its store would).
+        adoptable: ``key -> token`` of runs :meth:`adopt` finds.
+    """
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+        self.submits: list[tuple[str, str, float]] = []
+        self.tokens: dict[str, int] = {}
+        self.fail: set[str] = set()
+        self.adoptable: dict[str, int] = {}
+        self._next = itertools.count(FIRST_TOKEN)
+
+    def submit(self, channel: str, key: str, priority: float) -> int:
+        self.journal.append(("submit", key, priority))
+        if key in self.fail:
+            raise RuntimeError("store unavailable")
+        self.submits.append((channel, key, priority))
+        token = next(self._next)
+        self.tokens[key] = token
+        return token
+
+    def adopt(self, channel: str, key: str) -> int | None:
+        self.journal.append(("adopt", key))
+        token = self.adoptable.get(key)
+        if token is not None:
+            self.tokens[key] = token
+        return token
+
+    def started(self) -> list[str]:
+        """The keys submitted, in order."""
+        return [key for _, key, _ in self.submits]
+
+
+class RecordingHost:
+    """A :class:`~channels.ports.Host` that records every call.
+
+    Attributes:
+        grant: whether :meth:`acquire_slot` grants a slot (a forced acquire always does).
+        slots: slots the channel holds now (never below zero).
+        holds: ``(channel, held)`` per ``on_hold`` call.
+        outcomes: ``(channel, key, outcome, now)`` per ``on_outcome`` call.
+        not_before: ``key -> time`` that ``on_outcome`` returns (absent: None).
+        refused: keys :meth:`admits` refuses.
+        fail_on_hold, fail_on_outcome: that many next calls raise.
+    """
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+        self.grant = True
+        self.slots = 0
+        self.holds: list[tuple[str, bool]] = []
+        self.outcomes: list[tuple[str, str, Outcome, float]] = []
+        self.not_before: dict[str, float] = {}
+        self.refused: set[str] = set()
+        self.fail_on_hold = 0
+        self.fail_on_outcome = 0
+
+    def acquire_slot(self, channel: str, *, force: bool = False) -> bool:
+        self.journal.append(("acquire_slot", force) if force else ("acquire_slot",))
+        if force or self.grant:
+            self.slots += 1
+            return True
+        return False
+
+    def release_slot(self, channel: str) -> None:
+        self.journal.append(("release_slot",))
+        assert self.slots > 0, "released a slot it did not hold"
+        self.slots -= 1
+
+    def withdraw(self, channel: str) -> None:
+        self.journal.append(("withdraw",))
+
+    def on_hold(self, channel: str, held: bool) -> None:
+        self.journal.append(("on_hold", held))
+        if self.fail_on_hold:
+            self.fail_on_hold -= 1
+            raise ConnectionError("store down")
+        self.holds.append((channel, held))
+
+    def on_outcome(self, channel: str, key: str, outcome: Outcome, now: float) -> float | None:
+        self.journal.append(("on_outcome", key, outcome.result))
+        if self.fail_on_outcome:
+            self.fail_on_outcome -= 1
+            raise RuntimeError("server busy")
+        self.outcomes.append((channel, key, outcome, now))
+        return self.not_before.get(key)
+
+    def admits(self, key: str) -> bool:
+        self.journal.append(("admits", key))
+        return key not in self.refused
+
+    def wake(self, channel: str) -> None:
+        self.journal.append(("wake",))
 
     def results(self) -> dict[str, str]:
-        return {key: data.get("result") for _, key, data in self.done}
+        return {key: outcome.result for _, key, outcome, _ in self.outcomes}
+
+    def calls(self, name: str) -> list[tuple[Any, ...]]:
+        return [call for call in self.journal if call[0] == name]
 
 
 class Harness:
-    """One channel under test, with its clock, job layer and callback recorder."""
+    """One channel under test, with its clock, scheduler double and host double."""
 
-    def __init__(self, channel: Channel, clock: FakeClock, jobs: Any, rec: Recorder) -> None:
+    def __init__(self, channel: Channel, scheduler: ScriptedScheduler, host: RecordingHost, journal: Journal, now: float) -> None:
         self.channel = channel
-        self.clock = clock
-        self.jobs = jobs
-        self.rec = rec
+        self.scheduler = scheduler
+        self.host = host
+        self.journal = journal
+        self.now = now
 
-    def tick(self, advance_s: float = 0.0) -> None:
-        """Advance the clock and run one iteration."""
-        self.clock.advance(advance_s)
-        self.channel.tick(self.clock.now)
+    # -- the owner's loop ------------------------------------------------------------------
 
-    def settle(self, predicate: Callable[[], bool], what: str = "condition") -> None:
-        """Tick (without moving the clock) until ``predicate()`` holds.
+    def tick(self, advance_s: float = 0.0) -> float | None:
+        """Advance the clock and run one iteration; what the channel answers (its next due time)."""
+        self.now += advance_s
+        return self.channel.tick(self.now)
 
-        Job events reach subscriptions asynchronously (the job layer's notifier), so this
-        waits in real time for an event, bounded by SETTLE_TIMEOUT_S; it never waits for a
-        timer of the channel.
-        """
-        deadline = time.monotonic() + SETTLE_TIMEOUT_S
-        while True:
-            self.channel.tick(self.clock.now)
-            if predicate():
-                return
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}: status={self.channel.status()}")
-            time.sleep(0.005)
+    def send(self, key: str, kind: str, *, run: int | None = None, **fields: Any) -> None:
+        """Deliver a run event for ``key`` (with the token handed out last, unless ``run`` is given)."""
+        token = self.scheduler.tokens[key] if run is None else run
+        self.channel.on_run_event(RunEvent(key, token, kind, **fields), self.now)  # type: ignore[arg-type]
+
+    def running(self, key: str) -> None:
+        self.send(key, "running")
+
+    def pending(self, key: str) -> None:
+        self.send(key, "pending")
+
+    def end(self, key: str, result: str = "ok", **outcome: Any) -> None:
+        self.send(key, "ended", outcome=Outcome(result, **outcome))
+
+    def drop(self, key: str, reason: str | None = None, priority: float | None = None) -> None:
+        self.send(key, "dropped", reason=reason, priority=priority)
+
+    # -- readers ---------------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
         return self.channel.status()
 
-    def job_ids(self) -> set[str]:
-        return {job_id for _, job_id, _, _ in self.jobs.list_jobs(JOB_TYPE)}
+    def started(self) -> list[str]:
+        return self.scheduler.started()
 
-    def job_state(self, key: str) -> str | None:
-        for _, job_id, state, _ in self.jobs.list_jobs(JOB_TYPE):
-            if job_id == key:
-                return state
-        return None
+    def in_flight(self) -> tuple[int, int]:
+        """``(starting, active)`` from the published status."""
+        status = self.status()
+        return status["starting"], status["active"]
 
-    def accept(self) -> tuple[Any, dict[str, Any]]:
-        """A worker takes the next pending job."""
-        return self.jobs.accept(JOB_TYPE, timeout=0)
+    def assert_slots_match_runs(self) -> None:
+        """Every run the channel holds has exactly one of the host's slots."""
+        starting, active = self.in_flight()
+        assert self.host.slots == starting + active, (self.host.slots, self.status())
 
-    def finish(self, job: Any, data: dict[str, Any], result: str, **extra: Any) -> None:
-        """A worker finishes ``job`` with ``result``."""
-        self.jobs.finish(job, {**data, "result": result, **extra})
 
-    def wait_active(self, count: int) -> None:
-        self.settle(lambda: self.status()["active"] == count, f"active == {count}")
+def interrupt_the_head(h: Harness, queued: dict[str, float], **outcome: Any) -> str:
+    """Queue ``queued``, start the head, let it run, and end it as interrupted; the head."""
+    for key, priority in queued.items():
+        h.channel.enqueue(key, priority)
+    h.tick()
+    head = h.started()[-1]
+    h.running(head)
+    if outcome.pop("deny_slots_after_start", False):
+        h.host.grant = False
+    h.end(head, "interrupted", **outcome)
+    return head
 
-    def wait_done(self, count: int) -> None:
-        self.settle(lambda: len(self.rec.done) == count, f"{count} job(s) reported done")
 
-    def run_one(self, result: str = "ok") -> str:
-        """A worker accepts the next job, the channel sees it run, the worker finishes it."""
-        job, data = self.accept()
-        self.settle(lambda: job.id in self.channel.keys() and self.status()["active"] >= 1, "job active")
-        before = len(self.rec.done)
-        self.finish(job, data, result)
-        self.settle(lambda: job.id not in self.channel.keys() or self._requeued(job.id), "job ended")
-        if result != "interrupted":
-            assert len(self.rec.done) == before + 1
-        return job.id
+def a_lock_that_must_not_be_taken() -> Any:
+    """A stand-in for the channel's lock that fails the test if anyone takes it."""
 
-    def _requeued(self, key: str) -> bool:
-        return any(k == key for k, _ in self.channel.waiting())
+    class _Forbidden:
+        def acquire(self, *args: Any, **kwargs: Any) -> bool:
+            raise AssertionError("the channel's lock was taken")
+
+        def __enter__(self) -> None:
+            raise AssertionError("the channel's lock was taken")
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+        def release(self) -> None:
+            return None
+
+    return _Forbidden()
+
+
+INF = math.inf
+MakeChannel = Callable[..., Harness]

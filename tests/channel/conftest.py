@@ -1,66 +1,44 @@
-"""Fixtures for the channel tests: the real job layer over a memory store, and a channel factory."""
+"""Fixtures for the channel tests: a channel factory over a scripted scheduler and a recording host."""
 
 from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from channel_testlib import JOB_TYPE, FakeClock, Harness, Recorder, Settings  # noqa: E402
+from channel_testlib import (
+    NAME,
+    T0,
+    Harness,
+    Journal,
+    MakeChannel,
+    RecordingHost,
+    ScriptedScheduler,
+    Settings,
+)
 
-from channels import Channel  # noqa: E402
-from smoosh.jobs import Jobs  # noqa: E402
-from smoosh.store import open_store  # noqa: E402
-
-
-@pytest.fixture
-def jobs() -> Iterator[Jobs]:
-    """The real job layer over ``memory:``, with the test job type registered."""
-    store = open_store("memory:")
-    layer = Jobs(store)
-    layer.set_type_timeout(JOB_TYPE, 30)
-    yield layer
-    layer.close()
-    store.close()
+from channels import Channel
 
 
 @pytest.fixture
-def make_channel(jobs: Jobs) -> Iterator[Callable[..., Harness]]:
-    """Factory of harnessed channels (wait_s=0 unless given); every channel is closed after."""
+def make_channel() -> Iterator[MakeChannel]:
+    """Factory of harnessed channels, built at ``T0`` (``wait_s=0`` unless given); closed after."""
     made: list[Channel] = []
 
-    def make(
-        name: str = "ratio_dbs",
-        settings: Any = None,
-        *,
-        clock: FakeClock | None = None,
-        rec: Recorder | None = None,
-        priority_of: Callable[[str], float] | None = None,
-        jobs_layer: Any = None,
-        **kwargs: Any,
-    ) -> Harness:
-        clock = clock or FakeClock()
-        rec = rec or Recorder()
+    def make(name: str = NAME, settings: Any = None, *, host: RecordingHost | None = None, **kwargs: Any) -> Harness:
+        journal = host.journal if host is not None else Journal()
+        scheduler = ScriptedScheduler(journal)
+        host = host or RecordingHost(journal)
         kwargs.setdefault("wait_s", 0)
-        kwargs.setdefault("on_hold", rec.on_hold)
-        kwargs.setdefault("acquire_slot", rec.acquire_slot)
-        kwargs.setdefault("release_slot", rec.release_slot)
-        channel = Channel(
-            name,
-            settings or Settings(),
-            jobs=jobs_layer or jobs,
-            job_type=JOB_TYPE,
-            priority_of=priority_of or (lambda key: 5.0),
-            on_job_done=rec.on_job_done,
-            clock=clock,
-            **kwargs,
-        )
+        now = kwargs.pop("now", T0)
+        channel = Channel(name, settings or Settings(), scheduler=scheduler, host=host, now=now, **kwargs)
         made.append(channel)
-        return Harness(channel, clock, jobs, rec)
+        return Harness(channel, scheduler, host, journal, now)
 
     yield make
     for channel in made:

@@ -82,9 +82,10 @@ def test_a_full_disk_keeps_the_old_checkpoint_counts_the_error_and_recovers(
     wait_for(lambda: ratio_status(d)["waiting"]["size"] == len(first) + len(later), 20, what="later keys queued", daemon=d)
     wait_for(lambda: ratio_status(d)["checkpoint_errors"] > 0, 20, what="a counted checkpoint error", daemon=d)
 
-    # The old checkpoint is whole, no temp file was left behind, and the daemon goes on.
+    # The old checkpoint is whole, no temp file was left behind (beside the instance lock),
+    # and the daemon goes on.
     assert set(read_checkpoint(ckpt)) == {str(db) for db in first}
-    assert sorted(p.name for p in tiny_state_dir.iterdir()) == ["filler", "ratio_dbs.smooshq"]
+    assert sorted(p.name for p in tiny_state_dir.iterdir()) == ["filler", "ratio_dbs.smooshq", "smoosh.lock"]
     assert "could not write checkpoint" in d.log()
     assert "No space left on device" in d.log()
     code, body = d.post("/enqueue", {"keys": [str(later[0])]})

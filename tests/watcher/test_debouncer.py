@@ -171,3 +171,37 @@ def test_events_from_many_threads_each_key_due_once() -> None:
         t.join()
     due = d.due(1.0)
     assert sorted(due) == sorted(f"/db/{i}" for i in range(500))
+
+
+def test_a_key_written_without_pause_is_due_at_the_latest_max_wait_after_its_first_event() -> None:
+    d = Debouncer(quiet_s=1.0, recheck_interval_s=10.0)
+    t = 0.0
+    assert d.event("/db/busy.db", t) is True  # a new burst: an owner sleeping on next_due wakes
+    assert d.next_due() == 1.0
+    while t < 9.995:
+        t = round(t + 0.005, 3)  # a commit every 5 ms: never 1 s of quiet
+        assert d.event("/db/busy.db", t) is False
+        assert d.due(t) == []
+    assert d.next_due() == 10.0
+    assert d.due(10.0) == ["/db/busy.db"]
+
+
+def test_the_longest_wait_follows_recheck_interval_live() -> None:
+    d = Debouncer(quiet_s=1.0, recheck_interval_s=10.0)
+    d.set_recheck_interval(3.0)
+    for t in (0.0, 0.5, 1.0, 1.5, 2.0, 2.5):
+        d.event("/db/a.db", t)
+    assert d.due(2.9) == []
+    assert d.due(3.0) == ["/db/a.db"]
+
+
+def test_next_due_is_none_when_nothing_waits_and_is_busy_names_keys_with_events() -> None:
+    d = Debouncer(quiet_s=1.0, recheck_interval_s=10.0)
+    assert d.next_due() is None
+    d.event("/db/a.db", 0.0)
+    assert d.is_busy("/db/a.db") and not d.is_busy("/db/b.db")
+    assert d.due(1.0) == ["/db/a.db"]
+    assert d.is_busy("/db/a.db")  # in flight: its examination has not answered yet
+    assert d.result("/db/a.db", False, 1.0) is True  # now held: next_due moves to the hold's end
+    assert not d.is_busy("/db/a.db")
+    assert d.next_due() == 11.0

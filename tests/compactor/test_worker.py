@@ -15,6 +15,7 @@ import pytest
 
 from compactor.dbfactory import db_stats, integrity, make_bloated_db, row_count
 from compactor.gates import GatedCompactor
+from helpers.locks import ChildConnection
 from smoosh import control
 from smoosh.compactors import SqliteCompactor
 from smoosh.jobs import Jobs
@@ -132,19 +133,16 @@ def test_exception_in_a_compactor_is_a_failed_result(tmp_path, jobs, workers) ->
 
 
 def test_busy_database_finishes_busy(tmp_path, jobs, workers) -> None:
-    import sqlite3
-
     path = str(tmp_path / "a.db")
     make_bloated_db(path)
-    app = sqlite3.connect(path, isolation_level=None)
-    app.execute("BEGIN IMMEDIATE")
-    try:
+    # The application holds the write lock from its own process: a lock held through another
+    # SQLite library in this process would be invisible to the compactor (DESIGN §11).
+    with ChildConnection(path) as app:
+        app.execute("BEGIN IMMEDIATE")
         jobs.add(JOB_TYPE, path, start_data(path))
         workers([SqliteCompactor(settings(busy_timeout_s=0.1))]).start()
         assert finished(jobs, path)["result"] == "busy"
-    finally:
         app.execute("ROLLBACK")
-        app.close()
 
 
 def test_heartbeats_publish_progress_while_a_compaction_runs(tmp_path, jobs, workers) -> None:

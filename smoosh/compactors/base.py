@@ -23,6 +23,7 @@ __all__ = [
     "Busy",
     "Interrupted",
     "Gone",
+    "Refused",
     "InsufficientSpace",
 ]
 
@@ -98,6 +99,8 @@ class Compactor(Protocol):
             Busy: the database is locked by someone else; retry later (not a crash).
             Interrupted: stopped through ``ctx`` (a hold, a clean stop); requeue (not a crash).
             Gone: the database vanished.
+            Refused: the path lies outside the roots or reaches its file through a symbolic
+                link (a :class:`Gone`: dropped, not retried).
             Exception: anything else means the compaction failed.
         """
 
@@ -116,6 +119,26 @@ class Interrupted(CompactionError):
 
 class Gone(CompactionError):
     """Raised when the database to compact no longer exists or is no longer a database of this kind."""
+
+
+class Refused(Gone):
+    """Raised when a database path lies outside the roots or reaches its file through a symbolic link; the file is never opened.
+
+    A :class:`Gone`, so the worker drops the key (result ``gone``) instead of retrying it with
+    backoff: the path cannot become acceptable by waiting. Such a path was canonical and
+    inside the roots when it was enqueued, so a refusal means it changed since (a file or a
+    directory swapped for a symlink): a security event, logged once at WARNING where it is
+    refused.
+
+    Attributes:
+        path: the database path as it was about to be opened.
+        reason: why it was refused, e.g. ``"reaches its file through a symbolic link"``.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"refused to open {path}: {reason}")
+        self.path = path
+        self.reason = reason
 
 
 class InsufficientSpace(CompactionError):

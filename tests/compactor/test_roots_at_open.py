@@ -154,6 +154,23 @@ def test_the_roots_check_is_lexical_with_the_separator_and_wants_normalised_path
     assert compactor.compact(str(data / "x.db"), RecordingContext()).reclaimed_bytes > 0
 
 
+@pytest.mark.parametrize(("journal_mode", "side"), [("delete", "-journal"), ("wal", "-wal"), ("wal", "-shm")])
+def test_a_side_file_swapped_for_a_symlink_is_never_written_through(
+    fleet: SimpleNamespace, journal_mode: str, side: str
+) -> None:
+    # SQLite opens -journal, -wal and -shm with O_NOFOLLOW: the database cannot be opened
+    # (gone), instead of a journal written to, or a "hot journal" replayed from, outside.
+    queued = fleet.dbs / "q.db"
+    stats = make_bloated_db(str(queued), journal_mode=journal_mode)
+    Path(f"{queued}{side}").symlink_to(fleet.victim)
+    before = fingerprint(fleet.victim)
+    with pytest.raises(Gone):
+        SqliteCompactor(settings(), roots=fleet.roots).compact(str(queued), RecordingContext())
+    assert fingerprint(fleet.victim) == before
+    Path(f"{queued}{side}").unlink()
+    assert integrity(str(queued)) == "ok" and row_count(str(queued)) == stats["rows"]
+
+
 def test_no_roots_at_all_refuses_every_path(fleet: SimpleNamespace) -> None:
     # An empty list is not "unrestricted" (that is None): the server refuses every key then too.
     compactor = SqliteCompactor(settings(), roots=[])

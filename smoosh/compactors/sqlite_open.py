@@ -9,9 +9,10 @@ user database (priority re-check, worker, compactor, cleanup) goes through
 * checks lexically (no I/O) that the path is absolute, normalised and one of the roots or
   below one (a string prefix that includes the separator: ``/data2`` is not inside
   ``/data``; both sides are canonical, so no ``..`` or doubled slash can fool it);
-* opens with ``SQLITE_OPEN_NOFOLLOW``: SQLite ``lstat``\\ s every component of the path and
-  refuses a symlink in any of them (``SQLITE_CANTOPEN_SYMLINK``), then opens the file, its
-  ``-wal`` and ``-shm`` with ``O_NOFOLLOW`` (measured with strace on the bundled 3.54.1);
+* opens with ``SQLITE_OPEN_NOFOLLOW``: SQLite runs ``lstat`` on every component of the path
+  and refuses a symlink in any of them (``SQLITE_CANTOPEN_SYMLINK``), then opens the file
+  and its ``-journal``, ``-wal`` and ``-shm`` with ``O_NOFOLLOW`` (seen with strace on the
+  bundled 3.54.1), so a side file swapped for a symlink fails the open too;
 * never passes ``SQLITE_OPEN_CREATE``: a path that vanished is not recreated.
 
 The connection comes from apsw, never the stdlib ``sqlite3``: two SQLite libraries in one
@@ -206,25 +207,51 @@ def run(conn: apsw.Connection, sql: str) -> list[Any]:
 
 
 def pragma(conn: apsw.Connection, name: str) -> Any:
-    """The first column of ``PRAGMA name`` (None when it returns no row), stepped to its end."""
+    """The first column of ``PRAGMA name``, the statement stepped to its end.
+
+    Parameters:
+        conn: an open connection.
+        name: the pragma, with its argument if any (``"journal_mode=DELETE"``).
+
+    Returns:
+        The first column of the first row, or None when it returns no row.
+
+    Raises:
+        apsw.Error: as SQLite reports it (BUSY, LOCKED, ...).
+    """
     rows = run(conn, f"PRAGMA {name}")
     return rows[0][0] if rows and rows[0] else None
 
 
 def errcode(exc: BaseException) -> int:
-    """The primary SQLite result code of an apsw error (0 when unknown)."""
+    """The primary SQLite result code of an apsw error.
+
+    Parameters:
+        exc: an exception, normally an ``apsw.Error``.
+
+    Returns:
+        ``exc.result`` masked to the primary code (``SQLITE_BUSY`` ...), or 0 when it has none.
+    """
     return (getattr(exc, "result", 0) or 0) & 0xFF
 
 
 def close_quietly(conn: apsw.Connection) -> None:
-    """Close a connection without raising (SQLite rolls back any transaction still open)."""
+    """Close a connection without raising (SQLite rolls back any transaction still open).
+
+    Parameters:
+        conn: a connection, open or already closed.
+    """
     # force=True: a cursor an exception left half-stepped must not turn a close in a finally
     # block into a second exception that hides the first.
     conn.close(True)
 
 
 def rollback_quietly(conn: apsw.Connection) -> None:
-    """Roll back an open transaction, if any, ignoring errors."""
+    """Roll back an open transaction, if any, ignoring errors (logged at DEBUG).
+
+    Parameters:
+        conn: an open connection.
+    """
     # After an interrupt SQLite has normally rolled back already; a chunk that failed between
     # BEGIN and COMMIT leaves the transaction open, and it must not outlive the chunk.
     try:

@@ -170,7 +170,17 @@ def _mem_total_gib() -> float:
 
 
 def machine_info() -> dict[str, str]:
-    """nproc, CPU model, RAM, Python and SQLite versions, and the date (UTC)."""
+    """nproc, CPU model, RAM, Python and SQLite versions, and the date (UTC).
+
+    Two SQLite libraries: the stdlib's (the job store, the peers, the bare loops) and apsw's
+    bundled one (every user database smoosh's compactor opens).
+    """
+    try:
+        import apsw
+
+        apsw_sqlite = apsw.sqlite_lib_version()
+    except ImportError:
+        apsw_sqlite = "not installed"
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "nproc": str(os.cpu_count()),
@@ -178,6 +188,7 @@ def machine_info() -> dict[str, str]:
         "ram": f"{_mem_total_gib():.0f} GiB",
         "python": platform.python_version(),
         "sqlite": sqlite3.sqlite_version,
+        "apsw_sqlite": apsw_sqlite,
     }
 
 
@@ -185,7 +196,7 @@ def machine_line() -> str:
     """Machine info as one line of text."""
     m = machine_info()
     return (f"{m['date']}; {m['nproc']} CPU ({m['cpu']}), {m['ram']} RAM; "
-            f"Python {m['python']}, SQLite {m['sqlite']}")
+            f"Python {m['python']}, SQLite {m['sqlite']} (stdlib), {m['apsw_sqlite']} (apsw, user databases)")
 
 
 def table(metrics: list[Metric]) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
-__all__ = ["canonical_path", "inside", "refused_at_use"]
+__all__ = ["canonical_path", "inside", "refusal", "refused_at_use", "NOT_CANONICAL", "THROUGH_SYMLINK", "NO_ROOTS"]
 
 _O_PATH = getattr(os, "O_PATH", 0)
 _PROC_FD = "/proc/self/fd/"
@@ -53,6 +53,15 @@ def canonical_path(path: str) -> str:
     return resolved
 
 
+#: Refusal reason: the path is relative, not normalised (``.``, ``..``, ``//``, a trailing
+#: ``/``) or holds a NUL byte, so the lexical roots check could not be trusted.
+NOT_CANONICAL = "not an absolute, normalised path"
+#: Refusal reason: a component of the path is a symbolic link (now: it was not when queued).
+THROUGH_SYMLINK = "reaches its file through a symbolic link"
+#: Refusal reason: roots are enforced and there are none (the server refuses every key then too).
+NO_ROOTS = "no roots configured"
+
+
 def inside(path: str, root: str) -> bool:
     """Whether ``path`` is ``root`` or below it (both absolute, canonical).
 
@@ -63,26 +72,42 @@ def inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def refused_at_use(path: str, roots: Sequence[str]) -> str | None:
+def refusal(path: str, roots: Sequence[str] | None) -> str | None:
+    """Why ``path`` must not be opened, judged on the string alone (no I/O); None when it may.
+
+    Parameters:
+        path: a database path.
+        roots: canonical roots, or None for no roots restriction.
+
+    Returns:
+        :data:`NOT_CANONICAL`, :data:`NO_ROOTS`, ``"outside roots (ROOT, ...)"``, or None.
+    """
+    if not path.startswith("/") or "\x00" in path or os.path.normpath(path) != path:
+        return NOT_CANONICAL
+    if roots is None:
+        return None
+    if any(inside(path, root) for root in roots):
+        return None
+    return f"outside roots ({', '.join(roots)})" if roots else NO_ROOTS
+
+
+def refused_at_use(path: str, roots: Sequence[str] | None) -> str | None:
     """Why the database at ``path`` must not be opened now, or None when it may be.
 
-    Keys are canonical when they are queued; by the time a database is opened, a part of
-    its path may have been replaced by a symbolic link (to a file outside the roots), or
-    the roots may have changed. So every open re-checks: the path must still be its own
-    canonical form and lie inside ``roots``. (The SQLite compactor also opens the file
-    without following a symbolic link, which closes the window between this check and
-    the open.)
+    Keys are canonical when they are queued; by the time a database is opened a part of its
+    path may have been replaced by a symbolic link (to a file outside the roots), or the
+    roots may have changed. So every use re-checks: :func:`refusal`, and the path must still
+    be its own canonical form. (The SQLite compactor also opens the file without following a
+    symbolic link, which closes the window between this check and the open.)
 
     Parameters:
         path: the database path a key names (canonical when it was queued).
-        roots: the roots in force; empty means no restriction (a library caller).
+        roots: the roots in force, or None for no roots restriction (a library caller).
 
     Returns:
-        The reason (a sentence fragment), or None.
+        The reason (as :class:`~smoosh.compactors.base.Refused` carries it), or None.
     """
-    if canonical_path(path) != path:
-        return "its path now leads through a symbolic link"
-    if roots and not any(inside(path, root) for root in roots):
-        return f"it is outside the roots ({', '.join(roots)})"
-    return None
-
+    reason = refusal(path, roots)
+    if reason is None and canonical_path(path) != path:
+        return THROUGH_SYMLINK
+    return reason

@@ -18,14 +18,16 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import sqlite3
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+import apsw
+
 from smoosh.cli import terminal
+from smoosh.compactors.sqlite_open import open_database
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +66,9 @@ def build_database(path: str, spec: DemoDatabase) -> None:
     Deleting the oldest ids frees whole pages, which the free-list size estimate sees; the
     file keeps its size until a compaction gives the pages back.
     """
-    conn = sqlite3.connect(path, isolation_level=None)
+    # apsw, like every open of a user database in this process (DESIGN §11: two SQLite
+    # libraries in one process break each other's locks); created here, so CREATE is fine.
+    conn = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE)
     try:
         conn.execute(f"PRAGMA auto_vacuum={spec.auto_vacuum.upper()}")
         conn.execute(f"PRAGMA journal_mode={spec.journal_mode.upper()}")
@@ -93,7 +97,7 @@ def disk_bytes(path: str) -> int:
 
 def integrity(path: str) -> str:
     """``PRAGMA integrity_check`` of ``path`` (``"ok"`` when the database is sound)."""
-    conn = sqlite3.connect(path)
+    conn = open_database(path, "ro", timeout_s=5.0)
     try:
         return str(conn.execute("PRAGMA integrity_check").fetchone()[0])
     finally:

@@ -25,6 +25,7 @@ from smoosh.compactors.base import (
     Gone,
     InsufficientSpace,
     Interrupted,
+    Refused,
     Sizes,
 )
 from smoosh.compactors.sqlite import SqliteCompactor
@@ -41,6 +42,7 @@ __all__ = [
     "Busy",
     "Interrupted",
     "Gone",
+    "Refused",
     "InsufficientSpace",
     "SqliteCompactor",
 ]
@@ -51,18 +53,24 @@ log = logging.getLogger(__name__)
 ENTRY_POINT_GROUP = "smoosh.compactors"
 
 
-def load_compactors(sqlite_settings: Any = None, **kw: Any) -> list[Compactor]:
+def load_compactors(sqlite_settings: Any = None, *, roots: Iterable[str] | None = None, **kw: Any) -> list[Compactor]:
     """The built-in SQLite compactor followed by every loadable plugin.
 
     Parameters:
         sqlite_settings: smoosh's ``SqliteConfig`` (or None for the defaults).
+        roots: the directories every database the SQLite compactor opens must lie in (the
+            config's ``roots``); None for no roots restriction. Change them live with
+            :meth:`SqliteCompactor.set_roots`. Plugins are not told: they get no arguments.
         **kw: passed to :class:`SqliteCompactor` (``wal_max_size_bytes``,
             ``exact_size_interval_s``, ``clock``, ``temp_dir``).
 
     Returns:
         The compactors, built-in first, plugins in entry point order.
+
+    Raises:
+        ValueError: a root is not an absolute path.
     """
-    compactors: list[Compactor] = [SqliteCompactor(sqlite_settings, **kw)]
+    compactors: list[Compactor] = [SqliteCompactor(sqlite_settings, roots=roots, **kw)]
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         try:
             factory = ep.load()

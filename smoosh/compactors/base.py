@@ -9,10 +9,14 @@ entry point group ``smoosh.compactors`` (see :mod:`smoosh.compactors`).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Callable, Protocol, runtime_checkable
 
 from smoosh.errors import SmooshError
+
+#: Where refusals are logged: the module that opens user databases.
+_refusals = logging.getLogger("smoosh.compactors.sqlite_open")
 
 __all__ = [
     "Sizes",
@@ -23,7 +27,10 @@ __all__ = [
     "Busy",
     "Interrupted",
     "Gone",
+    "Refused",
     "InsufficientSpace",
+    "Refused",
+    "refused",
 ]
 
 
@@ -98,6 +105,8 @@ class Compactor(Protocol):
             Busy: the database is locked by someone else; retry later (not a crash).
             Interrupted: stopped through ``ctx`` (a hold, a clean stop); requeue (not a crash).
             Gone: the database vanished.
+            Refused: the path lies outside the roots or reaches its file through a symbolic
+                link (a :class:`Gone`: dropped, not retried).
             Exception: anything else means the compaction failed.
         """
 
@@ -118,6 +127,26 @@ class Gone(CompactionError):
     """Raised when the database to compact no longer exists or is no longer a database of this kind."""
 
 
+class Refused(Gone):
+    """Raised when a database path lies outside the roots or reaches its file through a symbolic link; the file is never opened.
+
+    A :class:`Gone`, so the worker drops the key (result ``gone``) instead of retrying it with
+    backoff: the path cannot become acceptable by waiting. Such a path was canonical and
+    inside the roots when it was enqueued, so a refusal means it changed since (a file or a
+    directory swapped for a symlink): a security event, logged once at WARNING where it is
+    refused.
+
+    Attributes:
+        path: the database path as it was about to be opened.
+        reason: why it was refused, e.g. ``"reaches its file through a symbolic link"``.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"refused to open {path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
 class InsufficientSpace(CompactionError):
     """Raised when a full rewrite would need more free disk space than there is (a failure, not busy)."""
 
@@ -126,3 +155,20 @@ class InsufficientSpace(CompactionError):
         self.directory = directory
         self.needed_bytes = needed_bytes
         self.free_bytes = free_bytes
+
+
+def refused(path: str, reason: str) -> Refused:
+    """The :class:`Refused` error for ``path``, logged once at WARNING (without a traceback).
+
+    A path that was canonical and inside the roots when it was enqueued and is refused now was
+    changed under smoosh: an operator should see it (``journalctl -p warning``).
+
+    Parameters:
+        path: the refused path.
+        reason: why.
+
+    Returns:
+        The error, for the caller to raise.
+    """
+    _refusals.warning("Refused to open the database %r: %s.", path, reason)
+    return Refused(path, reason)

@@ -24,7 +24,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from smoosh.compactors.base import Sizes
+from smoosh.compactors.base import Sizes, refused
 from smoosh.config import Config
 from smoosh.daemon.debounce import Debouncer
 from smoosh.daemon.keypool import KeyPool
@@ -356,9 +356,9 @@ class Intake:
         except InvalidKey as e:
             log.warning("not starting %r: %s", key, e.reason)
             return 0
-        refused = refused_at_use(db_path(key), cfg.roots)
-        if refused is not None:
-            log.warning("not starting %r: %s", key, refused)
+        reason = refused_at_use(db_path(key), cfg.roots)
+        if reason is not None:
+            refused(db_path(key), reason)  # logged: a path changed under smoosh
             return 0
         compactor = self.router.compactor_for(key)
         if key.startswith(CLEANUP_PREFIX):

@@ -136,9 +136,11 @@ class Server:
         self._access = AccessTable(config.staleness_s, max_size=config.access_max_size, clock=time.monotonic)
         self._compactors = compactors if compactors is not None else load_compactors(
             config.sqlite,
+            roots=config.roots,
             wal_max_size_bytes=config.wal_max_size_bytes,
             exact_size_interval_s=config.exact_size_interval_s,
         )
+        self._set_compactor_roots(config.roots)
         self._router = Router(self._compactors, clock=clock)
         self._suspension = Suspension(config.state_dir)
         self._lock = InstanceLock(config.state_dir)
@@ -554,6 +556,8 @@ class Server:
             backoff_base_s=new.backoff_base_s,
         )
         self._access.set_staleness(new.staleness_s)
+        if new.roots != old.roots:
+            self._set_compactor_roots(new.roots)
         self.intake.debouncer.set_recheck_interval(new.recheck_interval_s)
         now = self._clock()
         for name in list(self._channels):
@@ -599,6 +603,13 @@ class Server:
             log.exception("could not apply the new config")
 
     # ------------------------------------------------------------------ helpers
+
+    def _set_compactor_roots(self, roots: tuple[str, ...]) -> None:
+        """Every compactor that checks roots where it opens a file gets the roots in force."""
+        for compactor in self._compactors:
+            set_roots = getattr(compactor, "set_roots", None)
+            if set_roots is not None:
+                set_roots(roots)
 
     def _take_lock(self) -> None:
         """One daemon per state_dir (DESIGN §10).

@@ -35,6 +35,7 @@ from typing import Any, Callable, Literal, Protocol, Sequence
 
 from channels.ports import BUSY, FAILED, GONE, INTERRUPTED, OK, Outcome
 from smoosh.compactors import Busy, Compactor, Gone, Interrupted, compactor_for
+from smoosh.compactors.base import refused
 from smoosh.compactors.sqlite import CLEANUP_PREFIX
 from smoosh.daemon import control
 from smoosh.daemon.job_context import HALTED, ROTATED, STOPPING, JobContext
@@ -109,8 +110,9 @@ class Worker:
         listener: hears starts and ends (``signals="direct"``).
         hold_poll_s: how often a stand-alone worker reads its holds.
         clock: wall-clock seconds, for ``duration_s`` and ``started_at``.
-        roots: the roots in force (read at every start: a reload applies); a database outside
-            them, or reached through a symbolic link, is refused (ends ``gone``) unopened.
+        roots: the roots in force, read at every start (a reload applies); None: no roots
+            restriction. A database outside them, or reached through a symbolic link, is
+            refused (ends ``gone``) unopened.
         accept_timeout_s: kept for callers of the old worker; ignored (accept is interrupted on stop).
     """
 
@@ -128,7 +130,7 @@ class Worker:
         listener: RunListener | None = None,
         hold_poll_s: float = DEFAULT_HOLD_POLL_S,
         clock: Callable[[], float] = time.time,
-        roots: Callable[[], Sequence[str]] = lambda: (),
+        roots: Callable[[], Sequence[str] | None] = lambda: None,
         accept_timeout_s: float | None = None,
     ) -> None:
         if concurrency < 1:
@@ -434,10 +436,10 @@ class Worker:
         compactor = compactor_for(key, self.compactors)
         if compactor is None:
             return self._outcome(FAILED, f"no compactor claims {key}", started, ctx)
-        refused = refused_at_use(key[len(CLEANUP_PREFIX):] if key.startswith(CLEANUP_PREFIX) else key, self._roots())
-        if refused is not None:
-            log.warning("Refused to compact %r: %s.", key, refused)
-            return self._outcome(GONE, f"refused: {refused}", started, ctx)
+        path = key[len(CLEANUP_PREFIX):] if key.startswith(CLEANUP_PREFIX) else key
+        reason = refused_at_use(path, self._roots())
+        if reason is not None:
+            return self._outcome(GONE, str(refused(path, reason)), started, ctx)
         if ctx.stop_reason is not None:
             return self._outcome(INTERRUPTED, ctx.stop_reason, started, ctx, size_bytes, size_bytes)
         try:
@@ -543,8 +545,8 @@ def run_worker_process(config: Any, store_url: str | None = None, concurrency: i
         for name in ("wal_max_size_bytes", "exact_size_interval_s"):
             if getattr(config, name, None) is not None:
                 kw[name] = getattr(config, name)
-        compactors = load_compactors(getattr(config, "sqlite", None), **kw)
-        roots = tuple(getattr(config, "roots", ()))
+        compactors = load_compactors(getattr(config, "sqlite", None), roots=getattr(config, "roots", None), **kw)
+        roots = tuple(getattr(config, "roots", ()) or ()) or None
         worker = Worker(jobs, store, job_type, compactors, node=node, job_timeout_s=job_timeout_s,
                         concurrency=concurrency or 1, signals="store", roots=lambda: roots)
 

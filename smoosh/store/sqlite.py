@@ -270,23 +270,42 @@ class SqliteStore(BufferedStore):
             os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
         except OSError as e:
             raise StoreUnavailable(f"cannot open SQLite store {self.path!r}: {e}") from e
+        deadline = time.monotonic() + self.busy_timeout_s
+        while True:
+            try:
+                self._open_writer()
+                break
+            except sqlite3.OperationalError as e:
+                # Switching a new file to WAL while another process does the same can report
+                # "database is locked" at once, without waiting in the busy handler: two
+                # daemons opening one new shared store together. Try again until the timeout.
+                if (e.sqlite_errorcode & 0xFF) not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) \
+                        or time.monotonic() >= deadline:
+                    raise StoreUnavailable(f"cannot open SQLite store {self.path!r}: {e}") from e
+                time.sleep(0.01)
+            except sqlite3.Error as e:
+                raise StoreUnavailable(f"cannot open SQLite store {self.path!r}: {e}") from e
+
+    def _open_writer(self) -> None:
+        writer = self._connect()
         try:
-            self._writer = self._connect()
-            self._writer.execute("PRAGMA journal_mode=WAL")
-            self._writer.execute("PRAGMA synchronous=FULL")
+            writer.execute("PRAGMA journal_mode=WAL")
+            writer.execute("PRAGMA synchronous=FULL")
             # executescript() would COMMIT first: run the statements one by one under our lock,
             # so processes opening a new file at once create the schema once.
-            self._writer.execute("BEGIN IMMEDIATE")
+            writer.execute("BEGIN IMMEDIATE")
             try:
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
-                        self._writer.execute(statement)
-                self._writer.execute("COMMIT")
+                        writer.execute(statement)
+                writer.execute("COMMIT")
             except BaseException:
-                self._writer.execute("ROLLBACK")
+                writer.execute("ROLLBACK")
                 raise
-        except sqlite3.Error as e:
-            raise StoreUnavailable(f"cannot open SQLite store {self.path!r}: {e}") from e
+        except BaseException:
+            writer.close()
+            raise
+        self._writer = writer
 
     # -- connections ------------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:

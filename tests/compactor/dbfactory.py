@@ -2,12 +2,19 @@
 
 Import it as ``from compactor.dbfactory import make_bloated_db`` (``tests/`` is on sys.path,
 see tests/conftest.py).
+
+Every connection here is apsw's, the library smoosh's compactor opens user databases with:
+tests run compactions in their own process, and a stdlib ``sqlite3`` connection to the same
+file there would neither see the compactor's locks nor keep them (DESIGN §11). An application
+connection that must stay open belongs in another process (``helpers.locks.ChildConnection``).
 """
 
 from __future__ import annotations
 
 import os
-import sqlite3
+from typing import Any
+
+import apsw
 
 __all__ = ["make_bloated_db", "db_stats", "integrity", "row_count", "DEFAULT_ROWS", "DEFAULT_ROW_BYTES"]
 
@@ -17,6 +24,18 @@ DEFAULT_ROWS = 2000
 DEFAULT_ROW_BYTES = 1000
 #: Multiplier of the deterministic hash that picks scattered rows (Knuth's).
 _HASH = 2654435761
+
+
+def _connect(path: str, *, create: bool = False) -> apsw.Connection:
+    flags = apsw.SQLITE_OPEN_READWRITE | (apsw.SQLITE_OPEN_CREATE if create else 0)
+    conn = apsw.Connection(path, flags=flags)
+    conn.set_busy_timeout(5000)
+    return conn
+
+
+def _value(conn: apsw.Connection, sql: str, bindings: Any = None) -> Any:
+    # fetchall: apsw runs a statement as its cursor is stepped, so step it to its end.
+    return conn.execute(sql, bindings).fetchall()[0][0]
 
 
 def _remove(path: str) -> None:
@@ -56,24 +75,24 @@ def make_bloated_db(
         The file is closed cleanly: no -wal or -shm is left behind.
     """
     _remove(path)
-    conn = sqlite3.connect(path, isolation_level=None)
+    conn = _connect(path, create=True)
     try:
         if page_size is not None:
-            conn.execute(f"PRAGMA page_size={int(page_size)}")
-        conn.execute(f"PRAGMA auto_vacuum={auto_vacuum.upper()}")
-        conn.execute(f"PRAGMA journal_mode={journal_mode.upper()}")
+            conn.execute(f"PRAGMA page_size={int(page_size)}").fetchall()
+        conn.execute(f"PRAGMA auto_vacuum={auto_vacuum.upper()}").fetchall()
+        conn.execute(f"PRAGMA journal_mode={journal_mode.upper()}").fetchall()
         conn.execute("CREATE TABLE docs(id INTEGER PRIMARY KEY, key TEXT NOT NULL, body BLOB NOT NULL)")
         conn.execute(
             "INSERT INTO docs(key, body) "
             "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < ?) "
             "SELECT hex(randomblob(8)), randomblob(?) FROM n",
             (rows, row_bytes),
-        )
+        ).fetchall()
         if scattered:
-            conn.execute("DELETE FROM docs WHERE ((id * ?) % 1000) < ?", (_HASH, int(delete_fraction * 1000)))
+            conn.execute("DELETE FROM docs WHERE ((id * ?) % 1000) < ?", (_HASH, int(delete_fraction * 1000))).fetchall()
         else:
-            conn.execute("DELETE FROM docs WHERE id <= ?", (int(rows * delete_fraction),))
-        left = conn.execute("SELECT count(*) FROM docs").fetchone()[0]
+            conn.execute("DELETE FROM docs WHERE id <= ?", (int(rows * delete_fraction),)).fetchall()
+        left = _value(conn, "SELECT count(*) FROM docs")
     finally:
         conn.close()
     stats = db_stats(path)
@@ -84,10 +103,10 @@ def make_bloated_db(
 
 def db_stats(path: str) -> dict:
     """File bytes and the page pragmas of a database (opened and closed cleanly)."""
-    conn = sqlite3.connect(path, isolation_level=None)
+    conn = _connect(path)
     try:
         pragmas = {
-            name: conn.execute(f"PRAGMA {name}").fetchone()[0]
+            name: _value(conn, f"PRAGMA {name}")
             for name in ("page_size", "page_count", "freelist_count", "auto_vacuum", "journal_mode")
         }
     finally:
@@ -97,7 +116,7 @@ def db_stats(path: str) -> dict:
 
 def integrity(path: str) -> str:
     """``PRAGMA integrity_check`` of a database ("ok" when intact)."""
-    conn = sqlite3.connect(path, isolation_level=None)
+    conn = _connect(path)
     try:
         return "\n".join(row[0] for row in conn.execute("PRAGMA integrity_check").fetchall())
     finally:
@@ -106,8 +125,8 @@ def integrity(path: str) -> str:
 
 def row_count(path: str) -> int:
     """Rows in the ``docs`` table a bloated database holds."""
-    conn = sqlite3.connect(path, isolation_level=None)
+    conn = _connect(path)
     try:
-        return conn.execute("SELECT count(*) FROM docs").fetchone()[0]
+        return _value(conn, "SELECT count(*) FROM docs")
     finally:
         conn.close()

@@ -1,10 +1,14 @@
-"""The SQLite compactor on real files: sizes, incremental and full compaction, upgrades, cleanup, cancellation."""
+"""The SQLite compactor on real files: sizes, incremental and full compaction, upgrades, cleanup, cancellation.
+
+Application connections (writers, readers, lock holders) run in child processes
+(``ChildConnection``): the compactor in this process opens databases through apsw, and a
+stdlib connection here would neither see its locks nor keep them (DESIGN §11).
+"""
 
 from __future__ import annotations
 
 import os
 import shutil
-import sqlite3
 import threading
 import time
 from types import SimpleNamespace
@@ -13,6 +17,7 @@ import pytest
 
 from compactor.contexts import RecordingContext
 from compactor.dbfactory import db_stats, integrity, make_bloated_db, row_count
+from helpers.locks import ChildConnection
 from smoosh.compactors import Busy, Gone, InsufficientSpace, Interrupted, SqliteCompactor, compactor_for, load_compactors
 from smoosh.compactors.base import Compactor, Sizes
 
@@ -63,15 +68,12 @@ def test_sizes_read_a_live_wal_through_a_connection(tmp_path) -> None:
     # Given an application holding the database open with uncheckpointed deletes in its WAL
     path = str(tmp_path / "a.db")
     make_bloated_db(path, delete_fraction=0.0)
-    app = sqlite3.connect(path, isolation_level=None)
-    app.execute("PRAGMA wal_autocheckpoint=0")
-    app.execute("DELETE FROM docs WHERE id % 2 = 0")
-    try:
+    with ChildConnection(path) as app:
+        app.execute("PRAGMA wal_autocheckpoint=0")
+        app.execute("DELETE FROM docs WHERE id % 2 = 0")
         sizes = SqliteCompactor(settings()).sizes(path)
-        expected = app.execute("PRAGMA page_count").fetchone()[0] - app.execute("PRAGMA freelist_count").fetchone()[0]
+        expected = app.execute("PRAGMA page_count")[0][0] - app.execute("PRAGMA freelist_count")[0][0]
         assert sizes is not None and sizes.active_bytes == expected * 4096
-    finally:
-        app.close()
 
 
 def test_exact_size_sees_the_fragmentation_the_estimate_misses(tmp_path) -> None:
@@ -159,9 +161,8 @@ def test_interrupted_between_chunks_stops_with_the_finished_chunks_kept(tmp_path
 def test_full_vacuum_shrinks_to_near_the_live_size_and_truncates_the_wal(tmp_path, journal_mode) -> None:
     path = str(tmp_path / "full.db")
     stats = make_bloated_db(path, journal_mode=journal_mode, scattered=True, rows=6000, row_bytes=300)
-    app = sqlite3.connect(path, isolation_level=None)  # an idle application connection keeps the WAL file
-    app.execute("SELECT count(*) FROM docs").fetchall()
-    try:
+    with ChildConnection(path) as app:  # an idle application connection keeps the WAL file
+        app.execute("SELECT count(*) FROM docs")
         ctx = RecordingContext()
         result = SqliteCompactor(settings()).compact(path, ctx)
         assert result.size_before_bytes == stats["file_bytes"]
@@ -173,8 +174,6 @@ def test_full_vacuum_shrinks_to_near_the_live_size_and_truncates_the_wal(tmp_pat
         if journal_mode == "wal":
             assert os.path.getsize(path + "-wal") == 0
         assert ctx.fractions[-1] == 1.0 and ctx.fractions == sorted(ctx.fractions)
-    finally:
-        app.close()
     assert integrity(path) == "ok" and row_count(path) == stats["rows"]
 
 
@@ -182,34 +181,28 @@ def test_full_vacuum_shrinks_to_near_the_live_size_and_truncates_the_wal(tmp_pat
 def test_locked_database_gives_busy_within_the_busy_timeout(tmp_path, journal_mode) -> None:
     path = str(tmp_path / "busy.db")
     make_bloated_db(path, journal_mode=journal_mode)
-    app = sqlite3.connect(path, isolation_level=None)
-    app.execute("BEGIN IMMEDIATE")
-    try:
+    with ChildConnection(path) as app:
+        app.execute("BEGIN IMMEDIATE")  # answers once the other process holds the write lock
         started = time.monotonic()
         with pytest.raises(Busy):
             SqliteCompactor(settings(busy_timeout_s=0.2)).compact(path, RecordingContext())
         assert time.monotonic() - started < 2.0
-    finally:
         app.execute("ROLLBACK")
-        app.close()
     assert integrity(path) == "ok"
 
 
 def test_busy_incremental_chunk_gives_busy(tmp_path) -> None:
     path = str(tmp_path / "inc.db")
     make_bloated_db(path, auto_vacuum="incremental")
-    app = sqlite3.connect(path, isolation_level=None)
+    with ChildConnection(path) as app:
 
-    def lock_at_second(n: int) -> None:
-        if n == 2:
-            app.execute("BEGIN IMMEDIATE")
+        def lock_at_second(n: int) -> None:
+            if n == 2:
+                app.execute("BEGIN IMMEDIATE")
 
-    try:
         with pytest.raises(Busy):
             SqliteCompactor(settings(incremental_chunk_pages=50)).compact(path, RecordingContext(lock_at_second))
-    finally:
         app.execute("ROLLBACK")
-        app.close()
     assert integrity(path) == "ok"
 
 
@@ -298,14 +291,11 @@ def test_upgrade_page_size_keeps_the_journal_mode(tmp_path, journal_mode) -> Non
 def test_page_size_upgrade_of_a_wal_database_in_use_needs_exclusive_access(tmp_path) -> None:
     path = str(tmp_path / "up.db")
     make_bloated_db(path, journal_mode="wal")
-    app = sqlite3.connect(path, isolation_level=None)
-    app.execute("SELECT count(*) FROM docs").fetchall()
-    try:
+    with ChildConnection(path) as app:
+        app.execute("SELECT count(*) FROM docs")
         with pytest.raises(Busy, match="needs exclusive access"):
             SqliteCompactor(settings(page_size=8192)).compact(path, RecordingContext())
-        assert app.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    finally:
-        app.close()
+        assert app.execute("PRAGMA journal_mode")[0][0] == "wal"
     after = db_stats(path)
     assert after["page_size"] == 4096 and after["journal_mode"] == "wal"
     assert integrity(path) == "ok"
@@ -324,10 +314,9 @@ def test_no_upgrade_targets_means_no_upgrade(tmp_path) -> None:
 def test_cleanup_key_truncates_a_big_wal(tmp_path) -> None:
     path = str(tmp_path / "w.db")
     make_bloated_db(path, delete_fraction=0.0)
-    app = sqlite3.connect(path, isolation_level=None)
-    app.execute("PRAGMA wal_autocheckpoint=0")
-    app.execute("UPDATE docs SET body = randomblob(1000)")
-    try:
+    with ChildConnection(path) as app:
+        app.execute("PRAGMA wal_autocheckpoint=0")
+        app.execute("UPDATE docs SET body = randomblob(1000)")
         wal_bytes = os.path.getsize(path + "-wal")
         c = SqliteCompactor(settings(), wal_max_size_bytes=wal_bytes // 2)
         key = "cleanup:" + path
@@ -338,24 +327,17 @@ def test_cleanup_key_truncates_a_big_wal(tmp_path) -> None:
         assert os.path.getsize(path + "-wal") == 0
         assert result.reclaimed_bytes >= wal_bytes - 4096
         assert c.cleanup_priority(key) == 0.0
-    finally:
-        app.close()
     assert integrity(path) == "ok"
 
 
 def test_cleanup_blocked_by_a_reader_is_busy(tmp_path) -> None:
     path = str(tmp_path / "w.db")
     make_bloated_db(path, delete_fraction=0.0)
-    app = sqlite3.connect(path, isolation_level=None)
-    app.execute("PRAGMA wal_autocheckpoint=0")
-    app.execute("UPDATE docs SET body = randomblob(1000)")
-    reader = sqlite3.connect(path, isolation_level=None)
-    reader.execute("BEGIN")
-    reader.execute("SELECT count(*) FROM docs").fetchall()
-    try:
+    with ChildConnection(path) as app, ChildConnection(path) as reader:
+        app.execute("PRAGMA wal_autocheckpoint=0")
+        app.execute("UPDATE docs SET body = randomblob(1000)")
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM docs")
         with pytest.raises(Busy):
             SqliteCompactor(settings(busy_timeout_s=0.1)).compact("cleanup:" + path, RecordingContext())
-    finally:
         reader.execute("COMMIT")
-        reader.close()
-        app.close()

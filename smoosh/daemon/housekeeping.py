@@ -71,6 +71,7 @@ class Housekeeping:
         self.watcher = Watcher(
             list(cfg.watch), intake.on_event, on_scanned=intake.on_scanned,
             rescan_interval_s=cfg.rescan_interval_s, exclude=self._is_own_path, observer=self._observer,
+            busy=self.server._compacting,
         )
         self.watcher.start(thread=False)
 

@@ -52,6 +52,8 @@ class Run:
     # The run token in the data of a job this run follows but did not add (another run of
     # this channel added it: an earlier daemon's): that job is this run's to remove too.
     job_run: int | None = None
+    # Added claimed by this process's worker: it removes the job as it finishes it.
+    claimed: bool = False
     running_since: float | None = None
     run_id: str | None = None
     suspendable: bool = False
@@ -100,10 +102,18 @@ class JobScheduler:
     # -- the channels' port (loop thread) ------------------------------------------------------
 
     def submit(self, channel: str, key: str, priority: float) -> int:
-        """Start work on ``key`` for ``channel``; the run's token (see :class:`channels.ports.Scheduler`)."""
+        """Start work on ``key`` for ``channel``; the run's token (see :class:`channels.ports.Scheduler`).
+
+        When this process's worker has a free slot, the start (re-check, job added already
+        claimed) runs on the thread that then compacts: one hand-off from the decision to the
+        compaction. Otherwise the starter adds a job for any worker.
+        """
         run = Run(channel, key, self._token(), priority)
         self._runs[key] = run
-        if not self._starter.submit(lambda: self._start(run)):
+        local = self.local
+        if local is not None and local.reserve():
+            local.run_claimed(lambda: self._claim(run))
+        elif not self._starter.submit(lambda: self._start(run)):
             self._emit(run, "dropped", reason="the daemon is stopping")
         return run.token
 
@@ -154,6 +164,8 @@ class JobScheduler:
         del self._runs[key]
         if run.sub is not None:
             run.sub.close()
+        if run.claimed and also is None:
+            return  # its worker removed the job in the commit that finished it: nothing to write
         self._starter.submit(lambda: self._remove(run, also))
 
     def runs(self) -> list[Run]:
@@ -195,7 +207,8 @@ class JobScheduler:
 
     # -- the starter thread -------------------------------------------------------------------------
 
-    def _start(self, run: Run) -> None:
+    def _recheck_or_drop(self, run: Run) -> dict[str, Any] | None:
+        """Re-check the key's priority; the job data to start it with, or None (dropped, reported)."""
         try:
             priority = self._recheck(run.channel, run.key)
         except Exception:
@@ -203,29 +216,39 @@ class JobScheduler:
             priority = 0
         if not priority:
             self._emit(run, "dropped", reason="its priority is now 0 (compacted or gone)", priority=0)
-            return
+            return None
         run.priority = priority
-        data = {"channel": run.channel, "key": run.key, "priority": float(priority), "progress": 0.0, "run": run.token}
-        local = self.local
-        if local is not None and local.reserve():
-            # This process's worker has a free slot: the job is added already accepted by it
-            # (one commit), and runs at once; no other worker is woken for it.
-            try:
-                claimed = self.jobs.transact(lambda tr: self._add_claimed(tr, run, data))
-            except Exception as exc:
-                local.unreserve()
-                log.warning("Could not add the job of %r: %s", run.key, exc, exc_info=log.isEnabledFor(logging.DEBUG))
-                self._emit(run, "dropped", reason=f"its job could not be added: {exc}")
-                return
-            if not isinstance(claimed, str):
-                local.run_claimed(claimed, data)
-                return
-            local.unreserve()
-            if claimed != run.channel:
-                self._emit(run, "dropped", reason=f"it is already being compacted by channel {claimed!r}")
-                return
-            log.info("%r is already running for channel %s; following its job.", run.key, run.channel)
-            self._follow(run)
+        return {"channel": run.channel, "key": run.key, "priority": float(priority), "progress": 0.0, "run": run.token}
+
+    def _claim(self, run: Run) -> tuple[Any, dict[str, Any]] | None:
+        """On the compaction thread: the job added already claimed by this process's worker."""
+        data = self._recheck_or_drop(run)
+        if data is None:
+            return None
+        try:
+            claimed = self.jobs.transact(lambda tr: self._add_claimed(tr, run, data))
+        except Exception as exc:
+            log.warning("Could not add the job of %r: %s", run.key, exc, exc_info=log.isEnabledFor(logging.DEBUG))
+            self._emit(run, "dropped", reason=f"its job could not be added: {exc}")
+            return None
+        if isinstance(claimed, str):
+            self._owned_elsewhere(run, claimed)
+            return None
+        run.claimed = True
+        return claimed, data
+
+    def _owned_elsewhere(self, run: Run, owner: str) -> None:
+        """A job of the key runs already: another channel's (dropped) or this channel's (followed)."""
+        if owner != run.channel:
+            self._emit(run, "dropped", reason=f"it is already being compacted by channel {owner!r}")
+            return
+        log.info("%r is already running for channel %s; following its job.", run.key, run.channel)
+        self._follow(run)
+
+    def _start(self, run: Run) -> None:
+        """On the starter: re-check, then add the job for any worker (or follow the one that runs)."""
+        data = self._recheck_or_drop(run)
+        if data is None:
             return
         try:
             owner = self.jobs.transact(lambda tr: self._add(tr, run, data))
@@ -233,11 +256,9 @@ class JobScheduler:
             log.warning("Could not add the job of %r: %s", run.key, exc, exc_info=log.isEnabledFor(logging.DEBUG))
             self._emit(run, "dropped", reason=f"its job could not be added: {exc}")
             return
-        if owner is not None and owner != run.channel:
-            self._emit(run, "dropped", reason=f"it is already being compacted by channel {owner!r}")
+        if owner is not None:
+            self._owned_elsewhere(run, owner)
             return
-        if owner == run.channel:
-            log.info("%r is already running for channel %s; following its job.", run.key, run.channel)
         self._follow(run)
 
     def _add(self, tr: Transaction, run: Run, data: dict[str, Any]) -> str | None:

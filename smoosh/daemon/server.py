@@ -149,6 +149,8 @@ class Server:
         self._state_dir_ok = False
         # channel -> (reclaimable bytes, would-run list) last computed: shown while it is busy.
         self._last_estimates: dict[str, tuple[int, list[list[Any]]]] = {}
+        # Keys with a crash record in the store (loop thread): only those need one cleared.
+        self._crash_records: set[str] = set()
         # key -> the store write to make with its job's removal (its crash record).
         self._pending_writes: dict[str, Callable[[Transaction], None]] = {}
         self.intake = Intake(
@@ -194,6 +196,7 @@ class Server:
             self._jobs, self.job_type, self._history, self._clock(),
             node=self.node, job_timeout_s=cfg.job_timeout_s, admits=self.intake.admits,
         )
+        self._crash_records = set(found.recorded)
         now = self._clock()
         for name, ch_cfg in cfg.channels.items():
             self._open_channel(name, ch_cfg, now)
@@ -381,17 +384,31 @@ class Server:
                 "compaction of %r in %s %s (%s); retrying in %.0f s",
                 key, channel, "failed" if result == FAILED else f"ended {result}", rec.last_error, not_before - now,
             )
-        self._pending_writes[key] = self._crash_record_write(key, keep=not_before is not None)
+        write = self._crash_record_write(key, keep=not_before is not None)
+        if write is not None:
+            self._pending_writes[key] = write
         return not_before
 
-    def _crash_record_write(self, key: str, *, keep: bool) -> Callable[[Transaction], None]:
-        """The write of ``key``'s crash record (or its removal), made with its job's removal."""
+    def _crash_record_write(self, key: str, *, keep: bool) -> Callable[[Transaction], None] | None:
+        """The write of ``key``'s crash record (or its removal), made with its job's removal.
+
+        None when there is nothing to write: a success of a key that never crashed here (most
+        keys), run by this process's worker (no rotation request in the store to clear).
+        """
+        if not keep and key not in self._crash_records:
+            run = self._scheduler.run_of(key) if self._scheduler is not None else None
+            if run is not None and run.claimed:
+                return None
         from smoosh.daemon.startup import crash_record_key
         from smoosh.daemon.history import encode_record
 
         store_key = crash_record_key(self.node, key)
         rotate_key = control.rotate_key(self.node, key)
         record = self._history.snapshot(key) if keep else None
+        if keep:
+            self._crash_records.add(key)
+        else:
+            self._crash_records.discard(key)
         value = encode_record(record) if record is not None else None
 
         def write(tr: Transaction) -> None:
@@ -455,6 +472,11 @@ class Server:
     def _close_channels(self) -> None:
         for name in list(self._channels):
             self._close_channel(name)
+
+    def _compacting(self, path: str) -> bool:
+        """Whether this process's worker is compacting ``path`` now (any thread)."""
+        worker = self._worker
+        return worker is not None and worker.is_running(path)
 
     def channels(self) -> dict[str, Channel]:
         """The channels now (a whole registry: safe to read from any thread)."""

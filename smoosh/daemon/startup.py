@@ -49,6 +49,7 @@ class Found:
     take_back: dict[str, str] = field(default_factory=dict)  # key -> channel
     follow: dict[str, str] = field(default_factory=dict)  # key -> channel
     crashing: dict[str, KeyRecord] = field(default_factory=dict)  # key -> record with a retry time
+    recorded: set[str] = field(default_factory=set)  # every key with a crash record in the store
 
     def apply(self, channels: Mapping[str, Any], now: float) -> None:
         """Queue the keys taken back, follow the adopted runs, defer the keys still crashing."""
@@ -96,6 +97,7 @@ def take_over_jobs(
             log.warning("ignored an unreadable crash record of %r", key)
             continue
         history.restore(rec)
+        found.recorded.add(rec.key)
         if rec.retry_at is not None and rec.retry_at > now:
             found.crashing[rec.key] = rec
     for info in list(jobs.iter_jobs(job_type)):

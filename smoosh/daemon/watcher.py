@@ -124,6 +124,8 @@ class Watcher:
             through a debounce, scan results need none); defaults to ``on_path``.
         observer: a started watchdog observer to schedule the watches on (shared with the
             config watcher: one observer thread for the daemon); None makes one of its own.
+        busy: True for a database path smoosh itself is compacting now: events on it (and its
+            side files) are ignored, checked before any system call.
     """
 
     def __init__(
@@ -137,11 +139,13 @@ class Watcher:
         clock: Callable[[], float] = time.monotonic,
         on_scanned: Callable[[str], None] | None = None,
         observer: Any = None,
+        busy: Callable[[str], bool] = lambda path: False,
     ) -> None:
         self._specs = tuple(watch)
         self._on_path = on_path
         self._on_scanned = on_scanned or on_path
         self._shared_observer = observer
+        self._busy = busy
         self._ticked = False  # ticked by its owner's loop: scans run on a thread of their own
         self._scan_thread: threading.Thread | None = None
         self._rescan_interval_s = float(rescan_interval_s)
@@ -462,7 +466,12 @@ class Watcher:
             log.exception("watcher could not handle %r", event)
 
     def _consider(self, path: str) -> None:
-        real = canonical_path(main_db_path(path))
+        if path.endswith("-shm"):
+            return  # the WAL index changes with every reader too; writes show in -wal
+        db = main_db_path(path)
+        if self._busy(db):
+            return  # smoosh is compacting it: its own writes are no news (and a flood of them)
+        real = canonical_path(db)
         if not accepts(self._entries, real) or self._exclude(real):
             return
         try:

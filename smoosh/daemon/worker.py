@@ -38,6 +38,7 @@ from smoosh.compactors import Busy, Compactor, Gone, Interrupted, compactor_for
 from smoosh.compactors.base import refused
 from smoosh.compactors.sqlite import CLEANUP_PREFIX
 from smoosh.daemon import control
+from smoosh.daemon.keypool import DEFAULT_IDLE_EXIT_S, KeyPool
 from smoosh.daemon.job_context import HALTED, ROTATED, STOPPING, JobContext
 from smoosh.daemon.startup import DAEMON_WORKER
 from smoosh.jobs import AcceptInterrupt, JobHalted, NotFound
@@ -149,7 +150,12 @@ class Worker:
         self._roots = roots
         self._cond = threading.Condition()
         self._running: set[_Running] = set()
-        self._threads: set[threading.Thread] = set()
+        # Keys of the jobs running now, for lock-free membership tests from other threads.
+        self._running_keys: frozenset[str] = frozenset()
+        # Compactions run on these threads; they stay while work keeps coming (a thread per
+        # job would cost its start on every compaction of a fleet of small files).
+        self._pool: KeyPool[Any] = KeyPool(self._run_thread, concurrency, "smoosh-compact")
+        self._pool.start()
         self._held: set[str] = set()  # channels held now (direct signals)
         # Slots promised but not running yet: to claimed jobs on their way in, and one to the
         # dispatcher while it waits in accept (so a claim never takes the slot it accepts into).
@@ -169,6 +175,7 @@ class Worker:
                 return
             self._stopping = False
             self._interrupt = AcceptInterrupt()
+            self._pool.start()
             self._dispatcher = threading.Thread(target=self._dispatch, name="smoosh-worker", daemon=True)
         self._dispatcher.start()
 
@@ -187,15 +194,18 @@ class Worker:
             r.ctx.stop(STOPPING)
         deadline = time.monotonic() + timeout_s
         with self._cond:
-            threads = list(self._threads)
+            while self._running and time.monotonic() < deadline:
+                self._cond.wait(max(0.0, deadline - time.monotonic()))
+            left = len(self._running)
             dispatcher, self._dispatcher = self._dispatcher, None
-            if self._heartbeat is not None:
-                threads.append(self._heartbeat)
-        for t in [*threads, *([dispatcher] if dispatcher is not None else [])]:
-            t.join(max(0.0, deadline - time.monotonic()))
-        alive = [t for t in threads if t.is_alive()] + ([dispatcher] if dispatcher and dispatcher.is_alive() else [])
+            heartbeat = self._heartbeat
+        self._pool.stop()
+        for t in (heartbeat, dispatcher):
+            if t is not None:
+                t.join(max(0.0, deadline - time.monotonic()))
+        alive = left + sum(1 for t in (heartbeat, dispatcher) if t is not None and t.is_alive())
         if alive:
-            log.warning("%d worker thread(s) did not stop within %.1f s.", len(alive), timeout_s)
+            log.warning("%d worker thread(s) did not stop within %.1f s.", alive, timeout_s)
         return not alive
 
     def status(self) -> list[dict[str, Any]]:
@@ -233,11 +243,22 @@ class Worker:
             self._reserved = max(0, self._reserved - 1)
             self._cond.notify_all()
 
-    def run_claimed(self, job: Any, data: dict[str, Any]) -> None:
-        """Run a job the caller added already accepted (``Jobs.add_claimed``) in the slot it reserved."""
-        self._launch(job, data, reserved=True, claimed=True)
+    def run_claimed(self, claim: Callable[[], tuple[Any, dict[str, Any]] | None]) -> None:
+        """Claim and run a job in the slot :meth:`reserve` promised, all on a compaction thread.
+
+        Parameters:
+            claim: adds the job already accepted (``Jobs.add_claimed``) and returns
+                ``(job, data)``, or None when there is nothing to run (the slot is given back).
+                It runs on the thread that then compacts: the start costs no extra hand-off.
+        """
+        if not self._pool.submit(claim):
+            self.unreserve()
 
     # ------------------------------------------------------------------ direct signals
+
+    def is_running(self, key: str) -> bool:
+        """Whether a job of ``key`` runs here now (any thread; no lock: one attribute read)."""
+        return key in self._running_keys
 
     def set_hold(self, channel: str, held: bool) -> None:
         """Hold (or release) the running and future jobs of ``channel`` (direct signals)."""
@@ -298,7 +319,10 @@ class Worker:
                 next_due = time.monotonic() + ERROR_PAUSE_S
             with self._cond:
                 # Decided under the lock _launch starts this thread under: a run launched
-                # meanwhile is either seen here or finds no thread and starts one.
+                # meanwhile is either seen here or finds no thread and starts one. With no
+                # job running it lingers a while first: a fleet's next job comes soon.
+                if not self._running and not self._stopping:
+                    self._cond.wait(DEFAULT_IDLE_EXIT_S)
                 if self._stopping or not self._running:
                     self._heartbeat = None
                     return
@@ -354,7 +378,11 @@ class Worker:
             r.halted = True
             r.ctx.stop(HALTED)
 
-    def _launch(self, job: Any, data: dict[str, Any], *, reserved: bool = False, claimed: bool = False) -> None:
+    def _launch(self, job: Any, data: dict[str, Any], *, reserved: bool = False) -> None:
+        self._pool.submit(self._admit(job, data, reserved=reserved, claimed=False))
+
+    def _admit(self, job: Any, data: dict[str, Any], *, reserved: bool, claimed: bool) -> _Running:
+        """Register a job as running here (its slot, its heartbeats, its holds)."""
         ctx = JobContext()
         running = _Running(
             job=job, data=dict(data), ctx=ctx, started_at=self._clock(), claimed=claimed,
@@ -367,16 +395,26 @@ class Worker:
             if reserved:
                 self._reserved = max(0, self._reserved - 1)  # the promised slot is taken now
             self._running.add(running)
+            self._running_keys = frozenset(r.key for r in self._running)
+            self._cond.notify_all()  # a lingering heartbeat thread times this job's heartbeats
             if self._heartbeat is None:
                 self._heartbeat = threading.Thread(target=self._beat, name="smoosh-heartbeat", daemon=True)
                 self._heartbeat.start()
-            thread = threading.Thread(
-                target=self._run_thread, args=(running,), name=f"smoosh-compact-{len(self._threads)}", daemon=True
-            )
-            self._threads.add(thread)
-        thread.start()
+        return running
 
-    def _run_thread(self, running: _Running) -> None:
+    def _run_thread(self, item: _Running | Callable[[], tuple[Any, dict[str, Any]] | None]) -> None:
+        if callable(item):
+            try:
+                claimed = item()
+            except Exception:
+                log.exception("Claiming a job failed.")
+                claimed = None
+            if claimed is None:
+                self.unreserve()
+                return
+            running = self._admit(*claimed, reserved=True, claimed=True)
+        else:
+            running = item
         try:
             self._run(running)
         except Exception:
@@ -384,7 +422,7 @@ class Worker:
         finally:
             with self._cond:
                 self._running.discard(running)
-                self._threads.discard(threading.current_thread())
+                self._running_keys = frozenset(r.key for r in self._running)
                 self._cond.notify_all()
 
     # ------------------------------------------------------------------ one job

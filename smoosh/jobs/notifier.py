@@ -182,7 +182,12 @@ def _stamp_key(seq: Any) -> tuple[bytes, int]:
 
 
 class TypeMonitor:
-    """Watches ``(WATCHES_ACTIVITY, type)`` and calls ``on_change`` (at most once per hold-off)."""
+    """Watches ``(WATCHES_ACTIVITY, type)`` and calls ``on_change`` (at most once per hold-off).
+
+    It never blocks its loop: each step reads the stamp and arms a watch whose callback
+    kicks the monitor (:attr:`kick`, set by its runner), so many types share one thread.
+    The watch is re-armed every ``watch_refresh_s`` anyway, a safety net for a lost one.
+    """
 
     def __init__(
         self,
@@ -202,18 +207,21 @@ class TypeMonitor:
         self.watch_refresh_s = watch_refresh_s
         self._lock = threading.Lock()
         self._watch: Watch | None = None
-        self._stopping = threading.Event()
+        self._stopping = False
+        #: Called (from the thread that settles the watch) to have :meth:`step` run soon.
+        self.kick: Callable[[], None] = lambda: None
         self.reset()
 
     def reset(self) -> None:
         # Unknown stamp: the first pass after a (re)start always wakes the notifier once.
         self.stamp: Any = object()
         self.notified_at = float("-inf")
+        self._owed = False
 
     def wake(self) -> None:
-        """Stop: cancel the watch the step is blocked on (its wait then raises 1101)."""
+        """Stop: cancel the armed watch."""
         with self._lock:
-            self._stopping.set()
+            self._stopping = True
             watch, self._watch = self._watch, None
         if watch is not None:
             watch.cancel()
@@ -222,31 +230,31 @@ class TypeMonitor:
         return model.read_activity_stamp(tr, self.keys, self.job_type), tr.watch(self.keys.watches_activity(self.job_type))
 
     def step(self) -> float:
+        """Notify the notifier if the stamp moved (hold-off permitting) and re-arm the watch."""
         stamp, watch = self.store.transact(self._read_and_watch)
+        with self._lock:
+            old, self._watch = self._watch, None if self._stopping else watch
+        if old is not None:
+            old.cancel()
+        if self._stopping:
+            watch.cancel()
+            return self.watch_refresh_s
+        # Only the current watch kicks: the one cancelled above (or at a stop) must not.
+        watch.on_settled(lambda: self._fired(watch))
         if stamp != self.stamp:
             self.stamp = stamp
-            self._notify()
-        with self._lock:
-            if self._stopping.is_set():
-                watch.cancel()
-                return 0.0
-            self._watch = watch
-        try:
-            watch.wait(self.watch_refresh_s)
-        except StoreError as e:
-            if self._stopping.is_set():
-                return 0.0
-            # couch_jobs saw spurious 1009 future_version from watches: re-read and re-watch.
-            log.debug("activity watch of type %r failed (%s); re-arming it", self.job_type, e)
-        finally:
-            with self._lock:
-                self._watch = None
-            watch.cancel()
-        return 0.0
+            self._owed = True
+        if self._owed:
+            since_s = time.monotonic() - self.notified_at
+            if since_s < self.holdoff_s:
+                return self.holdoff_s - since_s  # the hold-off ends: notify then
+            self._owed = False
+            self.notified_at = time.monotonic()
+            self.on_change()
+        return self.watch_refresh_s
 
-    def _notify(self) -> None:
-        since_s = time.monotonic() - self.notified_at
-        if since_s < self.holdoff_s:
-            self._stopping.wait(self.holdoff_s - since_s)
-        self.notified_at = time.monotonic()
-        self.on_change()
+    def _fired(self, watch: Watch) -> None:
+        with self._lock:
+            current = watch is self._watch and not self._stopping
+        if current:
+            self.kick()

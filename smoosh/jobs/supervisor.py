@@ -1,9 +1,10 @@
-"""Starts, stops and restarts the job layer's background threads.
+"""Starts, stops and restarts the job layer's background roles, all on one thread.
 
 Per type: an activity monitor (for every type with a timeout, when monitors are enabled),
 and a type monitor + notifier pair (started by the first ``subscribe`` of the type). One
-type scanner thread finds types added or cleared by other processes (every 10 s plus up to
-5 s of jitter, so within 15 s) and restarts any runner whose thread died.
+type scanner finds types added or cleared by other processes (every 10 s plus up to 5 s of
+jitter, so within 15 s) and restarts the roles' thread if it died. Every role is stepped on
+the supervisor's one :class:`~smoosh.jobs.threads.Roles` loop.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from smoosh.jobs.model import Keys
 from smoosh.jobs.monitor import MAX_JITTER_S, ActivityMonitor
 from smoosh.jobs.notifier import Notifier, TypeMonitor
 from smoosh.jobs.subscription import Hub
-from smoosh.jobs.threads import Runner
+from smoosh.jobs.threads import Roles, Runner
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,8 @@ class Supervisor:
         self.monitors: dict[Any, Runner] = {}
         self.notifiers: dict[Any, tuple[Runner, Runner]] = {}
         self.scanner: Runner | None = None
+        #: The one thread every role of this layer is stepped on.
+        self.roles = Roles()
 
     def start(self) -> None:
         """Start monitors for the types that exist now, and the type scanner."""
@@ -96,7 +99,7 @@ class Supervisor:
         with self._lock:
             if self._closed:
                 return
-            self.scanner = Runner(_TypeScanner(self), "type-scan")
+            self.scanner = Runner(_TypeScanner(self), "type-scan", self.roles)
             self.scanner.start()
 
     # -- activity monitors ------------------------------------------------------------------
@@ -114,7 +117,7 @@ class Supervisor:
                     self.store, self.keys, job_type, clock=self.clock, rng=self.rng,
                     max_jitter_s=self.max_jitter_s, batch=self.batch,
                 )
-                runner = Runner(monitor, f"activity-{_name(job_type)}")
+                runner = Runner(monitor, f"activity-{_name(job_type)}", self.roles)
                 self.monitors[job_type] = runner
                 runner.start()
                 return
@@ -135,10 +138,11 @@ class Supervisor:
             pair = self.notifiers.get(job_type)
             if pair is None:
                 notifier = Notifier(self.store, self.keys, job_type, self.hub, batch=self.batch)
-                notifier_runner = Runner(notifier, f"notifier-{_name(job_type)}")
+                notifier_runner = Runner(notifier, f"notifier-{_name(job_type)}", self.roles)
                 notifier.kick = notifier_runner.kick
                 type_monitor = TypeMonitor(self.store, self.keys, job_type, notifier_runner.kick)
-                monitor_runner = Runner(type_monitor, f"type-monitor-{_name(job_type)}")
+                monitor_runner = Runner(type_monitor, f"type-monitor-{_name(job_type)}", self.roles)
+                type_monitor.kick = monitor_runner.kick
                 pair = (monitor_runner, notifier_runner)
                 self.notifiers[job_type] = pair
                 notifier_runner.start()
@@ -201,6 +205,7 @@ class Supervisor:
             self.notifiers.clear()
             self.scanner = None
         _stop_all(runners)
+        self.roles.close()
 
 
 def _stop_all(runners: list[Runner]) -> None:

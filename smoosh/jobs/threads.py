@@ -1,10 +1,15 @@
-"""Background threads of the job layer: a role's ``step`` on a loop, restarted after a crash.
+"""The job layer's background roles, all stepped on one loop thread, restarted after a crash.
 
 A role (activity monitor, type monitor, notifier, type scanner) holds the logic and is
-steppable on its own in tests; a :class:`Runner` only calls ``role.step()`` in a thread and
-waits between steps. If a step raises, the runner logs it with the traceback, resets the
-role to the state of a fresh start (what a supervisor restart does in Erlang) and goes on,
-so one bad transaction never silently stops a monitor.
+steppable on its own in tests: ``step()`` does one round and returns how long to wait before
+the next (None: until kicked). A :class:`Runner` puts one role on a
+:class:`~smoosh.loop.Loop`; a layer's roles share one loop (:class:`Roles`), so however
+many types and subscriptions it has, it runs one thread, asleep until a role is due or
+kicked. No role blocks: a type monitor arms a store watch whose callback kicks it.
+
+If a step raises, the runner logs it with the traceback, resets the role to the state of a
+fresh start (what a supervisor restart does in Erlang) and steps it again after
+:data:`RESTART_DELAY_S`, so one bad transaction never silently stops a monitor.
 """
 
 from __future__ import annotations
@@ -13,12 +18,16 @@ import logging
 import threading
 from typing import Protocol
 
+from smoosh.loop import Loop
+
+__all__ = ["Role", "Runner", "Roles", "RESTART_DELAY_S", "THREAD_NAME_PREFIX"]
+
 log = logging.getLogger(__name__)
 
 #: Pause (seconds) after a crashed step before the restarted role runs, so a persistent
 #: failure logs a few lines per second rather than spinning.
 RESTART_DELAY_S = 0.2
-#: How long (seconds) :meth:`Runner.stop` waits for its thread to end.
+#: How long (seconds) stopping the roles' thread may take.
 JOIN_TIMEOUT_S = 5.0
 #: Prefix of every job-layer thread's name (tests look for leaked threads by it).
 THREAD_NAME_PREFIX = "smoosh-jobs"
@@ -34,75 +43,108 @@ class Role(Protocol):
         """Return to the state of a fresh start (called after a crashed step)."""
 
     def wake(self) -> None:
-        """Interrupt a step that is blocked (e.g. on a store watch) because the runner stops."""
+        """The role is being stopped: release what it holds (a store watch)."""
+
+
+class Roles:
+    """One loop thread for every role of a job layer, started with the first role.
+
+    Owner: the layer's supervisor; runners add and remove their tasks through it.
+    """
+
+    def __init__(self, name: str = "roles") -> None:
+        self.loop = Loop(f"{THREAD_NAME_PREFIX}-{name}")
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def ensure_running(self) -> None:
+        """Start the loop's thread (again, if it died)."""
+        with self._lock:
+            if not self._closed and not self.loop.is_alive():
+                self.loop.stop(0)  # forget a dead thread before starting anew
+                self.loop.start()
+
+    def is_alive(self) -> bool:
+        """Whether the loop's thread runs."""
+        return self.loop.is_alive()
+
+    def close(self, timeout_s: float = JOIN_TIMEOUT_S) -> None:
+        """Stop the thread (after the step in progress)."""
+        with self._lock:
+            self._closed = True
+        self.loop.stop(timeout_s)
 
 
 class Runner:
-    """Runs one role in a daemon thread until :meth:`stop`."""
+    """One role on a :class:`Roles` loop (its own, when none is given)."""
 
-    def __init__(self, role: Role, name: str) -> None:
+    def __init__(self, role: Role, name: str, roles: Roles | None = None) -> None:
         self.role = role
         self.name = f"{THREAD_NAME_PREFIX}-{name}"
         #: Crashed steps so far (for tests and status).
         self.crashes = 0
-        self._kick = threading.Event()
+        self._roles = roles if roles is not None else Roles(name)
+        self._owns_roles = roles is None
         self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._added = False
 
     @property
     def stopping(self) -> bool:
         return self._stopping.is_set()
 
     def start(self) -> None:
-        """Start (or, if its thread died, restart) the thread."""
+        """Put the role on its loop (again, if it was taken off or the loop's thread died)."""
         if self._stopping.is_set():
             return
-        if self._thread is not None and self._thread.is_alive():
-            return
-        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-        self._thread.start()
+        self._roles.ensure_running()
+        if not self._added:
+            self._added = True
+            self._roles.loop.add(self, self.name)
 
     def is_alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        """Whether the role is stepped: on its loop, and the loop's thread runs."""
+        return self._added and self._roles.is_alive()
 
     def kick(self) -> None:
-        """Run the next step now instead of after the wait the last step asked for."""
-        self._kick.set()
+        """Step the role now instead of after the wait its last step asked for (any thread)."""
+        self._roles.loop.wake(self)
 
     def stop(self) -> None:
-        """Ask the thread to end and interrupt whatever it waits on; see :meth:`join`."""
+        """Take the role off its loop and release what it holds; see :meth:`join`."""
         self._stopping.set()
-        self._kick.set()
+        self._added = False
+        self._roles.loop.remove(self)
         try:
             self.role.wake()
-        except Exception:  # waking is best effort: the join below bounds the wait anyway
+        except Exception:  # waking is best effort
             log.debug("waking %s failed", self.name, exc_info=True)
+        if self._owns_roles:
+            self._roles.close(0)
 
     def join(self, timeout_s: float = JOIN_TIMEOUT_S) -> None:
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout_s)
-            if thread.is_alive():
-                log.warning("background thread %s did not stop within %.1f s", self.name, timeout_s)
-
-    def _run(self) -> None:
-        while not self._stopping.is_set():
+        """Wait for a step in progress to end (a role stopped while its step runs)."""
+        if self._owns_roles:
+            self._roles.close(timeout_s)
+        elif not self._roles.loop.on_loop_thread() and self._roles.is_alive():
             try:
-                wait_s = self.role.step()
-            except Exception:
-                if self._stopping.is_set():
-                    break  # a step interrupted by stop() is not a crash
-                self.crashes += 1
-                log.exception("background thread %s crashed; restarting it", self.name)
-                try:
-                    self.role.reset()
-                except Exception:
-                    log.exception("resetting background thread %s failed", self.name)
-                wait_s = RESTART_DELAY_S
+                self._roles.loop.call(lambda: None, timeout_s)
+            except Exception:  # a loop that stops or hangs: nothing more to wait for here
+                log.debug("waiting for %s failed", self.name, exc_info=True)
+
+    def tick(self, now: float) -> float | None:
+        """The loop's tick: one step of the role (a crash is logged, the role reset)."""
+        if self._stopping.is_set():
+            return None
+        try:
+            wait_s = self.role.step()
+        except Exception:
             if self._stopping.is_set():
-                break
-            if wait_s is None or wait_s > 0:
-                self._kick.wait(wait_s)
-            # Cleared after the wait and before the next step: a kick that arrives during
-            # the step makes the next wait return at once, so no kick is ever lost.
-            self._kick.clear()
+                return None  # a step interrupted by stop() is not a crash
+            self.crashes += 1
+            log.exception("background thread %s crashed; restarting it", self.name)
+            try:
+                self.role.reset()
+            except Exception:
+                log.exception("resetting background thread %s failed", self.name)
+            return now + RESTART_DELAY_S
+        return None if wait_s is None else now + max(0.0, wait_s)

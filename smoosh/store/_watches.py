@@ -9,18 +9,21 @@ commit, and (SQLite) from a poller when another process has committed.
 
 from __future__ import annotations
 
+import logging
 import threading
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from smoosh.store.base import Watch
 from smoosh.store.errors import OPERATION_CANCELLED, TOO_MANY_WATCHES, StoreError
 from smoosh.store._mutations import RangeSet
 
+log = logging.getLogger(__name__)
+
 
 class StoreWatch(Watch):
     """One watch of an embedded store; settled exactly once (fired or failed)."""
 
-    __slots__ = ("key", "baseline", "min_version", "_event", "_error", "_done", "_registry")
+    __slots__ = ("key", "baseline", "min_version", "_event", "_error", "_done", "_registry", "_callbacks")
 
     def __init__(self, registry: WatchRegistry, key: bytes) -> None:
         self.key = key
@@ -32,6 +35,7 @@ class StoreWatch(Watch):
         self._error: StoreError | None = None
         self._done = False
         self._registry = registry
+        self._callbacks: list[Callable[[], None]] | None = None
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the watch fires or ``timeout`` seconds pass; see :meth:`Watch.wait`."""
@@ -48,6 +52,16 @@ class StoreWatch(Watch):
     def cancel(self) -> None:
         """Stop watching; a later :meth:`wait` raises 1101 (a watch that already fired stays fired)."""
         self._registry.settle(self, OPERATION_CANCELLED)
+
+    def on_settled(self, fn: Callable[[], None]) -> None:
+        """See :meth:`Watch.on_settled`."""
+        with self._registry._lock:
+            if not self._done:
+                if self._callbacks is None:
+                    self._callbacks = []
+                self._callbacks.append(fn)
+                return
+        fn()
 
     def __repr__(self) -> str:
         state = "pending" if not self._done else ("failed" if self._error else "fired")
@@ -99,9 +113,15 @@ class WatchRegistry:
                 peers.discard(w)
                 if not peers:
                     del self._armed[w.key]
+            callbacks, w._callbacks = w._callbacks, None
         if error_code is not None:
             w._error = StoreError(error_code)
         w._event.set()
+        for fn in callbacks or ():
+            try:
+                fn()
+            except Exception:
+                log.exception("a watch callback failed")
 
     def fail(self, watches: Iterable[StoreWatch], error_code: int) -> None:
         """Fail every watch of ``watches`` that is not settled yet."""

@@ -119,6 +119,15 @@ class Watch(abc.ABC):
     def cancel(self) -> None:
         """Stop watching; later :meth:`wait` calls raise 1101 operation_cancelled."""
 
+    @abc.abstractmethod
+    def on_settled(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` once the watch has fired, failed or been cancelled (at once if it has).
+
+        ``fn`` runs on whichever thread settles the watch (a committer, a poller, the
+        client library's network thread), so it must not block: hand the news on and return.
+        This lets one loop follow many watches without a thread blocked on each.
+        """
+
 
 class ReadView(abc.ABC):
     """The read calls a transaction offers; ``tr.snapshot`` offers the same without conflicts."""

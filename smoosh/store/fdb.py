@@ -27,7 +27,7 @@ import json
 import threading
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from smoosh.store.base import KeySelector, ReadView, Store, Transaction, Watch
 from smoosh.store.errors import CLIENT_INVALID_OPERATION, StoreError, StoreUnavailable
@@ -231,6 +231,10 @@ class FdbWatch(Watch):
     def cancel(self) -> None:
         """See :meth:`Watch.cancel`."""
         self._future.cancel()
+
+    def on_settled(self, fn: Callable[[], None]) -> None:
+        """See :meth:`Watch.on_settled` (the binding's ``on_ready``, on its network thread)."""
+        self._future.on_ready(lambda _f: fn())
 
 
 @contextlib.contextmanager

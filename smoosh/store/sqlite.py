@@ -58,6 +58,9 @@ log = logging.getLogger(__name__)
 DEFAULT_BUSY_TIMEOUT_S = 5.0
 #: Seconds between two ``PRAGMA data_version`` polls while watches are armed.
 DEFAULT_POLL_INTERVAL_S = 0.05
+#: Longest wait between two polls: after a quiet spell the poller slows down to this, so an idle
+#: process wakes once a second, not twenty times; a change seen brings it back to full speed.
+MAX_POLL_INTERVAL_S = 1.0
 #: Most transactions committed in one SQLite transaction.
 MAX_GROUP = 256
 #: Rows fetched per query of a range scan.
@@ -230,7 +233,9 @@ class SqliteStore(BufferedStore):
         size_limit_bytes: transaction size limit (2101 beyond it).
         max_watches: outstanding watches allowed (1032 beyond).
         busy_timeout_s: how long to wait for another process's write lock (1038 beyond).
-        poll_interval_s: period of the ``PRAGMA data_version`` poller.
+        poll_interval_s: period of the ``PRAGMA data_version`` poller while changes come; it
+            doubles after each quiet poll up to :data:`MAX_POLL_INTERVAL_S`, and the poller
+            sleeps outright while no watch is armed.
         clock: monotonic seconds for the age limit; tests inject one.
 
     Raises:
@@ -255,6 +260,7 @@ class SqliteStore(BufferedStore):
         self.path = os.path.abspath(path)
         self.busy_timeout_s = busy_timeout_s
         self.poll_interval_s = poll_interval_s
+        self._poll_wake = threading.Event()  # a watch was armed, or the store closes
         self.stats = SqliteStats()
         self._pool: list[sqlite3.Connection] = []
         self._pool_lock = threading.Lock()
@@ -532,6 +538,7 @@ class SqliteStore(BufferedStore):
             if self._poller is None and not self._stop.is_set():
                 self._poller = threading.Thread(target=self._poll_loop, name=f"smoosh-store-watch {self.path}", daemon=True)
                 self._poller.start()
+        self._poll_wake.set()  # a watch was armed: poll at full speed again
 
     def _poll_loop(self) -> None:
         conn = self._connect()
@@ -541,20 +548,30 @@ class SqliteStore(BufferedStore):
             # data_version would otherwise be in that baseline and never be seen (a blocked
             # accept missed the job added right after it went to sleep).
             last: int | None = None
-            while not self._stop.wait(self.poll_interval_s):
+            interval = self.poll_interval_s
+            while not self._stop.is_set():
+                armed = self.watches.has_armed()
+                if self._poll_wake.wait(interval if armed else None):
+                    self._poll_wake.clear()
+                    interval = self.poll_interval_s
+                if self._stop.is_set():
+                    break
                 try:
-                    last = self._poll_once(conn, last)
+                    changed, last = self._poll_once(conn, last)
                 except Exception:
                     log.exception("SQLite store %r: watch poller failed; retrying", self.path)
+                    changed = False
+                interval = self.poll_interval_s if changed else min(interval * 2, MAX_POLL_INTERVAL_S)
         finally:
             conn.close()
 
-    def _poll_once(self, conn: sqlite3.Connection, last: int | None) -> int | None:
+    def _poll_once(self, conn: sqlite3.Connection, last: int | None) -> tuple[bool, int | None]:
+        """Re-read the armed keys if another connection committed; ``(changed, data_version)``."""
         if not self.watches.has_armed():
-            return last
+            return False, last
         current = conn.execute("PRAGMA data_version").fetchone()[0]
         if current == last:
-            return last
+            return False, last
         keys = self.watches.armed_keys()
         conn.execute("BEGIN")
         try:
@@ -563,7 +580,7 @@ class SqliteStore(BufferedStore):
         finally:
             conn.execute("ROLLBACK")
         self.watches.check(values, version)
-        return current
+        return True, current
 
     # -- lifecycle --------------------------------------------------------------------
     def close(self) -> None:
@@ -572,6 +589,7 @@ class SqliteStore(BufferedStore):
             if self._stop.is_set():
                 return
             self._stop.set()
+            self._poll_wake.set()
             # Commits already queued finish: their threads lead until the queue is empty.
             while self._leading:
                 self._cv.wait()

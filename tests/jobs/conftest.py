@@ -21,35 +21,18 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from jobs_testlib import T1, T1_TIMEOUT_S, T2, T2_TIMEOUT_S  # noqa: E402
+from jobs_testlib import (  # noqa: E402
+    FDB_CLUSTER_ENV, T1, T1_TIMEOUT_S, T2, T2_TIMEOUT_S, open_kind,
+)
 
 from smoosh.jobs import Jobs  # noqa: E402
-from smoosh.store import open_store, tuples  # noqa: E402
+from smoosh.store import tuples  # noqa: E402
 from smoosh.store.base import Store  # noqa: E402
 
-FDB_CLUSTER_ENV = "SMOOSH_TEST_FDB_CLUSTER"
 STORE_KINDS = ["memory", "sqlite", "fdb", "faulty-memory", pytest.param("faulty-sqlite", marks=pytest.mark.slow)]
-#: Chance that a write commit fails in the faulty variants (half of them after committing).
-FAULT_RATE = 0.2
-#: Backoff ceiling in the faulty variants: thousands of injected faults, short sleeps.
-FAULTY_MAX_RETRY_DELAY_S = 0.002
 
 #: Totals over the faulty variants of this run, shown in the summary.
 FAULT_TOTALS = {"tests": 0, "faults": 0, "after_commit": 0, "retries": 0, "max_retries": 0, "gave_up": 0}
-
-
-def open_kind(kind: str, tmp_path: Any, seed: int = 0) -> Store:
-    """A fresh store of ``kind`` (see the module docstring)."""
-    if kind.startswith("faulty-"):
-        from smoosh.store.faulty import FaultyStore
-
-        inner = open_kind(kind.removeprefix("faulty-"), tmp_path)
-        return FaultyStore(inner, seed=seed, rate=FAULT_RATE, max_retry_delay_s=FAULTY_MAX_RETRY_DELAY_S)
-    if kind == "memory":
-        return open_store("memory:")
-    if kind == "sqlite":
-        return open_store(f"sqlite:{tmp_path / 'jobs.db'}")
-    return open_store(f"fdb:{os.environ[FDB_CLUSTER_ENV]}")
 
 
 @pytest.fixture(params=STORE_KINDS)

@@ -3,10 +3,13 @@ directory on sys.path)."""
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
 from smoosh.jobs.threads import THREAD_NAME_PREFIX
+from smoosh.store import open_store
+from smoosh.store.base import Store
 
 #: The upstream suite's two types: a complex one and a simple one, with 2 s and 3 s timeouts.
 T1: Any = ("t1", 1024)
@@ -51,3 +54,24 @@ def load_cases(file_stem: str) -> Any:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+FDB_CLUSTER_ENV = "SMOOSH_TEST_FDB_CLUSTER"
+#: Chance that a write commit fails in the faulty variants (half of them after committing).
+FAULT_RATE = 0.2
+#: Backoff ceiling in the faulty variants: thousands of injected faults, short sleeps.
+FAULTY_MAX_RETRY_DELAY_S = 0.002
+
+
+def open_kind(kind: str, tmp_path: Any, seed: int = 0) -> Store:
+    """A fresh store of ``kind`` (see the conftest's docstring)."""
+    if kind.startswith("faulty-"):
+        from smoosh.store.faulty import FaultyStore
+
+        inner = open_kind(kind.removeprefix("faulty-"), tmp_path)
+        return FaultyStore(inner, seed=seed, rate=FAULT_RATE, max_retry_delay_s=FAULTY_MAX_RETRY_DELAY_S)
+    if kind == "memory":
+        return open_store("memory:")
+    if kind == "sqlite":
+        return open_store(f"sqlite:{tmp_path / 'jobs.db'}")
+    return open_store(f"fdb:{os.environ[FDB_CLUSTER_ENV]}")

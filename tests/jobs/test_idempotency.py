@@ -18,7 +18,7 @@ from smoosh.store import tuples
 from smoosh.store.errors import StoreError
 from smoosh.store.faulty import FaultyStore
 
-from conftest import FDB_CLUSTER_ENV, open_kind  # type: ignore[import-not-found]
+from jobs_testlib import FDB_CLUSTER_ENV, open_kind
 
 T = "t"
 MAYBE_COMMITTED = [1021, 1031, 1039]

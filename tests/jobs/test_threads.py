@@ -158,7 +158,10 @@ def test_close_stops_every_thread(make_jobs: Callable[..., Jobs]) -> None:
     blocked = threading.Thread(target=blocked_accept, daemon=True)
     blocked.start()
     started = set(job_threads()) - before
-    assert len(started) == 5  # scanner, two activity monitors, type monitor, notifier
+    # Five roles (scanner, two activity monitors, type monitor, notifier) on one thread.
+    assert len(started) == 1
+    runners = [jobs.supervisor.scanner, *jobs.supervisor.runners()]
+    assert len(runners) == 5 and all(r is not None and r.is_alive() for r in runners)
     jobs.close()
     blocked.join(5)
     assert not blocked.is_alive()
@@ -174,6 +177,7 @@ def test_layer_without_monitors_starts_no_threads_until_subscribed(make_jobs: Ca
     assert set(job_threads()) == before
     jobs.add(T1, J1, {})
     jobs.subscribe(T1, J1)
-    assert len(set(job_threads()) - before) == 2  # the type monitor and the notifier
+    assert len(set(job_threads()) - before) == 1  # the type monitor and the notifier, on one thread
+    assert all(r.is_alive() for r in jobs.supervisor.notifiers[T1])
     jobs.close()
     assert set(job_threads()) == before

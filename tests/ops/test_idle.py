@@ -1,0 +1,29 @@
+"""An idle daemon costs next to nothing: about a dozen threads (DESIGN §9), counted from outside.
+
+The count is what the kernel lists for the process (``/proc/PID/task``), for a default
+``smoosh run``: watching a directory and its config file, serving the admin API, the
+embedded SQLite job store and in-process workers.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from helpers.daemon import Daemon, free_port, write_config
+
+#: DESIGN §9: an idle daemon runs about a dozen threads (issue 13: at most 12).
+MAX_IDLE_THREADS = 12
+
+
+def threads_of(pid: int) -> list[str]:
+    """The kernel's list of the process's threads."""
+    return os.listdir(f"/proc/{pid}/task")
+
+
+def test_an_idle_daemon_runs_at_most_twelve_threads(tmp_path: Path, daemons: list[Daemon]) -> None:
+    d = Daemon(write_config(tmp_path, port=free_port()))
+    daemons.append(d)
+    d.wait_ready()
+    d.get("/status")  # the admin API served a request; the start-up scan has run meanwhile
+    assert len(threads_of(d.proc.pid)) <= MAX_IDLE_THREADS

@@ -281,6 +281,20 @@ class Channel:
         self._check_window(now, force=True)
         self._sync_hold()  # strict_window may have changed with the window state unchanged
 
+    def set_state_dir(self, state_dir: str | os.PathLike[str] | None) -> None:
+        """Turn checkpointing on (into ``state_dir``) or off (None), live; the file is not read now.
+
+        Turned on, the channel's state is written at the next checkpoint; turned off, the
+        last file stays where it is (a restart with persistence on restores it).
+        """
+        with self._lock:
+            if state_dir is None:
+                self._checkpointer = None
+            elif self._checkpointer is None:
+                self._checkpointer = Checkpointer(state_dir, self.name, self._log, self._on_checkpoint_error)
+            self._changes += 1
+            self._publish_locked()
+
     def set_checkpoint_interval(self, interval_s: float, now: float) -> None:
         """Change the checkpoint interval live; the next checkpoint is due at most one interval from now."""
         self._checkpoint_interval_s = float(interval_s)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from typing import Any
 
 from smoosh.errors import SmooshError
@@ -19,13 +21,41 @@ class CliError(SmooshError):
     """Raised for an operational failure of a CLI command (exit code 1)."""
 
 
-def base_url(args: argparse.Namespace) -> str:
-    if getattr(args, "url", None):
-        return args.url.rstrip("/")
-    from smoosh.config import load_config
+@dataclass(frozen=True)
+class DaemonTarget:
+    """Where a command reaches the daemon: its admin API's URL and the token for POSTs."""
 
-    config = load_config(getattr(args, "config", None))
-    return f"http://{config.http}"
+    url: str
+    token: str | None
+
+
+def daemon_target(args: argparse.Namespace) -> DaemonTarget:
+    """The daemon's admin API: ``--url``, else ``http://`` + the config's ``http``.
+
+    Only ``http`` and ``token`` are read from the config: a file with errors elsewhere (a bad
+    live edit the daemon rejected) still lets every command reach the daemon, and one warning
+    line says the file has errors. ``$SMOOSH_TOKEN`` wins over the config's ``token``.
+
+    Raises:
+        ConfigError: no ``--url`` and a config file that was named cannot be read at all.
+    """
+    from smoosh.config import read_admin_address
+
+    env_token = os.environ.get("SMOOSH_TOKEN") or None
+    if getattr(args, "url", None):
+        token = env_token
+        if token is None:
+            try:
+                token = read_admin_address(getattr(args, "config", None)).token
+            except SmooshError:
+                token = None  # --url alone reaches the daemon; the config only offers a token
+        return DaemonTarget(str(args.url).rstrip("/"), token)
+    address = read_admin_address(getattr(args, "config", None))
+    if address.problem is not None:
+        first = address.problem.splitlines()[0]
+        print(f"smoosh: warning: the config has errors (the daemon shows them in its status): {first}",
+              file=sys.stderr)
+    return DaemonTarget(f"http://{address.http}", env_token or address.token)
 
 
 def absolute_key(key: str) -> str:
@@ -34,10 +64,9 @@ def absolute_key(key: str) -> str:
     return os.path.abspath(key)
 
 
-def http_request(method: str, url: str, payload: Any = None) -> Any:
+def http_request(method: str, url: str, payload: Any = None, *, token: str | None = None) -> Any:
     data = None if payload is None else json.dumps(payload).encode()
     request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-    token = os.environ.get("SMOOSH_TOKEN")
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     try:

@@ -7,7 +7,7 @@ import sys
 import time
 
 from smoosh import jsonutil
-from smoosh.cli.client import absolute_key, base_url, http_request
+from smoosh.cli.client import absolute_key, daemon_target, http_request
 from smoosh.cli.format import format_cluster, format_jobs, format_status
 from smoosh.errors import ConfigError
 
@@ -30,7 +30,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         else:
             print(format_cluster(nodes))
         return 0
-    url = base_url(args)
+    url = daemon_target(args).url
     if args.watch and not args.json:
         return _watch_status(url)
     if args.jobs:
@@ -66,7 +66,8 @@ def _watch_status(url: str) -> int:
 def cmd_enqueue(args: argparse.Namespace) -> int:
     """``smoosh enqueue KEY...``: relative paths resolve against this command's working directory."""
     keys = [absolute_key(k) for k in args.keys]
-    body = http_request("POST", f"{base_url(args)}/enqueue", {"keys": keys})
+    target = daemon_target(args)
+    body = http_request("POST", f"{target.url}/enqueue", {"keys": keys}, token=target.token)
     rejected = body.get("rejected", [])
     print(f"accepted {body.get('accepted', 0)} key(s)")
     for item in rejected:
@@ -77,9 +78,10 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
 def cmd_control(args: argparse.Namespace) -> int:
     """``smoosh suspend|resume|flush [CHANNEL]``."""
     payload = {"channel": args.channel} if args.channel else {}
-    http_request("POST", f"{base_url(args)}/{args.action}", payload)
-    target = f"channel {args.channel}" if args.channel else "all channels"
-    print(f"{args.action}: {target}")
+    target = daemon_target(args)
+    http_request("POST", f"{target.url}/{args.action}", payload, token=target.token)
+    which = f"channel {args.channel}" if args.channel else "all channels"
+    print(f"{args.action}: {which}")
     return 0
 
 

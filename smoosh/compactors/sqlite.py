@@ -136,16 +136,11 @@ class SqliteCompactor:
         clock: Callable[[], float] = time.monotonic,
         temp_dir: str | None = None,
     ) -> None:
-        self.page_size: int | None = getattr(settings, "page_size", None)
-        auto_vacuum = getattr(settings, "auto_vacuum", None)
-        if auto_vacuum is not None and auto_vacuum not in AUTO_VACUUM_CODES:
-            raise ValueError(f"auto_vacuum must be none, full or incremental, not {auto_vacuum!r}")
-        self.auto_vacuum: str | None = auto_vacuum
-        self.incremental_chunk_pages = int(getattr(settings, "incremental_chunk_pages", None) or DEFAULT_INCREMENTAL_CHUNK_PAGES)
-        busy = getattr(settings, "busy_timeout_s", None)
-        self.busy_timeout_s = float(DEFAULT_BUSY_TIMEOUT_S if busy is None else busy)
-        self.wal_max_size_bytes = wal_max_size_bytes
-        self.exact_size_interval_s = exact_size_interval_s
+        self.page_size: int | None = None
+        self.auto_vacuum: str | None = None
+        self.incremental_chunk_pages = DEFAULT_INCREMENTAL_CHUNK_PAGES
+        self.busy_timeout_s = DEFAULT_BUSY_TIMEOUT_S
+        self.configure(settings, wal_max_size_bytes=wal_max_size_bytes, exact_size_interval_s=exact_size_interval_s)
         self._clock = clock
         self._temp_dir = temp_dir
         self._lock = threading.Lock()
@@ -154,6 +149,34 @@ class SqliteCompactor:
         self._ticks_per_page = INITIAL_TICKS_PER_PAGE
         self._roots: tuple[str, ...] | None = None
         self.set_roots(roots)
+
+    def configure(
+        self, settings: Any, *, wal_max_size_bytes: int | None = None, exact_size_interval_s: float | None = None
+    ) -> None:
+        """Apply settings, live: compactions that start afterwards use them.
+
+        Owned by one caller (the server, on every config reload); a compaction already running
+        keeps what it read when it started.
+
+        Parameters:
+            settings: as for the constructor (None: the defaults).
+            wal_max_size_bytes, exact_size_interval_s: None keeps the current value.
+
+        Raises:
+            ValueError: an unknown ``auto_vacuum``; nothing changed.
+        """
+        auto_vacuum = getattr(settings, "auto_vacuum", None)
+        if auto_vacuum is not None and auto_vacuum not in AUTO_VACUUM_CODES:
+            raise ValueError(f"auto_vacuum must be none, full or incremental, not {auto_vacuum!r}")
+        self.page_size = getattr(settings, "page_size", None)
+        self.auto_vacuum = auto_vacuum
+        self.incremental_chunk_pages = int(getattr(settings, "incremental_chunk_pages", None) or DEFAULT_INCREMENTAL_CHUNK_PAGES)
+        busy = getattr(settings, "busy_timeout_s", None)
+        self.busy_timeout_s = float(DEFAULT_BUSY_TIMEOUT_S if busy is None else busy)
+        if wal_max_size_bytes is not None:
+            self.wal_max_size_bytes = wal_max_size_bytes
+        if exact_size_interval_s is not None:
+            self.exact_size_interval_s = exact_size_interval_s
 
     # ------------------------------------------------------------------ roots
 

@@ -66,6 +66,8 @@ __all__ = [
     "SQLITE_KEYS",
     "RESTART_KEYS",
     "DEFAULT_CONFIG_PATH",
+    "AdminAddress",
+    "read_admin_address",
 ]
 
 log = logging.getLogger(__name__)
@@ -241,8 +243,8 @@ class Config:
 
         Returns
         -------
-        Names among ``store``, ``http``, ``token``, ``node``, ``state_dir``, ``watch``, in
-        that order.
+        Names among ``store``, ``http``, ``node`` and ``state_dir``, in that order: every other
+        key applies live.
         """
         return [key for key in RESTART_KEYS if getattr(self, key) != getattr(other, key)]
 
@@ -400,6 +402,74 @@ def parse_config(text: str, path: str | None, *, cwd: str | None = None) -> Conf
     for warning in config.warnings:
         log.warning("%s", warning)
     return config
+
+
+@dataclass(frozen=True)
+class AdminAddress:
+    """Where the daemon's admin API is, read from a config file: all the CLI needs to reach it.
+
+    Attributes:
+        http: ``host:port`` of the admin API.
+        token: the bearer token for POSTs, or None.
+        problem: the config file's error, when it has one (the address was then read on its
+            own, leniently); None for a valid file.
+    """
+
+    http: str
+    token: str | None
+    problem: str | None = None
+
+
+def read_admin_address(path: str | None = None) -> AdminAddress:
+    """The ``http`` and ``token`` of a config file, even when the file has errors elsewhere.
+
+    An operator must never be locked out of a running daemon by a bad edit of its config
+    (the daemon keeps the previous config and shows the error). So a file that does not
+    load whole is read again for ``[smoosh] http`` and ``token`` alone; a value that does not
+    parse there gives the default address.
+
+    Parameters:
+        path: the file (None: ``$SMOOSH_CONFIG``, else ``conf/smoosh.ini``, as for ``load_config``).
+
+    Returns:
+        The address, with the file's error in ``problem`` when it has one.
+
+    Raises:
+        ConfigError: a file that was named cannot be read at all.
+    """
+    try:
+        config = load_config(path)
+        return AdminAddress(config.http, config.token)
+    except ConfigError as error:
+        problem = str(error)
+    name = path or os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH
+    try:
+        with open(name, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise ConfigError(f"{name}: cannot read: {e.strerror or e}", path=name) from None
+    parser = configparser.ConfigParser(interpolation=None, strict=False, delimiters=("=",))
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    try:
+        parser.read_string(text, source=name)
+        section = dict(parser.items(GLOBAL_SECTION, raw=True)) if parser.has_section(GLOBAL_SECTION) else {}
+    except configparser.Error:
+        section = {}
+    http = strip_inline_comment(section.get("http", "")).strip() or DEFAULT_HTTP
+    try:
+        split_host_port(http)
+    except ValueError:
+        http = DEFAULT_HTTP
+    token = strip_inline_comment(section.get("token", "")).strip() or None
+    return AdminAddress(http, token, problem)
+
+
+def strip_inline_comment(value: str) -> str:
+    """A value without an inline comment, as CouchDB's parser reads one: `` ;`` or a tab and ``;``."""
+    for i, char in enumerate(value):
+        if char == ";" and i > 0 and value[i - 1] in " \t":
+            return value[:i].rstrip()
+    return value
 
 
 def load_config(path: str | None = None, *, cwd: str | None = None) -> Config:

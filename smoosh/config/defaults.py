@@ -175,4 +175,4 @@ GLOBAL_KEYS: dict[str, str] = {
 COUCHDB_ONLY_KEYS = ("cleanup_index_files",)
 
 #: Keys that take effect only after a restart (everything else applies live).
-RESTART_KEYS = ("store", "http", "token", "node", "state_dir", "watch")
+RESTART_KEYS = ("store", "http", "node", "state_dir")

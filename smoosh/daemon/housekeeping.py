@@ -101,6 +101,20 @@ class Housekeeping:
 
     def config_changed(self, old: Config, new: Config) -> None:
         """Apply what a live reload changed of the chores."""
+        if new.watch != old.watch:
+            # A new list of directories: a new watcher (its start-up scan reports them all).
+            if self.watcher is not None:
+                self.watcher.stop()
+                self.watcher = None
+            if new.watch:
+                if self._observer is None:
+                    from watchdog.observers import Observer
+
+                    self._observer = Observer()
+                    self._observer.start()
+                self._start_watcher(new)
+        elif self.watcher is not None and new.rescan_interval_s != old.rescan_interval_s:
+            self.watcher.set_rescan_interval(new.rescan_interval_s)
         if self.watcher is not None:
             # Periodic rescans report only changed files; the new config may price an
             # unchanged one differently (a new channel, an upgrade target), so look at all.

@@ -72,6 +72,17 @@ class KeyPool(Generic[T]):
                 threading.Thread(target=self._run, name=f"{self._name}_{self._serial}", daemon=True).start()
         return True
 
+    def set_threads(self, threads: int) -> None:
+        """Change how many items are worked on at once; threads over it end as they go idle.
+
+        Raises:
+            ValueError: fewer than one thread.
+        """
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1, not {threads!r}")
+        with self._cond:
+            self._n = threads
+
     def backlog(self) -> int:
         """Items submitted and not yet taken by a thread."""
         return len(self._items)

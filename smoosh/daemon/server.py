@@ -120,6 +120,7 @@ class Server:
         self._owns_store = store is None
         self._store = store
         self._workers_n = config.max_jobs if workers is None else workers
+        self._workers_from_config = workers is None  # then max_jobs sets them, live
         self._watch_config = watch_config and config.path is not None
         self.node = config.node
         self.job_type = f"smoosh:{config.node}"
@@ -368,7 +369,8 @@ class Server:
             history.record(key, FINISHED, now, channel=channel, reason=f"reclaimed {reclaimed} bytes")
             self._router.record_compacted(key, outcome.size_after_bytes, now)
             self.intake.forget(key)
-            log.info("compacted %r in %s: reclaimed %d bytes", key, channel, reclaimed)
+            log.log(getattr(logging, self._config.compaction_log_level.upper(), logging.INFO),
+                    "compacted %r in %s: reclaimed %d bytes", key, channel, reclaimed)
         elif result == GONE:
             history.record(key, FINISHED, now, channel=channel, reason="database gone")
             self.intake.forget(key)
@@ -578,8 +580,19 @@ class Server:
             backoff_base_s=new.backoff_base_s,
         )
         self._access.set_staleness(new.staleness_s)
+        self._access.set_max_size(new.access_max_size)
         if new.roots != old.roots:
             self._set_compactor_roots(new.roots)
+        for compactor in self._compactors:
+            configure = getattr(compactor, "configure", None)
+            if configure is not None:
+                _quietly(lambda: configure(new.sqlite, wal_max_size_bytes=new.wal_max_size_bytes,
+                                           exact_size_interval_s=new.exact_size_interval_s))
+        if new.job_timeout_s != old.job_timeout_s:
+            self._set_job_timeout(new.job_timeout_s)
+        if self._worker is not None and self._workers_from_config:
+            self._worker.set_concurrency(new.max_jobs)
+        persist_dir = new.state_dir if (new.persist and self._state_dir_ok) else None
         self.intake.debouncer.set_recheck_interval(new.recheck_interval_s)
         now = self._clock()
         for name in list(self._channels):
@@ -596,10 +609,20 @@ class Server:
             else:
                 channel.update_settings(ch_cfg, now)
                 channel.set_checkpoint_interval(new.checkpoint_interval_s, now)
+                if new.persist != old.persist:
+                    channel.set_state_dir(persist_dir)
                 self.wake(name)
         if self._housekeeping is not None:
             self._housekeeping.config_changed(old, new)
         log.info("config reloaded: %d channel(s)", len(self._channels))
+
+    def _set_job_timeout(self, job_timeout_s: float) -> None:
+        """The job type's activity timeout (in the store) and the heartbeat period follow a reload."""
+        if self._worker is not None:
+            self._worker.job_timeout_s = job_timeout_s
+        jobs, scheduler = self._jobs, self._scheduler
+        if jobs is not None and scheduler is not None:
+            scheduler.background(lambda: jobs.set_type_timeout(self.job_type, job_timeout_s))
 
     def reload_config(self) -> None:
         """Re-read the config file now (SIGHUP); an invalid file is rejected whole."""

@@ -158,6 +158,16 @@ class AccessTable:
         if self._staleness_s == 0:
             self._accepted.clear()
 
+    def set_max_size(self, max_size: int) -> None:
+        """Change the most entries the table records (config reload); entries over it stay until they expire.
+
+        Raises:
+            ValueError: a negative size.
+        """
+        if max_size < 0:
+            raise ValueError(f"access table max_size must be >= 0, got {max_size!r}")
+        self._max_size = max_size
+
     @property
     def staleness_s(self) -> float:
         """The current staleness in seconds."""

@@ -311,6 +311,12 @@ class Watcher:
         self._run_requested_scans()
         return next_due
 
+    def set_rescan_interval(self, rescan_interval_s: float) -> None:
+        """Rescan every ``rescan_interval_s`` from now on (config reload); the next rescan comes no later than that."""
+        with self._lock:
+            self._rescan_interval_s = float(rescan_interval_s)
+            self._next_scan_at = min(self._next_scan_at, self._clock() + self._rescan_interval_s)
+
     def request_full_scan(self) -> None:
         """Report every database again soon, changed or not (the config that prices them changed).
 

@@ -256,6 +256,19 @@ class Worker:
 
     # ------------------------------------------------------------------ direct signals
 
+    def set_concurrency(self, concurrency: int) -> None:
+        """Run up to ``concurrency`` jobs at once from now on (config reload); running ones go on.
+
+        Raises:
+            ValueError: fewer than one.
+        """
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, not {concurrency!r}")
+        with self._cond:
+            self.concurrency = concurrency
+            self._pool.set_threads(concurrency)
+            self._cond.notify_all()
+
     def is_running(self, key: str) -> bool:
         """Whether a job of ``key`` runs here now (any thread; no lock: one attribute read)."""
         return key in self._running_keys

@@ -261,8 +261,9 @@ def test_restart_keys_changed_names_only_restart_keys() -> None:
         watch = dbs2
         """
     )
-    assert old.restart_keys_changed(new) == ["store", "http", "token", "node", "state_dir", "watch"]
-    assert old.restart_keys_changed(parse("[smoosh]\nwatch = dbs2\n")) == ["watch"]
+    # token and watch apply live (DESIGN §11): only what truly cannot needs a restart.
+    assert old.restart_keys_changed(new) == ["store", "http", "node", "state_dir"]
+    assert old.restart_keys_changed(parse("[smoosh]\nwatch = dbs2\n")) == []
 
 
 def test_describe_is_one_line_without_the_token() -> None:

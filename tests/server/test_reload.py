@@ -1,0 +1,143 @@
+"""Live reload: every config key either applies to the running server or is named in restart_required.
+
+One row per key of ``[smoosh]`` and ``[smoosh.sqlite]``: the reload changes that key alone, and
+the probe reads what the running server now does with it. A key that nothing applies fails
+here, so no key can be silently ignored again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from compactor.dbfactory import make_bloated_db
+from helpers.daemon import config_text, wait_for
+from smoosh import Server
+from smoosh.config import GLOBAL_KEYS, RESTART_KEYS, SQLITE_KEYS, parse_config
+
+
+def settings(tmp_path: Path) -> dict[str, str]:
+    return {
+        "watch": str(tmp_path / "dbs"),
+        "roots": str(tmp_path / "dbs"),
+        "state_dir": str(tmp_path / "state"),
+        "store": f"sqlite:{tmp_path / 'state' / 'jobs.db'}",
+        "node": "t",
+        "wait_secs": "0",
+        "staleness": "5",
+    }
+
+
+def make(tmp_path: Path, extra: str = "") -> Any:
+    (tmp_path / "dbs").mkdir(exist_ok=True)
+    (tmp_path / "state").mkdir(exist_ok=True)
+    text = config_text(settings(tmp_path), extra_global=extra)
+    return parse_config(text, str(tmp_path / "smoosh.ini"))
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    s = Server(make(tmp_path), workers=1, watch_config=False)
+    s.start()
+    yield s
+    s.stop()
+
+
+def sqlite_compactor(s: Server) -> Any:
+    return s._compactors[0]
+
+
+def worker(s: Server) -> Any:
+    return s._worker
+
+
+def live(new: str, probe: Callable[[Server], bool]) -> tuple[str, Callable[[Server], bool]]:
+    return new, probe
+
+
+#: key -> (its new value as written in the file, what the running server does with it).
+LIVE: dict[str, tuple[str, Callable[[Server], bool]]] = {
+    "db_channels": live("ratio_dbs, big_dbs", lambda s: "big_dbs" in s.channels()),
+    "view_channels": live("view_dbs", lambda s: "view_dbs" in s.channels()),
+    "cleanup_channels": live("wal_cleanup", lambda s: "wal_cleanup" in s.channels() and "index_cleanup" not in s.channels()),
+    "staleness": live("9", lambda s: s._access.staleness_s == 540),
+    "persist": live("false", lambda s: all(ch._checkpointer is None for ch in s.channels().values())),
+    "wait_secs": live("3600", lambda s: s.config.wait_s == 3600),  # read when a channel starts
+    "checkpoint_interval": live("7s", lambda s: all(ch._checkpoint_interval_s == 7 for ch in s.channels().values())),
+    "access_max_size": live("12", lambda s: s._access.max_size == 12),
+    "compaction_log_level": live("warning", lambda s: s.config.compaction_log_level == "warning"),
+    "watch": live("{other}", lambda s: [e.root for e in s._housekeeping.watcher.entries] == [s.config.watch[0]]),
+    "roots": live("{other}", lambda s: sqlite_compactor(s).roots == s.config.roots),
+    "token": live("s3cret", lambda s: s.config.token == "s3cret"),  # the admin server reads it per request
+    "health_threshold": live("7s", lambda s: s._history.health_threshold_s == 7),
+    "backoff_base": live("9s", lambda s: s._history.backoff_base_s == 9),
+    "max_history": live("3", lambda s: s._history.max_history == 3),
+    "job_timeout": live("11s", lambda s: worker(s).job_timeout_s == 11 and s.jobs.get_type_timeout(s.job_type) == 11),
+    "max_jobs": live("3", lambda s: s._slots.limit == 3),
+    "interval": live("5s", lambda s: s._housekeeping._next_rotation <= s._clock() + 5),
+    "max_churn": live("2", lambda s: s.config.max_churn == 2),  # read at every rotation
+    "recheck_interval": live("3s", lambda s: s.intake.debouncer._recheck_interval_s == 3),
+    "exact_size_interval": live("2m", lambda s: sqlite_compactor(s).exact_size_interval_s == 120),
+    "rescan_interval": live("30s", lambda s: s._housekeeping.watcher._rescan_interval_s == 30),
+    "wal_max_size": live("1MiB", lambda s: sqlite_compactor(s).wal_max_size_bytes == 1 << 20),
+    "ignore": live("", lambda s: True),  # not a [smoosh] key in files: skipped below
+}
+SQLITE_LIVE: dict[str, tuple[str, Callable[[Server], bool]]] = {
+    "page_size": live("8192", lambda s: sqlite_compactor(s).page_size == 8192),
+    "auto_vacuum": live("incremental", lambda s: sqlite_compactor(s).auto_vacuum == "incremental"),
+    "incremental_chunk_pages": live("77", lambda s: sqlite_compactor(s).incremental_chunk_pages == 77),
+    "busy_timeout": live("3s", lambda s: sqlite_compactor(s).busy_timeout_s == 3),
+}
+
+
+def test_every_key_is_accounted_for() -> None:
+    # A new key must get a row here: applied live, or named in RESTART_KEYS.
+    keys = set(GLOBAL_KEYS) - {"ignore"}
+    assert keys - set(LIVE) - set(RESTART_KEYS) == set()
+    assert set(SQLITE_KEYS) == set(SQLITE_LIVE)
+
+
+@pytest.mark.parametrize("key", sorted(set(GLOBAL_KEYS) - set(RESTART_KEYS) - {"ignore"}))
+def test_a_global_key_applies_live(key: str, server: Server, tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    value, probe = LIVE[key]
+    value = value.format(other=other)
+    extra = f"{key} = {value}" + (f"\nroots = {other}" if key == "watch" else "")
+    server.apply_config(make(tmp_path, extra))
+    assert server.status()["restart_required"] == []
+    wait_for(lambda: probe(server), 5, what=f"{key} applied")
+
+
+@pytest.mark.parametrize("key", sorted(RESTART_KEYS))
+def test_a_key_that_cannot_apply_live_is_named_in_restart_required(key: str, server: Server, tmp_path: Path) -> None:
+    value = {"store": "memory:", "http": "127.0.0.1:9", "node": "elsewhere", "state_dir": str(tmp_path / "s2")}[key]
+    server.apply_config(make(tmp_path, f"{key} = {value}"))
+    assert server.status()["restart_required"] == [key]
+
+
+@pytest.mark.parametrize("key", sorted(SQLITE_KEYS))
+def test_a_sqlite_key_applies_live(key: str, server: Server, tmp_path: Path) -> None:
+    value, probe = SQLITE_LIVE[key]
+    config = make(tmp_path)
+    text = config_text(settings(tmp_path), channels=f"[smoosh.sqlite]\n{key} = {value}\n")
+    config = parse_config(text, str(tmp_path / "smoosh.ini"))
+    server.apply_config(config)
+    assert probe(server)
+
+
+def test_the_compaction_log_level_applies_to_the_next_compaction(server: Server, tmp_path: Path, caplog: Any) -> None:
+    server.apply_config(make(tmp_path, "compaction_log_level = warning"))
+    db = tmp_path / "dbs" / "a.db"
+    make_bloated_db(str(db), rows=3000, delete_fraction=0.9)
+    with caplog.at_level(logging.INFO, logger="smoosh.daemon.server"):
+        server.enqueue(str(db))
+        deadline = time.monotonic() + 20
+        while not any("compacted" in r.getMessage() for r in caplog.records) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    done = [r for r in caplog.records if r.getMessage().startswith(f"compacted {str(db)!r}")]
+    assert [r.levelno for r in done] == [logging.WARNING]

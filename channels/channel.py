@@ -214,8 +214,9 @@ class Channel:
         with self._lock:
             if self._closed or key in self._starting or key in self._active:
                 return False
-            _, evicted = self._waiting.push(key, priority)
-            self._changed_locked()
+            changed, evicted = self._waiting.push(key, priority)
+            if changed:
+                self._changed_locked()
         if evicted is not None:
             self._log.debug("Channel %s is full: evicted %r.", self.name, evicted)
         self._log.debug("Channel %s: queued %r at priority %r.", self.name, key, priority)

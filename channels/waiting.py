@@ -16,6 +16,7 @@ All three are checkpointed and shown as waiting.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from channels.priority_queue import PriorityQueue, _check_priority
@@ -64,6 +65,11 @@ class Waiting:
             _check_priority(priority)
             self._deferred[key][0] = priority
             return True, None
+        if self.queue.get(key) == math.inf:
+            # Taken back from a stop (or a restart): it keeps its place at the top whatever a
+            # new measurement says; its start re-checks its priority anyway.
+            _check_priority(priority)
+            return False, None
         return True, self.queue.push(key, priority)
 
     def defer(self, key: str, priority: float, not_before: float) -> None:

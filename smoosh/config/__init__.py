@@ -356,8 +356,11 @@ def _read_sections(text: str, where: str) -> dict[str, dict[str, str]]:
     # default_section is set to a name no one writes so a pasted [DEFAULT] is an ordinary
     # (warned-about) section instead of leaking its keys into every channel. Only "=" is a
     # delimiter, as in CouchDB's ini: ":" would split "cleanup:/x.db = true" in [smoosh.ignore].
+    # Inline comments as CouchDB's parser reads them: a ";" after a space or a tab ends the
+    # value ("min_priority = 2.0 ; big ones"), while "v1;v2" stays one value.
     parser = configparser.ConfigParser(
-        interpolation=None, default_section="\x00no default\x00", strict=True, delimiters=("=",)
+        interpolation=None, default_section="\x00no default\x00", strict=True, delimiters=("=",),
+        inline_comment_prefixes=(";",),
     )
     parser.optionxform = str  # type: ignore[assignment,method-assign]
     try:
@@ -448,28 +451,22 @@ def read_admin_address(path: str | None = None) -> AdminAddress:
             text = f.read()
     except OSError as e:
         raise ConfigError(f"{name}: cannot read: {e.strerror or e}", path=name) from None
-    parser = configparser.ConfigParser(interpolation=None, strict=False, delimiters=("=",))
+    parser = configparser.ConfigParser(
+        interpolation=None, strict=False, delimiters=("=",), inline_comment_prefixes=(";",)
+    )
     parser.optionxform = str  # type: ignore[assignment,method-assign]
     try:
         parser.read_string(text, source=name)
         section = dict(parser.items(GLOBAL_SECTION, raw=True)) if parser.has_section(GLOBAL_SECTION) else {}
     except configparser.Error:
         section = {}
-    http = strip_inline_comment(section.get("http", "")).strip() or DEFAULT_HTTP
+    http = section.get("http", "").strip() or DEFAULT_HTTP
     try:
         split_host_port(http)
     except ValueError:
         http = DEFAULT_HTTP
-    token = strip_inline_comment(section.get("token", "")).strip() or None
+    token = section.get("token", "").strip() or None
     return AdminAddress(http, token, problem)
-
-
-def strip_inline_comment(value: str) -> str:
-    """A value without an inline comment, as CouchDB's parser reads one: `` ;`` or a tab and ``;``."""
-    for i, char in enumerate(value):
-        if char == ";" and i > 0 and value[i - 1] in " \t":
-            return value[:i].rstrip()
-    return value
 
 
 def load_config(path: str | None = None, *, cwd: str | None = None) -> Config:

@@ -40,6 +40,8 @@ STOPPED = "stopped"
 CRASHED = "crashed"
 FINISHED = "finished"
 BUSY = "busy"
+#: It never started: its priority was re-checked to 0, it was refused, or another channel had it.
+DROPPED = "dropped"
 
 
 @dataclass(frozen=True)
@@ -181,6 +183,9 @@ class HistoryTable:
             rec.retry_at = None
         elif event == STOPPED:
             rec.state = "pending"
+        elif event == DROPPED:
+            rec.state = "dropped"
+            rec.retry_at = None
         elif event == BUSY:
             rec.state = "pending"
             rec.retry_at = at + BUSY_RETRY_S
@@ -192,7 +197,7 @@ class HistoryTable:
             # wait, a database that fails at once would be retried in a tight loop.
             rec.retry_at = at + backoff_s(max(crashes, 1), self.backoff_base_s)
             rec.state = "crashing"
-        if rec.state == "finished":
+        if rec.state in ("finished", "dropped"):
             self._finished[key] = None
             self._finished.move_to_end(key)
             while len(self._finished) > self.max_finished:

@@ -30,7 +30,9 @@ from channels.ports import BUSY, FAILED, GONE, OK, Outcome, RunEvent
 from smoosh.compactors import load_compactors
 from smoosh.config import ChannelConfig, Config
 from smoosh.daemon import control
-from smoosh.daemon.history import ADDED, BUSY as BUSY_EVENT, BUSY_RETRY_S, CRASHED, FINISHED, STARTED, HistoryTable
+from smoosh.daemon.history import (
+    ADDED, BUSY as BUSY_EVENT, BUSY_RETRY_S, CRASHED, DROPPED, FINISHED, STARTED, HistoryTable,
+)
 from smoosh.daemon.housekeeping import Housekeeping
 from smoosh.daemon.instance_lock import InstanceLock, InstanceLocked
 from smoosh.daemon.intake import Intake
@@ -163,6 +165,7 @@ class Server:
         self._worker: Any = None
         self._housekeeping: Housekeeping | None = None
         self._started = False
+        self._stopping = False
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -175,12 +178,13 @@ class Server:
         if self._started:
             return
         cfg = self._config
+        # The lock first: a second daemon on this state_dir says one line and nothing else.
+        self._check_state_dir()
+        self._take_lock()
         log.info(
             "starting smoosh on node %r: store %s, %d channel(s), %d worker(s)%s",
             self.node, cfg.store, len(cfg.channels), self._workers_n, ", dry run" if self.dry_run else "",
         )
-        self._check_state_dir()
-        self._take_lock()
         if self._store is None:
             self._store = open_store(cfg.store)
         self.intake._own_paths = _own_paths(cfg)
@@ -228,6 +232,9 @@ class Server:
             return
         deadline = time.monotonic() + timeout_s
         self._started = False
+        # From here no channel starts anything: a key its stopping worker gives back must stay
+        # in its channel (at the top), not go to the job store for some other worker.
+        self._stopping = True
         if self._housekeeping is not None:
             _quietly(self._housekeeping.stop)
         self.intake.stop()
@@ -325,7 +332,9 @@ class Server:
     # ------------------------------------------------------------------ the channels' host (loop thread)
 
     def acquire_slot(self, channel: str, *, force: bool = False) -> bool:
-        """A global slot for ``channel`` (see :class:`~channels.ports.Host`)."""
+        """A global slot for ``channel`` (see :class:`~channels.ports.Host`); none once the server stops."""
+        if self._stopping and not force:
+            return False
         return self._slots.acquire(channel, force=force)
 
     def release_slot(self, channel: str) -> None:
@@ -429,6 +438,8 @@ class Server:
             rec = self._history.get(event.key)
             if rec is None or rec.state != "running":
                 self._history.record(event.key, STARTED, now, channel=channel_name)
+        elif event.kind == "dropped":
+            self._history.record(event.key, DROPPED, now, channel=channel_name, reason=event.reason)
         channel = self._channels.get(channel_name)
         if channel is None:
             # Its channel was closed meanwhile: the outcome is still recorded.
@@ -450,10 +461,13 @@ class Server:
         )
         if self._suspension.is_suspended(name):
             channel.suspend()
-        task = _ChannelTask(self, name)
         self._channels = {**self._channels, name: channel}
-        self._tasks[name] = task
-        self._loop.add(task, f"channel {name}")
+        task = self._tasks.get(name)
+        if task is None:
+            task = self._tasks[name] = _ChannelTask(self, name)
+            self._loop.add(task, f"channel {name}")
+        else:
+            self._loop.wake(task)  # a restarted channel: the same task ticks the new one
 
     def _close_channel(self, name: str, *, checkpoint: bool = True) -> None:
         channel = self._channels.get(name)
@@ -466,10 +480,18 @@ class Server:
         _quietly(lambda: channel.close(checkpoint=checkpoint))
 
     def _restart_channel(self, name: str) -> None:
+        """Replace a crashed channel by one restored from its checkpoint, with no gap in the registry.
+
+        The old channel checkpoints while it is still registered; the new one takes its place
+        in one assignment, so a reader on another thread never finds the name missing.
+        """
         ch_cfg = self._config.channels.get(name)
-        self._close_channel(name)
-        if ch_cfg is not None and self._started:
-            self._open_channel(name, ch_cfg, self._clock())
+        old = self._channels.get(name)
+        if ch_cfg is None or not self._started or old is None:
+            self._close_channel(name)
+            return
+        _quietly(lambda: old.close(checkpoint=True))
+        self._open_channel(name, ch_cfg, self._clock())
 
     def _close_channels(self) -> None:
         for name in list(self._channels):

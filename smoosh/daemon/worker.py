@@ -399,8 +399,10 @@ class Worker:
         ctx = JobContext()
         running = _Running(
             job=job, data=dict(data), ctx=ctx, started_at=self._clock(), claimed=claimed,
-            # No heartbeat at once: a short compaction (most of a fleet) needs none at all.
-            next_update=time.monotonic() + self.job_timeout_s / 3.0,
+            # The daemon's own worker sends no heartbeat at once: a short compaction (most of
+            # a fleet) needs none at all. A stand-alone worker does: its heartbeat time is what
+            # tells a restarting daemon that this job's worker is alive.
+            next_update=time.monotonic() + (self.job_timeout_s / 3.0 if self.signals == "direct" else 0.0),
         )
         with self._cond:
             if running.channel in self._held:

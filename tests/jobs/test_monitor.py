@@ -199,8 +199,9 @@ def test_type_without_timeout_is_rechecked_every_five_seconds(quiet_jobs: Jobs, 
 
 # 33. enqueue_inactive, in real time, through the layer's own monitor thread.
 def test_inactive_job_is_requeued_by_background_monitor(make_jobs: Callable[..., Jobs]) -> None:
-    jobs = make_jobs(max_jitter_s=0.2)
-    timeout_s = 1
+    # Short: the monitor's period is the timeout (checked twice: a baseline, then the check).
+    jobs = make_jobs(max_jitter_s=0.05)
+    timeout_s = 0.5
     jobs.set_type_timeout("short", timeout_s)
     jobs.add("short", J1, {"y": 1})
     job, _ = jobs.accept("short")

@@ -230,9 +230,19 @@ def test_held_channel_interrupts_a_full_vacuum(tmp_path, jobs, store, workers) -
     assert integrity(path) == "ok" and row_count(path) == stats["rows"]
 
 
-def published_run(jobs: Jobs, key: str) -> dict[str, Any]:
-    """The job's data once a heartbeat has published the run (run id, start, suspendable)."""
-    return wait_until(lambda: (lambda d: d if d.get("run_id") else None)(jobs.get_job_data(JOB_TYPE, key)))
+def published_run(jobs: Jobs, key: str, *, suspendable: bool | None = None) -> dict[str, Any]:
+    """The job's data once a heartbeat has published the run (run id, start, suspendable).
+
+    A stand-alone worker heartbeats as it starts (before the first chunk boundary, so not yet
+    suspendable): ``suspendable`` waits for a heartbeat that says so.
+    """
+    def published() -> dict[str, Any] | None:
+        d = jobs.get_job_data(JOB_TYPE, key)
+        if not d.get("run_id") or (suspendable is not None and d.get("suspendable") is not suspendable):
+            return None
+        return d
+
+    return wait_until(published)
 
 
 def test_rotation_stops_a_chunked_compaction_at_a_chunk_boundary(tmp_path, jobs, store, workers) -> None:
@@ -242,8 +252,8 @@ def test_rotation_stops_a_chunked_compaction_at_a_chunk_boundary(tmp_path, jobs,
     jobs.add(JOB_TYPE, path, start_data(path))
     workers([gated], job_timeout_s=0.3, hold_poll_s=0.02).start()
     assert gated.reached.wait(WAIT_S)
-    run = published_run(jobs, path)
-    assert run["suspendable"] is True and run["started_at"] > 0
+    run = published_run(jobs, path, suspendable=True)
+    assert run["started_at"] > 0
     control.request_rotation(store, NODE, path, run["run_id"])
     wait_until(lambda: jobs.get_job_state(JOB_TYPE, path) == "running")
     time.sleep(0.1)  # several polls: the request is seen while the chunk loop waits at the gate

@@ -321,3 +321,24 @@ def test_shipped_config_documents_every_key() -> None:
         assert set(CHANNEL_KEYS) <= documented[channel], channel
     assert set(SQLITE_KEYS) <= documented["smoosh.sqlite"]
     assert "smoosh.ignore" in documented
+
+
+def test_an_inline_comment_ends_a_value_as_in_couchdbs_parser() -> None:
+    # CouchDB's ini: a ";" after a space or a tab starts a comment; "v1;v2" stays one value.
+    config = parse(
+        """
+        [smoosh]
+        node = host-a ; the FoundationDB example of the README
+        staleness = 2\t; minutes
+
+        [smoosh.ratio_dbs]
+        min_priority = 3.0 ; big ones only
+
+        [smoosh.ignore]
+        /data/a;b.db = true
+        """
+    )
+    assert config.node == "host-a"
+    assert config.staleness_s == 120
+    assert config.channels["ratio_dbs"].min_priority == 3.0
+    assert config.ignore == ("/data/a;b.db",)

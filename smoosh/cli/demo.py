@@ -99,7 +99,8 @@ def integrity(path: str) -> str:
     """``PRAGMA integrity_check`` of ``path`` (``"ok"`` when the database is sound)."""
     conn = open_database(path, "ro", timeout_s=5.0)
     try:
-        return str(conn.execute("PRAGMA integrity_check").fetchone()[0])
+        row = conn.execute("PRAGMA integrity_check").fetchone()
+        return str(row[0]) if row else "no answer"
     finally:
         conn.close()
 

@@ -25,7 +25,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from fdb.tuple import Versionstamp  # type: ignore[import-untyped]
+from fdb.tuple import Versionstamp
 
 from smoosh.store import tuples
 from smoosh.store.base import Transaction

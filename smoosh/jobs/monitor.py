@@ -16,7 +16,7 @@ import logging
 import random
 from typing import Any, Callable
 
-from fdb.tuple import Versionstamp  # type: ignore[import-untyped]
+from fdb.tuple import Versionstamp
 
 from smoosh.store import tuples
 from smoosh.store.base import Store, Transaction

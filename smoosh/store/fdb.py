@@ -61,7 +61,7 @@ def client_max_api_version(fdb: ModuleType) -> int:
         StoreUnavailable: the client library cannot be found or loaded.
     """
     try:
-        import fdb.impl as impl  # type: ignore[import-untyped]  # loads libfdb_c; fails without it
+        import fdb.impl as impl  # loads libfdb_c; fails without it
     except Exception as e:  # the binding raises a bare Exception when libfdb_c is missing
         raise StoreUnavailable(f"FoundationDB client library not found ({e}): {INSTALL_HINT}") from e
     return int(impl._capi.fdb_get_max_api_version())
@@ -98,7 +98,7 @@ def load_fdb() -> ModuleType:
             or another part of the process selected an API version below :data:`MIN_API_VERSION`.
     """
     try:
-        import fdb  # type: ignore[import-untyped]  # the binding ships no types
+        import fdb  # untyped: see [tool.mypy] overrides
     except ImportError as e:
         raise StoreUnavailable(f"FoundationDB binding not installed: {INSTALL_HINT}") from e
     with _api_lock:
@@ -155,7 +155,7 @@ def _client_library_version(fdb: ModuleType) -> str | None:
     """The ``libfdb_c`` version string's first field ("7.1.27" of "7.1.27,<hash>,<protocol>")."""
     import ctypes
 
-    import fdb.impl as impl  # type: ignore[import-untyped]
+    import fdb.impl as impl
 
     func = getattr(impl._capi, "fdb_get_client_version", None)
     if func is None:

@@ -13,8 +13,8 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-import fdb.tuple as _fdbtuple  # type: ignore[import-untyped]  # the binding ships no types
-from fdb.tuple import Versionstamp  # type: ignore[import-untyped]
+import fdb.tuple as _fdbtuple  # untyped: see [tool.mypy] overrides
+from fdb.tuple import Versionstamp
 
 __all__ = ["Versionstamp", "pack", "unpack", "range", "pack_with_versionstamp", "has_incomplete_versionstamp"]
 

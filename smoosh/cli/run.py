@@ -135,7 +135,7 @@ def _check_http_token(config: Any, *, overridden: bool) -> None:
 def cmd_worker(args: argparse.Namespace) -> int:
     """``smoosh worker``: workers for this node's job type, in their own process."""
     from smoosh.config import load_config
-    from smoosh.daemon.worker import run_worker_process
+    from smoosh.daemon.worker_process import run_worker_process
 
     _setup_logging()
     config = load_config(args.config)

@@ -92,7 +92,7 @@ class Housekeeping:
         self.server._loop.wake(self)
 
     def _is_own_path(self, path: str) -> bool:
-        return any(path == own or path.startswith(own + "/") for own in self.server.intake._own_paths)
+        return any(path == own or path.startswith(own + "/") for own in self.server.intake.own_paths)
 
     def operator_acted(self) -> None:
         """An operator suspended, resumed or flushed: the node's record in the store shows it now."""

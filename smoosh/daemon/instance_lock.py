@@ -9,11 +9,14 @@ holds the PID of the holder, for the message a second daemon prints.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 
 from smoosh.errors import SmooshError
 
-__all__ = ["InstanceLock", "InstanceLocked", "LOCK_FILE"]
+__all__ = ["InstanceLock", "InstanceLocked", "LOCK_FILE", "prepare_state_dir"]
+
+log = logging.getLogger(__name__)
 
 #: The lock file's name inside ``state_dir``.
 LOCK_FILE = "smoosh.lock"
@@ -58,11 +61,39 @@ class InstanceLock:
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
 
+    def take(self) -> None:
+        """:meth:`acquire`, for a daemon that runs on regardless of an unusable ``state_dir``.
+
+        Raises:
+            InstanceLocked: another daemon runs on it.
+        """
+        try:
+            self.acquire()
+        except OSError as e:
+            # An unusable state_dir was reported already; the daemon runs without checkpoints.
+            log.error("cannot lock %s: %s; nothing stops a second daemon on it", self.path, e)
+
     def release(self) -> None:
         """Give the lock up (idempotent). The file stays: removing it could race a new holder."""
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)  # closing the descriptor releases the flock
+
+
+def prepare_state_dir(state_dir: str) -> bool:
+    """Create ``state_dir`` and check that checkpoints can be written there; False (logged) if not.
+
+    A daemon whose state_dir is unusable still compacts: its queues are only not checkpointed.
+    """
+    from persist import check_setup
+
+    try:
+        os.makedirs(state_dir, exist_ok=True)
+        check_setup(state_dir)
+        return True
+    except Exception as e:
+        log.error("queues will not be checkpointed: %s", e)
+        return False
 
 
 def _read_pid(fd: int) -> int | None:

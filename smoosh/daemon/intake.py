@@ -116,7 +116,7 @@ class Intake:
         self.router = router
         self.access = access
         self._offer = offer
-        self._own_paths = own_paths
+        self.own_paths = own_paths
         self._clock = clock
         self.counters = counters
         self._lock = threading.Lock()
@@ -241,7 +241,7 @@ class Intake:
             raise InvalidKey(key, "no roots configured: set [smoosh] roots or watch")
         if not any(inside(path, root) for root in roots):
             raise InvalidKey(key, f"outside roots ({', '.join(roots)})")
-        if any(inside(path, own) for own in self._own_paths):
+        if any(inside(path, own) for own in self.own_paths):
             raise InvalidKey(key, "smoosh's own file")
 
     def admits(self, key: str) -> bool:
@@ -391,3 +391,13 @@ class Intake:
             if m is not None:
                 total += max(0, m.sizes.file_bytes - m.sizes.active_bytes)
         return total
+
+
+def own_paths(cfg: Config) -> tuple[str, ...]:
+    """smoosh's own files: never keys (state_dir, and a SQLite store with its side files)."""
+    own = [os.path.realpath(cfg.state_dir)]
+    scheme, _, rest = cfg.store.partition(":")
+    if scheme == "sqlite" and rest:
+        db = os.path.realpath(rest)
+        own += [db, db + "-wal", db + "-shm", db + "-journal"]
+    return tuple(own)

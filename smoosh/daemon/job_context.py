@@ -1,14 +1,17 @@
-"""The context a worker hands a running compaction: progress, chunk boundaries, holds, stops, rotation."""
+"""A running job in a worker: the context its compaction sees (progress, chunk boundaries, holds,
+stops, rotation) and the record its heartbeat and compaction threads share."""
 
 from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from smoosh.compactors import Interrupted
 
-__all__ = ["JobContext", "ROTATED", "STOPPING", "HALTED"]
+__all__ = ["JobContext", "Running", "ROTATED", "STOPPING", "HALTED"]
 
 log = logging.getLogger(__name__)
 
@@ -129,3 +132,31 @@ class JobContext:
             fn()
         except Exception:
             log.exception("A compaction's cancel callback failed.")
+
+
+@dataclass(eq=False)  # identity hashing: kept in a set of running jobs
+class Running:
+    """One job in flight in a worker: its heartbeat thread and its compaction thread share it."""
+
+    job: Any
+    data: dict[str, Any]
+    ctx: JobContext
+    next_update: float
+    halted: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)  # job handle updates vs. finish
+    done: bool = False
+    # Published in the job's data so rotation can name this run (and no later one).
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    started_at: float = 0.0
+    # Claimed by this process's scheduler (add_claimed): its job is removed as it finishes,
+    # in the same transaction, and a halted run is reported (nobody else follows it).
+    claimed: bool = False
+
+    @property
+    def key(self) -> str:
+        return str(self.job.id)
+
+    @property
+    def channel(self) -> str | None:
+        channel = self.data.get("channel")
+        return channel if isinstance(channel, str) else None

@@ -1,6 +1,6 @@
 """Prometheus metrics for ``GET /metrics`` (DESIGN §4.2), read from the server at scrape time.
 
-The server keeps plain-int counters (:class:`smoosh.daemon.server.Counters`) and the channels
+The server keeps plain-int counters (:class:`smoosh.daemon.outcomes.Counters`) and the channels
 publish status snapshots; nothing on the hot path touches prometheus_client. A custom
 collector turns both into metric families when Prometheus scrapes, on a private
 ``CollectorRegistry`` per server, so two servers in one process (tests, embedding) never

@@ -20,35 +20,32 @@ its own docstring: the intake (its pools), the history table (its lock), a chann
 from __future__ import annotations
 
 import logging
-import os
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from channels import Channel
-from channels.ports import BUSY, FAILED, GONE, OK, Outcome, RunEvent
+from channels.ports import Outcome
 from smoosh.compactors import load_compactors
 from smoosh.config import ChannelConfig, Config
 from smoosh.daemon import control
-from smoosh.daemon.history import (
-    ADDED, BUSY as BUSY_EVENT, BUSY_RETRY_S, CRASHED, DROPPED, FINISHED, STARTED, HistoryTable,
-)
+from smoosh.daemon.history import ADDED, HistoryTable
 from smoosh.daemon.housekeeping import Housekeeping
-from smoosh.daemon.instance_lock import InstanceLock, InstanceLocked
-from smoosh.daemon.intake import Intake
+from smoosh.daemon.instance_lock import InstanceLock, prepare_state_dir
+from smoosh.daemon.intake import Intake, own_paths
+from smoosh.daemon.outcomes import Counters, Outcomes
+from smoosh.daemon.registry import ChannelRegistry
 from smoosh.daemon.router import Router
 from smoosh.daemon.scheduler import JobScheduler
 from smoosh.daemon.slots import SlotGate
 from smoosh.daemon.staleness import AccessTable
 from smoosh.daemon.startup import take_over_jobs
-from smoosh.daemon.status import build_status
+from smoosh.daemon.status import build_status, jobs_table
 from smoosh.daemon.suspension import Suspension
 from smoosh.errors import ConfigError, UnknownChannel
 from smoosh.jobs import Jobs
 from smoosh.loop import Loop
 from smoosh.priority import quantize
 from smoosh.store import Store, open_store
-from smoosh.store.base import Transaction
 
 __all__ = ["Server", "UnknownChannel", "Counters"]
 
@@ -58,38 +55,6 @@ log = logging.getLogger(__name__)
 STOP_TIMEOUT_S = 10.0
 #: Seconds an operator call (suspend, apply_config...) waits for the server's loop.
 CALL_TIMEOUT_S = 30.0
-
-
-@dataclass
-class Counters:
-    """Plain-int counters: cheap enough for the hot path, exported by the metrics collector."""
-
-    enqueue_stale: int = 0
-    enqueue_examined: int = 0
-    enqueue_accepted: int = 0
-    enqueue_rejected: int = 0
-    compactions: dict[tuple[str, str], int] = field(default_factory=dict)
-    reclaimed_bytes: dict[str, int] = field(default_factory=dict)
-    rotations: int = 0
-
-
-class _ChannelTask:
-    """Ticks one channel on the loop; a channel whose tick escapes with an error is restarted."""
-
-    def __init__(self, server: Server, name: str) -> None:
-        self.server = server
-        self.name = name
-
-    def tick(self, now: float) -> float | None:
-        channel = self.server._channels.get(self.name)
-        if channel is None:
-            return None
-        try:
-            return channel.tick(now)
-        except (Exception, SystemExit):
-            log.exception("channel %s crashed; restarting it from its checkpoint", self.name)
-            self.server._restart_channel(self.name)
-            return now
 
 
 class Server:
@@ -128,8 +93,10 @@ class Server:
         self.job_type = f"smoosh:{config.node}"
         self.counters = Counters()
         self._loop = Loop("smoosh-server", clock=clock)
-        self._channels: dict[str, Channel] = {}  # replaced whole on the loop thread, never changed in place
-        self._tasks: dict[str, _ChannelTask] = {}
+        self._registry = ChannelRegistry(
+            self._loop, make=self._make_channel, clock=clock,
+            settings_of=lambda name: self._config.channels.get(name) if self._started else None,
+        )
         self._slots = SlotGate(config.max_jobs)
         self._history = HistoryTable(
             max_history=config.max_history,
@@ -152,16 +119,18 @@ class Server:
         self._state_dir_ok = False
         # channel -> (reclaimable bytes, would-run list) last computed: shown while it is busy.
         self._last_estimates: dict[str, tuple[int, list[list[Any]]]] = {}
-        # Keys with a crash record in the store (loop thread): only those need one cleared.
-        self._crash_records: set[str] = set()
-        # key -> the store write to make with its job's removal (its crash record).
-        self._pending_writes: dict[str, Callable[[Transaction], None]] = {}
         self.intake = Intake(
             config_of=lambda: self._config, router=self._router, access=self._access,
             offer=self._offer, own_paths=(), clock=clock, counters=self.counters,
         )
         self._jobs: Jobs | None = None
         self._scheduler: JobScheduler | None = None
+        self._outcomes = Outcomes(
+            node=self.node, history=self._history, counters=self.counters, router=self._router,
+            forget=self.intake.forget, channel_of=lambda name: self._registry.current.get(name), clock=clock,
+            log_level=lambda: getattr(logging, self._config.compaction_log_level.upper(), logging.INFO),
+            claimed_run=self._claimed_run,
+        )
         self._worker: Any = None
         self._housekeeping: Housekeeping | None = None
         self._started = False
@@ -179,20 +148,20 @@ class Server:
             return
         cfg = self._config
         # The lock first: a second daemon on this state_dir says one line and nothing else.
-        self._check_state_dir()
-        self._take_lock()
+        self._state_dir_ok = prepare_state_dir(cfg.state_dir)
+        self._lock.take()
         log.info(
             "starting smoosh on node %r: store %s, %d channel(s), %d worker(s)%s",
             self.node, cfg.store, len(cfg.channels), self._workers_n, ", dry run" if self.dry_run else "",
         )
         if self._store is None:
             self._store = open_store(cfg.store)
-        self.intake._own_paths = _own_paths(cfg)
+        self.intake.own_paths = own_paths(cfg)
         self._jobs = Jobs(self._store)
         self._jobs.set_type_timeout(self.job_type, cfg.job_timeout_s)
         self._scheduler = JobScheduler(
             self._jobs, self.job_type, recheck=self.intake.recheck, post=self._loop.post,
-            deliver=self._deliver, clock=self._clock,
+            deliver=self._outcomes.deliver, clock=self._clock,
         )
         self._suspension.load()
         # Before any worker of ours runs: every job of this node is taken back into its
@@ -201,11 +170,11 @@ class Server:
             self._jobs, self.job_type, self._history, self._clock(),
             node=self.node, job_timeout_s=cfg.job_timeout_s, admits=self.intake.admits,
         )
-        self._crash_records = set(found.recorded)
+        self._outcomes.crash_records = set(found.recorded)
         now = self._clock()
         for name, ch_cfg in cfg.channels.items():
-            self._open_channel(name, ch_cfg, now)
-        found.apply(self._channels, now)
+            self._registry.open(name, ch_cfg, now)
+        found.apply(self._registry.current, now)
         self.intake.start()
         if self._workers_n > 0 and not self.dry_run:
             from smoosh.daemon.worker import Worker
@@ -242,7 +211,7 @@ class Server:
             # Its runs end as "interrupted (stopping)": their events reach the loop, which
             # queues the keys again at the top; the starter removes their jobs.
             _quietly(lambda: self._worker.stop(timeout_s=max(0.5, deadline - time.monotonic() - 1.0)))
-        _quietly(lambda: self._loop.call(self._close_channels, max(0.5, deadline - time.monotonic())))
+        _quietly(lambda: self._loop.call(self._registry.close_all, max(0.5, deadline - time.monotonic())))
         self._loop.stop(max(0.5, deadline - time.monotonic()))
         scheduler = self._scheduler
         if scheduler is not None:
@@ -304,7 +273,7 @@ class Server:
     def _offer(self, key: str, names: tuple[str, ...], cfg: Config, priority_of: Callable[[ChannelConfig], float],
                sizes: Any) -> bool:
         """Hand ``key`` to the first of ``names`` that prices it above 0 (an intake thread)."""
-        channels = self._channels
+        channels = self._registry.current
         for name in names:
             ch_cfg = cfg.channels.get(name)
             channel = channels.get(name)
@@ -349,9 +318,7 @@ class Server:
 
     def wake(self, channel: str) -> None:
         """Tick ``channel`` soon (any thread)."""
-        task = self._tasks.get(channel)
-        if task is not None:
-            self._loop.wake(task)
+        self._registry.wake(channel)
 
     def admits(self, key: str) -> bool:
         """A key restored from a checkpoint is validated like a new one."""
@@ -366,92 +333,18 @@ class Server:
             scheduler.background(lambda: control.set_hold(store, self.node, channel, held))
 
     def on_outcome(self, channel: str, key: str, outcome: Outcome, now: float) -> float | None:
-        """Record how a run ended; the time the key may start again (crash backoff, busy wait) or None."""
-        result = outcome.result
-        counter = (channel, result)
-        self.counters.compactions[counter] = self.counters.compactions.get(counter, 0) + 1
-        history = self._history
-        not_before: float | None = None
-        if result == OK:
-            reclaimed = outcome.reclaimed_bytes
-            self.counters.reclaimed_bytes[channel] = self.counters.reclaimed_bytes.get(channel, 0) + reclaimed
-            history.record(key, FINISHED, now, channel=channel, reason=f"reclaimed {reclaimed} bytes")
-            self._router.record_compacted(key, outcome.size_after_bytes, now)
-            self.intake.forget(key)
-            log.log(getattr(logging, self._config.compaction_log_level.upper(), logging.INFO),
-                    "compacted %r in %s: reclaimed %d bytes", key, channel, reclaimed)
-        elif result == GONE:
-            history.record(key, FINISHED, now, channel=channel, reason="database gone")
-            self.intake.forget(key)
-            log.info("%r is gone; dropped", key)
-        elif result == BUSY:
-            rec = history.record(key, BUSY_EVENT, now, channel=channel, reason=outcome.error or "database busy")
-            not_before = rec.retry_at or now + BUSY_RETRY_S
-            log.info("%r was busy; retrying in %.0f s", key, not_before - now)
-        else:  # failed, replaced, blocked: a crash, with its backoff
-            rec = history.record(key, CRASHED, now, channel=channel, reason=outcome.error or result)
-            not_before = rec.retry_at or now
-            log.warning(
-                "compaction of %r in %s %s (%s); retrying in %.0f s",
-                key, channel, "failed" if result == FAILED else f"ended {result}", rec.last_error, not_before - now,
-            )
-        write = self._crash_record_write(key, keep=not_before is not None)
-        if write is not None:
-            self._pending_writes[key] = write
-        return not_before
+        """Record how a run ended (see :meth:`Outcomes.on_outcome`)."""
+        return self._outcomes.on_outcome(channel, key, outcome, now)
 
-    def _crash_record_write(self, key: str, *, keep: bool) -> Callable[[Transaction], None] | None:
-        """The write of ``key``'s crash record (or its removal), made with its job's removal.
-
-        None when there is nothing to write: a success of a key that never crashed here (most
-        keys), run by this process's worker (no rotation request in the store to clear).
-        """
-        if not keep and key not in self._crash_records:
-            run = self._scheduler.run_of(key) if self._scheduler is not None else None
-            if run is not None and run.claimed:
-                return None
-        from smoosh.daemon.startup import crash_record_key
-        from smoosh.daemon.history import encode_record
-
-        store_key = crash_record_key(self.node, key)
-        rotate_key = control.rotate_key(self.node, key)
-        record = self._history.snapshot(key) if keep else None
-        if keep:
-            self._crash_records.add(key)
-        else:
-            self._crash_records.discard(key)
-        value = encode_record(record) if record is not None else None
-
-        def write(tr: Transaction) -> None:
-            tr.clear(rotate_key)  # a rotation request for the run that ended
-            if value is None:
-                tr.clear(store_key)
-            else:
-                tr.set(store_key, value)
-
-        return write
-
-    def _deliver(self, channel_name: str, event: RunEvent) -> Callable[[Transaction], None] | None:
-        """A run event reaches its channel (loop thread); for an end, the write to make with it."""
-        now = self._clock()
-        if event.kind == "running":
-            rec = self._history.get(event.key)
-            if rec is None or rec.state != "running":
-                self._history.record(event.key, STARTED, now, channel=channel_name)
-        elif event.kind == "dropped":
-            self._history.record(event.key, DROPPED, now, channel=channel_name, reason=event.reason)
-        channel = self._channels.get(channel_name)
-        if channel is None:
-            # Its channel was closed meanwhile: the outcome is still recorded.
-            if event.kind == "ended" and event.outcome is not None and event.outcome.result != "interrupted":
-                self.on_outcome(channel_name, event.key, event.outcome, now)
-        else:
-            channel.on_run_event(event, now)
-        return self._pending_writes.pop(event.key, None) if event.kind == "ended" else None
+    def _claimed_run(self, key: str) -> bool:
+        """Whether ``key``'s run is this process's worker's, claimed by it (no store request to clear)."""
+        run = self._scheduler.run_of(key) if self._scheduler is not None else None
+        return run is not None and run.claimed
 
     # ------------------------------------------------------------------ the registry (loop thread)
 
-    def _open_channel(self, name: str, ch_cfg: ChannelConfig, now: float) -> None:
+    def _make_channel(self, name: str, ch_cfg: ChannelConfig, now: float) -> Channel:
+        """Channel ``name`` restored from its checkpoint, suspended if the operator left it so."""
         cfg = self._config
         assert self._scheduler is not None
         channel = Channel(
@@ -461,41 +354,7 @@ class Server:
         )
         if self._suspension.is_suspended(name):
             channel.suspend()
-        self._channels = {**self._channels, name: channel}
-        task = self._tasks.get(name)
-        if task is None:
-            task = self._tasks[name] = _ChannelTask(self, name)
-            self._loop.add(task, f"channel {name}")
-        else:
-            self._loop.wake(task)  # a restarted channel: the same task ticks the new one
-
-    def _close_channel(self, name: str, *, checkpoint: bool = True) -> None:
-        channel = self._channels.get(name)
-        if channel is None:
-            return
-        self._channels = {n: c for n, c in self._channels.items() if n != name}
-        task = self._tasks.pop(name, None)
-        if task is not None:
-            self._loop.remove(task)
-        _quietly(lambda: channel.close(checkpoint=checkpoint))
-
-    def _restart_channel(self, name: str) -> None:
-        """Replace a crashed channel by one restored from its checkpoint, with no gap in the registry.
-
-        The old channel checkpoints while it is still registered; the new one takes its place
-        in one assignment, so a reader on another thread never finds the name missing.
-        """
-        ch_cfg = self._config.channels.get(name)
-        old = self._channels.get(name)
-        if ch_cfg is None or not self._started or old is None:
-            self._close_channel(name)
-            return
-        _quietly(lambda: old.close(checkpoint=True))
-        self._open_channel(name, ch_cfg, self._clock())
-
-    def _close_channels(self) -> None:
-        for name in list(self._channels):
-            self._close_channel(name)
+        return channel
 
     def _compacting(self, path: str) -> bool:
         """Whether this process's worker is compacting ``path`` now (any thread)."""
@@ -504,7 +363,7 @@ class Server:
 
     def channels(self) -> dict[str, Channel]:
         """The channels now (a whole registry: safe to read from any thread)."""
-        return self._channels
+        return self._registry.current
 
     # ------------------------------------------------------------------ operator controls
 
@@ -515,7 +374,7 @@ class Server:
             UnknownChannel: ``channel`` is not configured.
         """
         def run() -> None:
-            targets = self._targets(channel)
+            targets = self._registry.targets(channel)
             self._suspension.suspend(channel)
             for ch in targets:
                 ch.suspend()
@@ -530,8 +389,8 @@ class Server:
             UnknownChannel: ``channel`` is not configured.
         """
         def run() -> None:
-            targets = self._targets(channel)
-            self._suspension.resume(channel, list(self._channels))
+            targets = self._registry.targets(channel)
+            self._suspension.resume(channel, list(self._registry.current))
             for ch in targets:
                 ch.resume()
             self._operator_acted()
@@ -545,7 +404,7 @@ class Server:
             UnknownChannel: ``channel`` is not configured.
         """
         def run() -> None:
-            for ch in self._targets(channel):
+            for ch in self._registry.targets(channel):
                 ch.flush()
             self._operator_acted()
 
@@ -555,14 +414,6 @@ class Server:
         if self._housekeeping is not None:
             self._housekeeping.operator_acted()
 
-    def _targets(self, channel: str | None) -> list[Channel]:
-        if channel is None:
-            return list(self._channels.values())
-        ch = self._channels.get(channel)
-        if ch is None:
-            raise UnknownChannel(channel)
-        return [ch]
-
     # ------------------------------------------------------------------ status
 
     def status(self) -> dict[str, Any]:
@@ -571,16 +422,7 @@ class Server:
 
     def jobs_table(self) -> list[dict[str, Any]]:
         """Per-key state, progress, error count, last error and history (``GET /jobs``)."""
-        progress = {}
-        if self._worker is not None:
-            progress = {r["key"]: r["progress"] for r in self._worker.status()}
-        rows = []
-        for rec in self._history.records():
-            row = rec.to_json()
-            if row["state"] == "running" and rec.key in progress:
-                row["progress"] = progress[rec.key]
-            rows.append(row)
-        return rows
+        return jobs_table(self._history, self._worker)
 
     # ------------------------------------------------------------------ config
 
@@ -617,17 +459,18 @@ class Server:
         persist_dir = new.state_dir if (new.persist and self._state_dir_ok) else None
         self.intake.debouncer.set_recheck_interval(new.recheck_interval_s)
         now = self._clock()
-        for name in list(self._channels):
+        registry = self._registry
+        for name in list(registry.current):
             if name not in new.channels:
                 log.info("channel %s removed from the config; closing it", name)
-                self._close_channel(name)
+                registry.close(name)
                 # Its running jobs finish; a hold left on them would pause them forever.
                 _quietly(lambda: self.on_hold(name, False))
         for name, ch_cfg in new.channels.items():
-            channel = self._channels.get(name)
+            channel = registry.current.get(name)
             if channel is None:
                 log.info("channel %s added by the config", name)
-                self._open_channel(name, ch_cfg, now)
+                registry.open(name, ch_cfg, now)
             else:
                 channel.update_settings(ch_cfg, now)
                 channel.set_checkpoint_interval(new.checkpoint_interval_s, now)
@@ -636,7 +479,7 @@ class Server:
                 self.wake(name)
         if self._housekeeping is not None:
             self._housekeeping.config_changed(old, new)
-        log.info("config reloaded: %d channel(s)", len(self._channels))
+        log.info("config reloaded: %d channel(s)", len(registry.current))
 
     def _set_job_timeout(self, job_timeout_s: float) -> None:
         """The job type's activity timeout (in the store) and the heartbeat period follow a reload."""
@@ -678,41 +521,6 @@ class Server:
             if set_roots is not None:
                 set_roots(roots)
 
-    def _take_lock(self) -> None:
-        """One daemon per state_dir (DESIGN §10).
-
-        Raises:
-            InstanceLocked: another daemon runs on it.
-        """
-        try:
-            self._lock.acquire()
-        except InstanceLocked:
-            raise
-        except OSError as e:
-            # An unusable state_dir was reported already; the daemon runs without checkpoints.
-            log.error("cannot lock %s: %s; nothing stops a second daemon on it", self._lock.path, e)
-
-    def _check_state_dir(self) -> None:
-        from persist import check_setup
-
-        state_dir = self._config.state_dir
-        try:
-            os.makedirs(state_dir, exist_ok=True)
-            check_setup(state_dir)
-            self._state_dir_ok = True
-        except Exception as e:
-            self._state_dir_ok = False
-            log.error("queues will not be checkpointed: %s", e)
-
-
-def _own_paths(cfg: Config) -> tuple[str, ...]:
-    """smoosh's own files: never keys (state_dir, and a SQLite store with its side files)."""
-    own = [os.path.realpath(cfg.state_dir)]
-    scheme, _, rest = cfg.store.partition(":")
-    if scheme == "sqlite" and rest:
-        db = os.path.realpath(rest)
-        own += [db, db + "-wal", db + "-shm", db + "-journal"]
-    return tuple(own)
 
 
 def _quietly(fn: Callable[[], Any]) -> None:

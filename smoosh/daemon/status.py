@@ -114,3 +114,21 @@ def read_cluster_status(store_url: str) -> dict[str, dict[str, Any]]:
     """Open ``store_url`` and return :func:`read_node_statuses`."""
     with open_store(store_url) as store:
         return read_node_statuses(store)
+
+
+def jobs_table(history: Any, worker: Any) -> list[dict[str, Any]]:
+    """Per-key state, progress, error count, last error and history (``GET /jobs``).
+
+    ``history`` is the server's history table; ``worker`` its in-process worker (or None),
+    asked for the progress of what it runs now.
+    """
+    progress = {}
+    if worker is not None:
+        progress = {r["key"]: r["progress"] for r in worker.status()}
+    rows = []
+    for rec in history.records():
+        row = rec.to_json()
+        if row["state"] == "running" and rec.key in progress:
+            row["progress"] = progress[rec.key]
+        rows.append(row)
+    return rows

@@ -28,13 +28,10 @@ a ``stat``; scans run ``smoosh.daemon.scan``'s walk in a short-lived helper proc
 
 from __future__ import annotations
 
-import errno
-import json
 import logging
 import os
 import stat
 import subprocess
-import sys
 import threading
 import time
 from typing import Any, Callable, Iterable, Sequence
@@ -44,21 +41,19 @@ from watchdog.events import (
     EVENT_TYPE_CREATED,
     EVENT_TYPE_MODIFIED,
     EVENT_TYPE_MOVED,
-    DirMovedEvent,
-    FileClosedEvent,
-    FileCreatedEvent,
-    FileModifiedEvent,
-    FileMovedEvent,
     FileSystemEvent,
     FileSystemEventHandler,
 )
 
 from smoosh.daemon.debounce import Debouncer
 from smoosh.paths import canonical_path
+from smoosh.daemon.observers import ROOT_CHECK_INTERVAL_S, WatchedRoots
+from smoosh.daemon.scan_helper import run_scan_helper
 from smoosh.daemon.scan import WatchEntry, accepts, is_sqlite_file, main_db_path, resolve_watch, watch_roots
 
 __all__ = [
     "Watcher",
+    "ROOT_CHECK_INTERVAL_S",
     "Debouncer",
     "WatchEntry",
     "is_sqlite_file",
@@ -73,8 +68,6 @@ log = logging.getLogger(__name__)
 MIN_DB_SIZE_BYTES = 512
 #: Seconds between periodic rescans (DESIGN §8 rescan_interval: inotify drops events on overflow).
 DEFAULT_RESCAN_INTERVAL_S = 600.0
-#: Seconds between checks for watched directories that are missing, deleted or replaced.
-ROOT_CHECK_INTERVAL_S = 5.0
 #: A periodic rescan reports files changed since the previous scan started, less this many
 #: seconds (coarse file-system timestamps, a clock step, a network file system's skew).
 RESCAN_MARGIN_S = 60.0
@@ -82,14 +75,8 @@ RESCAN_MARGIN_S = 60.0
 THREAD_TICK_S = 1.0
 #: Seconds before a scan that could not run (helper failed to start) is tried again.
 SCAN_RETRY_S = 30.0
-#: Seconds between two polls of the PollingObserver (network filesystems, inotify exhausted).
-POLL_INTERVAL_S = 1.0
 #: Seconds ``stop()`` waits for each thread it joins.
 STOP_TIMEOUT_S = 5.0
-#: errno values meaning the inotify limits are exhausted: ENOSPC (watches), EMFILE (instances).
-INOTIFY_LIMIT_ERRNOS = frozenset({errno.ENOSPC, errno.EMFILE})
-#: The watchdog events the watcher asks for; also narrows the inotify mask (fewer queued events).
-EVENT_FILTER = [FileCreatedEvent, FileModifiedEvent, FileMovedEvent, FileClosedEvent, DirMovedEvent]
 _WANTED_EVENT_TYPES = frozenset({EVENT_TYPE_CREATED, EVENT_TYPE_MODIFIED, EVENT_TYPE_MOVED, EVENT_TYPE_CLOSED})
 
 
@@ -144,23 +131,16 @@ class Watcher:
         self._specs = tuple(watch)
         self._on_path = on_path
         self._on_scanned = on_scanned or on_path
-        self._shared_observer = observer
         self._busy = busy
         self._ticked = False  # ticked by its owner's loop: scans run on a thread of their own
         self._scan_thread: threading.Thread | None = None
         self._rescan_interval_s = float(rescan_interval_s)
         self._exclude = exclude
-        self._polling = polling
         self._clock = clock
         self._lock = threading.RLock()
         self._scan_lock = threading.Lock()
         self._entries: tuple[WatchEntry, ...] = tuple(resolve_watch(s) for s in self._specs)
-        #: root -> (st_dev, st_ino) of the directories seen present at the last check.
-        self._present: dict[str, tuple[int, int]] = {}
-        self._missing_warned: set[str] = set()
-        self._observer: Any = None
-        self._watches: dict[str, Any] = {}  # root -> watchdog ObservedWatch
-        self._handler = _Handler(self._on_event)
+        self._roots = WatchedRoots(_Handler(self._on_event), polling=polling, shared_observer=observer)
         self._next_scan_at = clock() + self._rescan_interval_s
         self._next_root_check_at = float("-inf")
         self._thread: threading.Thread | None = None
@@ -192,7 +172,7 @@ class Watcher:
     @property
     def polling(self) -> bool:
         """Whether events come from the PollingObserver (asked for, or the inotify fallback)."""
-        return self._polling
+        return self._roots.polling
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -210,16 +190,7 @@ class Watcher:
             if (self._thread is not None and self._thread.is_alive()) or self._ticked:
                 return
             self._stop.clear()
-            if self._shared_observer is not None and not self._polling:
-                self._observer = self._shared_observer
-            else:
-                self._observer = self._new_observer()
-                try:
-                    self._observer.start()
-                except OSError as e:
-                    if e.errno not in INOTIFY_LIMIT_ERRNOS or self._polling:
-                        raise
-                    self._fall_back_to_polling(e, "starting the observer")
+            self._roots.start()
             self._refresh_roots()
             self._next_root_check_at = self._clock() + ROOT_CHECK_INTERVAL_S
             self._next_scan_at = self._clock() + self._rescan_interval_s
@@ -243,20 +214,9 @@ class Watcher:
         if proc is not None and proc.poll() is None:
             proc.kill()
         with self._lock:
-            observer, self._observer = self._observer, None
-            watches = list(self._watches.values())
-            self._watches.clear()
+            release = self._roots.detach()
             self._ticked = False
-        if observer is not None and observer is self._shared_observer:
-            for watch in watches:  # the owner stops the shared observer itself
-                try:
-                    observer.unschedule(watch)
-                except (KeyError, OSError):
-                    pass
-        elif observer is not None:
-            observer.stop()
-            if observer.is_alive():
-                observer.join(timeout_s)
+        release(timeout_s)
         for thread in (self._thread, self._scan_thread):
             if thread is not None and thread is not threading.current_thread():
                 thread.join(timeout_s)
@@ -391,70 +351,20 @@ class Watcher:
     def _run_helper(
         self, entries: Sequence[WatchEntry], roots: dict[str, bool], changed_since: float | None = None
     ) -> int:
-        request = {
-            "entries": [[e.spec, e.root, e.recursive, e.pattern] for e in entries],
-            "roots": [[root, rec] for root, rec in roots.items()],
-            "changed_since": changed_since,
-        }
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "smoosh.daemon.scan"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            # The helper writes to stderr only when Python itself fails (e.g. cannot import
-            # smoosh): a short traceback, read after stdout ends, so the pipe cannot fill.
-            stderr=subprocess.PIPE,
-            env=_helper_env(),
-            close_fds=True,
-        )
-        self._scan_proc = proc
-        if self._stop.is_set():
-            proc.kill()  # stop() ran between its look at _scan_proc and this assignment
-        count = 0
-        try:
-            assert proc.stdin is not None and proc.stdout is not None
-            try:
-                proc.stdin.write(json.dumps(request).encode())
-                proc.stdin.close()
-            except BrokenPipeError:
-                pass  # the helper died at once; its exit code says so below
-            buffer = b""
-            while chunk := proc.stdout.read1(1 << 16):  # type: ignore[attr-defined]  # a BufferedReader
-                buffer += chunk
-                *records, buffer = buffer.split(b"\0")
-                for record in records:
-                    count += self._on_record(record)
-            assert proc.stderr is not None
-            errors = proc.stderr.read(1 << 16).decode("utf-8", "replace").strip()
-            returncode = proc.wait()
-            if returncode != 0 and not self._stop.is_set():
-                detail = f":\n{errors}" if errors else ""
-                log.error("the scan helper process exited with status %d%s", returncode, detail)
-        finally:
-            self._scan_proc = None
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            for pipe in (proc.stdout, proc.stderr):
-                if pipe is not None:
-                    pipe.close()
-        return count
+        def started(proc: subprocess.Popen[bytes] | None) -> None:
+            self._scan_proc = proc
 
-    def _on_record(self, record: bytes) -> int:
-        kind, body = record[:1], record[1:]
-        if kind == b"P":
-            path = os.fsdecode(body)
-            if self._exclude(path):
-                return 0
-            try:
-                self._on_scanned(path)
-            except Exception:
-                log.exception("on_scanned callback failed for %r", path)
-            return 1
-        if kind == b"W":
-            log.warning("scan: %s", body.decode("utf-8", "replace"))
-        elif kind == b"E":
-            log.error("the scan helper process failed:\n%s", body.decode("utf-8", "replace"))
-        return 0
+        return run_scan_helper(entries, roots, changed_since, on_path=self._on_scan_path,
+                               started=started, stop=self._stop)
+
+    def _on_scan_path(self, path: str) -> bool:
+        if self._exclude(path):
+            return False
+        try:
+            self._on_scanned(path)
+        except Exception:
+            log.exception("on_scanned callback failed for %r", path)
+        return True
 
     # ------------------------------------------------------------------ events
 
@@ -493,139 +403,10 @@ class Watcher:
         except Exception:
             log.exception("on_path callback failed for %r", path)
 
-    # ------------------------------------------------------------------ roots and observers
-
-    def _new_observer(self) -> Any:
-        if self._polling:
-            from watchdog.observers.polling import PollingObserver
-
-            return PollingObserver(timeout=POLL_INTERVAL_S)
-        from watchdog.observers import Observer
-
-        return Observer()
-
     def _refresh_roots(self) -> list[str]:
-        """Re-resolve the entries, (re)schedule watches; return roots that newly appeared.
+        """Re-resolve the entries and (re)schedule watches; the roots that newly appeared.
 
-        A root that was deleted or replaced (another inode) loses its watch (inotify and the
-        poller both stop watching a deleted directory) and gets a new one when it is back.
         Caller holds ``self._lock``.
         """
         self._entries = tuple(resolve_watch(s) for s in self._specs)
-        wanted = watch_roots(self._entries)
-        appeared: list[str] = []
-        for root in list(self._watches):
-            if root not in wanted:
-                self._unschedule(root)
-        for root in [r for r in self._present if r not in wanted]:
-            del self._present[root]
-        for root, recursive in wanted.items():
-            ident = _dir_identity(root)
-            if ident is None:
-                if root in self._present:
-                    del self._present[root]
-                    log.warning("watched directory %s disappeared; watching it again when it reappears", root)
-                elif root not in self._missing_warned:
-                    log.warning(
-                        "watched directory %s does not exist; checking for it every %.0f s",
-                        root,
-                        ROOT_CHECK_INTERVAL_S,
-                    )
-                self._missing_warned.add(root)
-                self._unschedule(root)
-                continue
-            known = self._present.get(root)
-            self._present[root] = ident
-            if known is None and root in self._missing_warned:
-                log.info("watched directory %s appeared; watching and scanning it", root)
-                self._missing_warned.discard(root)
-                appeared.append(root)
-            elif known is not None and known != ident:
-                log.info("watched directory %s was replaced; watching and scanning it again", root)
-                self._unschedule(root)
-                appeared.append(root)
-            if self._observer is not None and not self._watch_alive(root, recursive):
-                self._unschedule(root)
-                self._schedule(root, recursive)
-        return appeared
-
-    def _watch_alive(self, root: str, recursive: bool) -> bool:
-        watch = self._watches.get(root)
-        if watch is None or watch.is_recursive != recursive:
-            return False
-        return any(e.watch == watch and e.is_alive() for e in list(self._observer.emitters))
-
-    def _schedule(self, root: str, recursive: bool) -> None:
-        try:
-            self._watches[root] = self._observer.schedule(
-                self._handler, root, recursive=recursive, event_filter=EVENT_FILTER
-            )
-        except OSError as e:
-            if e.errno in INOTIFY_LIMIT_ERRNOS and not self._polling:
-                self._fall_back_to_polling(e, f"watching {root}")
-            else:
-                log.warning("cannot watch %s: %s; relying on rescans for it", root, e)
-
-    def _unschedule(self, root: str) -> None:
-        watch = self._watches.pop(root, None)
-        if watch is not None and self._observer is not None:
-            try:
-                self._observer.unschedule(watch)
-            except (KeyError, OSError):
-                pass  # the emitter already stopped itself (its directory was deleted)
-
-    def _fall_back_to_polling(self, error: OSError, doing: str) -> None:
-        """Replace the inotify observer by a PollingObserver over the same roots."""
-        instances = error.errno == errno.EMFILE
-        limit = "fs.inotify.max_user_instances" if instances else "fs.inotify.max_user_watches"
-        log.error(
-            "inotify limit reached while %s (%s): raise fs.inotify.max_user_watches (watches) or "
-            "fs.inotify.max_user_instances (instances), e.g. `sysctl -w %s=524288`; falling back "
-            "to polling every %.0f s, which costs a walk of the watched trees per poll",
-            doing,
-            error,
-            limit,
-            POLL_INTERVAL_S,
-        )
-        old = self._observer
-        self._polling = True
-        watches = list(self._watches.values())
-        self._watches.clear()
-        if old is not None and old is self._shared_observer:
-            for watch in watches:  # shared with the config watcher: leave it running
-                try:
-                    old.unschedule(watch)
-                except (KeyError, OSError):
-                    pass
-        elif old is not None:
-            try:
-                old.unschedule_all()
-                if old.is_alive():
-                    old.stop()
-                    old.join(STOP_TIMEOUT_S)
-            except Exception:
-                log.exception("could not stop the inotify observer")
-        self._observer = self._new_observer()
-        self._observer.start()
-        for root, recursive in watch_roots(self._entries).items():
-            if root in self._present or _dir_identity(root) is not None:
-                self._schedule(root, recursive)
-
-
-def _dir_identity(path: str) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
-
-
-def _helper_env() -> dict[str, str]:
-    # The helper runs `-m smoosh.daemon.scan`: make sure it imports the same smoosh package,
-    # even when smoosh runs from a source tree that is not installed.
-    env = dict(os.environ)
-    import smoosh
-
-    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(smoosh.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
-    return env
+        return self._roots.refresh(self._entries)

@@ -29,22 +29,18 @@ import logging
 import sys
 import threading
 import time
-import uuid
-from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Protocol, Sequence
 
-from channels.ports import BUSY, FAILED, GONE, INTERRUPTED, OK, Outcome
-from smoosh.compactors import Busy, Compactor, Gone, Interrupted, compactor_for
-from smoosh.compactors.base import refused
-from smoosh.compactors.sqlite import CLEANUP_PREFIX
+from channels.ports import FAILED, INTERRUPTED, Outcome
+from smoosh.compactors import Compactor
 from smoosh.daemon import control
+from smoosh.daemon.compaction import compact
 from smoosh.daemon.keypool import DEFAULT_IDLE_EXIT_S, KeyPool
-from smoosh.daemon.job_context import HALTED, ROTATED, STOPPING, JobContext
+from smoosh.daemon.job_context import HALTED, STOPPING, JobContext, Running
 from smoosh.daemon.startup import DAEMON_WORKER
 from smoosh.jobs import AcceptInterrupt, JobHalted, NotFound
-from smoosh.paths import refused_at_use
 
-__all__ = ["Worker", "JobContext", "RunListener", "run_worker_process", "DEFAULT_JOB_TIMEOUT_S", "DEFAULT_HOLD_POLL_S"]
+__all__ = ["Worker", "JobContext", "RunListener", "DEFAULT_JOB_TIMEOUT_S", "DEFAULT_HOLD_POLL_S", "STOP_TIMEOUT_S"]
 
 log = logging.getLogger(__name__)
 
@@ -66,34 +62,6 @@ class RunListener(Protocol):
 
     def run_ended(self, key: str, data: dict[str, Any], outcome: Outcome) -> None:
         """The job of ``key`` ended with ``outcome`` (already recorded in the job layer)."""
-
-
-@dataclass(eq=False)  # identity hashing: kept in a set of running jobs
-class _Running:
-    """One job in flight: the dispatcher (heartbeats, signals) and the compaction share it."""
-
-    job: Any
-    data: dict[str, Any]
-    ctx: JobContext
-    next_update: float
-    halted: bool = False
-    lock: threading.Lock = field(default_factory=threading.Lock)  # job handle updates vs. finish
-    done: bool = False
-    # Published in the job's data so rotation can name this run (and no later one).
-    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
-    started_at: float = 0.0
-    # Claimed by this process's scheduler (add_claimed): its job is removed as it finishes,
-    # in the same transaction, and a halted run is reported (nobody else follows it).
-    claimed: bool = False
-
-    @property
-    def key(self) -> str:
-        return str(self.job.id)
-
-    @property
-    def channel(self) -> str | None:
-        channel = self.data.get("channel")
-        return channel if isinstance(channel, str) else None
 
 
 class Worker:
@@ -149,7 +117,7 @@ class Worker:
         self._clock = clock
         self._roots = roots
         self._cond = threading.Condition()
-        self._running: set[_Running] = set()
+        self._running: set[Running] = set()
         # Keys of the jobs running now, for lock-free membership tests from other threads.
         self._running_keys: frozenset[str] = frozenset()
         # Compactions run on these threads; they stay while work keeps coming (a thread per
@@ -301,9 +269,6 @@ class Worker:
                 with self._cond:
                     if self._stopping:
                         return
-                with self._cond:
-                    if self._stopping:
-                        return
                     if len(self._running) + self._reserved >= self.concurrency:
                         self._cond.wait()  # a run ends, a claim gives its slot back, or a stop
                         continue
@@ -365,14 +330,14 @@ class Worker:
             dues.append(self._next_poll)
         return min(dues)
 
-    def _poll_signals(self, r: _Running) -> None:
+    def _poll_signals(self, r: Running) -> None:
         held, rotate_run = control.read_signals(self.store, self.node, r.channel, r.key)
         if r.channel is not None:
             r.ctx.set_held(held)
         if rotate_run == r.run_id and r.ctx.stop_reason is None and r.ctx.rotate():
             log.info("Job %r stops at its next chunk boundary: rotated out.", r.key)
 
-    def _send_heartbeat(self, r: _Running) -> None:
+    def _send_heartbeat(self, r: Running) -> None:
         data = {
             **r.data,
             "progress": r.ctx.fraction,
@@ -394,10 +359,10 @@ class Worker:
     def _launch(self, job: Any, data: dict[str, Any], *, reserved: bool = False) -> None:
         self._pool.submit(self._admit(job, data, reserved=reserved, claimed=False))
 
-    def _admit(self, job: Any, data: dict[str, Any], *, reserved: bool, claimed: bool) -> _Running:
+    def _admit(self, job: Any, data: dict[str, Any], *, reserved: bool, claimed: bool) -> Running:
         """Register a job as running here (its slot, its heartbeats, its holds)."""
         ctx = JobContext()
-        running = _Running(
+        running = Running(
             job=job, data=dict(data), ctx=ctx, started_at=self._clock(), claimed=claimed,
             # The daemon's own worker sends no heartbeat at once: a short compaction (most of
             # a fleet) needs none at all. A stand-alone worker does: its heartbeat time is what
@@ -417,7 +382,7 @@ class Worker:
                 self._heartbeat.start()
         return running
 
-    def _run_thread(self, item: _Running | Callable[[], tuple[Any, dict[str, Any]] | None]) -> None:
+    def _run_thread(self, item: Running | Callable[[], tuple[Any, dict[str, Any]] | None]) -> None:
         if callable(item):
             try:
                 claimed = item()
@@ -442,25 +407,7 @@ class Worker:
 
     # ------------------------------------------------------------------ one job
 
-    def run_job(self, job: Any, data: dict[str, Any]) -> dict[str, Any] | None:
-        """Run one accepted job to its end in the caller's thread, and finish it.
-
-        Heartbeats need the dispatcher (:meth:`start`); a short job run this way needs none.
-
-        Returns:
-            The data the job was finished with, or None when it was not finished here
-            (halted: it belongs to someone else; or put back to pending by a clean stop).
-        """
-        running = _Running(job=job, data=dict(data), ctx=JobContext(), started_at=self._clock(), next_update=0.0)
-        with self._cond:
-            self._running.add(running)
-        try:
-            return self._run(running)
-        finally:
-            with self._cond:
-                self._running.discard(running)
-
-    def _run(self, running: _Running) -> dict[str, Any] | None:
+    def _run(self, running: Running) -> dict[str, Any] | None:
         key = running.key
         started = running.started_at
         with self._cond:
@@ -483,49 +430,14 @@ class Worker:
             self._tell(lambda: self.listener.run_ended(key, finished, outcome))  # type: ignore[union-attr]
         return finished
 
-    def _compact(self, running: _Running, started: float) -> Outcome:
-        key, ctx = running.key, running.ctx
-        size_bytes = int(running.data.get("file_bytes") or 0)
-        compactor = compactor_for(key, self.compactors)
-        if compactor is None:
-            return self._outcome(FAILED, f"no compactor claims {key}", started, ctx)
-        path = key[len(CLEANUP_PREFIX):] if key.startswith(CLEANUP_PREFIX) else key
-        reason = refused_at_use(path, self._roots())
-        if reason is not None:
-            return self._outcome(GONE, str(refused(path, reason)), started, ctx)
-        if ctx.stop_reason is not None:
-            return self._outcome(INTERRUPTED, ctx.stop_reason, started, ctx, size_bytes, size_bytes)
+    def _compact(self, running: Running, started: float) -> Outcome:
         try:
-            result = compactor.compact(key, ctx)
-            return self._outcome(OK, None, started, ctx, result.size_before_bytes, result.size_after_bytes)
-        except Busy as exc:
-            return self._outcome(BUSY, str(exc), started, ctx, size_bytes, size_bytes)
-        except Interrupted as exc:
-            return self._outcome(INTERRUPTED, str(exc), started, ctx, size_bytes, size_bytes)
-        except Gone as exc:
-            return self._outcome(GONE, str(exc), started, ctx)
-        except Exception as exc:
-            log.warning("Compaction of %r failed: %s: %s", key, type(exc).__name__, exc, exc_info=log.isEnabledFor(logging.DEBUG))
-            return self._outcome(FAILED, f"{type(exc).__name__}: {exc}", started, ctx, size_bytes, size_bytes)
+            return compact(running.key, running.data, running.ctx, self.compactors, self._roots(), started, self._clock)
         finally:
             with running.lock:
                 running.done = True
 
-    def _outcome(
-        self, result: str, error: str | None, started: float, ctx: JobContext, before: int = 0, after: int | None = None
-    ) -> Outcome:
-        return Outcome(
-            result=result,
-            error=error,
-            size_before_bytes=int(before),
-            size_after_bytes=int(before if after is None else after),
-            duration_s=max(0.0, float(self._clock() - started)),
-            progress=1.0 if result == OK else ctx.fraction,
-            rotated=result == INTERRUPTED and ctx.stop_reason == ROTATED,
-            stopping=result == INTERRUPTED and ctx.stop_reason == STOPPING,
-        )
-
-    def _finish(self, running: _Running, outcome: Outcome) -> dict[str, Any] | None:
+    def _finish(self, running: Running, outcome: Outcome) -> dict[str, Any] | None:
         data = {**running.data, **outcome.to_data(), "run_id": running.run_id}
         try:
             with running.lock:
@@ -546,7 +458,7 @@ class Worker:
             return None
         return data
 
-    def _requeue(self, running: _Running) -> dict[str, Any] | None:
+    def _requeue(self, running: Running) -> dict[str, Any] | None:
         # resubmit, then finish: a resubmitted job goes back to pending on finish, with the
         # data it started with, so the next worker starts it afresh (an incremental
         # compaction's progress is kept in the file itself).
@@ -565,58 +477,3 @@ class Worker:
             fn()
         except Exception:
             log.exception("A run listener failed.")
-
-
-def run_worker_process(config: Any, store_url: str | None = None, concurrency: int | None = None) -> int:
-    """``smoosh worker``: run jobs of the config's node until SIGTERM/SIGINT, then stop cleanly.
-
-    Parameters:
-        config: smoosh's ``Config`` (``node``, ``job_timeout_s``, ``sqlite``, ``store``,
-            ``roots``, ``wal_max_size_bytes``, ``exact_size_interval_s``).
-        store_url: the store (default: the config's ``store``).
-        concurrency: jobs at once (default 1).
-
-    Returns:
-        The exit code: 0 after a clean stop.
-    """
-    import signal
-
-    from smoosh.compactors import load_compactors
-    from smoosh.jobs import Jobs
-    from smoosh.store import open_store
-
-    node = config.node
-    job_timeout_s = float(getattr(config, "job_timeout_s", DEFAULT_JOB_TIMEOUT_S))
-    store = open_store(store_url or config.store)
-    jobs = Jobs(store)
-    stop = threading.Event()
-    previous: dict[Any, Any] = {}
-    try:
-        job_type = "smoosh:" + node
-        jobs.set_type_timeout(job_type, job_timeout_s)
-        kw: dict[str, Any] = {}
-        for name in ("wal_max_size_bytes", "exact_size_interval_s"):
-            if getattr(config, name, None) is not None:
-                kw[name] = getattr(config, name)
-        compactors = load_compactors(getattr(config, "sqlite", None), roots=getattr(config, "roots", None), **kw)
-        roots = tuple(getattr(config, "roots", ()) or ()) or None
-        worker = Worker(jobs, store, job_type, compactors, node=node, job_timeout_s=job_timeout_s,
-                        concurrency=concurrency or 1, signals="store", roots=lambda: roots)
-
-        def on_signal(signum: int, frame: Any) -> None:
-            stop.set()
-
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                previous[sig] = signal.signal(sig, on_signal)
-        worker.start()
-        log.info("Worker for %r running %d job(s) at once.", job_type, worker.concurrency)
-        stop.wait()
-        log.info("Stopping the worker for %r.", job_type)
-        worker.stop(STOP_TIMEOUT_S - 1.0)
-        return 0
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        jobs.close()
-        store.close()

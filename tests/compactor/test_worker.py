@@ -396,7 +396,7 @@ def test_worker_process_runs_jobs_and_stops_cleanly_on_sigterm(tmp_path) -> None
     path = str(tmp_path / "a.db")
     make_bloated_db(path)
     code = (
-        "import sys; from types import SimpleNamespace; from smoosh.daemon.worker import run_worker_process; "
+        "import sys; from types import SimpleNamespace; from smoosh.daemon.worker_process import run_worker_process; "
         f"sys.exit(run_worker_process(SimpleNamespace(node={NODE!r}, job_timeout_s=2.0, "
         f"store={'sqlite:' + store_path!r}, sqlite=None), None, 2))"
     )

@@ -21,6 +21,7 @@ from typing import Callable, Iterator
 import pytest
 from watchdog.observers import Observer
 
+from smoosh.daemon.observers import WatchedRoots
 from smoosh.daemon.watcher import (
     ROOT_CHECK_INTERVAL_S,
     Watcher,
@@ -380,18 +381,20 @@ def test_a_raising_callback_is_logged_and_events_keep_flowing(
 
 
 def test_inotify_watch_limit_falls_back_to_polling(
-    watched: Path, caplog: pytest.LogCaptureFixture, running: Running
+    watched: Path, caplog: pytest.LogCaptureFixture, running: Running, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     class ExhaustedObserver(Observer):  # type: ignore[misc, valid-type]
         def schedule(self, *args: object, **kwargs: object) -> None:
             raise OSError(errno.ENOSPC, "inotify watch limit reached")
 
-    class LimitedWatcher(Watcher):
-        def _new_observer(self) -> object:
-            return super()._new_observer() if self.polling else ExhaustedObserver()
+    real_new_observer = WatchedRoots._new_observer
 
+    def new_observer(self: WatchedRoots) -> object:
+        return real_new_observer(self) if self.polling else ExhaustedObserver()
+
+    monkeypatch.setattr(WatchedRoots, "_new_observer", new_observer)
     seen = Seen()
-    w = LimitedWatcher([str(watched)], seen)
+    w = Watcher([str(watched)], seen)
     with caplog.at_level(logging.ERROR, logger="smoosh.daemon.watcher"):
         w.start()
     try:

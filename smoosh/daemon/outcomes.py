@@ -1,0 +1,176 @@
+"""How a run ended, recorded: history, counters, crash backoff, and the store write that goes with it.
+
+Owner: the server's :class:`~smoosh.loop.Loop` thread. Run events are delivered there (the
+scheduler posts them), and channels report outcomes from their ticks there; nothing here is
+touched from another thread.
+
+A crashing key's record (its errors and backoff) is written to the store in the same
+transaction that removes its job, so a restart finds the backoff where it left it: a
+crashing database is not retried at once after a restart (DESIGN §5.6).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+from channels import Channel
+from channels.ports import BUSY, FAILED, GONE, OK, Outcome, RunEvent
+from smoosh.daemon import control
+from smoosh.daemon.history import (
+    BUSY as BUSY_EVENT, BUSY_RETRY_S, CRASHED, DROPPED, FINISHED, STARTED, HistoryTable, encode_record,
+)
+from smoosh.daemon.startup import crash_record_key
+from smoosh.store.base import Transaction
+
+__all__ = ["Outcomes", "Counters"]
+
+log = logging.getLogger(__name__)
+
+Write = Callable[[Transaction], None]
+
+
+@dataclass
+class Counters:
+    """Plain-int counters: cheap enough for the hot path, exported by the metrics collector.
+
+    The ``enqueue_*`` fields are bumped by whichever thread brings a key in (HTTP, watcher,
+    intake pool), the rest on the server's loop thread; the metrics collector reads them. The
+    increments take no lock, to keep the hot path free of one: two threads bumping the same
+    field at the same instant may lose one count.
+    """
+
+    enqueue_stale: int = 0
+    enqueue_examined: int = 0
+    enqueue_accepted: int = 0
+    enqueue_rejected: int = 0
+    compactions: dict[tuple[str, str], int] = field(default_factory=dict)
+    reclaimed_bytes: dict[str, int] = field(default_factory=dict)
+    rotations: int = 0
+
+
+class _Compacted(Protocol):
+    """Who learns that a key was compacted or is gone (the router, the intake)."""
+
+    def record_compacted(self, key: str, size_after_bytes: int, now: float) -> None: ...
+
+
+class Outcomes:
+    """Records every run's end (see the module docstring).
+
+    Parameters:
+        node: this daemon's node name (crash records are per node).
+        history: the per-key history table.
+        counters: the server's counters.
+        router: told the size a key was compacted to.
+        forget: the intake forgets a key's measurements once it is compacted or gone.
+        log_level: the level of the "compacted" line (``compaction_log_level``), read each time.
+        channel_of: the channel of that name now, or None once closed.
+        claimed_run: whether ``key`` runs (or ran) on this process's worker, claimed by it.
+    """
+
+    def __init__(
+        self,
+        *,
+        node: str,
+        history: HistoryTable,
+        counters: Counters,
+        router: _Compacted,
+        forget: Callable[[str], None],
+        log_level: Callable[[], int],
+        channel_of: Callable[[str], Channel | None],
+        claimed_run: Callable[[str], bool],
+        clock: Callable[[], float],
+    ) -> None:
+        self._node = node
+        self._history = history
+        self._counters = counters
+        self._router = router
+        self._forget = forget
+        self._log_level = log_level
+        self._channel_of = channel_of
+        self._claimed_run = claimed_run
+        self._clock = clock
+        #: Keys with a crash record in the store: only those need one cleared.
+        self.crash_records: set[str] = set()
+        # key -> the store write to make with its job's removal (its crash record).
+        self._pending_writes: dict[str, Write] = {}
+
+    def on_outcome(self, channel: str, key: str, outcome: Outcome, now: float) -> float | None:
+        """Record how a run ended; the time the key may start again (crash backoff, busy wait) or None."""
+        result = outcome.result
+        counters = self._counters
+        counters.compactions[(channel, result)] = counters.compactions.get((channel, result), 0) + 1
+        history = self._history
+        not_before: float | None = None
+        if result == OK:
+            reclaimed = outcome.reclaimed_bytes
+            counters.reclaimed_bytes[channel] = counters.reclaimed_bytes.get(channel, 0) + reclaimed
+            history.record(key, FINISHED, now, channel=channel, reason=f"reclaimed {reclaimed} bytes")
+            self._router.record_compacted(key, outcome.size_after_bytes, now)
+            self._forget(key)
+            log.log(self._log_level(), "compacted %r in %s: reclaimed %d bytes", key, channel, reclaimed)
+        elif result == GONE:
+            history.record(key, FINISHED, now, channel=channel, reason="database gone")
+            self._forget(key)
+            log.info("%r is gone; dropped", key)
+        elif result == BUSY:
+            rec = history.record(key, BUSY_EVENT, now, channel=channel, reason=outcome.error or "database busy")
+            not_before = rec.retry_at or now + BUSY_RETRY_S
+            log.info("%r was busy; retrying in %.0f s", key, not_before - now)
+        else:  # failed, replaced, blocked: a crash, with its backoff
+            rec = history.record(key, CRASHED, now, channel=channel, reason=outcome.error or result)
+            not_before = rec.retry_at or now
+            log.warning(
+                "compaction of %r in %s %s (%s); retrying in %.0f s",
+                key, channel, "failed" if result == FAILED else f"ended {result}", rec.last_error, not_before - now,
+            )
+        write = self._crash_record_write(key, keep=not_before is not None)
+        if write is not None:
+            self._pending_writes[key] = write
+        return not_before
+
+    def deliver(self, channel_name: str, event: RunEvent) -> Write | None:
+        """A run event reaches its channel; for an end, the write to make with the job's removal."""
+        now = self._clock()
+        if event.kind == "running":
+            rec = self._history.get(event.key)
+            if rec is None or rec.state != "running":
+                self._history.record(event.key, STARTED, now, channel=channel_name)
+        elif event.kind == "dropped":
+            self._history.record(event.key, DROPPED, now, channel=channel_name, reason=event.reason)
+        channel = self._channel_of(channel_name)
+        if channel is None:
+            # Its channel was closed meanwhile: the outcome is still recorded.
+            if event.kind == "ended" and event.outcome is not None and event.outcome.result != "interrupted":
+                self.on_outcome(channel_name, event.key, event.outcome, now)
+        else:
+            channel.on_run_event(event, now)
+        return self._pending_writes.pop(event.key, None) if event.kind == "ended" else None
+
+    def _crash_record_write(self, key: str, *, keep: bool) -> Write | None:
+        """The write of ``key``'s crash record (or its removal), made with its job's removal.
+
+        None when there is nothing to write: a success of a key that never crashed here (most
+        keys), run by this process's worker (no rotation request in the store to clear).
+        """
+        if not keep and key not in self.crash_records and self._claimed_run(key):
+            return None
+        store_key = crash_record_key(self._node, key)
+        rotate_key = control.rotate_key(self._node, key)
+        record = self._history.snapshot(key) if keep else None
+        if keep:
+            self.crash_records.add(key)
+        else:
+            self.crash_records.discard(key)
+        value = encode_record(record) if record is not None else None
+
+        def write(tr: Transaction) -> None:
+            tr.clear(rotate_key)  # a rotation request for the run that ended
+            if value is None:
+                tr.clear(store_key)
+            else:
+                tr.set(store_key, value)
+
+        return write

@@ -1,0 +1,73 @@
+"""``smoosh worker``: a worker in a process of its own, beside (or instead of) the daemon's.
+
+It runs the jobs of one node's job type from a shared store; holds and rotation requests
+reach it through the store (:mod:`smoosh.daemon.control`), and a clean stop puts its
+interrupted jobs back to pending for another worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from smoosh.daemon.worker import DEFAULT_JOB_TIMEOUT_S, STOP_TIMEOUT_S, Worker
+
+__all__ = ["run_worker_process"]
+
+log = logging.getLogger(__name__)
+
+
+def run_worker_process(config: Any, store_url: str | None = None, concurrency: int | None = None) -> int:
+    """``smoosh worker``: run jobs of the config's node until SIGTERM/SIGINT, then stop cleanly.
+
+    Parameters:
+        config: smoosh's ``Config`` (``node``, ``job_timeout_s``, ``sqlite``, ``store``,
+            ``roots``, ``wal_max_size_bytes``, ``exact_size_interval_s``).
+        store_url: the store (default: the config's ``store``).
+        concurrency: jobs at once (default 1).
+
+    Returns:
+        The exit code: 0 after a clean stop.
+    """
+    import signal
+
+    from smoosh.compactors import load_compactors
+    from smoosh.jobs import Jobs
+    from smoosh.store import open_store
+
+    node = config.node
+    job_timeout_s = float(getattr(config, "job_timeout_s", DEFAULT_JOB_TIMEOUT_S))
+    store = open_store(store_url or config.store)
+    jobs = Jobs(store)
+    stop = threading.Event()
+    previous: dict[Any, Any] = {}
+    try:
+        job_type = "smoosh:" + node
+        jobs.set_type_timeout(job_type, job_timeout_s)
+        kw: dict[str, Any] = {}
+        for name in ("wal_max_size_bytes", "exact_size_interval_s"):
+            if getattr(config, name, None) is not None:
+                kw[name] = getattr(config, name)
+        compactors = load_compactors(getattr(config, "sqlite", None), roots=getattr(config, "roots", None), **kw)
+        roots = tuple(getattr(config, "roots", ()) or ()) or None
+        worker = Worker(jobs, store, job_type, compactors, node=node, job_timeout_s=job_timeout_s,
+                        concurrency=concurrency or 1, signals="store", roots=lambda: roots)
+
+        def on_signal(signum: int, frame: Any) -> None:
+            stop.set()
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                previous[sig] = signal.signal(sig, on_signal)
+        worker.start()
+        log.info("Worker for %r running %d job(s) at once.", job_type, worker.concurrency)
+        stop.wait()
+        log.info("Stopping the worker for %r.", job_type)
+        worker.stop(STOP_TIMEOUT_S - 1.0)
+        return 0
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        jobs.close()
+        store.close()

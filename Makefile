@@ -24,8 +24,10 @@ run: $(STAMP)
 	@mkdir -p var/databases var/smoosh
 	$(BIN)/smoosh run --config conf/smoosh.ini
 
+# Types first (seconds), then the suite on two processes.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -x -p no:cacheprovider
+	$(BIN)/python -m mypy
+	$(BIN)/python -m pytest -q -x -p no:cacheprovider -n 2
 
 soak: $(STAMP)
 	SMOOSH_SOAK=1 $(BIN)/python -m pytest -q -p no:cacheprovider -m slow

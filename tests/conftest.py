@@ -1,4 +1,6 @@
-"""Suite-wide pytest setup: slow soak/fault variants run only under `make soak` (SMOOSH_SOAK=1)."""
+"""Suite-wide pytest setup: slow soak/fault variants run only under `make soak` (SMOOSH_SOAK=1),
+and the run's closing lines (fault totals, FoundationDB variants skipped), summed across
+pytest-xdist workers."""
 
 from __future__ import annotations
 
@@ -24,3 +26,26 @@ import sys  # noqa: E402
 _TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 if _TESTS_DIR not in sys.path:
     sys.path.insert(0, _TESTS_DIR)
+
+import json  # noqa: E402
+from typing import Any  # noqa: E402
+
+from helpers import summary  # noqa: E402
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: its totals go to the controller
+        workeroutput["fault_totals"] = json.dumps(summary.FAULT_TOTALS)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    totals = getattr(node, "workeroutput", {}).get("fault_totals")
+    if totals:
+        summary.merge_fault_totals(json.loads(totals))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    for line in summary.summary_lines(terminalreporter.stats.get("skipped", [])):
+        terminalreporter.write_line(line)

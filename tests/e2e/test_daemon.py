@@ -206,7 +206,7 @@ def test_a_killed_worker_process_has_its_job_finished_by_another(tmp_path: Path,
     )
     d = start(daemons, config, "--workers", "0")
     db = tmp_path / "dbs" / "big.db"
-    make_bloated_db(str(db), rows=30000, delete_fraction=0.8, auto_vacuum="incremental")
+    make_bloated_db(str(db), rows=15000, delete_fraction=0.8, auto_vacuum="incremental")
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     first = subprocess.Popen([sys.executable, "-m", "smoosh", "worker", "--config", str(config)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
@@ -216,7 +216,11 @@ def test_a_killed_worker_process_has_its_job_finished_by_another(tmp_path: Path,
         first.kill()
         first.wait(10)
         assert integrity(db) == "ok"
-        second = subprocess.Popen([sys.executable, "-m", "smoosh", "worker", "--config", str(config)],
+        # The second worker takes larger chunks: one page at a time only made the first
+        # compaction slow enough to be caught in the middle.
+        config2 = write_config(tmp_path, port=free_port(), name="second.ini",
+                               channels="[smoosh.sqlite]\nincremental_chunk_pages = 256\n")
+        second = subprocess.Popen([sys.executable, "-m", "smoosh", "worker", "--config", str(config2)],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         try:
             wait_for(lambda: job(d, db).get("state") == "finished", 60, what="the second worker to finish it", daemon=d)

@@ -30,12 +30,12 @@ from helpers.daemon import Daemon, free_port, write_config
 __all__ = ["daemons", "processes"]  # fixtures
 
 #: Kill trials in `make test` and in `make soak`.
-TRIALS = 4
+TRIALS = 3
 SOAK_TRIALS = 50
 #: Databases the writer keeps creating and bloating.
 DATABASES = 40 if SOAK else 24
 #: Range of seconds the daemon runs before it is killed.
-RUN_S = (0.5, 3.5)
+RUN_S = (0.5, 2.5)
 #: Seed of the trial choices (set SMOOSH_FAULT_SEED to replay a failure).
 SEED = int(os.environ.get("SMOOSH_FAULT_SEED", str(time.time_ns() % 1_000_000)))
 

@@ -27,7 +27,7 @@ from smoosh.store import open_store
 __all__ = ["daemons", "processes"]  # fixtures
 
 #: Kills (each of every worker, with at least one job mid-compaction) in `make test` / `make soak`.
-TRIALS = 3
+TRIALS = 2
 SOAK_TRIALS = 50
 #: Databases per round and kills per round (a round ends when every job is finished).
 DATABASES_PER_ROUND = 4
@@ -53,6 +53,10 @@ def history(d: Daemon) -> dict[str, dict[str, Any]]:
 def run_trials(base: Path, daemons: list[Daemon], processes: list, kills: int) -> None:
     rng = random.Random(SEED)
     config = write_config(base, port=free_port(), channels="[smoosh.sqlite]\nincremental_chunk_pages = 1\n")
+    # Workers started after the round's last kill take larger chunks: one page at a time
+    # only makes a compaction slow enough to be killed in the middle.
+    finishing = write_config(base, port=free_port(), name="finishing.ini",
+                             channels="[smoosh.sqlite]\nincremental_chunk_pages = 256\n")
     d = start_daemon(daemons, config, "--workers", "0")
     store = open_store(f"sqlite:{base / 'state' / 'jobs.db'}")
     jobs = Jobs(store, monitors=False)
@@ -62,13 +66,20 @@ def run_trials(base: Path, daemons: list[Daemon], processes: list, kills: int) -
     try:
         while done_kills < kills:
             where = f"round {round_no} (SMOOSH_FAULT_SEED={SEED})"
+            if round_no:  # the previous round's finishing workers: slow ones again, to be killed
+                for w in workers:
+                    w.terminate()
+                for w in workers:
+                    w.wait(15)
+                workers = [start_worker(processes, config) for _ in range(WORKERS)]
             dbs = [base / "dbs" / f"r{round_no}-{i}.db" for i in range(DATABASES_PER_ROUND)]
             rows = {}
             for db in dbs:
                 make_bloated_db(str(db), rows=ROWS, delete_fraction=0.8, auto_vacuum="incremental")
                 rows[db] = row_count(str(db))
             sizes = {db: db.stat().st_size for db in dbs}
-            for _ in range(min(KILLS_PER_ROUND, kills - done_kills)):
+            round_kills = min(KILLS_PER_ROUND, kills - done_kills)
+            for kill_no in range(round_kills):
                 # A running job of this round: a worker has accepted it and is compacting (its
                 # progress reaches the store only with the heartbeat, every job_timeout / 3).
                 wait_for(lambda: any(0 <= p < 0.9 for k, p in running_progress(jobs).items() if k in map(str, dbs)),
@@ -80,7 +91,8 @@ def run_trials(base: Path, daemons: list[Daemon], processes: list, kills: int) -
                     w.wait(10)
                 done_kills += 1
                 assert damaged(dbs) == {}, f"{where}: damaged by kill -9 of the workers"
-                workers = [start_worker(processes, config) for _ in range(WORKERS)]
+                last = kill_no == round_kills - 1
+                workers = [start_worker(processes, finishing if last else config) for _ in range(WORKERS)]
             wait_for(lambda: all(history(d).get(str(db), {}).get("state") == "finished" for db in dbs), 120,
                      what=f"{where}: every job finished by the later workers", daemon=d)
             assert damaged(dbs) == {}, where

@@ -25,14 +25,13 @@ from jobs_testlib import (  # noqa: E402
     FDB_CLUSTER_ENV, T1, T1_TIMEOUT_S, T2, T2_TIMEOUT_S, open_kind,
 )
 
+from helpers.summary import FAULT_TOTALS  # noqa: E402
 from smoosh.jobs import Jobs  # noqa: E402
 from smoosh.store import tuples  # noqa: E402
 from smoosh.store.base import Store  # noqa: E402
 
 STORE_KINDS = ["memory", "sqlite", "fdb", "faulty-memory", pytest.param("faulty-sqlite", marks=pytest.mark.slow)]
 
-#: Totals over the faulty variants of this run, shown in the summary.
-FAULT_TOTALS = {"tests": 0, "faults": 0, "after_commit": 0, "retries": 0, "max_retries": 0, "gave_up": 0}
 
 
 @pytest.fixture(params=STORE_KINDS)
@@ -98,20 +97,3 @@ def jobs(make_jobs: Callable[..., Jobs]) -> Jobs:
     layer.set_type_timeout(T1, T1_TIMEOUT_S)
     layer.set_type_timeout(T2, T2_TIMEOUT_S)
     return layer
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if FAULT_TOTALS["tests"]:
-        t = FAULT_TOTALS
-        terminalreporter.write_line(
-            f"job layer under faults: {t['tests']} tests, {t['faults']} faults injected "
-            f"({t['after_commit']} after a real commit), {t['retries']} retries, "
-            f"at most {t['max_retries']} in one call, {t['gave_up']} calls gave up"
-        )
-    if not os.environ.get(FDB_CLUSTER_ENV):
-        skipped = [r for r in terminalreporter.stats.get("skipped", []) if "tests/jobs/" in r.nodeid and "[fdb" in r.nodeid]
-        if skipped:
-            terminalreporter.write_line(
-                f"job layer: {len(skipped)} FoundationDB variants skipped "
-                f"(set {FDB_CLUSTER_ENV} to a cluster file to run them)"
-            )

@@ -110,16 +110,3 @@ def ctx(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreCtx]:
             store.transact(lambda tr: tr.clear_range_startswith(prefix))
         for s in reversed(opened):
             s.close()
-
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if not os.environ.get(FDB_CLUSTER_ENV):
-        skipped = [
-            r for r in terminalreporter.stats.get("skipped", []) if "tests/store_contract/" in r.nodeid and "[fdb" in r.nodeid
-        ]
-        if skipped:
-            terminalreporter.write_line(
-                f"store contract: {len(skipped)} FoundationDB variants skipped "
-                f"(set {FDB_CLUSTER_ENV} to a cluster file to run them)"
-            )

@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable
 
 import apsw
 
-from smoosh.compactors import sqlite_compact
+import smoosh.compactors.sqlite_compact as sqlite_compact
 from smoosh.compactors.base import CompactionContext, CompactionResult, Gone, Refused, Sizes
 from smoosh.compactors.sqlite_file import (
     AUTO_VACUUM_CODES,

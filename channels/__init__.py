@@ -8,7 +8,8 @@ Pure of smoosh: a :class:`Channel` reaches the world only through the typed port
 
 from __future__ import annotations
 
-from channels.channel import Channel, ChannelSettings
+from channels.channel import Channel
+from channels.channel_state import ChannelSettings
 from channels.ports import Host, Outcome, RunEvent, Scheduler
 from channels.priority_queue import PriorityQueue
 from channels.window import Window

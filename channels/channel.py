@@ -13,29 +13,33 @@ outcomes. It has no thread: its owner's loop calls :meth:`Channel.tick`, which
 
 and returns when it next needs a tick; run events arrive through :meth:`on_run_event`.
 
+This module owns the channel's construction, its tick and the phases above, and the
+operator and routing calls. Its other parts are its bases: :mod:`channels.channel_state`
+(the shared state, the status snapshot and the readers), :mod:`channels.channel_runs` (each
+run from its start to its outcome) and :mod:`channels.channel_checkpoints` (when a checkpoint
+is written, what a restore takes).
+
 Ownership: the owner's loop thread makes every call except :meth:`enqueue` (any thread: the
 intake routes keys from its own threads) and the readers :meth:`status`, :meth:`keys`,
-:meth:`waiting` and :meth:`try_snapshot` (any thread). ``_lock`` guards only what those
-share with the owner: the queue and the run tables, held for dictionary work and never
-across a call to the host or the scheduler. :meth:`status` takes no lock at all: it returns
-an immutable snapshot, rebuilt on every change and swapped in with one attribute store.
+:meth:`waiting` and :meth:`try_snapshot` (any thread). What ``_lock`` guards for them, and
+why :meth:`status` needs no lock, is told in :mod:`channels.channel_state`.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import os
 import threading
-from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Protocol
 
+from channels.channel_checkpoints import ChannelCheckpoints
+from channels.channel_runs import ChannelRuns
+from channels.channel_state import ChannelSettings, Run
 from channels.checkpointer import Checkpointer, checkpoint_mapping
-from channels.ports import INTERRUPTED, Host, Outcome, RunEvent, Scheduler
+from channels.ports import Host, Scheduler
 from channels.waiting import Waiting
 
-__all__ = ["Channel", "ChannelSettings"]
+__all__ = ["Channel"]
 
 #: Seconds between two routine checks of the time window (it is also checked before a start).
 WINDOW_CHECK_INTERVAL_S = 60.0
@@ -45,30 +49,7 @@ DEFAULT_CHECKPOINT_INTERVAL_S = 180.0
 DEFAULT_WAIT_S = 30.0
 
 
-class ChannelSettings(Protocol):
-    """What a channel reads from its settings (smoosh's ``ChannelConfig`` fits)."""
-
-    @property
-    def capacity(self) -> int: ...
-    @property
-    def concurrency(self) -> int: ...
-    @property
-    def window(self) -> Any: ...  # channels.window.Window | None
-    @property
-    def strict_window(self) -> bool: ...
-
-
-@dataclass(eq=False)
-class _Run:
-    """One key the channel handed to its scheduler (starting or active)."""
-
-    key: str
-    priority: float
-    token: int = -1
-    slot: bool = True  # holds one of the host's global slots, given back when the run ends
-
-
-class Channel:
+class Channel(ChannelRuns, ChannelCheckpoints):
     """A named priority channel that starts work through its scheduler, one tick at a time.
 
     Parameters:
@@ -127,11 +108,11 @@ class Channel:
 
         self._waiting = Waiting(settings.capacity)
         self._queue = self._waiting.queue
-        self._starting: dict[str, _Run] = {}
-        self._active: dict[str, _Run] = {}
-        self._changes = 0  # bumped whenever the checkpoint's content changes
+        self._starting = {}
+        self._active = {}
+        self._changes = 0
         self._closed = False
-        self._status: dict[str, Any] = {}
+        self._status = {}
         self._restore(now)
         with self._lock:
             self._publish_locked()
@@ -174,30 +155,6 @@ class Channel:
         if changed:
             dues.append(self._next_checkpoint_at)
         return min(dues) if dues else None
-
-    def on_run_event(self, event: RunEvent, now: float) -> None:
-        """Apply one step of a run (the owner delivers the scheduler's events here)."""
-        key = event.key
-        with self._lock:
-            run = self._starting.get(key) or self._active.get(key)
-        if run is None or run.token != event.run:
-            self._log.debug("Channel %s: ignored %s event of an old run of %r.", self.name, event.kind, key)
-            return
-        if event.kind == "running":
-            if event.priority:
-                run.priority = event.priority  # re-checked before the start: what it is worth now
-            self._move(run, self._starting, self._active)
-            self._log.debug("Channel %s: compaction of %r is running.", self.name, key)
-        elif event.kind == "pending":
-            if self._move(run, self._active, self._starting):
-                self._log.info("Channel %s: the job of %r waits for a worker again.", self.name, key)
-        elif event.kind == "dropped":
-            self._end(run)
-            self._log.info("Channel %s: dropped %r: %s.", self.name, key, event.reason or "it could not start")
-        elif event.kind == "ended":
-            self._end(run)
-            self._ended(run, event.outcome or Outcome("failed", "no outcome"), now)
-        self._host.wake(self.name)
 
     # -- operator and routing calls -------------------------------------------------------------
 
@@ -282,25 +239,6 @@ class Channel:
         self._check_window(now, force=True)
         self._sync_hold()  # strict_window may have changed with the window state unchanged
 
-    def set_state_dir(self, state_dir: str | os.PathLike[str] | None) -> None:
-        """Turn checkpointing on (into ``state_dir``) or off (None), live; the file is not read now.
-
-        Turned on, the channel's state is written at the next checkpoint; turned off, the
-        last file stays where it is (a restart with persistence on restores it).
-        """
-        with self._lock:
-            if state_dir is None:
-                self._checkpointer = None
-            elif self._checkpointer is None:
-                self._checkpointer = Checkpointer(state_dir, self.name, self._log, self._on_checkpoint_error)
-            self._changes += 1
-            self._publish_locked()
-
-    def set_checkpoint_interval(self, interval_s: float, now: float) -> None:
-        """Change the checkpoint interval live; the next checkpoint is due at most one interval from now."""
-        self._checkpoint_interval_s = float(interval_s)
-        self._next_checkpoint_at = min(self._next_checkpoint_at, now + self._checkpoint_interval_s)
-
     def close(self, checkpoint: bool = True) -> list[str]:
         """Stop the channel and, with ``checkpoint``, write its final checkpoint.
 
@@ -331,57 +269,6 @@ class Channel:
         self._host.withdraw(self.name)
         self._log.info("Channel %s closed (%d run(s) left to their workers).", self.name, len(runs))
         return [run.key for run in runs]
-
-    def join_checkpoint(self, timeout: float | None = None) -> bool:
-        """Wait for a background checkpoint write to end; True if none is running now."""
-        return self._checkpointer is None or self._checkpointer.join(timeout)
-
-    # -- readers (any thread) --------------------------------------------------------------------
-
-    def status(self) -> dict[str, Any]:
-        """The published status snapshot; never waits on the channel.
-
-        Returns:
-            ``{"active", "starting", "waiting": {"size", "min", "max"}, "deferred", "paused",
-            "suspended", "in_window", "held", "evicted", "concurrency", "checkpoint_errors"}``
-            (a copy).
-        """
-        snapshot = self._status  # one attribute load: the snapshot is never mutated
-        return {**snapshot, "waiting": dict(snapshot["waiting"])}
-
-    def keys(self) -> set[str]:
-        """Every key waiting, deferred, starting or active in this channel."""
-        with self._lock:
-            return self._keys_locked()
-
-    def in_flight(self) -> dict[str, int]:
-        """Keys starting or active here, with their run tokens (owner thread)."""
-        with self._lock:
-            return {key: run.token for key, run in (*self._starting.items(), *self._active.items())}
-
-    def try_snapshot(self, timeout_s: float = 0.05) -> tuple[set[str], list[tuple[str, float]]] | None:
-        """``(keys(), waiting())`` taken together, or None if the channel stays busy past ``timeout_s``.
-
-        For readers that must never wait on a slow or stuck channel (the status table).
-        """
-        if not self._lock.acquire(timeout=timeout_s):
-            return None
-        try:
-            return self._keys_locked(), self._waiting_locked()
-        finally:
-            self._lock.release()
-
-    def waiting(self) -> list[tuple[str, float]]:
-        """The waiting ``(key, priority)`` pairs, highest first (oldest among equals).
-
-        Keys set aside after a rotation come after the queue, deferred keys last.
-        """
-        with self._lock:
-            return self._waiting_locked()
-
-    def __repr__(self) -> str:
-        s = self._status
-        return f"<Channel {self.name} active={s.get('active')} starting={s.get('starting')} waiting={s.get('waiting')}>"
 
     # -- phases ------------------------------------------------------------------------------------
 
@@ -442,9 +329,6 @@ class Channel:
         else:
             self._log.debug("Channel %s: running work may go on.", self.name)
 
-    def _held_locked(self) -> bool:
-        return self._suspended or (bool(self._settings.strict_window) and not self._in_window)
-
     def _can_start_locked(self) -> bool:
         return (
             not self._closed
@@ -482,7 +366,7 @@ class Channel:
                     key, priority = head
                     # Marked starting in the same critical section that pops it, so a
                     # concurrent enqueue of the key is refused rather than queued twice.
-                    run = _Run(str(key), priority)
+                    run = Run(str(key), priority)
                     self._starting[run.key] = run
                     if self._waiting.has_benched():
                         self._unbench_locked()  # the work they made way for has its slot
@@ -492,156 +376,3 @@ class Channel:
                 break
             self._launch(run)
         self._host.withdraw(self.name)
-
-    def _launch(self, run: _Run) -> None:
-        try:
-            run.token = self._scheduler.submit(self.name, run.key, run.priority)
-        except Exception:
-            self._log.warning("Channel %s: could not start %r; dropped.", self.name, run.key, exc_info=True)
-            self._end(run)
-            return
-        self._log.debug("Channel %s: starting %r at priority %r.", self.name, run.key, run.priority)
-
-    # -- runs ---------------------------------------------------------------------------------------
-
-    def adopt(self, key: str) -> bool:
-        """Follow a run of ``key`` found in flight at start-up (it counts as starting); owner thread."""
-        with self._lock:
-            if key in self._starting or key in self._active:
-                return True
-        token = self._scheduler.adopt(self.name, key)
-        if token is None:
-            return False
-        with self._lock:
-            priority = self._waiting.take(key)
-            self._starting[key] = _Run(key, math.inf if priority is None else priority, token)
-            self._changed_locked()
-        self._host.acquire_slot(self.name, force=True)  # it runs: it holds a slot, free or not
-        return True
-
-    def _move(self, run: _Run, source: dict[str, _Run], target: dict[str, _Run]) -> bool:
-        with self._lock:
-            if source.get(run.key) is not run:
-                return False
-            del source[run.key]
-            target[run.key] = run
-            self._publish_locked()
-        return True
-
-    def _end(self, run: _Run) -> None:
-        with self._lock:
-            for runs in (self._starting, self._active):
-                if runs.get(run.key) is run:
-                    del runs[run.key]
-                    self._changed_locked()
-            slot, run.slot = run.slot, False
-        if slot:
-            self._host.release_slot(self.name)
-
-    def _ended(self, run: _Run, outcome: Outcome, now: float) -> None:
-        key = run.key
-        if outcome.result == INTERRUPTED:
-            # Taken back: a run stopped for a clean stop goes first after the restart.
-            priority = math.inf if outcome.stopping else run.priority
-            with self._lock:
-                if not self._closed:
-                    if outcome.rotated and len(self._queue) and key not in self._queue:
-                        self._waiting.bench(key, priority)
-                    else:
-                        self._waiting.push(key, priority)
-                    self._changed_locked()
-            self._log.info(
-                "Channel %s: compaction of %r was %s; queued again at priority %r.",
-                self.name, key, "rotated out" if outcome.rotated else "interrupted", priority,
-            )
-            return
-        try:
-            not_before = self._host.on_outcome(self.name, key, outcome, now)
-        except Exception:
-            self._log.exception("Channel %s: recording the outcome of %r failed.", self.name, key)
-            return
-        if not_before is not None:
-            with self._lock:
-                if not self._closed:
-                    # Queued again meanwhile (a new event): it still waits out its backoff.
-                    waiting = self._waiting.take(key)
-                    self._waiting.defer(key, run.priority if waiting is None else waiting, not_before)
-                    self._changed_locked()
-
-    # -- status and persistence -------------------------------------------------------------------
-
-    def _keys_locked(self) -> set[str]:
-        keys = self._waiting.keys()
-        keys.update(self._starting, self._active)
-        return keys
-
-    def _waiting_locked(self) -> list[tuple[str, float]]:
-        return self._waiting.items()
-
-    def _changed_locked(self) -> None:
-        """The checkpoint's content changed: note it and republish the status."""
-        self._changes += 1
-        self._publish_locked()
-
-    def _publish_locked(self) -> None:
-        self._status = {
-            "active": len(self._active),
-            "starting": len(self._starting),
-            "waiting": self._waiting.info(),
-            "deferred": self._waiting.deferred,
-            "paused": self._paused,
-            "suspended": self._suspended,
-            "in_window": self._in_window,
-            "held": self._held_locked(),
-            "evicted": self._queue.evicted,
-            "concurrency": self._settings.concurrency,
-            "checkpoint_errors": 0 if self._checkpointer is None else self._checkpointer.errors,
-        }
-
-    def _snapshot_locked(self) -> tuple[list[str], list[tuple[str, float]]]:
-        """The checkpoint's content as cheap copies; the mapping is built outside the lock."""
-        return [*self._starting, *self._active], self._waiting_locked()
-
-    def _on_checkpoint_error(self) -> None:
-        with self._lock:
-            self._publish_locked()
-
-    def _maybe_checkpoint(self, now: float) -> None:
-        checkpointer = self._checkpointer
-        if checkpointer is None or now < self._next_checkpoint_at:
-            return
-        self._next_checkpoint_at = now + self._checkpoint_interval_s
-        if checkpointer.busy():
-            self._log.debug("Channel %s: previous checkpoint still running; skipped.", self.name)
-            return
-        with self._lock:
-            if checkpointer.is_current(self._changes):
-                return  # the file already holds exactly this state
-            seq, changes = checkpointer.next_seq(), self._changes
-            in_flight, waiting = self._snapshot_locked()
-        checkpointer.write_async(seq, in_flight, waiting, changes)
-
-    def _restore(self, now: float) -> None:
-        checkpointer = self._checkpointer
-        if checkpointer is None:
-            return
-        mapping = checkpointer.restore(now)
-        # Stable sort: equal priorities keep the file's (oldest-first) order.
-        entries = sorted(mapping.items(), key=lambda item: item[1], reverse=True)
-        refused = [key for key, _ in entries if not self._host.admits(key)]
-        if refused:
-            # Restored keys are validated like new ones: a checkpoint is a file anyone with
-            # access to state_dir could have written. The host says why each one is refused.
-            entries = [(key, priority) for key, priority in entries if key not in set(refused)]
-            self._changes += 1  # the file no longer matches the queue: rewrite it
-        capacity = self._queue.capacity
-        for key, priority in entries[:capacity]:
-            self._queue.push(key, priority)
-        dropped = max(0, len(entries) - capacity)
-        if not dropped and not refused:
-            checkpointer.restored(self._changes)  # the file holds exactly this state
-        if entries:
-            self._log.info(
-                "Channel %s: restored %d key(s) from %r (%d dropped over capacity).",
-                self.name, min(len(entries), capacity), checkpointer.path, dropped,
-            )

@@ -1,27 +1,18 @@
 """The built-in compactor: SQLite database files and their ``cleanup:<path>`` keys.
 
-Three ways to compact, chosen per database (measurements in reference/peers_perf.md §2):
+This module owns :class:`SqliteCompactor`: its settings and roots (both live), the keys it
+claims, what a database measures for the priority re-check (sizes, the exact ``dbstat``
+payload remembered per key, whether it needs an upgrade, a cleanup key's priority), and
+which way each compaction goes:
 
-* ``auto_vacuum = INCREMENTAL`` with free pages: chunks of ``PRAGMA incremental_vacuum(N)``,
-  each its own short ``BEGIN IMMEDIATE`` write transaction, with a chunk boundary
-  (``ctx.checkpoint()``) between chunks where no lock is held. Progress is exact (pages freed
-  / starting freelist). The pragma frees one page per ``sqlite3_step``, returning an empty row
-  each time. apsw runs statements as its cursor is stepped, so ``conn.execute(chunk)`` alone
-  frees ONE page and leaves the transaction open, its ``COMMIT`` unrun, and ``fetchone`` frees
-  one too; stepped to the end (:func:`~smoosh.compactors.sqlite_open.run`), a chunk frees its
-  N pages and commits (measured here with apsw 3.54.1: 1, 1 and 100 of 100 pages). (The
-  stdlib ``sqlite3`` needed ``executescript`` for the same reason.)
-* otherwise an in-place ``VACUUM`` (the only safe primitive for a file others have open),
-  with a short busy timeout (locked -> :class:`Busy`), a free space check first, an estimated
-  progress from progress-handler ticks, and cancellation through ``ctx.on_cancel`` ->
-  ``Connection.interrupt`` (SQLite rolls the VACUUM back; the file stays intact).
-* an upgrade (``page_size`` / ``auto_vacuum`` differ from the configured targets): the pragmas,
-  then a full VACUUM. In WAL mode a page size change needs journal_mode=DELETE for the VACUUM
-  and WAL again afterwards; leaving WAL needs exclusive access, so a database someone holds
-  open gives :class:`Busy` ("needs exclusive access").
+* an upgrade when ``page_size`` / ``auto_vacuum`` differ from the configured targets;
+* else incremental chunks when ``auto_vacuum = INCREMENTAL`` and there are free pages;
+* else an in-place ``VACUUM``;
+* and afterwards, for a WAL database, a ``wal_checkpoint(TRUNCATE)``: in WAL mode the file
+  only shrinks when the log is checkpointed. ``cleanup:<path>`` jobs do only that checkpoint.
 
-Afterwards a WAL database gets ``wal_checkpoint(TRUNCATE)``: in WAL mode the file only
-shrinks when the log is checkpointed. ``cleanup:<path>`` jobs do only that checkpoint.
+How each way runs on the open connection (locks, progress, cancellation, the WAL dance of a
+page size change) is :mod:`smoosh.compactors.sqlite_compact`'s.
 
 Reading sizes never creates or leaves a file (see :mod:`smoosh.compactors.sqlite_file`). SQLite
 keeps no update sequence, so ``changes`` is None.
@@ -36,23 +27,14 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import threading
 import time
 from typing import Any, Callable, Iterable
 
 import apsw
 
-from smoosh.compactors.base import (
-    Busy,
-    CompactionContext,
-    CompactionResult,
-    Gone,
-    InsufficientSpace,
-    Interrupted,
-    Refused,
-    Sizes,
-)
+import smoosh.compactors.sqlite_compact as sqlite_compact
+from smoosh.compactors.base import CompactionContext, CompactionResult, Gone, Refused, Sizes
 from smoosh.compactors.sqlite_file import (
     AUTO_VACUUM_CODES,
     DbState,
@@ -62,22 +44,8 @@ from smoosh.compactors.sqlite_file import (
     open_for_read,
     read_quietly,
     read_state,
-    sqlite_temp_dir,
 )
-from smoosh.compactors.sqlite_open import (
-    SQLITE_BUSY,
-    SQLITE_CANTOPEN,
-    SQLITE_INTERRUPT,
-    SQLITE_LOCKED,
-    SQLITE_NOTADB,
-    canonical_roots,
-    close_quietly,
-    errcode,
-    open_database,
-    pragma,
-    rollback_quietly,
-    run,
-)
+from smoosh.compactors.sqlite_open import canonical_roots, close_quietly, pragma, run
 
 __all__ = ["SqliteCompactor", "CLEANUP_PREFIX", "DEFAULT_WAL_MAX_SIZE_BYTES", "DEFAULT_EXACT_SIZE_INTERVAL_S"]
 
@@ -97,15 +65,7 @@ DEFAULT_INCREMENTAL_CHUNK_PAGES = 1000
 DEFAULT_BUSY_TIMEOUT_S = 1.0
 #: Exact sizes remembered at most for this many keys (oldest forgotten first), bounding memory.
 EXACT_MEMORY_MAX_KEYS = 100_000
-#: VDBE instructions between two progress-handler calls during a VACUUM.
-PROGRESS_HANDLER_INSTRUCTIONS = 1000
-#: Starting guess of progress-handler ticks per page for the VACUUM progress estimate; it is
-#: learned from finished VACUUMs (measured here: 0.003 for 5 KB rows to 0.3 for 20 B rows).
-INITIAL_TICKS_PER_PAGE = 0.1
-#: The estimated VACUUM progress never claims more than this before the VACUUM returns.
-MAX_ESTIMATED_PROGRESS = 0.99
-#: Times the switch back to WAL is tried after a page-size upgrade (each waits the busy timeout).
-WAL_RESTORE_ATTEMPTS = 10
+
 
 class SqliteCompactor:
     """Compacts SQLite database files in place; never corrupts one (SQLite's own transactions do the work).
@@ -146,7 +106,7 @@ class SqliteCompactor:
         self._lock = threading.Lock()
         # key -> (taken_at, file_bytes, active_bytes); insertion order = age, for the bound.
         self._exact: dict[str, tuple[float, int, int]] = {}
-        self._ticks_per_page = INITIAL_TICKS_PER_PAGE
+        self._tick_rate = sqlite_compact.TickRate()  # learned across this compactor's VACUUMs
         self._roots: tuple[str, ...] | None = None
         self.set_roots(roots)
 
@@ -397,206 +357,22 @@ class SqliteCompactor:
     def _compact_open(
         self, path: str, cleanup: bool, state: DbState, ctx: CompactionContext, roots: tuple[str, ...] | None
     ) -> None:
-        conn = self._open_for_compaction(path, roots)
+        """Choose the way this database is compacted and run it on one read-write connection."""
+        conn = sqlite_compact.open_for_compaction(path, roots, self.busy_timeout_s)
         try:
             if cleanup:
-                self._cleanup(conn, path, ctx)
+                sqlite_compact.cleanup(conn, path, ctx, self.leftovers)
             elif self._upgrade_needed(state):
-                self._upgrade(conn, path, state, ctx)
+                sqlite_compact.upgrade(
+                    conn, path, state, ctx, page_size=self.page_size, auto_vacuum=self.auto_vacuum,
+                    busy_timeout_s=self.busy_timeout_s, temp_dir=self._temp_dir, rate=self._tick_rate,
+                )
             elif state.auto_vacuum == 2 and state.freelist_count > 0:
-                self._incremental(conn, path, ctx)
+                sqlite_compact.incremental(conn, path, ctx, self.incremental_chunk_pages)
             else:
-                self._check_space(path, state.file_bytes)
-                self._vacuum(conn, path, state, ctx)
+                sqlite_compact.check_space(path, state.file_bytes, self._temp_dir)
+                sqlite_compact.vacuum(conn, path, state, ctx, self._tick_rate)
             if not cleanup and pragma(conn, "journal_mode") == "wal":
-                self._truncate_wal(conn, path, required=False)
+                sqlite_compact.truncate_wal(conn, path, required=False)
         finally:
             close_quietly(conn)
-
-    def _open_for_compaction(self, path: str, roots: tuple[str, ...] | None) -> apsw.Connection:
-        """A read-write connection whose file proved to be a database.
-
-        Raises:
-            Refused: outside ``roots`` or through a symlink (in any component: SQLite checks).
-            Gone: missing, or not a database.
-            Busy: locked beyond the busy timeout while reading the schema.
-        """
-        conn = None
-        try:
-            conn = open_database(path, "rw", timeout_s=self.busy_timeout_s, roots=roots)
-            pragma(conn, "schema_version")  # the header is read lazily: make a foreign file fail here
-            return conn
-        except apsw.Error as exc:
-            if conn is not None:
-                close_quietly(conn)
-            if errcode(exc) in (SQLITE_CANTOPEN, SQLITE_NOTADB):
-                raise Gone(f"{path}: {exc}") from exc
-            self._raise_mapped(exc, path)
-            raise
-
-    @staticmethod
-    def _raise_mapped(exc: apsw.Error, path: str, busy_message: str | None = None) -> None:
-        code = errcode(exc)
-        if code in (SQLITE_BUSY, SQLITE_LOCKED):
-            raise Busy(busy_message or f"{path} is locked: {exc}") from exc
-        if code == SQLITE_INTERRUPT:
-            raise Interrupted(f"compaction of {path} was interrupted") from exc
-
-    def _check_space(self, path: str, file_bytes: int) -> None:
-        """A VACUUM writes a temporary copy and a journal (or WAL), each up to the file's size."""
-        db_dir = os.path.dirname(path) or "."
-        needed = 2 * file_bytes
-        free = shutil.disk_usage(db_dir).free
-        if free < needed:
-            raise InsufficientSpace(
-                f"not enough free disk space to VACUUM {path}: needs {needed} bytes in {db_dir}, {free} free",
-                directory=db_dir, needed_bytes=needed, free_bytes=free,
-            )
-        temp_dir = self._temp_dir or sqlite_temp_dir()
-        try:
-            same_device = os.stat(temp_dir).st_dev == os.stat(db_dir).st_dev
-        except OSError:
-            same_device = False
-        if same_device:
-            return  # the 2x above already counted the temporary copy
-        free = shutil.disk_usage(temp_dir).free
-        if free < file_bytes:
-            raise InsufficientSpace(
-                f"not enough free disk space to VACUUM {path}: needs {file_bytes} bytes in the temp dir {temp_dir}, {free} free",
-                directory=temp_dir, needed_bytes=file_bytes, free_bytes=free,
-            )
-
-    def _vacuum(self, conn: apsw.Connection, path: str, state: DbState, ctx: CompactionContext) -> None:
-        cancelled = threading.Event()
-
-        def cancel() -> None:
-            cancelled.set()
-            _interrupt(conn)
-
-        ticks = 0
-        expected_ticks = max(1.0, state.page_count * self._ticks_per_page)
-
-        def on_progress() -> bool:
-            nonlocal ticks
-            ticks += 1
-            ctx.progress(min(MAX_ESTIMATED_PROGRESS, ticks / expected_ticks))
-            return cancelled.is_set()  # True aborts the statement (apsw.InterruptError)
-
-        ctx.on_cancel(cancel)
-        if cancelled.is_set():  # cancelled before the statement started: interrupt() was a no-op
-            raise Interrupted(f"compaction of {path} was interrupted before it started")
-        conn.set_progress_handler(on_progress, PROGRESS_HANDLER_INSTRUCTIONS)
-        try:
-            run(conn, "VACUUM")
-        except apsw.Error as exc:
-            rollback_quietly(conn)
-            self._raise_mapped(exc, path)
-            raise
-        finally:
-            conn.set_progress_handler(None)
-        if state.page_count > 0 and ticks > 0:
-            # Learn the tick rate so the next estimate is closer (one float: races are harmless).
-            self._ticks_per_page = 0.5 * self._ticks_per_page + 0.5 * ticks / state.page_count
-
-    def _incremental(self, conn: apsw.Connection, path: str, ctx: CompactionContext) -> None:
-        # No on_cancel callback: interrupting a chunk would only waste it; the worker's stop
-        # and hold both act at the next ctx.checkpoint(), at most one short chunk away.
-        start_free = pragma(conn, "freelist_count")
-        freed = 0
-        ctx.progress(0.0)
-        script = f"BEGIN IMMEDIATE; PRAGMA incremental_vacuum({self.incremental_chunk_pages}); COMMIT;"
-        while freed < start_free:
-            ctx.checkpoint()  # no transaction is open here: a hold waits holding no lock
-            free_before = pragma(conn, "freelist_count")
-            if free_before == 0:
-                break
-            try:
-                run(conn, script)  # stepped to the end: N pages and the COMMIT (module docstring)
-            except apsw.Error as exc:
-                rollback_quietly(conn)
-                self._raise_mapped(exc, path)
-                raise
-            free_after = pragma(conn, "freelist_count")
-            if free_after >= free_before:
-                break  # nothing moved (should not happen): never loop forever
-            freed += free_before - free_after
-            ctx.progress(min(1.0, freed / start_free))
-
-    def _upgrade(self, conn: apsw.Connection, path: str, state: DbState, ctx: CompactionContext) -> None:
-        self._check_space(path, state.file_bytes)
-        page_size_change = self.page_size is not None and state.page_size != self.page_size
-        leave_wal = page_size_change and pragma(conn, "journal_mode") == "wal"
-        if leave_wal:
-            try:
-                mode = pragma(conn, "journal_mode=DELETE")
-            except apsw.Error as exc:
-                self._raise_mapped(exc, path, busy_message="needs exclusive access")
-                raise
-            if mode != "delete":
-                raise Busy("needs exclusive access")
-        try:
-            if self.page_size is not None:
-                run(conn, f"PRAGMA page_size={int(self.page_size)}")
-            if self.auto_vacuum is not None:
-                run(conn, f"PRAGMA auto_vacuum={self.auto_vacuum.upper()}")
-            self._vacuum(conn, path, state, ctx)
-        finally:
-            if leave_wal:
-                self._restore_wal(conn, path)
-
-    def _restore_wal(self, conn: apsw.Connection, path: str) -> None:
-        # The application chose WAL; a database left in DELETE mode works but behaves differently
-        # (readers block on writers), so keep trying for a while before giving up loudly.
-        for _ in range(WAL_RESTORE_ATTEMPTS):
-            try:
-                if pragma(conn, "journal_mode=WAL") == "wal":
-                    return
-            except apsw.Error:
-                log.debug("Switching %r back to WAL failed; retrying.", path, exc_info=True)
-            time.sleep(self.busy_timeout_s / 4)
-        log.error("Could not switch %r back to WAL mode after its upgrade; it is in DELETE mode.", path)
-
-    def _cleanup(self, conn: apsw.Connection, path: str, ctx: CompactionContext) -> None:
-        cancelled = threading.Event()
-
-        def cancel() -> None:
-            cancelled.set()
-            _interrupt(conn)
-
-        ctx.on_cancel(cancel)
-        if cancelled.is_set():
-            raise Interrupted(f"cleanup of {path} was interrupted before it started")
-        if pragma(conn, "journal_mode") == "wal":
-            self._truncate_wal(conn, path, required=True)
-        for leftover in self.leftovers(path):
-            try:
-                os.remove(leftover)
-            except FileNotFoundError:
-                pass
-
-    def _truncate_wal(self, conn: apsw.Connection, path: str, *, required: bool) -> None:
-        try:
-            rows = run(conn, "PRAGMA wal_checkpoint(TRUNCATE)")
-        except apsw.Error as exc:
-            if not required:
-                log.debug("WAL checkpoint of %r failed after compaction.", path, exc_info=True)
-                return
-            self._raise_mapped(exc, path, busy_message=f"WAL checkpoint of {path} could not complete: {exc}")
-            raise
-        row = rows[0] if rows else None
-        if row and row[0]:
-            if required:
-                raise Busy(f"WAL checkpoint of {path} could not complete: readers or a writer hold the log")
-            log.debug("WAL checkpoint of %r after compaction was blocked; the log shrinks later.", path)
-
-
-def _interrupt(conn: apsw.Connection) -> None:
-    """``conn.interrupt()``, a no-op once the connection is closed.
-
-    Cancel callbacks stay registered after the compaction returns, so a stop that comes later
-    (a clean shutdown, a hold) finds the connection closed: nothing is left to interrupt.
-    """
-    try:
-        conn.interrupt()
-    except apsw.ConnectionClosedError:
-        pass

@@ -1,0 +1,157 @@
+"""A channel's shared state: what its parts share, the status snapshot, and the readers of any thread.
+
+:class:`ChannelState` is the base of :class:`~channels.channel.Channel` and of its other
+parts (:class:`~channels.channel_runs.ChannelRuns`,
+:class:`~channels.channel_checkpoints.ChannelCheckpoints`). It declares the state those parts
+share, which the channel's constructor sets up, and owns everything that reads it from
+outside the owner's loop thread: :meth:`~ChannelState.status`, :meth:`~ChannelState.keys`,
+:meth:`~ChannelState.waiting` and :meth:`~ChannelState.try_snapshot`.
+
+``_lock`` guards only what those readers (and :meth:`Channel.enqueue
+<channels.channel.Channel.enqueue>`, from the intake's threads) share with the owner: the
+waiting keys and the run tables. It is held for dictionary work and never across a call to
+the host or the scheduler. :meth:`~ChannelState.status` takes no lock at all: it returns an
+immutable snapshot, rebuilt under the lock on every change (:meth:`_publish_locked`) and
+swapped in with one attribute store.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from channels.checkpointer import Checkpointer
+from channels.ports import Host, Scheduler
+from channels.priority_queue import PriorityQueue
+from channels.waiting import Waiting
+
+__all__ = ["ChannelSettings", "ChannelState", "Run"]
+
+
+class ChannelSettings(Protocol):
+    """What a channel reads from its settings (smoosh's ``ChannelConfig`` fits)."""
+
+    @property
+    def capacity(self) -> int: ...
+    @property
+    def concurrency(self) -> int: ...
+    @property
+    def window(self) -> Any: ...  # channels.window.Window | None
+    @property
+    def strict_window(self) -> bool: ...
+
+
+@dataclass(eq=False)
+class Run:
+    """One key the channel handed to its scheduler (starting or active)."""
+
+    key: str
+    priority: float
+    token: int = -1
+    slot: bool = True  # holds one of the host's global slots, given back when the run ends
+
+
+class ChannelState:
+    """The state a channel's parts share, set up by :class:`~channels.channel.Channel`; the readers.
+
+    The suffix ``_locked`` marks a method its caller must call holding ``_lock``.
+    """
+
+    name: str
+    _log: logging.Logger
+    _settings: ChannelSettings
+    _scheduler: Scheduler
+    _host: Host
+    _checkpointer: Checkpointer | None
+    _lock: threading.Lock
+    _paused: bool
+    _suspended: bool
+    _in_window: bool
+    _waiting: Waiting
+    _queue: PriorityQueue  # the waiting keys' queue (``_waiting.queue``)
+    _starting: dict[str, Run]
+    _active: dict[str, Run]
+    _changes: int  # bumped whenever the checkpoint's content changes
+    _closed: bool
+    _status: dict[str, Any]
+
+    # -- readers (any thread) --------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """The published status snapshot; never waits on the channel.
+
+        Returns:
+            ``{"active", "starting", "waiting": {"size", "min", "max"}, "deferred", "paused",
+            "suspended", "in_window", "held", "evicted", "concurrency", "checkpoint_errors"}``
+            (a copy).
+        """
+        snapshot = self._status  # one attribute load: the snapshot is never mutated
+        return {**snapshot, "waiting": dict(snapshot["waiting"])}
+
+    def keys(self) -> set[str]:
+        """Every key waiting, deferred, starting or active in this channel."""
+        with self._lock:
+            return self._keys_locked()
+
+    def try_snapshot(self, timeout_s: float = 0.05) -> tuple[set[str], list[tuple[str, float]]] | None:
+        """``(keys(), waiting())`` taken together, or None if the channel stays busy past ``timeout_s``.
+
+        For readers that must never wait on a slow or stuck channel (the status table).
+        """
+        if not self._lock.acquire(timeout=timeout_s):
+            return None
+        try:
+            return self._keys_locked(), self._waiting_locked()
+        finally:
+            self._lock.release()
+
+    def waiting(self) -> list[tuple[str, float]]:
+        """The waiting ``(key, priority)`` pairs, highest first (oldest among equals).
+
+        Keys set aside after a rotation come after the queue, deferred keys last.
+        """
+        with self._lock:
+            return self._waiting_locked()
+
+    def __repr__(self) -> str:
+        s = self._status
+        return f"<Channel {self.name} active={s.get('active')} starting={s.get('starting')} waiting={s.get('waiting')}>"
+
+    # -- under the lock ----------------------------------------------------------------------------
+
+    def _keys_locked(self) -> set[str]:
+        keys = self._waiting.keys()
+        keys.update(self._starting, self._active)
+        return keys
+
+    def _waiting_locked(self) -> list[tuple[str, float]]:
+        return self._waiting.items()
+
+    def _held_locked(self) -> bool:
+        return self._suspended or (bool(self._settings.strict_window) and not self._in_window)
+
+    def _changed_locked(self) -> None:
+        """The checkpoint's content changed: note it and republish the status."""
+        self._changes += 1
+        self._publish_locked()
+
+    def _publish_locked(self) -> None:
+        self._status = {
+            "active": len(self._active),
+            "starting": len(self._starting),
+            "waiting": self._waiting.info(),
+            "deferred": self._waiting.deferred,
+            "paused": self._paused,
+            "suspended": self._suspended,
+            "in_window": self._in_window,
+            "held": self._held_locked(),
+            "evicted": self._queue.evicted,
+            "concurrency": self._settings.concurrency,
+            "checkpoint_errors": 0 if self._checkpointer is None else self._checkpointer.errors,
+        }
+
+    def _snapshot_locked(self) -> tuple[list[str], list[tuple[str, float]]]:
+        """The checkpoint's content as cheap copies; the mapping is built outside the lock."""
+        return [*self._starting, *self._active], self._waiting_locked()

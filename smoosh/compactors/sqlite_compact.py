@@ -2,8 +2,8 @@
 
 This module owns the ways a database is compacted once it is open; which way a database
 gets, the settings and the roots belong to :class:`~smoosh.compactors.sqlite.SqliteCompactor`,
-which passes each function what it needs. Three ways to compact (measurements in
-reference/peers_perf.md §2):
+which passes each function what it needs. Three ways to compact (their costs beside bare
+SQLite are in bench/RESULTS.md):
 
 * ``auto_vacuum = INCREMENTAL`` with free pages (:func:`incremental`): chunks of
   ``PRAGMA incremental_vacuum(N)``, each its own short ``BEGIN IMMEDIATE`` write transaction,
@@ -13,8 +13,8 @@ reference/peers_perf.md §2):
   ``conn.execute(chunk)`` alone frees ONE page and leaves the transaction open, its ``COMMIT``
   unrun, and ``fetchone`` frees one too; stepped to the end
   (:func:`~smoosh.compactors.sqlite_open.run`), a chunk frees its N pages and commits
-  (measured here with apsw 3.54.1: 1, 1 and 100 of 100 pages). (The stdlib ``sqlite3``
-  needed ``executescript`` for the same reason.)
+  (``tests/compactor`` pins this). (The stdlib ``sqlite3`` needed ``executescript`` for the
+  same reason.)
 * otherwise an in-place ``VACUUM`` (:func:`vacuum`, the only safe primitive for a file others
   have open), with a short busy timeout (locked -> :class:`Busy`), a free space check first
   (:func:`check_space`), an estimated progress from progress-handler ticks
@@ -77,7 +77,7 @@ log = logging.getLogger(__name__)
 #: VDBE instructions between two progress-handler calls during a VACUUM.
 PROGRESS_HANDLER_INSTRUCTIONS = 1000
 #: Starting guess of progress-handler ticks per page for the VACUUM progress estimate; it is
-#: learned from finished VACUUMs (measured here: 0.003 for 5 KB rows to 0.3 for 20 B rows).
+#: learned from finished VACUUMs (the true figure varies a hundredfold with the row size).
 INITIAL_TICKS_PER_PAGE = 0.1
 #: The estimated VACUUM progress never claims more than this before the VACUUM returns.
 MAX_ESTIMATED_PROGRESS = 0.99

@@ -24,6 +24,7 @@ BENCHMARKS = [
     ("jobs", ["--runs", "3"]),
     ("http_enqueue", ["--runs", "3"]),
     ("daemon_rss", ["--runs", "1"]),
+    ("drain", ["--runs", "3"]),
 ]
 
 

@@ -43,7 +43,7 @@ DEFAULT_CAPACITY = 9999
 
 #: Target entries per chunk: a chunk is split above twice this and merged below half of it.
 #: Smaller than ``SortedList``'s 1000 because bisecting inside a chunk calls a key function
-#: per probe (the bench's mixed workload ran ~10% faster at 125-250 than at 1000).
+#: per probe, so shorter chunks mean fewer calls (bench/queue.py chose the figure).
 _LOAD = 250
 
 #: ``info()`` of an empty queue: what CouchDB's status reports, so dashboards keep working.

@@ -2,11 +2,11 @@
 
 ``os.path.realpath`` resolves a path in Python, one ``lstat`` per component: six syscalls
 for ``/srv/tenants/a/b/x.db``, each a GIL hand-off, and on the enqueue path of a new key it
-was the largest single cost (measured: 11-13 us against 2.9 us here). On Linux an
+was the largest single cost (bench/RESULTS.md, "Why the misses miss"). On Linux an
 ``O_PATH`` descriptor names the file without opening it, and ``/proc/self/fd/N`` reads back
 the path the kernel resolved. Closing an ``O_PATH`` descriptor does not release the POSIX
-locks this process holds on the file (measured: an in-process ``BEGIN EXCLUSIVE`` still
-blocks another process afterwards, where a plain ``open``/``close`` lets it write), so it
+locks this process holds on the file (an in-process ``BEGIN EXCLUSIVE`` still blocks
+another process afterwards, where a plain ``open``/``close`` lets it write), so it
 is safe inside the daemon, whose compactions hold such locks (see ``smoosh.daemon.scan``).
 Anything unusual (a missing file, a file deleted mid-way, no ``/proc``) falls back to
 ``os.path.realpath``, whose answer is the definition.

@@ -1,7 +1,7 @@
 """Reading a SQLite file without disturbing it: the header, a side-effect-free connection, sizes.
 
 Reading never creates a file. Opening a WAL database through a read-only connection creates
-``-wal`` and ``-shm`` when they are missing and cannot delete them on close (measured here),
+``-wal`` and ``-shm`` when they are missing and cannot delete them on close,
 so the state comes from the 100-byte file header when there is no non-empty ``-wal`` (then
 the main file is fully checkpointed and the header is the truth). Only a database with a live
 WAL is opened, read-only: its ``-wal``/``-shm`` exist already and belong to the application.
@@ -11,9 +11,8 @@ the files it created, as any SQLite close does.
 
 A database nobody is writing (no ``-wal``, no ``-journal``) is read for ``dbstat`` through an
 ``immutable=1`` connection instead (:func:`read_quietly`): it takes no lock and creates no
-side file, so it costs a third of a normal open and sends the watcher no events (measured
-through apsw on a small file, open + ``dbstat`` + close: 91 us against 281 us; the stdlib
-``sqlite3`` took 120 and 313 us the same day). Immutable means SQLite trusts the file not to
+side file, so it costs a fraction of a normal open and sends the watcher no events.
+Immutable means SQLite trusts the file not to
 change, so the read is kept only if the file and its side files look the same afterwards.
 
 Every connection comes from :func:`smoosh.compactors.sqlite_open.open_database` (inside the

@@ -1,10 +1,9 @@
 """A small pool of threads taking items in arrival order, with threads only while there is work.
 
 ``concurrent.futures.ThreadPoolExecutor`` allocates a ``Future`` (with its own
-``Condition``, lock and waiter deque: ~400 bytes measured) and a work item per call; at
-start-up the watcher hands the server every database of the fleet within a second, so a
-100,000-database fleet held ~50 MB of futures nobody ever waited on. Here a waiting item
-costs one slot in a deque.
+``Condition``, lock and waiter deque) and a work item per call; at start-up the watcher
+hands the server every database of the fleet within a second, so a large fleet held tens of
+megabytes of futures nobody ever waited on. Here a waiting item costs one slot in a deque.
 
 Threads start when items arrive and end after ``idle_exit_s`` without work, so an idle
 daemon keeps none of them (DESIGN §9: an idle daemon runs about a dozen threads).

@@ -4,8 +4,8 @@
 locks, which belong to a process, and closing ANY descriptor of a file releases all of that
 process's locks on it (sqlite.org/howtocorrupt.html §2.2): a header read inside the daemon,
 whose workers hold compaction locks, could let another process write into a VACUUM in
-progress (measured: a raw header read released an in-process ``BEGIN EXCLUSIVE``, and another
-process then committed). So the daemon runs the walk in a helper process,
+progress (a raw header read does release an in-process ``BEGIN EXCLUSIVE``, and another
+process can then commit). So the daemon runs the walk in a helper process,
 ``python -m smoosh.daemon.scan``, whose descriptors cannot touch its locks (``smoosh.daemon.watcher`` drives
 it); as a bonus, walking a large fleet costs the daemon no GIL time.
 

@@ -15,40 +15,72 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
 
 from smoosh.config import Config
 from smoosh.daemon import control, rotation
 from smoosh.daemon.status import STATUS_INTERVAL_S, write_node_status
-from smoosh.errors import SmooshError
+from smoosh.errors import ConfigError, SmooshError
 
 if TYPE_CHECKING:
-    from smoosh.daemon.server import Server
+    from channels import Channel
+    from smoosh.daemon.intake import Intake
+    from smoosh.daemon.outcomes import Counters
+    from smoosh.daemon.scheduler import JobScheduler
+    from smoosh.daemon.slots import SlotGate
+    from smoosh.daemon.staleness import AccessTable
+    from smoosh.daemon.worker import Worker
+    from smoosh.store import Store
 
-__all__ = ["Housekeeping"]
+__all__ = ["Housekeeping", "Parts"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Parts:
+    """What the chores work on: the server's parts, handed over whole when it starts."""
+
+    node: str
+    clock: Callable[[], float]
+    config_of: Callable[[], Config]
+    #: A reloaded config file (or the error that rejects it) goes to the server.
+    on_config_change: Callable[[Config | ConfigError], None]
+    #: Wakes a task of the server's loop (the housekeeping task itself).
+    wake: Callable[[Any], None]
+    intake: Intake
+    access: AccessTable
+    slots: SlotGate
+    channels: Callable[[], dict[str, Channel]]
+    status: Callable[[], dict[str, Any]]
+    store: Store
+    scheduler: JobScheduler
+    worker: Worker | None
+    counters: Counters
+    #: Whether this process's worker compacts that path now (its events are its own).
+    compacting: Callable[[str], bool]
 
 
 class Housekeeping:
     """The server's timed chores, ticked on its loop."""
 
-    def __init__(self, server: Server, *, watch_config: bool) -> None:
-        self.server = server
+    def __init__(self, parts: Parts, *, watch_config: bool) -> None:
+        self.parts = parts
         self._watch_config = watch_config
         self._observer: Any = None
         self.watcher: Any = None
         self.config_watcher: Any = None
-        now = server._clock()
+        now = parts.clock()
         self._next_status_write = now
-        self._next_rotation = now + server.config.interval_s
+        self._next_rotation = now + parts.config_of().interval_s
 
     # -- lifecycle ----------------------------------------------------------------------------
 
     def start(self) -> None:
         """Start watching the data directories and the config file (one observer for both)."""
-        server = self.server
-        cfg = server.config
+        parts = self.parts
+        cfg = parts.config_of()
         if cfg.watch or self._watch_config:
             from watchdog.observers import Observer
 
@@ -60,18 +92,18 @@ class Housekeeping:
             from smoosh.config.watch import ConfigWatcher
 
             self.config_watcher = ConfigWatcher(
-                cfg.path, lambda result: server._on_config_change(result), on_edit=self._wake
+                cfg.path, parts.on_config_change, on_edit=self._wake
             )
             self.config_watcher.start(ticker=False, observer=self._observer)
 
     def _start_watcher(self, cfg: Config) -> None:
         from smoosh.daemon.watcher import Watcher
 
-        intake = self.server.intake
+        intake = self.parts.intake
         self.watcher = Watcher(
             list(cfg.watch), intake.on_event, on_scanned=intake.on_scanned,
             rescan_interval_s=cfg.rescan_interval_s, exclude=self._is_own_path, observer=self._observer,
-            busy=self.server._compacting,
+            busy=self.parts.compacting,
         )
         self.watcher.start(thread=False)
 
@@ -89,14 +121,14 @@ class Housekeeping:
             self._observer = None
 
     def _wake(self) -> None:
-        self.server._loop.wake(self)
+        self.parts.wake(self)
 
     def _is_own_path(self, path: str) -> bool:
-        return any(path == own or path.startswith(own + "/") for own in self.server.intake.own_paths)
+        return any(path == own or path.startswith(own + "/") for own in self.parts.intake.own_paths)
 
     def operator_acted(self) -> None:
         """An operator suspended, resumed or flushed: the node's record in the store shows it now."""
-        self._next_status_write = self.server._clock()
+        self._next_status_write = self.parts.clock()
         self._wake()
 
     def config_changed(self, old: Config, new: Config) -> None:
@@ -120,14 +152,14 @@ class Housekeeping:
             # unchanged one differently (a new channel, an upgrade target), so look at all.
             self.watcher.request_full_scan()
         if new.interval_s != old.interval_s:
-            self._next_rotation = min(self._next_rotation, self.server._clock() + new.interval_s)
+            self._next_rotation = min(self._next_rotation, self.parts.clock() + new.interval_s)
         self._wake()
 
     # -- the loop ------------------------------------------------------------------------------
 
     def tick(self, now: float) -> float | None:
         """Do the chores that are due at ``now``; return when the next one is."""
-        server = self.server
+        parts = self.parts
         mono = time.monotonic()
         dues: list[float] = []
         for part in (self.watcher, self.config_watcher):
@@ -140,14 +172,14 @@ class Housekeeping:
                 due = part.tick(mono)
             if due is not None:
                 dues.append(now + max(0.0, due - mono))
-        cleaned = server._access.tick(mono)
+        cleaned = parts.access.tick(mono)
         if cleaned:
             log.debug("access table cleaner dropped %d expired keys", cleaned)
-        clean_at = server._access.next_due()
-        if clean_at is not None and len(server._access):
+        clean_at = parts.access.next_due()
+        if clean_at is not None and len(parts.access):
             dues.append(now + max(0.0, clean_at - mono))
         if now >= self._next_rotation:
-            self._next_rotation = now + server.config.interval_s
+            self._next_rotation = now + parts.config_of().interval_s
             self._rotate(now)
         dues.append(self._next_rotation)
         if now >= self._next_status_write:
@@ -157,15 +189,13 @@ class Housekeeping:
         return min(dues)
 
     def _write_status(self, now: float) -> None:
-        server = self.server
-        store, scheduler = server._store, server._scheduler
-        if store is None or scheduler is None:
-            return
-        status = server.status()
+        parts = self.parts
+        store, scheduler, node = parts.store, parts.scheduler, parts.node
+        status = parts.status()
 
         def write() -> None:
             try:
-                write_node_status(store, server.node, status, now)
+                write_node_status(store, node, status, now)
             except SmooshError as e:
                 log.warning("could not write this node's status record: %s", e)
 
@@ -173,15 +203,13 @@ class Housekeeping:
 
     def _rotate(self, now: float) -> None:
         """Rotation (DESIGN §5.6): make way for work waiting on ``max_jobs``."""
-        server = self.server
-        cfg = server.config
-        scheduler = server._scheduler
-        if scheduler is None:
-            return
-        waiting = server._slots.waiting()
-        channels = server.channels()
+        parts = self.parts
+        cfg = parts.config_of()
+        scheduler, worker, store, node = parts.scheduler, parts.worker, parts.store, parts.node
+        waiting = parts.slots.waiting()
+        channels = parts.channels()
         waiting_keys = sum(int(channels[n].status()["waiting"]["size"]) for n in waiting if n in channels)
-        local = {r["key"] for r in server._worker.status()} if server._worker is not None else set()
+        local = {r["key"] for r in worker.status()} if worker is not None else set()
         runs = [
             rotation.Candidate(run.key, run.running_since, None if run.key in local else run.suspendable, run.run_id)
             for run in scheduler.runs()
@@ -189,18 +217,18 @@ class Housekeeping:
         ]
         chosen = rotation.choose(
             now, runs, interval_s=cfg.interval_s, max_churn=cfg.max_churn,
-            busy_slots=server._slots.busy, max_jobs=cfg.max_jobs, waiting_keys=waiting_keys,
+            busy_slots=parts.slots.busy, max_jobs=cfg.max_jobs, waiting_keys=waiting_keys,
         )
         for run in chosen:
-            if run.key in local:
-                if not server._worker.request_rotation(run.key):
+            if run.key in local and worker is not None:
+                if not worker.request_rotation(run.key):
                     continue
-            elif run.run_id is not None and server._store is not None:
-                store, key, run_id = server._store, run.key, run.run_id
-                scheduler.background(lambda: control.request_rotation(store, server.node, key, run_id))
+            elif run.run_id is not None:
+                key, run_id = run.key, run.run_id
+                scheduler.background(lambda: control.request_rotation(store, node, key, run_id))
             else:
                 continue
-            server.counters.rotations += 1
+            parts.counters.rotations += 1
             log.info("rotating %r out after %.0f s: channel(s) %s wait for a slot",
                      run.key, now - run.running_since, ", ".join(waiting))
 
@@ -209,7 +237,7 @@ class Housekeeping:
     def scan_status(self) -> dict[str, Any]:
         """Progress of finding and examining the fleet (start-up of a large fleet takes a while)."""
         watcher = self.watcher
-        intake = self.server.intake
+        intake = self.parts.intake
         completed, (found, took_s), (last_found, last_s) = 0, (0, 0.0), (0, 0.0)
         if watcher is not None:
             completed = int(watcher.scans_completed)

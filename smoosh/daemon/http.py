@@ -18,7 +18,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
-from smoosh import jsonutil
+import smoosh.jsonutil as jsonutil
 from smoosh.config.address import is_loopback_host, split_host_port
 from smoosh.errors import InvalidKey, SmooshError, UnknownChannel
 

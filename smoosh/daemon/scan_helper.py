@@ -114,8 +114,7 @@ def _helper_env() -> dict[str, str]:
     # The helper runs `-m smoosh.daemon.scan`: make sure it imports the same smoosh package,
     # even when smoosh runs from a source tree that is not installed.
     env = dict(os.environ)
-    import smoosh
-
-    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(smoosh.__file__)))
+    # This file is <parent>/smoosh/daemon/scan_helper.py: the helper needs <parent> on its path.
+    package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
     return env

@@ -29,7 +29,7 @@ from smoosh.compactors import load_compactors
 from smoosh.config import ChannelConfig, Config
 from smoosh.daemon import control
 from smoosh.daemon.history import ADDED, HistoryTable
-from smoosh.daemon.housekeeping import Housekeeping
+from smoosh.daemon.housekeeping import Housekeeping, Parts
 from smoosh.daemon.instance_lock import InstanceLock, prepare_state_dir
 from smoosh.daemon.intake import Intake, own_paths
 from smoosh.daemon.outcomes import Counters, Outcomes
@@ -186,7 +186,13 @@ class Server:
             )
             self._worker.start()
             self._scheduler.local = self._worker
-        self._housekeeping = Housekeeping(self, watch_config=self._watch_config)
+        self._housekeeping = Housekeeping(Parts(
+            node=self.node, clock=self._clock, config_of=lambda: self._config,
+            on_config_change=self._on_config_change, wake=self._loop.wake, intake=self.intake,
+            access=self._access, slots=self._slots, channels=self.channels, status=self.status,
+            store=self._store, scheduler=self._scheduler, worker=self._worker, counters=self.counters,
+            compacting=self._compacting,
+        ), watch_config=self._watch_config)
         self.intake.wake = lambda: self._loop.wake(self.intake)
         self._loop.add(self.intake, "the intake")
         self._loop.add(self._housekeeping, "housekeeping")

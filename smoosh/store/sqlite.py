@@ -49,8 +49,9 @@ from smoosh.store.errors import (
     StoreError,
     StoreUnavailable,
 )
+from smoosh.store._commit import CommitRequest, PendingWatch, Snapshot
 from smoosh.store._mutations import apply_mutations, make_stamp, write_ranges
-from smoosh.store._txn import BufferedStore, CommitRequest, PendingWatch, Snapshot
+from smoosh.store._txn import BufferedStore
 
 log = logging.getLogger(__name__)
 

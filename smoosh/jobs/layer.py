@@ -7,6 +7,11 @@ call runs its own transaction through the store's retry loop, and is idempotent 
 transaction id that remembers its result (:mod:`smoosh.jobs.txids`), so a retry after such
 an error returns what the committed attempt returned. With ``tx=``, the caller's own
 :meth:`Jobs.transact` carries the id for the whole transaction.
+
+This module owns the API: checking and encoding arguments, running each call's transaction,
+accepting, the layer's life cycle and its reads of many jobs. What each state change reads
+and writes is :mod:`smoosh.jobs.transitions`; the background roles are
+:mod:`smoosh.jobs.supervisor`.
 """
 
 from __future__ import annotations
@@ -16,18 +21,17 @@ import math
 import random
 import threading
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, TypeVar
 
 from smoosh.store import tuples
 from smoosh.store.base import Store, Transaction, Watch
 from smoosh.store.errors import NOT_COMMITTED, StoreError
-from smoosh.jobs import model, pending
+from smoosh.jobs import model, pending, transitions
 from smoosh.jobs.batching import BatchPolicy
 from smoosh.jobs.encoding import check_id, check_sched_time, check_type, decode_data, encode_data
-from smoosh.jobs.errors import JobHalted, NotFound, NoTypeTimeout
-from smoosh.jobs.model import FINISHED_STATE, PENDING_STATE, RUNNING_STATE, Job, JobRow, Keys
+from smoosh.jobs.errors import NotFound
+from smoosh.jobs.model import FINISHED_STATE, PENDING_STATE, Job, JobRow, Keys
 from smoosh.jobs.monitor import MAX_JITTER_S
 from smoosh.jobs.subscription import Event, Hub, Subscription
 from smoosh.jobs.supervisor import Supervisor
@@ -242,17 +246,7 @@ class Jobs:
         check_id(job_id)
         encoded = encode_data(data)
         stime = check_sched_time(scheduled_time)
-
-        def body(tr: Transaction) -> None:
-            if model.read_type_timeout(tr.snapshot, self.keys, job_type) is None:
-                raise NoTypeTimeout(job_type)
-            row = model.get_row(tr, self.keys, job_type, job_id)
-            if row is None:
-                model.write_pending(tr, self.keys, job_type, job_id, stime, encoded)
-            else:
-                self._resubmit_row(tr, job_type, job_id, row, stime, encoded)
-
-        self._run(body, tx)
+        self._run(lambda tr: transitions.add(tr, self.keys, job_type, job_id, stime, encoded), tx)
 
     def add_claimed(
         self, job_type: Any, job_id: str, data: dict[str, Any], *, tx: Transaction | None = None
@@ -275,49 +269,7 @@ class Jobs:
         check_type(job_type)
         check_id(job_id)
         encoded = encode_data(data)
-
-        def body(tr: Transaction) -> Job:
-            if model.read_type_timeout(tr.snapshot, self.keys, job_type) is None:
-                raise NoTypeTimeout(job_type)
-            row = model.get_row(tr, self.keys, job_type, job_id)
-            if row is not None and row.state == RUNNING_STATE:
-                raise JobHalted(f"job {job_type} {job_id} is running already", type=job_type, job_id=job_id)
-            if row is not None and row.state == PENDING_STATE:
-                pending.remove(tr, self.keys, job_type, row.scheduled_time, job_id)
-            lock = uuid.UUID(int=self.rng.getrandbits(128)).hex
-            user_version = model.next_user_version(tr)
-            model.set_row_running(tr, self.keys, job_type, job_id, JobRow(None, lock, 0, False, encoded), user_version)
-            model.write_activity(tr, self.keys, job_type, job_id, None, encoded, user_version)
-            return Job(job_type, job_id, lock, False)
-
-        return self._run(body, tx)
-
-    def _resubmit_row(
-        self, tr: Transaction, job_type: Any, job_id: str, row: JobRow, stime: int | None, data: bytes | None
-    ) -> bool:
-        """Re-enqueue an existing row; None for ``stime``/``data`` keeps the old value.
-
-        Returns:
-            Whether the job is (now) flagged as resubmitted while running.
-        """
-        new_stime = row.scheduled_time if stime is None else stime
-        new_data = row.data if data is None else data
-        state = row.state
-        if state == FINISHED_STATE:
-            model.write_pending(tr, self.keys, job_type, job_id, new_stime, new_data)
-            return False
-        if state == PENDING_STATE:
-            if new_stime == row.scheduled_time:
-                if new_data != row.data:
-                    model.set_row(tr, self.keys, job_type, job_id, JobRow(row.seq, None, new_stime, False, new_data))
-                # Nothing changed: no writes at all, so the transaction stays read-only.
-                return False
-            pending.remove(tr, self.keys, job_type, row.scheduled_time, job_id)
-            model.write_pending(tr, self.keys, job_type, job_id, new_stime, new_data)
-            return False
-        # Running: the worker keeps its run and its data; finish() re-enqueues it.
-        model.set_row(tr, self.keys, job_type, job_id, JobRow(row.seq, row.lock, new_stime, True, row.data))
-        return True
+        return self._run(lambda tr: transitions.add_claimed(tr, self.keys, job_type, job_id, encoded, self.rng), tx)
 
     def remove(self, job_type: Any, job_id: str, *, tx: Transaction | None = None) -> None:
         """Delete a job; its subscribers hear "not_found" and a running worker gets JobHalted.
@@ -327,18 +279,7 @@ class Jobs:
         """
         check_type(job_type)
         check_id(job_id)
-
-        def body(tr: Transaction) -> None:
-            row = model.get_row(tr, self.keys, job_type, job_id)
-            if row is None:
-                raise NotFound(f"job {job_type} {job_id} not found", type=job_type, job_id=job_id)
-            if row.state == PENDING_STATE:
-                pending.remove(tr, self.keys, job_type, row.scheduled_time, job_id)
-            model.clear_activity(tr, self.keys, job_type, row.seq)
-            tr.clear(self.keys.data(job_type, job_id))
-            model.bump_activity_watch(tr, self.keys, job_type)
-
-        self._run(body, tx)
+        self._run(lambda tr: transitions.remove(tr, self.keys, job_type, job_id), tx)
 
     def get_job(self, job_type: Any, job_id: str, *, tx: Transaction | None = None) -> JobInfo:
         """Everything stored about a job.
@@ -452,12 +393,7 @@ class Jobs:
                 # it, so it cannot wedge the queue. Pick again.
                 log.warning("dropped stray pending key of job %r of type %r", job_id, job_type)
                 continue
-            lock = uuid.UUID(int=self.rng.getrandbits(128)).hex
-            user_version = model.next_user_version(tr)
-            running = JobRow(None, lock, stime, False, row.data)
-            model.set_row_running(tr, self.keys, job_type, job_id, running, user_version)
-            model.write_activity(tr, self.keys, job_type, job_id, None, row.data, user_version)
-            return Job(job_type, job_id, lock, False), row.data
+            return transitions.start_run(tr, self.keys, job_type, job_id, stime, row.data, self.rng), row.data
         # Nothing eligible: this transaction's watch on the pending counter fires on the
         # next enqueue; it is armed when the (read-only) transaction commits.
         return _NoJob(pending.watch_pending(tr, self.keys, job_type), pending.earliest_scheduled_time(tr, self.keys, job_type))
@@ -512,17 +448,7 @@ class Jobs:
             EncodingError: bad data (raised before anything is written).
         """
         encoded = None if data is None else encode_data(data)
-
-        def body(tr: Transaction) -> Job:
-            row = self._row_or_halt(tr, job)
-            new_data = row.data if encoded is None else encoded
-            user_version = model.next_user_version(tr)
-            running = JobRow(None, row.lock, row.scheduled_time, row.resubmit, new_data)
-            model.set_row_running(tr, self.keys, job.type, job.id, running, user_version)
-            model.write_activity(tr, self.keys, job.type, job.id, row.seq, new_data, user_version)
-            return Job(job.type, job.id, job.lock, row.resubmit)
-
-        return self._run(body, tx)
+        return self._run(lambda tr: transitions.update(tr, self.keys, job, encoded), tx)
 
     def finish(self, job: Job, data: dict[str, Any] | None = None, *, tx: Transaction | None = None) -> None:
         """Mark a running job finished (or pending again, if it was resubmitted while running).
@@ -532,18 +458,7 @@ class Jobs:
             EncodingError: bad data (raised before anything is written).
         """
         encoded = None if data is None else encode_data(data)
-
-        def body(tr: Transaction) -> None:
-            row = self._row_or_halt(tr, job)
-            new_data = row.data if encoded is None else encoded
-            if row.resubmit:
-                model.write_pending(tr, self.keys, job.type, job.id, row.scheduled_time, new_data)
-            else:
-                model.write_finished(tr, self.keys, job.type, job.id, row.scheduled_time, new_data)
-            model.clear_activity(tr, self.keys, job.type, row.seq)
-            model.bump_activity_watch(tr, self.keys, job.type)
-
-        self._run(body, tx)
+        self._run(lambda tr: transitions.finish(tr, self.keys, job, encoded), tx)
 
     def resubmit(self, job: Job, scheduled_time: float | None = None, *, tx: Transaction | None = None) -> Job:
         """Run a job again: as ``add`` on an existing job, but its data is always kept.
@@ -554,26 +469,7 @@ class Jobs:
             NotFound: the job no longer exists.
         """
         stime = None if scheduled_time is None else check_sched_time(scheduled_time)
-
-        def body(tr: Transaction) -> Job:
-            row = model.get_row(tr, self.keys, job.type, job.id)
-            if row is None:
-                raise NotFound(f"job {job.type} {job.id} not found", type=job.type, job_id=job.id)
-            flagged = self._resubmit_row(tr, job.type, job.id, row, stime, None)
-            return Job(job.type, job.id, job.lock, flagged)
-
-        return self._run(body, tx)
-
-    def _row_or_halt(self, tr: Transaction, job: Job) -> JobRow:
-        # Reading the row (not as a snapshot) is what makes a worker's writes conflict-safe:
-        # a re-enqueue or remove that commits first makes this transaction fail and retry,
-        # and the retry sees the changed lock.
-        row = model.get_row(tr, self.keys, job.type, job.id)
-        if row is None:
-            raise JobHalted(f"job {job.type} {job.id} was removed", type=job.type, job_id=job.id)
-        if row.lock != job.lock:
-            raise JobHalted(f"job {job.type} {job.id} was re-enqueued", type=job.type, job_id=job.id)
-        return row
+        return self._run(lambda tr: transitions.resubmit(tr, self.keys, job, stime), tx)
 
     # -- subscriptions ---------------------------------------------------------------------------
 

@@ -11,9 +11,11 @@
 
 from __future__ import annotations
 
+from smoosh.jobs.accept import AcceptInterrupt
 from smoosh.jobs.batching import BatchPolicy
 from smoosh.jobs.errors import EncodingError, JobHalted, JobsError, NotFound, NoTypeTimeout
-from smoosh.jobs.layer import AcceptInterrupt, Job, JobInfo, Jobs
+from smoosh.jobs.layer import JobInfo, Jobs
+from smoosh.jobs.model import Job
 from smoosh.jobs.subscription import Subscription
 
 __all__ = [

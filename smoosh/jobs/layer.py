@@ -7,47 +7,43 @@ call runs its own transaction through the store's retry loop, and is idempotent 
 transaction id that remembers its result (:mod:`smoosh.jobs.txids`), so a retry after such
 an error returns what the committed attempt returned. With ``tx=``, the caller's own
 :meth:`Jobs.transact` carries the id for the whole transaction.
+
+This module owns the API: checking and encoding arguments, running each call's transaction,
+the layer's life cycle and its reads of many jobs. What each state change reads and writes
+is :mod:`smoosh.jobs.transitions`; taking a pending job and waiting for one is
+:mod:`smoosh.jobs.accept`; the background roles are :mod:`smoosh.jobs.supervisor`.
 """
 
 from __future__ import annotations
 
-import logging
 import math
 import random
-import threading
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, TypeVar
 
 from smoosh.store import tuples
-from smoosh.store.base import Store, Transaction, Watch
-from smoosh.store.errors import NOT_COMMITTED, StoreError
-from smoosh.jobs import model, pending
+from smoosh.store.base import Store, Transaction
+from smoosh.jobs import model, pending, transitions
+from smoosh.jobs.accept import AcceptInterrupt, Acceptor
 from smoosh.jobs.batching import BatchPolicy
 from smoosh.jobs.encoding import check_id, check_sched_time, check_type, decode_data, encode_data
-from smoosh.jobs.errors import JobHalted, NotFound, NoTypeTimeout
-from smoosh.jobs.model import FINISHED_STATE, PENDING_STATE, RUNNING_STATE, Job, JobRow, Keys
+from smoosh.jobs.errors import NotFound
+from smoosh.jobs.model import FINISHED_STATE, Job, JobRow, Keys
 from smoosh.jobs.monitor import MAX_JITTER_S
 from smoosh.jobs.subscription import Event, Hub, Subscription
 from smoosh.jobs.supervisor import Supervisor
 from smoosh.jobs.txids import TxIds
-
-log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 A = TypeVar("A")
 
 #: Default prefix of every job-layer key.
 DEFAULT_PREFIX = tuples.pack(("jobs",))
-#: Shortest time-based wait (seconds) of a blocked ``accept`` (couch_jobs' MIN_ACCEPT_WAIT_MSEC).
-MIN_ACCEPT_WAIT_S = 0.1
 #: Default cap of ``pending_count``.
 PENDING_COUNT_LIMIT = 1024
 #: Rows read per transaction by ``fold_jobs`` / ``list_jobs`` (keeps each under the 5 s limit).
 FOLD_BATCH_ROWS = 1000
-#: Pending keys without a matching pending row that one accept transaction may skip.
-MAX_STRAY_PENDING = 16
 
 
 @dataclass(frozen=True)
@@ -60,52 +56,6 @@ class JobInfo:
     scheduled_time: int
     resubmit: bool
     data: dict[str, Any]
-
-
-class AcceptInterrupt:
-    """Lets another thread end an ``accept`` that waits for a pending job: it raises NotFound.
-
-    Thread-safe. Once interrupted it stays so: a worker makes one per run of its accept loop.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._interrupted = False
-        self._watches: set[Watch] = set()
-
-    @property
-    def interrupted(self) -> bool:
-        """Whether :meth:`interrupt` was called."""
-        return self._interrupted
-
-    def interrupt(self) -> None:
-        """End the waits of every accept given this token, now and later."""
-        with self._lock:
-            self._interrupted = True
-            watches, self._watches = self._watches, set()
-        for watch in watches:
-            watch.cancel()
-
-    def _arm(self, watch: Watch) -> bool:
-        with self._lock:
-            if not self._interrupted:
-                self._watches.add(watch)
-                return True
-        return False
-
-    def _disarm(self, watch: Watch) -> None:
-        with self._lock:
-            self._watches.discard(watch)
-
-
-@dataclass(frozen=True)
-class _NoJob:
-    watch: Watch | None
-    earliest_scheduled_time: int | None
-
-
-#: An accept whose committed attempt took nothing: try again at once.
-_LOOK_AGAIN = _NoJob(None, None)
 
 
 class Jobs:
@@ -139,11 +89,8 @@ class Jobs:
         self.clock = clock
         self.rng = rng or random.Random()
         self._hub = Hub()
-        self._closed = False
-        self._accept_watches: set[Watch] = set()
-        self._accept_lock = threading.Lock()
         self._txids = TxIds(store, self.keys, clock=clock)
-        self._windows: dict[Any, pending.PickWindow] = {}
+        self._acceptor = Acceptor(self.keys, self._txids, clock, self.rng)
         self._supervisor = Supervisor(
             store, self.keys, self._hub, clock=clock, rng=self.rng, batch=batch or BatchPolicy(),
             monitors=monitors, max_jitter_s=max_jitter_s,
@@ -173,14 +120,11 @@ class Jobs:
 
         Blocked ``accept`` calls raise NotFound; subscription waits return None.
         """
-        self._closed = True
+        self._acceptor.close()
         self._supervisor.close()
         self._hub.close()
         self._txids.close()
-        with self._accept_lock:
-            watches = list(self._accept_watches)
-        for watch in watches:
-            watch.cancel()
+        self._acceptor.cancel_waits()
 
     def __enter__(self) -> Jobs:
         return self
@@ -242,17 +186,7 @@ class Jobs:
         check_id(job_id)
         encoded = encode_data(data)
         stime = check_sched_time(scheduled_time)
-
-        def body(tr: Transaction) -> None:
-            if model.read_type_timeout(tr.snapshot, self.keys, job_type) is None:
-                raise NoTypeTimeout(job_type)
-            row = model.get_row(tr, self.keys, job_type, job_id)
-            if row is None:
-                model.write_pending(tr, self.keys, job_type, job_id, stime, encoded)
-            else:
-                self._resubmit_row(tr, job_type, job_id, row, stime, encoded)
-
-        self._run(body, tx)
+        self._run(lambda tr: transitions.add(tr, self.keys, job_type, job_id, stime, encoded), tx)
 
     def add_claimed(
         self, job_type: Any, job_id: str, data: dict[str, Any], *, tx: Transaction | None = None
@@ -275,49 +209,7 @@ class Jobs:
         check_type(job_type)
         check_id(job_id)
         encoded = encode_data(data)
-
-        def body(tr: Transaction) -> Job:
-            if model.read_type_timeout(tr.snapshot, self.keys, job_type) is None:
-                raise NoTypeTimeout(job_type)
-            row = model.get_row(tr, self.keys, job_type, job_id)
-            if row is not None and row.state == RUNNING_STATE:
-                raise JobHalted(f"job {job_type} {job_id} is running already", type=job_type, job_id=job_id)
-            if row is not None and row.state == PENDING_STATE:
-                pending.remove(tr, self.keys, job_type, row.scheduled_time, job_id)
-            lock = uuid.UUID(int=self.rng.getrandbits(128)).hex
-            user_version = model.next_user_version(tr)
-            model.set_row_running(tr, self.keys, job_type, job_id, JobRow(None, lock, 0, False, encoded), user_version)
-            model.write_activity(tr, self.keys, job_type, job_id, None, encoded, user_version)
-            return Job(job_type, job_id, lock, False)
-
-        return self._run(body, tx)
-
-    def _resubmit_row(
-        self, tr: Transaction, job_type: Any, job_id: str, row: JobRow, stime: int | None, data: bytes | None
-    ) -> bool:
-        """Re-enqueue an existing row; None for ``stime``/``data`` keeps the old value.
-
-        Returns:
-            Whether the job is (now) flagged as resubmitted while running.
-        """
-        new_stime = row.scheduled_time if stime is None else stime
-        new_data = row.data if data is None else data
-        state = row.state
-        if state == FINISHED_STATE:
-            model.write_pending(tr, self.keys, job_type, job_id, new_stime, new_data)
-            return False
-        if state == PENDING_STATE:
-            if new_stime == row.scheduled_time:
-                if new_data != row.data:
-                    model.set_row(tr, self.keys, job_type, job_id, JobRow(row.seq, None, new_stime, False, new_data))
-                # Nothing changed: no writes at all, so the transaction stays read-only.
-                return False
-            pending.remove(tr, self.keys, job_type, row.scheduled_time, job_id)
-            model.write_pending(tr, self.keys, job_type, job_id, new_stime, new_data)
-            return False
-        # Running: the worker keeps its run and its data; finish() re-enqueues it.
-        model.set_row(tr, self.keys, job_type, job_id, JobRow(row.seq, row.lock, new_stime, True, row.data))
-        return True
+        return self._run(lambda tr: transitions.add_claimed(tr, self.keys, job_type, job_id, encoded, self.rng), tx)
 
     def remove(self, job_type: Any, job_id: str, *, tx: Transaction | None = None) -> None:
         """Delete a job; its subscribers hear "not_found" and a running worker gets JobHalted.
@@ -327,18 +219,7 @@ class Jobs:
         """
         check_type(job_type)
         check_id(job_id)
-
-        def body(tr: Transaction) -> None:
-            row = model.get_row(tr, self.keys, job_type, job_id)
-            if row is None:
-                raise NotFound(f"job {job_type} {job_id} not found", type=job_type, job_id=job_id)
-            if row.state == PENDING_STATE:
-                pending.remove(tr, self.keys, job_type, row.scheduled_time, job_id)
-            model.clear_activity(tr, self.keys, job_type, row.seq)
-            tr.clear(self.keys.data(job_type, job_id))
-            model.bump_activity_watch(tr, self.keys, job_type)
-
-        self._run(body, tx)
+        self._run(lambda tr: transitions.remove(tr, self.keys, job_type, job_id), tx)
 
     def get_job(self, job_type: Any, job_id: str, *, tx: Transaction | None = None) -> JobInfo:
         """Everything stored about a job.
@@ -393,113 +274,14 @@ class Jobs:
             ValueError: ``no_schedule`` with a ``max_sched_time`` other than None or 0.
         """
         check_type(job_type)
-        if no_schedule and max_sched_time not in (None, 0):
-            raise ValueError("no_schedule requires max_sched_time None or 0")
-        fixed_max = None if max_sched_time is None else check_sched_time(max_sched_time)
-        if timeout is not None and timeout < 0:
-            raise ValueError(f"timeout {timeout!r} must not be negative")
-        deadline = None if timeout is None else time.monotonic() + timeout
-        window = self.pick_window(job_type)
-        conflicts = 0
-
-        def on_retry(error: StoreError) -> None:
-            nonlocal conflicts
-            if error.code == NOT_COMMITTED:
-                # Another acceptor committed first, most likely on the same key: spread wider.
-                conflicts += 1
-                window.widen()
-
-        while True:
-            max_s = 0 if no_schedule else (math.floor(self.clock()) if fixed_max is None else fixed_max)
-            conflicts = 0
-            result = self._txids.run(
-                lambda tr: self._accept_tx(tr, job_type, max_s, no_schedule, window.size),
-                on_retry=on_retry,
-                # Remembered: the job taken, so a replay returns that same job. A _NoJob
-                # that wrote (it only cleared stray keys) replays as "look again".
-                remember=lambda r: None if isinstance(r, _NoJob) else r,
-                recall=lambda v: _LOOK_AGAIN if v is None else (v[0], v[1]),
-            )
-            if not isinstance(result, _NoJob):
-                if not conflicts:
-                    window.narrow()
-                job, raw = result
-                return job, decode_data(raw)
-            if result.watch is not None:
-                self._wait_pending(job_type, result, fixed_max is None and not no_schedule, deadline, interrupt)
+        job, raw = self._acceptor.accept(
+            job_type, max_sched_time=max_sched_time, no_schedule=no_schedule, timeout=timeout, interrupt=interrupt
+        )
+        return job, decode_data(raw)
 
     def pick_window(self, job_type: Any) -> pending.PickWindow:
         """The type's accept window in this layer (how many pending keys an accept picks among)."""
-        window = self._windows.get(job_type)
-        if window is None:
-            window = self._windows.setdefault(job_type, pending.PickWindow())
-        return window
-
-    def _accept_tx(
-        self, tr: Transaction, job_type: Any, max_s: int, no_schedule: bool, window: int = pending.PICK_RANGE_LIMIT
-    ) -> tuple[Job, bytes] | _NoJob:
-        for _ in range(MAX_STRAY_PENDING):
-            if no_schedule:
-                picked = pending.dequeue_no_schedule(tr, self.keys, job_type, self.rng)
-            else:
-                picked = pending.dequeue(tr, self.keys, job_type, max_s, self.rng, window)
-            if picked is None:
-                break
-            job_id, stime = picked
-            row = model.get_row(tr, self.keys, job_type, job_id)
-            if row is None or row.state != PENDING_STATE or row.scheduled_time != stime:
-                # A pending key without its pending row should not exist; dequeue cleared
-                # it, so it cannot wedge the queue. Pick again.
-                log.warning("dropped stray pending key of job %r of type %r", job_id, job_type)
-                continue
-            lock = uuid.UUID(int=self.rng.getrandbits(128)).hex
-            user_version = model.next_user_version(tr)
-            running = JobRow(None, lock, stime, False, row.data)
-            model.set_row_running(tr, self.keys, job_type, job_id, running, user_version)
-            model.write_activity(tr, self.keys, job_type, job_id, None, row.data, user_version)
-            return Job(job_type, job_id, lock, False), row.data
-        # Nothing eligible: this transaction's watch on the pending counter fires on the
-        # next enqueue; it is armed when the (read-only) transaction commits.
-        return _NoJob(pending.watch_pending(tr, self.keys, job_type), pending.earliest_scheduled_time(tr, self.keys, job_type))
-
-    def _wait_pending(
-        self, job_type: Any, nojob: _NoJob, by_time: bool, deadline: float | None, interrupt: AcceptInterrupt | None
-    ) -> None:
-        watch = nojob.watch
-        assert watch is not None
-        if interrupt is not None and not interrupt._arm(watch):
-            watch.cancel()
-            raise NotFound(f"no pending job of type {job_type!r}: the wait was interrupted", type=job_type)
-        wait_s = math.inf
-        if by_time and nojob.earliest_scheduled_time is not None:
-            # A job scheduled in the future becomes eligible when its time comes.
-            wait_s = max(MIN_ACCEPT_WAIT_S, nojob.earliest_scheduled_time - self.clock())
-        if deadline is not None:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or self._closed:
-                watch.cancel()
-                raise NotFound(f"no pending job of type {job_type!r}", type=job_type)
-            wait_s = min(wait_s, remaining)
-        if self._closed:
-            watch.cancel()
-            raise NotFound(f"no pending job of type {job_type!r}: the job layer is closed", type=job_type)
-        with self._accept_lock:
-            self._accept_watches.add(watch)
-        try:
-            watch.wait(None if wait_s == math.inf else wait_s)
-        except StoreError as e:
-            if self._closed:
-                raise NotFound(f"no pending job of type {job_type!r}: the job layer is closed", type=job_type) from e
-            # Spurious watch errors (couch_jobs saw 1009) just mean "look again".
-            log.debug("pending watch of type %r failed (%s); trying again", job_type, e)
-        finally:
-            with self._accept_lock:
-                self._accept_watches.discard(watch)
-            if interrupt is not None:
-                interrupt._disarm(watch)
-            watch.cancel()
-        if interrupt is not None and interrupt.interrupted:
-            raise NotFound(f"no pending job of type {job_type!r}: the wait was interrupted", type=job_type)
+        return self._acceptor.pick_window(job_type)
 
     def update(self, job: Job, data: dict[str, Any] | None = None, *, tx: Transaction | None = None) -> Job:
         """Heartbeat (and optionally replace the data of) a running job.
@@ -512,17 +294,7 @@ class Jobs:
             EncodingError: bad data (raised before anything is written).
         """
         encoded = None if data is None else encode_data(data)
-
-        def body(tr: Transaction) -> Job:
-            row = self._row_or_halt(tr, job)
-            new_data = row.data if encoded is None else encoded
-            user_version = model.next_user_version(tr)
-            running = JobRow(None, row.lock, row.scheduled_time, row.resubmit, new_data)
-            model.set_row_running(tr, self.keys, job.type, job.id, running, user_version)
-            model.write_activity(tr, self.keys, job.type, job.id, row.seq, new_data, user_version)
-            return Job(job.type, job.id, job.lock, row.resubmit)
-
-        return self._run(body, tx)
+        return self._run(lambda tr: transitions.update(tr, self.keys, job, encoded), tx)
 
     def finish(self, job: Job, data: dict[str, Any] | None = None, *, tx: Transaction | None = None) -> None:
         """Mark a running job finished (or pending again, if it was resubmitted while running).
@@ -532,18 +304,7 @@ class Jobs:
             EncodingError: bad data (raised before anything is written).
         """
         encoded = None if data is None else encode_data(data)
-
-        def body(tr: Transaction) -> None:
-            row = self._row_or_halt(tr, job)
-            new_data = row.data if encoded is None else encoded
-            if row.resubmit:
-                model.write_pending(tr, self.keys, job.type, job.id, row.scheduled_time, new_data)
-            else:
-                model.write_finished(tr, self.keys, job.type, job.id, row.scheduled_time, new_data)
-            model.clear_activity(tr, self.keys, job.type, row.seq)
-            model.bump_activity_watch(tr, self.keys, job.type)
-
-        self._run(body, tx)
+        self._run(lambda tr: transitions.finish(tr, self.keys, job, encoded), tx)
 
     def resubmit(self, job: Job, scheduled_time: float | None = None, *, tx: Transaction | None = None) -> Job:
         """Run a job again: as ``add`` on an existing job, but its data is always kept.
@@ -554,26 +315,7 @@ class Jobs:
             NotFound: the job no longer exists.
         """
         stime = None if scheduled_time is None else check_sched_time(scheduled_time)
-
-        def body(tr: Transaction) -> Job:
-            row = model.get_row(tr, self.keys, job.type, job.id)
-            if row is None:
-                raise NotFound(f"job {job.type} {job.id} not found", type=job.type, job_id=job.id)
-            flagged = self._resubmit_row(tr, job.type, job.id, row, stime, None)
-            return Job(job.type, job.id, job.lock, flagged)
-
-        return self._run(body, tx)
-
-    def _row_or_halt(self, tr: Transaction, job: Job) -> JobRow:
-        # Reading the row (not as a snapshot) is what makes a worker's writes conflict-safe:
-        # a re-enqueue or remove that commits first makes this transaction fail and retry,
-        # and the retry sees the changed lock.
-        row = model.get_row(tr, self.keys, job.type, job.id)
-        if row is None:
-            raise JobHalted(f"job {job.type} {job.id} was removed", type=job.type, job_id=job.id)
-        if row.lock != job.lock:
-            raise JobHalted(f"job {job.type} {job.id} was re-enqueued", type=job.type, job_id=job.id)
-        return row
+        return self._run(lambda tr: transitions.resubmit(tr, self.keys, job, stime), tx)
 
     # -- subscriptions ---------------------------------------------------------------------------
 

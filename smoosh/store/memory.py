@@ -38,8 +38,9 @@ from smoosh.store.base import (
     TRANSACTION_SIZE_LIMIT_BYTES,
 )
 from smoosh.store.errors import NOT_COMMITTED, TRANSACTION_TOO_OLD, StoreError
+from smoosh.store._commit import CommitRequest, PendingWatch, Snapshot
 from smoosh.store._mutations import RangeSet, apply_mutations, make_stamp, write_ranges
-from smoosh.store._txn import BufferedStore, CommitRequest, PendingWatch, Snapshot
+from smoosh.store._txn import BufferedStore
 
 #: Pairs copied per lock acquisition during a range scan.
 SCAN_CHUNK = 256

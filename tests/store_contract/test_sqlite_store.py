@@ -119,9 +119,9 @@ def test_a_lone_commit_runs_in_the_committing_thread(store):
 
 
 def test_waiting_commits_beyond_one_group_are_led_on_by_their_own_threads(store, path, monkeypatch):
-    import smoosh.store.sqlite as sqlite_module
+    import smoosh.store._sqlite_commit as sqlite_commit
 
-    monkeypatch.setattr(sqlite_module, "MAX_GROUP", 3)
+    monkeypatch.setattr(sqlite_commit, "MAX_GROUP", 3)
     before = store.stats.sqlite_commits
     results, threads = _eight_commits_released_at_once(store, path)
     for t in threads:

@@ -1,0 +1,234 @@
+"""Accepting jobs: the transaction that takes a pending job, and the wait for one to be pending.
+
+An accept picks at random among the first pending keys of its type (the type's
+:class:`~smoosh.jobs.pending.PickWindow`, widened when acceptors conflict), skips stray
+pending keys, and starts the job's run in the same transaction. When nothing is eligible,
+that transaction's watch on the type's pending counter is armed at its commit and the
+accept sleeps on it (or until the earliest scheduled job is due), then looks again. Another
+thread ends such a wait through an :class:`AcceptInterrupt`, and closing the job layer ends
+them all. The API call is :meth:`smoosh.jobs.layer.Jobs.accept`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from smoosh.store.base import Transaction, Watch
+from smoosh.store.errors import NOT_COMMITTED, StoreError
+from smoosh.jobs import model, pending, transitions
+from smoosh.jobs.encoding import check_sched_time
+from smoosh.jobs.errors import NotFound
+from smoosh.jobs.model import PENDING_STATE, Job, Keys
+from smoosh.jobs.txids import TxIds
+
+# The job layer's log lines keep the logger name operators know, whichever module writes them.
+log = logging.getLogger("smoosh.jobs.layer")
+
+#: Shortest time-based wait (seconds) of a blocked ``accept`` (couch_jobs' MIN_ACCEPT_WAIT_MSEC).
+MIN_ACCEPT_WAIT_S = 0.1
+#: Pending keys without a matching pending row that one accept transaction may skip.
+MAX_STRAY_PENDING = 16
+
+
+class AcceptInterrupt:
+    """Lets another thread end an ``accept`` that waits for a pending job: it raises NotFound.
+
+    Thread-safe. Once interrupted it stays so: a worker makes one per run of its accept loop.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._interrupted = False
+        self._watches: set[Watch] = set()
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether :meth:`interrupt` was called."""
+        return self._interrupted
+
+    def interrupt(self) -> None:
+        """End the waits of every accept given this token, now and later."""
+        with self._lock:
+            self._interrupted = True
+            watches, self._watches = self._watches, set()
+        for watch in watches:
+            watch.cancel()
+
+    def _arm(self, watch: Watch) -> bool:
+        with self._lock:
+            if not self._interrupted:
+                self._watches.add(watch)
+                return True
+        return False
+
+    def _disarm(self, watch: Watch) -> None:
+        with self._lock:
+            self._watches.discard(watch)
+
+
+@dataclass(frozen=True)
+class _NoJob:
+    watch: Watch | None
+    earliest_scheduled_time: int | None
+
+
+#: An accept whose committed attempt took nothing: try again at once.
+_LOOK_AGAIN = _NoJob(None, None)
+
+
+class Acceptor:
+    """The accepts of one job layer: their pick windows, and the waits that closing must end.
+
+    Parameters:
+        keys: the layer's keys.
+        txids: the layer's transaction ids (an accept's replay returns the job it took).
+        clock: wall-clock seconds ("now" for scheduled times).
+        rng: randomness for picking jobs and their run locks.
+    """
+
+    def __init__(self, keys: Keys, txids: TxIds, clock: Callable[[], float], rng: random.Random) -> None:
+        self._keys = keys
+        self._txids = txids
+        self._clock = clock
+        self._rng = rng
+        self._closed = False
+        self._watches: set[Watch] = set()
+        self._lock = threading.Lock()
+        self._windows: dict[Any, pending.PickWindow] = {}
+
+    def accept(
+        self,
+        job_type: Any,
+        *,
+        max_sched_time: float | None,
+        no_schedule: bool,
+        timeout: float | None,
+        interrupt: AcceptInterrupt | None,
+    ) -> tuple[Job, bytes]:
+        """Take a pending job and mark it running; ``(job, encoded data)``. See :meth:`Jobs.accept`.
+
+        Raises:
+            NotFound: nothing became pending within ``timeout`` (or the layer was closed, or
+                ``interrupt`` was used).
+            ValueError: ``no_schedule`` with a ``max_sched_time`` other than None or 0, or a
+                negative ``timeout``.
+        """
+        if no_schedule and max_sched_time not in (None, 0):
+            raise ValueError("no_schedule requires max_sched_time None or 0")
+        fixed_max = None if max_sched_time is None else check_sched_time(max_sched_time)
+        if timeout is not None and timeout < 0:
+            raise ValueError(f"timeout {timeout!r} must not be negative")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        window = self.pick_window(job_type)
+        conflicts = 0
+
+        def on_retry(error: StoreError) -> None:
+            nonlocal conflicts
+            if error.code == NOT_COMMITTED:
+                # Another acceptor committed first, most likely on the same key: spread wider.
+                conflicts += 1
+                window.widen()
+
+        while True:
+            max_s = 0 if no_schedule else (math.floor(self._clock()) if fixed_max is None else fixed_max)
+            conflicts = 0
+            result = self._txids.run(
+                lambda tr: self._accept_tx(tr, job_type, max_s, no_schedule, window.size),
+                on_retry=on_retry,
+                # Remembered: the job taken, so a replay returns that same job. A _NoJob
+                # that wrote (it only cleared stray keys) replays as "look again".
+                remember=lambda r: None if isinstance(r, _NoJob) else r,
+                recall=lambda v: _LOOK_AGAIN if v is None else (v[0], v[1]),
+            )
+            if not isinstance(result, _NoJob):
+                if not conflicts:
+                    window.narrow()
+                return result
+            if result.watch is not None:
+                self._wait_pending(job_type, result, fixed_max is None and not no_schedule, deadline, interrupt)
+
+    def pick_window(self, job_type: Any) -> pending.PickWindow:
+        """The type's accept window (how many pending keys an accept picks among)."""
+        window = self._windows.get(job_type)
+        if window is None:
+            window = self._windows.setdefault(job_type, pending.PickWindow())
+        return window
+
+    def close(self) -> None:
+        """From now on an accept that would wait, or wakes from its wait, raises NotFound."""
+        self._closed = True
+
+    def cancel_waits(self) -> None:
+        """Wake every accept waiting now (after :meth:`close`, each raises NotFound)."""
+        with self._lock:
+            watches = list(self._watches)
+        for watch in watches:
+            watch.cancel()
+
+    def _accept_tx(
+        self, tr: Transaction, job_type: Any, max_s: int, no_schedule: bool, window: int = pending.PICK_RANGE_LIMIT
+    ) -> tuple[Job, bytes] | _NoJob:
+        keys = self._keys
+        for _ in range(MAX_STRAY_PENDING):
+            if no_schedule:
+                picked = pending.dequeue_no_schedule(tr, keys, job_type, self._rng)
+            else:
+                picked = pending.dequeue(tr, keys, job_type, max_s, self._rng, window)
+            if picked is None:
+                break
+            job_id, stime = picked
+            row = model.get_row(tr, keys, job_type, job_id)
+            if row is None or row.state != PENDING_STATE or row.scheduled_time != stime:
+                # A pending key without its pending row should not exist; dequeue cleared
+                # it, so it cannot wedge the queue. Pick again.
+                log.warning("dropped stray pending key of job %r of type %r", job_id, job_type)
+                continue
+            return transitions.start_run(tr, keys, job_type, job_id, stime, row.data, self._rng), row.data
+        # Nothing eligible: this transaction's watch on the pending counter fires on the
+        # next enqueue; it is armed when the (read-only) transaction commits.
+        return _NoJob(pending.watch_pending(tr, keys, job_type), pending.earliest_scheduled_time(tr, keys, job_type))
+
+    def _wait_pending(
+        self, job_type: Any, nojob: _NoJob, by_time: bool, deadline: float | None, interrupt: AcceptInterrupt | None
+    ) -> None:
+        watch = nojob.watch
+        assert watch is not None
+        if interrupt is not None and not interrupt._arm(watch):
+            watch.cancel()
+            raise NotFound(f"no pending job of type {job_type!r}: the wait was interrupted", type=job_type)
+        wait_s = math.inf
+        if by_time and nojob.earliest_scheduled_time is not None:
+            # A job scheduled in the future becomes eligible when its time comes.
+            wait_s = max(MIN_ACCEPT_WAIT_S, nojob.earliest_scheduled_time - self._clock())
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._closed:
+                watch.cancel()
+                raise NotFound(f"no pending job of type {job_type!r}", type=job_type)
+            wait_s = min(wait_s, remaining)
+        if self._closed:
+            watch.cancel()
+            raise NotFound(f"no pending job of type {job_type!r}: the job layer is closed", type=job_type)
+        with self._lock:
+            self._watches.add(watch)
+        try:
+            watch.wait(None if wait_s == math.inf else wait_s)
+        except StoreError as e:
+            if self._closed:
+                raise NotFound(f"no pending job of type {job_type!r}: the job layer is closed", type=job_type) from e
+            # Spurious watch errors (couch_jobs saw 1009) just mean "look again".
+            log.debug("pending watch of type %r failed (%s); trying again", job_type, e)
+        finally:
+            with self._lock:
+                self._watches.discard(watch)
+            if interrupt is not None:
+                interrupt._disarm(watch)
+            watch.cancel()
+        if interrupt is not None and interrupt.interrupted:
+            raise NotFound(f"no pending job of type {job_type!r}: the wait was interrupted", type=job_type)

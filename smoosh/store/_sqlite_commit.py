@@ -112,15 +112,22 @@ class GroupCommitter:
         path: the store's file, for log lines.
         on_watches_armed: called by the leader after a commit that leaves watches armed:
             the store's poller must run to see other processes' commits.
+        on_committed: told each commit version once its COMMIT succeeded (never before).
     """
 
     def __init__(
-        self, writer: sqlite3.Connection, store: BufferedStore, path: str, on_watches_armed: Callable[[], None]
+        self,
+        writer: sqlite3.Connection,
+        store: BufferedStore,
+        path: str,
+        on_watches_armed: Callable[[], None],
+        on_committed: Callable[[int], None] = lambda version: None,
     ) -> None:
         self._writer = writer
         self._store = store
         self._path = path
         self._on_watches_armed = on_watches_armed
+        self._on_committed = on_committed
         self.stats = SqliteStats()
         self._queue: collections.deque[_Pending] = collections.deque()
         self._cv = threading.Condition()
@@ -294,6 +301,7 @@ class GroupCommitter:
                 p.error = StoreError(COMMIT_UNKNOWN_RESULT, f"SQLite COMMIT failed: {e}")
             _finish_ok(batch)
             return
+        self._on_committed(version)
         self.stats.sqlite_commits += 1
         self.stats.store_commits += len(committed)
         self.stats.max_group = max(self.stats.max_group, len(committed))

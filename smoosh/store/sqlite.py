@@ -51,6 +51,8 @@ DEFAULT_POLL_INTERVAL_S = 0.05
 #: Longest wait between two polls: after a quiet spell the poller slows down to this, so an idle
 #: process wakes once a second, not twenty times; a change seen brings it back to full speed.
 MAX_POLL_INTERVAL_S = 1.0
+#: Most own commit versions remembered for the poller (see ``SqliteStore.note_own_commit``).
+MAX_OWN_VERSIONS = 10_000
 #: Rows fetched per query of a range scan.
 SCAN_CHUNK = 256
 #: Idle read connections kept for reuse.
@@ -167,6 +169,11 @@ class SqliteStore(BufferedStore):
         self._poller: threading.Thread | None = None
         #: Guards starting the poller against close(), which sets ``_stop`` under it.
         self._poller_lock = threading.Lock()
+        # Versions this process committed that the poller has not yet passed (under
+        # _own_lock): a change of data_version made only of them needs no re-read, since
+        # in-process watches fired at commit.
+        self._own_versions: set[int] = set()
+        self._own_lock = threading.Lock()
         self._stop = threading.Event()
         try:
             # A new user's `sqlite:var/jobs.db` should just work: create the directory too.
@@ -188,7 +195,7 @@ class SqliteStore(BufferedStore):
                 time.sleep(0.01)
             except sqlite3.Error as e:
                 raise StoreUnavailable(f"cannot open SQLite store {self.path!r}: {e}") from e
-        self._committer = GroupCommitter(writer, self, self.path, self._ensure_poller)
+        self._committer = GroupCommitter(writer, self, self.path, self._ensure_poller, self.note_own_commit)
         #: This handle's commit counters.
         self.stats: SqliteStats = self._committer.stats
 
@@ -266,6 +273,7 @@ class SqliteStore(BufferedStore):
             # data_version would otherwise be in that baseline and never be seen (a blocked
             # accept missed the job added right after it went to sleep).
             last: int | None = None
+            last_version: int | None = None
             interval = self.poll_interval_s
             while not self._stop.is_set():
                 armed = self.watches.has_armed()
@@ -275,7 +283,7 @@ class SqliteStore(BufferedStore):
                 if self._stop.is_set():
                     break
                 try:
-                    changed, last = self._poll_once(conn, last)
+                    changed, last, last_version = self._poll_once(conn, last, last_version)
                 except Exception:
                     log.exception("SQLite store %r: watch poller failed; retrying", self.path)
                     changed = False
@@ -283,13 +291,50 @@ class SqliteStore(BufferedStore):
         finally:
             conn.close()
 
-    def _poll_once(self, conn: sqlite3.Connection, last: int | None) -> tuple[bool, int | None]:
-        """Re-read the armed keys if another connection committed; ``(changed, data_version)``."""
+    def note_own_commit(self, version: int) -> None:
+        """The committer committed ``version`` (called after COMMIT succeeded, never before).
+
+        Recorded only while a poller runs; bounded, since a version missing from the record
+        only costs the poller one re-read it could have skipped.
+        """
+        if self._poller is None:
+            return
+        with self._own_lock:
+            if len(self._own_versions) >= MAX_OWN_VERSIONS:
+                self._own_versions.clear()
+            self._own_versions.add(version)
+
+    def _only_own_since(self, last_version: int | None, version: int) -> bool:
+        """Whether every commit after ``last_version`` up to ``version`` was this process's."""
+        with self._own_lock:
+            own = self._own_versions
+            # A changed data_version with an unchanged counter was written past the store
+            # (by hand): not ours, so re-read.
+            ours = last_version is not None and 0 < version - last_version <= len(own) and all(
+                v in own for v in range(last_version + 1, version + 1)
+            )
+            self._own_versions = {v for v in own if v > version}
+        return ours
+
+    def _poll_once(
+        self, conn: sqlite3.Connection, last: int | None, last_version: int | None
+    ) -> tuple[bool, int | None, int | None]:
+        """Re-read the armed keys if another connection committed.
+
+        Returns:
+            ``(changed, data_version, version)``: whether another process committed, and the
+            file's ``data_version`` and commit counter as this poll saw them.
+        """
         if not self.watches.has_armed():
-            return False, last
+            return False, last, last_version
         current = conn.execute("PRAGMA data_version").fetchone()[0]
         if current == last:
-            return False, last
+            return False, last, last_version
+        # data_version moves with this process's own commits too (they come through another
+        # connection); those woke their watches at commit, so only others' need a re-read.
+        version = conn.execute("SELECT value FROM meta WHERE name = 'version'").fetchone()[0]
+        if self._only_own_since(last_version, version):
+            return False, current, version
         keys = self.watches.armed_keys()
         conn.execute("BEGIN")
         try:
@@ -298,7 +343,7 @@ class SqliteStore(BufferedStore):
         finally:
             conn.execute("ROLLBACK")
         self.watches.check(values, version)
-        return True, current
+        return True, current, version
 
     # -- lifecycle --------------------------------------------------------------------
     def close(self) -> None:

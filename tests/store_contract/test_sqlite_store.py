@@ -234,6 +234,40 @@ def test_watch_fires_for_a_commit_that_lands_before_the_poller_thread_starts(pat
         assert w.wait(WAIT_S)
 
 
+def test_the_poller_rereads_for_other_handles_commits_and_skips_its_own(path, monkeypatch):
+    # data_version moves with this handle's own commits too; those already woke their watches
+    # at commit, so the poller re-reads armed keys only when another handle committed.
+    with SqliteStore(path) as s, SqliteStore(path) as other:
+        s.transact(lambda tr: tr.set(b"w", b"1"))
+        monkeypatch.setattr(s, "_ensure_poller", lambda: None)  # the test steps the poller
+        monkeypatch.setattr(s, "_poller", threading.current_thread())  # own commits are recorded
+        tr = s.create_transaction()
+        w = tr.watch(b"w")
+        tr.commit()
+        conn = s._connect()
+        try:
+            changed, last, version = s._poll_once(conn, None, None)
+            assert changed  # no baseline yet: the first poll re-reads
+            for i in range(5):
+                s.transact(lambda tr: tr.set(b"own", bytes([i])))
+            changed, last, version = s._poll_once(conn, last, version)
+            assert not changed and not w.is_ready()
+            other.transact(lambda tr: tr.set(b"w", b"2"))
+            s.transact(lambda tr: tr.set(b"own", b"x"))  # ours after theirs: still re-read
+            changed, last, version = s._poll_once(conn, last, version)
+            assert changed and w.wait(WAIT_S)
+            tr = s.create_transaction()
+            w2 = tr.watch(b"own")
+            tr.commit()
+            raw = sqlite3.connect(path, isolation_level=None)  # a write past the store's counter
+            raw.execute("UPDATE kv SET value = x'33' WHERE key = x'6f776e'")
+            raw.close()
+            assert s._poll_once(conn, last, version)[0] and w2.wait(WAIT_S)
+        finally:
+            conn.close()
+            monkeypatch.setattr(s, "_poller", None)
+
+
 def test_watch_fires_when_another_process_commits(store, path):
     store.transact(lambda tr: tr.set(b"w", b"1"))
     tr = store.create_transaction()

@@ -113,6 +113,8 @@ class GroupCommitter:
         on_watches_armed: called by the leader after a commit that leaves watches armed:
             the store's poller must run to see other processes' commits.
         on_committed: told each commit version once its COMMIT succeeded (never before).
+        arm_lock: held from a commit's watch reads to its check after COMMIT; the store holds
+            it while a read-only transaction arms and checks its watches.
     """
 
     def __init__(
@@ -122,12 +124,14 @@ class GroupCommitter:
         path: str,
         on_watches_armed: Callable[[], None],
         on_committed: Callable[[int], None] = lambda version: None,
+        arm_lock: threading.Lock | None = None,
     ) -> None:
         self._writer = writer
         self._store = store
         self._path = path
         self._on_watches_armed = on_watches_armed
         self._on_committed = on_committed
+        self._arm_lock = arm_lock if arm_lock is not None else threading.Lock()
         self.stats = SqliteStats()
         self._queue: collections.deque[_Pending] = collections.deque()
         self._cv = threading.Condition()
@@ -282,30 +286,35 @@ class GroupCommitter:
             self._prune(conn, now)
         # Arm the new watches before COMMIT, while no other process can commit: a poller that
         # reads older data skips them (min_version), and nothing committed after ours is missed.
-        new_watches = [w for p in committed for w in p.req.watches]
-        armed = [w for w in new_watches if watches.arm(w.watch, w.seen, min_version=version)]
-        keys = watches.affected(points_all, ranges_all) | {w.key for w in armed}
-        values = read_values(conn, sorted(keys)) if keys else {}
-        try:
-            conn.execute("COMMIT")
-        except sqlite3.Error as e:
-            # The outcome of a failed COMMIT is not certain: FDB's commit_unknown_result.
-            log.error("SQLite store %r: COMMIT failed: %s", self._path, e)
+        # Under arm_lock from the keys it reads to the check after COMMIT: a watch armed by a
+        # read-only transaction meanwhile is either among those keys or armed after the check
+        # (its own read then sees this commit); the poller, which skips this process's own
+        # commits, is never the one that must notice it.
+        with self._arm_lock:
+            new_watches = [w for p in committed for w in p.req.watches]
+            armed = [w for w in new_watches if watches.arm(w.watch, w.seen, min_version=version)]
+            keys = watches.affected(points_all, ranges_all) | {w.key for w in armed}
+            values = read_values(conn, sorted(keys)) if keys else {}
             try:
-                conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
-            watches.fail([w.watch for w in armed], COMMIT_UNKNOWN_RESULT)
-            for p in committed:
-                p.stamp = None
-                p.error = StoreError(COMMIT_UNKNOWN_RESULT, f"SQLite COMMIT failed: {e}")
-            _finish_ok(batch)
-            return
-        self._on_committed(version)
+                conn.execute("COMMIT")
+            except sqlite3.Error as e:
+                # The outcome of a failed COMMIT is not certain: FDB's commit_unknown_result.
+                log.error("SQLite store %r: COMMIT failed: %s", self._path, e)
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+                watches.fail([w.watch for w in armed], COMMIT_UNKNOWN_RESULT)
+                for p in committed:
+                    p.stamp = None
+                    p.error = StoreError(COMMIT_UNKNOWN_RESULT, f"SQLite COMMIT failed: {e}")
+                _finish_ok(batch)
+                return
+            self._on_committed(version)
+            watches.check(values, version)
         self.stats.sqlite_commits += 1
         self.stats.store_commits += len(committed)
         self.stats.max_group = max(self.stats.max_group, len(committed))
-        watches.check(values, version)
         if watches.has_armed():
             self._on_watches_armed()
         _finish_ok(batch)

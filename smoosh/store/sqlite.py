@@ -174,6 +174,8 @@ class SqliteStore(BufferedStore):
         # in-process watches fired at commit.
         self._own_versions: set[int] = set()
         self._own_lock = threading.Lock()
+        # Orders a read-only transaction's arm-and-check against a commit's (see GroupCommitter).
+        self._arm_lock = threading.Lock()
         self._stop = threading.Event()
         try:
             # A new user's `sqlite:var/jobs.db` should just work: create the directory too.
@@ -195,7 +197,9 @@ class SqliteStore(BufferedStore):
                 time.sleep(0.01)
             except sqlite3.Error as e:
                 raise StoreUnavailable(f"cannot open SQLite store {self.path!r}: {e}") from e
-        self._committer = GroupCommitter(writer, self, self.path, self._ensure_poller, self.note_own_commit)
+        self._committer = GroupCommitter(
+            writer, self, self.path, self._ensure_poller, self.note_own_commit, arm_lock=self._arm_lock
+        )
         #: This handle's commit counters.
         self.stats: SqliteStats = self._committer.stats
 
@@ -245,18 +249,20 @@ class SqliteStore(BufferedStore):
     def _arm_read_only(self, watches: list[PendingWatch]) -> None:
         if not watches:
             return
-        armed = [p for p in watches if self.watches.arm(p.watch, p.seen)]
-        # Armed first, then checked: a change before the check is seen by it, one after it
-        # moves data_version and the poller re-reads.
-        self._ensure_poller()
+        # Armed first, then checked: a change before the check is seen by it; one of another
+        # process after it moves data_version and the poller re-reads; one of this process
+        # is ordered by _arm_lock (its commit's own check sees the watch, or this read sees it).
         conn = self._acquire()
         try:
-            values = read_values(conn, sorted({p.key for p in armed}))
+            with self._arm_lock:
+                armed = [p for p in watches if self.watches.arm(p.watch, p.seen)]
+                self._ensure_poller()  # after arming: a poller woken before would sleep again
+                values = read_values(conn, sorted({p.key for p in armed}))
+                self.watches.check(values)
         except sqlite3.Error as e:
             conn.close()
             raise store_error(e) from e
         self._release(conn)
-        self.watches.check(values)
 
     def _ensure_poller(self) -> None:
         with self._poller_lock:

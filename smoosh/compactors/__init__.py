@@ -17,6 +17,8 @@ import logging
 from typing import Any, Iterable
 
 from smoosh.compactors.base import (
+    READ_ONLY,
+    Blocked,
     Busy,
     CompactionContext,
     CompactionError,
@@ -40,6 +42,8 @@ __all__ = [
     "Compactor",
     "CompactionError",
     "Busy",
+    "Blocked",
+    "READ_ONLY",
     "Interrupted",
     "Gone",
     "Refused",

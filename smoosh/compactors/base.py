@@ -25,6 +25,8 @@ __all__ = [
     "Compactor",
     "CompactionError",
     "Busy",
+    "Blocked",
+    "READ_ONLY",
     "Interrupted",
     "Gone",
     "Refused",
@@ -103,6 +105,8 @@ class Compactor(Protocol):
 
         Raises:
             Busy: the database is locked by someone else; retry later (not a crash).
+            Blocked: the compaction could not make progress (a reader pins the WAL, the file
+                is read-only); retried with backoff, never a traceback.
             Interrupted: stopped through ``ctx`` (a hold, a clean stop); requeue (not a crash).
             Gone: the database vanished.
             Refused: the path lies outside the roots or reaches its file through a symbolic
@@ -117,6 +121,27 @@ class CompactionError(SmooshError):
 
 class Busy(CompactionError):
     """Raised when the database is locked by another connection and the compactor gave up waiting."""
+
+
+#: The reason of a :class:`Blocked` compaction whose file or directory cannot be written.
+READ_ONLY = "read-only"
+
+
+class Blocked(CompactionError):
+    """Raised when a compaction could not make progress: a reader pins the WAL, or the database is read-only.
+
+    Not a failure of smoosh nor of the database: something outside (a long reader, the file's
+    permissions, a read-only mount) keeps the space from being given back. The message is the
+    reason an operator reads (``read-only``, or the bytes a reader keeps in the WAL).
+
+    Attributes:
+        read_only: the file or its directory cannot be written; waiting alone will not help,
+            so the daemon retries it at its longest backoff.
+    """
+
+    def __init__(self, reason: str, *, read_only: bool = False) -> None:
+        super().__init__(reason)
+        self.read_only = read_only
 
 
 class Interrupted(CompactionError):

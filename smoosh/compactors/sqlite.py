@@ -332,6 +332,8 @@ class SqliteCompactor:
             Busy: the database stayed locked for the busy timeout, or an upgrade needs
                 exclusive access, or a WAL checkpoint could not complete.
             Interrupted: cancelled through ``ctx``; the database is intact.
+            Blocked: the database (or its directory) is read-only, or a reader's snapshot kept
+                the compacted pages in the WAL (the message gives the bytes still there).
             Refused: the path lies outside the roots or reaches its file through a symlink
                 (a ``Gone``; logged at WARNING); nothing was opened through it.
             Gone: the file is missing or not SQLite.

@@ -29,8 +29,12 @@ Afterwards a WAL database gets ``wal_checkpoint(TRUNCATE)`` (:func:`truncate_wal
 mode the file only shrinks when the log is checkpointed. ``cleanup:<path>`` jobs do only that
 checkpoint (:func:`cleanup`).
 
-SQLite errors that mean "locked" or "interrupted" become :class:`Busy` and
-:class:`Interrupted` (:func:`raise_mapped`); a failed statement is rolled back first.
+SQLite errors that mean "locked", "interrupted" or "read-only" become :class:`Busy`,
+:class:`Interrupted` and :class:`Blocked` (:func:`raise_mapped`); a failed statement is rolled
+back first. A file SQLite opened read-only (its permissions, a read-only mount) is
+:class:`Blocked` before anything runs. A compaction whose final checkpoint leaves frames in the
+WAL (a reader's snapshot pins them) gave nothing back yet: that is :class:`Blocked` too, with
+the bytes still in the WAL, never "ok, reclaimed 0 bytes".
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from typing import Callable
 
 import apsw
 
-from smoosh.compactors.base import Busy, CompactionContext, Gone, InsufficientSpace, Interrupted
+from smoosh.compactors.base import READ_ONLY, Blocked, Busy, CompactionContext, Gone, InsufficientSpace, Interrupted
 from smoosh.compactors.sqlite_file import DbState, sqlite_temp_dir
 from smoosh.compactors.sqlite_open import (
     SQLITE_BUSY,
@@ -52,6 +56,7 @@ from smoosh.compactors.sqlite_open import (
     SQLITE_INTERRUPT,
     SQLITE_LOCKED,
     SQLITE_NOTADB,
+    SQLITE_READONLY,
     close_quietly,
     errcode,
     open_database,
@@ -70,6 +75,7 @@ __all__ = [
     "upgrade",
     "cleanup",
     "truncate_wal",
+    "wal_bytes",
 ]
 
 log = logging.getLogger(__name__)
@@ -112,12 +118,12 @@ def open_for_compaction(path: str, roots: tuple[str, ...] | None, busy_timeout_s
         Refused: outside ``roots`` or through a symlink (in any component: SQLite checks).
         Gone: missing, or not a database.
         Busy: locked beyond the busy timeout while reading the schema.
+        Blocked: SQLite could open it only read-only (``read-only``).
     """
     conn = None
     try:
         conn = open_database(path, "rw", timeout_s=busy_timeout_s, roots=roots)
         pragma(conn, "schema_version")  # the header is read lazily: make a foreign file fail here
-        return conn
     except apsw.Error as exc:
         if conn is not None:
             close_quietly(conn)
@@ -125,15 +131,24 @@ def open_for_compaction(path: str, roots: tuple[str, ...] | None, busy_timeout_s
             raise Gone(f"{path}: {exc}") from exc
         raise_mapped(exc, path)
         raise
+    # A write-protected file opens read-only without an error (SQLite's fallback): say so now,
+    # before a VACUUM fails on it with a traceback.
+    if conn.readonly("main"):
+        close_quietly(conn)
+        raise Blocked(READ_ONLY, read_only=True)
+    return conn
 
 
 def raise_mapped(exc: apsw.Error, path: str, busy_message: str | None = None) -> None:
-    """Raise :class:`Busy` for a locked database or :class:`Interrupted` for an interrupt; else return.
+    """Raise :class:`Busy` (locked), :class:`Interrupted` (an interrupt) or :class:`Blocked` (read-only); else return.
 
     The caller re-raises ``exc`` itself when this returns: any other SQLite error is not ours
-    to name.
+    to name. Read-only covers a write-protected file and a directory where the journal cannot
+    be created (SQLite's ``SQLITE_READONLY_DIRECTORY``), both ``SQLITE_READONLY`` at heart.
     """
     code = errcode(exc)
+    if code == SQLITE_READONLY:
+        raise Blocked(READ_ONLY, read_only=True) from exc
     if code in (SQLITE_BUSY, SQLITE_LOCKED):
         raise Busy(busy_message or f"{path} is locked: {exc}") from exc
     if code == SQLITE_INTERRUPT:
@@ -327,10 +342,13 @@ def truncate_wal(conn: apsw.Connection, path: str, *, required: bool) -> None:
 
     Parameters:
         required: a cleanup job, which exists for this checkpoint, so a blocked or failed one
-            raises; after a compaction it is a bonus, and a blocked one is only logged.
+            raises :class:`Busy`; after a compaction, frames a reader keeps in the log mean the
+            compaction gave nothing back yet (the new pages are all in the WAL), which is
+            :class:`Blocked`, while a checkpoint that only could not truncate is logged.
 
     Raises:
         Busy: ``required`` and the checkpoint could not complete.
+        Blocked: not ``required``, and frames stayed in the WAL (a reader's snapshot pins them).
         apsw.Error: ``required`` and SQLite reported anything else.
     """
     try:
@@ -345,7 +363,20 @@ def truncate_wal(conn: apsw.Connection, path: str, *, required: bool) -> None:
     if row and row[0]:
         if required:
             raise Busy(f"WAL checkpoint of {path} could not complete: readers or a writer hold the log")
-        log.debug("WAL checkpoint of %r after compaction was blocked; the log shrinks later.", path)
+        log_frames, done_frames = int(row[1]), int(row[2])
+        if log_frames > done_frames:
+            # The database file shrinks only once every frame is copied back: until then the
+            # compacted pages sit in the WAL beside the old file, and the footprint grew.
+            raise Blocked(f"a reader holds the WAL: {wal_bytes(path)} bytes still in {path}-wal")
+        log.debug("WAL checkpoint of %r after compaction could not truncate the log; it shrinks later.", path)
+
+
+def wal_bytes(path: str) -> int:
+    """The size of ``path``'s ``-wal`` file, 0 when there is none."""
+    try:
+        return os.stat(path + "-wal").st_size
+    except OSError:
+        return 0
 
 
 def _interrupt(conn: apsw.Connection) -> None:

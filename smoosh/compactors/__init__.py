@@ -28,6 +28,7 @@ from smoosh.compactors.base import (
     InsufficientSpace,
     Interrupted,
     Refused,
+    Replaced,
     Sizes,
 )
 from smoosh.compactors.sqlite import SqliteCompactor
@@ -47,6 +48,7 @@ __all__ = [
     "Interrupted",
     "Gone",
     "Refused",
+    "Replaced",
     "InsufficientSpace",
     "SqliteCompactor",
 ]

@@ -26,6 +26,7 @@ __all__ = [
     "CompactionError",
     "Busy",
     "Blocked",
+    "Replaced",
     "READ_ONLY",
     "Interrupted",
     "Gone",
@@ -107,6 +108,7 @@ class Compactor(Protocol):
             Busy: the database is locked by someone else; retry later (not a crash).
             Blocked: the compaction could not make progress (a reader pins the WAL, the file
                 is read-only); retried with backoff, never a traceback.
+            Replaced: the path was renamed over while the database was compacted.
             Interrupted: stopped through ``ctx`` (a hold, a clean stop); requeue (not a crash).
             Gone: the database vanished.
             Refused: the path lies outside the roots or reaches its file through a symbolic
@@ -142,6 +144,28 @@ class Blocked(CompactionError):
     def __init__(self, reason: str, *, read_only: bool = False) -> None:
         super().__init__(reason)
         self.read_only = read_only
+
+
+class Replaced(CompactionError):
+    """Raised when the database's path names another file than the one being compacted (renamed over it).
+
+    Attributes:
+        path: the database path.
+        integrity: ``PRAGMA integrity_check`` of the file the path names now (None: not taken
+            yet: the compactor raises it bare where it notices, and again with the verdict).
+        rolled_back: the compaction was interrupted and rolled back (False: it had committed to
+            the old file before the rename was seen).
+    """
+
+    def __init__(self, path: str, *, integrity: str | None = None, rolled_back: bool = True) -> None:
+        what = "the compaction was interrupted and rolled back" if rolled_back else "the compaction had finished on the old file"
+        message = f"{path} was replaced (renamed over) while it was being compacted: {what}"
+        if integrity is not None:
+            message += f"; integrity_check of the new file: {integrity}"
+        super().__init__(message)
+        self.path = path
+        self.integrity = integrity
+        self.rolled_back = rolled_back
 
 
 class Interrupted(CompactionError):

@@ -48,8 +48,11 @@ from typing import Callable
 
 import apsw
 
-from smoosh.compactors.base import READ_ONLY, Blocked, Busy, CompactionContext, Gone, InsufficientSpace, Interrupted
+from smoosh.compactors.base import (
+    READ_ONLY, Blocked, Busy, CompactionContext, Gone, InsufficientSpace, Interrupted, Replaced,
+)
 from smoosh.compactors.sqlite_file import DbState, sqlite_temp_dir
+from smoosh.compactors.sqlite_identity import FileIdentity
 from smoosh.compactors.sqlite_open import (
     SQLITE_BUSY,
     SQLITE_CANTOPEN,
@@ -76,6 +79,7 @@ __all__ = [
     "cleanup",
     "truncate_wal",
     "wal_bytes",
+    "empty_moved_wal",
 ]
 
 log = logging.getLogger(__name__)
@@ -87,6 +91,12 @@ PROGRESS_HANDLER_INSTRUCTIONS = 1000
 INITIAL_TICKS_PER_PAGE = 0.1
 #: The estimated VACUUM progress never claims more than this before the VACUUM returns.
 MAX_ESTIMATED_PROGRESS = 0.99
+#: The extended code of a write refused because the database file was renamed or unlinked.
+SQLITE_READONLY_DBMOVED = apsw.SQLITE_READONLY_DBMOVED
+#: Progress-handler ticks between two checks that the path still names the file being
+#: VACUUMed: often enough that a rename is noticed within a fraction of the VACUUM, rarely
+#: enough that the ``stat`` costs nothing beside the VDBE work in between.
+REPLACEMENT_CHECK_TICKS = 64
 #: Times the switch back to WAL is tried after a page-size upgrade (each waits the busy timeout).
 WAL_RESTORE_ATTEMPTS = 10
 
@@ -148,6 +158,12 @@ def raise_mapped(exc: apsw.Error, path: str, busy_message: str | None = None) ->
     """
     code = errcode(exc)
     if code == SQLITE_READONLY:
+        if getattr(exc, "extendedresult", 0) == SQLITE_READONLY_DBMOVED:
+            # SQLite's own guard: it will not open a journal for a file that was renamed or
+            # unlinked since it was opened.
+            if not os.path.lexists(path):
+                raise Gone(f"{path} vanished while it was being compacted") from exc
+            raise Replaced(path) from exc
         raise Blocked(READ_ONLY, read_only=True) from exc
     if code in (SQLITE_BUSY, SQLITE_LOCKED):
         raise Busy(busy_message or f"{path} is locked: {exc}") from exc
@@ -189,15 +205,24 @@ def check_space(path: str, file_bytes: int, temp_dir: str | None) -> None:
         )
 
 
-def vacuum(conn: apsw.Connection, path: str, state: DbState, ctx: CompactionContext, rate: TickRate) -> None:
+def vacuum(
+    conn: apsw.Connection, path: str, state: DbState, ctx: CompactionContext, rate: TickRate,
+    identity: FileIdentity | None = None,
+) -> None:
     """Run an in-place ``VACUUM``, reporting an estimated progress and stopping when ``ctx`` cancels.
+
+    Parameters:
+        identity: the file being compacted; checked every :data:`REPLACEMENT_CHECK_TICKS`
+            ticks, and a path that names another file interrupts the VACUUM at once.
 
     Raises:
         Busy: locked beyond the busy timeout.
         Interrupted: cancelled (before or during the statement); SQLite rolled it back.
+        Replaced, Gone: the path names another file, or none, now; SQLite rolled it back.
         apsw.Error: anything else SQLite reports.
     """
     cancelled = threading.Event()
+    replaced = threading.Event()
 
     def cancel() -> None:
         cancelled.set()
@@ -210,6 +235,9 @@ def vacuum(conn: apsw.Connection, path: str, state: DbState, ctx: CompactionCont
         nonlocal ticks
         ticks += 1
         ctx.progress(min(MAX_ESTIMATED_PROGRESS, ticks / expected_ticks))
+        if identity is not None and ticks % REPLACEMENT_CHECK_TICKS == 0 and not identity.same():
+            replaced.set()
+            return True
         return cancelled.is_set()  # True aborts the statement (apsw.InterruptError)
 
     ctx.on_cancel(cancel)
@@ -220,6 +248,8 @@ def vacuum(conn: apsw.Connection, path: str, state: DbState, ctx: CompactionCont
         run(conn, "VACUUM")
     except apsw.Error as exc:
         rollback_quietly(conn)
+        if replaced.is_set() and identity is not None:
+            identity.check()
         raise_mapped(exc, path)
         raise
     finally:
@@ -227,11 +257,18 @@ def vacuum(conn: apsw.Connection, path: str, state: DbState, ctx: CompactionCont
     rate.learn(ticks, state.page_count)
 
 
-def incremental(conn: apsw.Connection, path: str, ctx: CompactionContext, chunk_pages: int) -> None:
+def incremental(
+    conn: apsw.Connection, path: str, ctx: CompactionContext, chunk_pages: int, identity: FileIdentity | None = None,
+) -> None:
     """Free the database's free pages in chunks of ``chunk_pages``, one write transaction each.
+
+    Parameters:
+        identity: the file being compacted; checked before every chunk (no journal exists
+            then), so a path renamed over ends the compaction before it writes again.
 
     Raises:
         Busy: a chunk stayed locked beyond the busy timeout.
+        Replaced, Gone: the path names another file, or none, now.
         apsw.Error: anything else SQLite reports.
     """
     # No on_cancel callback: interrupting a chunk would only waste it; the worker's stop
@@ -242,6 +279,8 @@ def incremental(conn: apsw.Connection, path: str, ctx: CompactionContext, chunk_
     script = f"BEGIN IMMEDIATE; PRAGMA incremental_vacuum({chunk_pages}); COMMIT;"
     while freed < start_free:
         ctx.checkpoint()  # no transaction is open here: a hold waits holding no lock
+        if identity is not None:
+            identity.check()
         free_before = pragma(conn, "freelist_count")
         if free_before == 0:
             break
@@ -269,6 +308,7 @@ def upgrade(
     busy_timeout_s: float,
     temp_dir: str | None,
     rate: TickRate,
+    identity: FileIdentity | None = None,
 ) -> None:
     """Set the target ``page_size`` / ``auto_vacuum`` (None: leave it) and VACUUM to apply them.
 
@@ -293,7 +333,7 @@ def upgrade(
             run(conn, f"PRAGMA page_size={int(page_size)}")
         if auto_vacuum is not None:
             run(conn, f"PRAGMA auto_vacuum={auto_vacuum.upper()}")
-        vacuum(conn, path, state, ctx, rate)
+        vacuum(conn, path, state, ctx, rate, identity)
     finally:
         if leave_wal:
             _restore_wal(conn, path, busy_timeout_s)
@@ -369,6 +409,22 @@ def truncate_wal(conn: apsw.Connection, path: str, *, required: bool) -> None:
             # compacted pages sit in the WAL beside the old file, and the footprint grew.
             raise Blocked(f"a reader holds the WAL: {wal_bytes(path)} bytes still in {path}-wal")
         log.debug("WAL checkpoint of %r after compaction could not truncate the log; it shrinks later.", path)
+
+
+def empty_moved_wal(conn: apsw.Connection, path: str) -> None:
+    """Empty the ``-wal`` of a WAL database whose path now names another file, before closing it.
+
+    SQLite opens any non-empty ``-wal`` it finds beside a database, whatever the database's
+    header says, and it leaves the old file's log in place when a connection to a moved file
+    closes. Left as it is, that log would be read as the new file's. Checkpointed (into the old
+    inode, through the connection's own descriptors) and truncated, it is empty and harmless.
+    Failing that, the risk is said in the ERROR line of the ``replaced`` result.
+    """
+    try:
+        if pragma(conn, "journal_mode") == "wal":
+            run(conn, "PRAGMA wal_checkpoint(TRUNCATE)")
+    except apsw.Error:
+        log.debug("Emptying the WAL of %r, renamed over, failed.", path, exc_info=True)
 
 
 def wal_bytes(path: str) -> int:

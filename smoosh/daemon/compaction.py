@@ -9,8 +9,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Sequence
 
-from channels.ports import BLOCKED, BUSY, FAILED, GONE, INTERRUPTED, OK, Outcome
-from smoosh.compactors import Blocked, Busy, Compactor, Gone, Interrupted, compactor_for
+from channels.ports import BLOCKED, BUSY, FAILED, GONE, INTERRUPTED, OK, REPLACED, Outcome
+from smoosh.compactors import Blocked, Busy, Compactor, Gone, Interrupted, Replaced, compactor_for
 from smoosh.compactors.base import refused
 from smoosh.compactors.sqlite import CLEANUP_PREFIX
 from smoosh.daemon.job_context import ROTATED, STOPPING, JobContext
@@ -75,6 +75,9 @@ def compact(
         return outcome(BLOCKED, str(exc), size_bytes, size_bytes)
     except Interrupted as exc:
         return outcome(INTERRUPTED, str(exc), size_bytes, size_bytes)
+    except Replaced as exc:
+        # The file the key names now is another one: measured afresh, never retried as this run.
+        return outcome(REPLACED, str(exc), size_bytes, size_bytes)
     except Gone as exc:
         return outcome(GONE, str(exc))
     except Exception as exc:

@@ -43,6 +43,9 @@ BUSY = "busy"
 #: It could not make progress (a reader pins the WAL, the file is read-only): backed off like
 #: a crash, and counted with crashes, but shown as what it is.
 BLOCKED = "blocked"
+#: Another file was renamed over the database while it was compacted: this run is over (the
+#: new file is examined afresh when its events arrive), not a crash.
+REPLACED = "replaced"
 #: It never started: its priority was re-checked to 0, it was refused, or another channel had it.
 DROPPED = "dropped"
 
@@ -195,7 +198,7 @@ class HistoryTable:
             rec.state = "running"
             rec.progress = 0.0
             rec.retry_at = None
-        elif event == FINISHED:
+        elif event in (FINISHED, REPLACED):
             rec.state = "finished"
             rec.progress = 1.0
             rec.retry_at = None

@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 from channels import Channel
-from channels.ports import BLOCKED, BUSY, FAILED, GONE, OK, Outcome, RunEvent
+from channels.ports import BLOCKED, BUSY, FAILED, GONE, OK, REPLACED, Outcome, RunEvent
 from smoosh.compactors.base import READ_ONLY
 from smoosh.daemon import control
 from smoosh.daemon.history import (
-    BLOCKED as BLOCKED_EVENT, BUSY as BUSY_EVENT, BUSY_RETRY_S, CRASHED, DROPPED, FINISHED, STARTED, HistoryTable,
-    encode_record, longest_backoff_s,
+    BLOCKED as BLOCKED_EVENT, BUSY as BUSY_EVENT, BUSY_RETRY_S, CRASHED, DROPPED, FINISHED, REPLACED as REPLACED_EVENT,
+    STARTED, HistoryTable, encode_record, longest_backoff_s,
 )
 from smoosh.daemon.startup import crash_record_key
 from smoosh.store.base import Transaction
@@ -31,6 +31,12 @@ __all__ = ["Outcomes", "Counters"]
 log = logging.getLogger(__name__)
 
 Write = Callable[[Transaction], None]
+
+#: Said with every ``replaced`` result: what smoosh could not rule out.
+REPLACED_RISK = (
+    "Renaming a file over a database that is open is unsafe: an application connection that opened the new file "
+    "while the compaction's journal or WAL sat beside it may have applied them to it (sqlite.org/howtocorrupt.html 2.4)."
+)
 
 
 @dataclass
@@ -123,7 +129,11 @@ class Outcomes:
             log.info("%r was busy; retrying in %.0f s", key, not_before - now)
         elif result == BLOCKED:
             not_before = self._blocked(channel, key, outcome.error or "", now)
-        else:  # failed, replaced: a crash, with its backoff
+        elif result == REPLACED:
+            history.record(key, REPLACED_EVENT, now, channel=channel, reason=outcome.error or "replaced")
+            self._forget(key)
+            log.error("compaction of %r in %s ended replaced: %s. %s", key, channel, outcome.error, REPLACED_RISK)
+        else:  # failed: a crash, with its backoff
             rec = history.record(key, CRASHED, now, channel=channel, reason=outcome.error or result)
             not_before = rec.retry_at or now
             log.warning(

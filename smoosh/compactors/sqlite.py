@@ -377,6 +377,8 @@ class SqliteCompactor:
         conn = sqlite_compact.open_for_compaction(path, roots, self.busy_timeout_s)
         try:
             identity.check()  # the connection opened the file the identity was taken of
+            if not cleanup:
+                sqlite_compact.refuse_pinned_wal(conn, path)
             if cleanup:
                 sqlite_compact.cleanup(conn, path, ctx, self.leftovers)
             elif self._upgrade_needed(state):

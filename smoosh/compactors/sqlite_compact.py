@@ -80,6 +80,7 @@ __all__ = [
     "truncate_wal",
     "wal_bytes",
     "empty_moved_wal",
+    "refuse_pinned_wal",
 ]
 
 log = logging.getLogger(__name__)
@@ -409,6 +410,32 @@ def truncate_wal(conn: apsw.Connection, path: str, *, required: bool) -> None:
             # compacted pages sit in the WAL beside the old file, and the footprint grew.
             raise Blocked(f"a reader holds the WAL: {wal_bytes(path)} bytes still in {path}-wal")
         log.debug("WAL checkpoint of %r after compaction could not truncate the log; it shrinks later.", path)
+
+
+def refuse_pinned_wal(conn: apsw.Connection, path: str) -> None:
+    """Before compacting a WAL database: end :class:`Blocked` when a reader still pins a whole rewrite in its log.
+
+    A compaction blocked by a reader leaves its pages in the WAL; compacting again while the
+    reader stays would append another copy of the database to the log at every retry. A
+    passive checkpoint (it waits for nobody) copies back what it can; when the frames it could
+    not copy are at least as many as the database has pages, a whole rewrite is still pinned,
+    and this run would only add another.
+
+    Raises:
+        Blocked: as after a compaction whose checkpoint a reader blocked.
+    """
+    try:
+        if pragma(conn, "journal_mode") != "wal":
+            return
+        rows = run(conn, "PRAGMA wal_checkpoint(PASSIVE)")
+        page_count = int(pragma(conn, "page_count") or 0)
+    except apsw.Error:
+        return  # busy or locked: the compaction itself meets it and says so
+    if not rows or rows[0][1] is None or int(rows[0][1]) < 0:
+        return
+    pinned_frames = int(rows[0][1]) - int(rows[0][2])
+    if pinned_frames > 0 and pinned_frames >= page_count:
+        raise Blocked(f"a reader holds the WAL: {wal_bytes(path)} bytes still in {path}-wal")
 
 
 def empty_moved_wal(conn: apsw.Connection, path: str) -> None:

@@ -54,6 +54,11 @@ def test_a_reader_pinning_the_wal_blocks_the_compaction_and_names_the_bytes(tmp_
         assert str(caught.value) == f"a reader holds the WAL: {wal} bytes still in {path}-wal"
         assert not caught.value.read_only
         assert os.path.getsize(path) == file_before
+        # And a retry while the reader stays is blocked again without writing another copy
+        with pytest.raises(Blocked) as again:
+            SqliteCompactor(settings()).compact(path, RecordingContext())
+        assert str(again.value) == str(caught.value)
+        assert os.path.getsize(path + "-wal") == wal
         reader.execute("COMMIT")
     # And once the reader is gone the next compaction gives the space back
     result = SqliteCompactor(settings()).compact(path, RecordingContext())

@@ -14,7 +14,8 @@ whole next request must arrive before it. Past it, a connection that has not fin
 headers is closed without an answer (idle keep-alive connections and slowloris alike); one
 whose headers are complete but whose body is short is handed over at once, so the handler
 answers 408. When ``max_connections`` are open, the one waiting longest is closed to make room:
-a new client (an operator's ``GET /status``) always gets in.
+a new client (an operator's ``GET /status``) gets in unless every open connection already has
+a whole request in, or being answered; then the new one is closed at once (load shed).
 """
 
 from __future__ import annotations
@@ -278,6 +279,11 @@ class ConnectionLoop:
                 continue
             while self.open_connections >= self._max_connections and self._evict_oldest():
                 pass
+            if self.open_connections >= self._max_connections:
+                # Every open connection has a whole request in or being answered: shed this one.
+                log.debug("Refusing admin API connection from %s: %d connections open.", address, self._max_connections)
+                sock.close()
+                continue
             sock.setblocking(False)
             self._watch(_Conn(sock, address, b"", self._clock() + self._timeout_s()))
 

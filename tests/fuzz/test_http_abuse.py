@@ -225,3 +225,34 @@ def _wait_closed(sock: socket.socket, timeout_s: float = 2.0) -> bool:
             return True
         time.sleep(0.02)
     return False
+
+
+def test_when_every_open_connection_has_a_request_in_a_new_one_is_shed(
+    admin_factory: Any, server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an API of two connections and one handler thread, both connections with a whole
+    # request in (one being answered, held; one waiting for the thread)
+    admin, address = admin_factory(request_timeout_s=5.0, max_threads=1, max_connections=2)
+    release = threading.Event()
+    real_status = server.status
+    monkeypatch.setattr(server, "status", lambda: (release.wait(5), real_status())[1])
+    clients = [threading.Thread(target=get_status, args=(address, 8)) for _ in range(2)]
+    for t in clients:
+        t.start()
+    deadline = time.monotonic() + 5
+    while admin.open_connections < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        # When a third client connects
+        with socket.create_connection(address, timeout=5) as sock:
+            try:
+                sock.sendall(b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n")
+            except ConnectionError:
+                pass  # closed before the request went out: shed all the same
+            # Then it is closed at once, without an answer, and nothing else is disturbed
+            assert _wait_closed(sock)
+        assert admin.open_connections == 2
+    finally:
+        release.set()
+        for t in clients:
+            t.join(8)

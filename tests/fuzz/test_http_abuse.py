@@ -11,7 +11,6 @@ import json
 import socket
 import threading
 import time
-from pathlib import Path
 from typing import Any, Iterator
 
 import pytest

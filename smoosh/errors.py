@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 
 class SmooshError(Exception):
     """Raised for any failure smoosh reports on purpose; the root of every smoosh error."""
@@ -45,3 +47,23 @@ class UnknownChannel(SmooshError):
     def __init__(self, name: str) -> None:
         super().__init__(f"unknown channel {name!r}")
         self.name = name
+
+
+class CorruptStore(SmooshError):
+    """Raised when the embedded job store's file is damaged, so the daemon cannot start on it.
+
+    The message names the file, SQLite's words and the way forward (``smoosh run
+    --reset-store``, which moves the file aside and starts with an empty store).
+
+    Attributes:
+        path: the store's file.
+        reason: what SQLite says is wrong with it.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(
+            f"the job store {path} is corrupt ({reason}); run 'smoosh run --reset-store' to move it aside"
+            f" (renamed {os.path.basename(path)}.corrupt-<unix seconds>, never deleted) and start with an empty store"
+        )
+        self.path = path
+        self.reason = reason

@@ -48,6 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--watch", metavar="DIR", action="append", help="directory to watch (repeatable)")
     p.add_argument("--workers", metavar="N", type=_non_negative_int, help="in-process workers (default: max_jobs)")
     p.add_argument("--dry-run", action="store_true", help="route and queue, but start no compaction")
+    p.add_argument("--reset-store", action="store_true",
+                   help="move a corrupt SQLite job store aside (renamed .corrupt-<time>) and start with an empty one")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("worker", help="run compaction workers against a shared store")

@@ -37,7 +37,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         log.warning("config: %s", warning)
     config = _override(config, store=args.store, http=args.http, watch=args.watch)
     _check_http_token(config, overridden=args.http is not None)
-    server = Server(config, workers=args.workers, dry_run=args.dry_run)
+    server = Server(config, workers=args.workers, dry_run=args.dry_run, reset_store=args.reset_store)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

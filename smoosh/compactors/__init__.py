@@ -17,6 +17,8 @@ import logging
 from typing import Any, Iterable
 
 from smoosh.compactors.base import (
+    READ_ONLY,
+    Blocked,
     Busy,
     CompactionContext,
     CompactionError,
@@ -26,6 +28,7 @@ from smoosh.compactors.base import (
     InsufficientSpace,
     Interrupted,
     Refused,
+    Replaced,
     Sizes,
 )
 from smoosh.compactors.sqlite import SqliteCompactor
@@ -40,9 +43,12 @@ __all__ = [
     "Compactor",
     "CompactionError",
     "Busy",
+    "Blocked",
+    "READ_ONLY",
     "Interrupted",
     "Gone",
     "Refused",
+    "Replaced",
     "InsufficientSpace",
     "SqliteCompactor",
 ]

@@ -25,6 +25,9 @@ __all__ = [
     "Compactor",
     "CompactionError",
     "Busy",
+    "Blocked",
+    "Replaced",
+    "READ_ONLY",
     "Interrupted",
     "Gone",
     "Refused",
@@ -103,6 +106,9 @@ class Compactor(Protocol):
 
         Raises:
             Busy: the database is locked by someone else; retry later (not a crash).
+            Blocked: the compaction could not make progress (a reader pins the WAL, the file
+                is read-only); retried with backoff, never a traceback.
+            Replaced: the path was renamed over while the database was compacted.
             Interrupted: stopped through ``ctx`` (a hold, a clean stop); requeue (not a crash).
             Gone: the database vanished.
             Refused: the path lies outside the roots or reaches its file through a symbolic
@@ -117,6 +123,49 @@ class CompactionError(SmooshError):
 
 class Busy(CompactionError):
     """Raised when the database is locked by another connection and the compactor gave up waiting."""
+
+
+#: The reason of a :class:`Blocked` compaction whose file or directory cannot be written.
+READ_ONLY = "read-only"
+
+
+class Blocked(CompactionError):
+    """Raised when a compaction could not make progress: a reader pins the WAL, or the database is read-only.
+
+    Not a failure of smoosh nor of the database: something outside (a long reader, the file's
+    permissions, a read-only mount) keeps the space from being given back. The message is the
+    reason an operator reads (``read-only``, or the bytes a reader keeps in the WAL).
+
+    Attributes:
+        read_only: the file or its directory cannot be written; waiting alone will not help,
+            so the daemon retries it at its longest backoff.
+    """
+
+    def __init__(self, reason: str, *, read_only: bool = False) -> None:
+        super().__init__(reason)
+        self.read_only = read_only
+
+
+class Replaced(CompactionError):
+    """Raised when the database's path names another file than the one being compacted (renamed over it).
+
+    Attributes:
+        path: the database path.
+        integrity: ``PRAGMA integrity_check`` of the file the path names now (None: not taken
+            yet: the compactor raises it bare where it notices, and again with the verdict).
+        rolled_back: the compaction was interrupted and rolled back (False: it had committed to
+            the old file before the rename was seen).
+    """
+
+    def __init__(self, path: str, *, integrity: str | None = None, rolled_back: bool = True) -> None:
+        what = "the compaction was interrupted and rolled back" if rolled_back else "the compaction had finished on the old file"
+        message = f"{path} was replaced (renamed over) while it was being compacted: {what}"
+        if integrity is not None:
+            message += f"; integrity_check of the new file: {integrity}"
+        super().__init__(message)
+        self.path = path
+        self.integrity = integrity
+        self.rolled_back = rolled_back
 
 
 class Interrupted(CompactionError):

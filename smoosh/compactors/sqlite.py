@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterable
 import apsw
 
 import smoosh.compactors.sqlite_compact as sqlite_compact
-from smoosh.compactors.base import CompactionContext, CompactionResult, Gone, Refused, Sizes
+from smoosh.compactors.base import CompactionContext, CompactionResult, Gone, Refused, Replaced, Sizes
 from smoosh.compactors.sqlite_file import (
     AUTO_VACUUM_CODES,
     DbState,
@@ -45,6 +45,7 @@ from smoosh.compactors.sqlite_file import (
     read_quietly,
     read_state,
 )
+from smoosh.compactors.sqlite_identity import FileIdentity, replaced_error
 from smoosh.compactors.sqlite_open import canonical_roots, close_quietly, pragma, run
 
 __all__ = ["SqliteCompactor", "CLEANUP_PREFIX", "DEFAULT_WAL_MAX_SIZE_BYTES", "DEFAULT_EXACT_SIZE_INTERVAL_S"]
@@ -332,6 +333,11 @@ class SqliteCompactor:
             Busy: the database stayed locked for the busy timeout, or an upgrade needs
                 exclusive access, or a WAL checkpoint could not complete.
             Interrupted: cancelled through ``ctx``; the database is intact.
+            Blocked: the database (or its directory) is read-only, or a reader's snapshot kept
+                the compacted pages in the WAL (the message gives the bytes still there).
+            Replaced: another file was renamed over the path meanwhile; the compaction was
+                interrupted (or had finished on the old file) and the new file integrity-checked
+                (see :mod:`~smoosh.compactors.sqlite_identity`).
             Refused: the path lies outside the roots or reaches its file through a symlink
                 (a ``Gone``; logged at WARNING); nothing was opened through it.
             Gone: the file is missing or not SQLite.
@@ -343,36 +349,53 @@ class SqliteCompactor:
         state = read_state(path, self.busy_timeout_s, roots=roots)
         if state is None:
             raise Gone(f"{path} is missing or not a SQLite database")
+        identity = FileIdentity(path)
         before = footprint_bytes(path)
-        with in_use(path):
-            self._compact_open(path, cleanup, state, ctx, roots)
-        with self._lock:
-            self._exact.pop(key, None)
-        if not os.path.exists(path):
-            raise Gone(f"{path} vanished while it was being compacted")
+        try:
+            with in_use(path):
+                self._compact_open(path, cleanup, state, ctx, roots, identity)
+            try:
+                identity.check()
+            except Replaced:
+                raise Replaced(path, rolled_back=False) from None
+        except Replaced as exc:
+            # The connection to the old file is closed (its journal rolled back and removed):
+            # only now is the new file looked at, so the check cannot meet smoosh's own journal.
+            raise replaced_error(path, roots, self.busy_timeout_s, rolled_back=exc.rolled_back) from None
+        finally:
+            with self._lock:
+                self._exact.pop(key, None)
         after = footprint_bytes(path)
         ctx.progress(1.0)
         return CompactionResult(size_before_bytes=before, size_after_bytes=after)
 
     def _compact_open(
-        self, path: str, cleanup: bool, state: DbState, ctx: CompactionContext, roots: tuple[str, ...] | None
+        self, path: str, cleanup: bool, state: DbState, ctx: CompactionContext, roots: tuple[str, ...] | None,
+        identity: FileIdentity,
     ) -> None:
         """Choose the way this database is compacted and run it on one read-write connection."""
         conn = sqlite_compact.open_for_compaction(path, roots, self.busy_timeout_s)
         try:
+            identity.check()  # the connection opened the file the identity was taken of
+            if not cleanup:
+                sqlite_compact.refuse_pinned_wal(conn, path)
             if cleanup:
                 sqlite_compact.cleanup(conn, path, ctx, self.leftovers)
             elif self._upgrade_needed(state):
                 sqlite_compact.upgrade(
                     conn, path, state, ctx, page_size=self.page_size, auto_vacuum=self.auto_vacuum,
                     busy_timeout_s=self.busy_timeout_s, temp_dir=self._temp_dir, rate=self._tick_rate,
+                    identity=identity,
                 )
             elif state.auto_vacuum == 2 and state.freelist_count > 0:
-                sqlite_compact.incremental(conn, path, ctx, self.incremental_chunk_pages)
+                sqlite_compact.incremental(conn, path, ctx, self.incremental_chunk_pages, identity)
             else:
                 sqlite_compact.check_space(path, state.file_bytes, self._temp_dir)
-                sqlite_compact.vacuum(conn, path, state, ctx, self._tick_rate)
+                sqlite_compact.vacuum(conn, path, state, ctx, self._tick_rate, identity)
             if not cleanup and pragma(conn, "journal_mode") == "wal":
                 sqlite_compact.truncate_wal(conn, path, required=False)
+        except Replaced:
+            sqlite_compact.empty_moved_wal(conn, path)
+            raise
         finally:
             close_quietly(conn)

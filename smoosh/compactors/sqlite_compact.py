@@ -29,8 +29,12 @@ Afterwards a WAL database gets ``wal_checkpoint(TRUNCATE)`` (:func:`truncate_wal
 mode the file only shrinks when the log is checkpointed. ``cleanup:<path>`` jobs do only that
 checkpoint (:func:`cleanup`).
 
-SQLite errors that mean "locked" or "interrupted" become :class:`Busy` and
-:class:`Interrupted` (:func:`raise_mapped`); a failed statement is rolled back first.
+SQLite errors that mean "locked", "interrupted" or "read-only" become :class:`Busy`,
+:class:`Interrupted` and :class:`Blocked` (:func:`raise_mapped`); a failed statement is rolled
+back first. A file SQLite opened read-only (its permissions, a read-only mount) is
+:class:`Blocked` before anything runs. A compaction whose final checkpoint leaves frames in the
+WAL (a reader's snapshot pins them) gave nothing back yet: that is :class:`Blocked` too, with
+the bytes still in the WAL, never "ok, reclaimed 0 bytes".
 """
 
 from __future__ import annotations
@@ -44,14 +48,18 @@ from typing import Callable
 
 import apsw
 
-from smoosh.compactors.base import Busy, CompactionContext, Gone, InsufficientSpace, Interrupted
+from smoosh.compactors.base import (
+    READ_ONLY, Blocked, Busy, CompactionContext, Gone, InsufficientSpace, Interrupted, Replaced,
+)
 from smoosh.compactors.sqlite_file import DbState, sqlite_temp_dir
+from smoosh.compactors.sqlite_identity import FileIdentity
 from smoosh.compactors.sqlite_open import (
     SQLITE_BUSY,
     SQLITE_CANTOPEN,
     SQLITE_INTERRUPT,
     SQLITE_LOCKED,
     SQLITE_NOTADB,
+    SQLITE_READONLY,
     close_quietly,
     errcode,
     open_database,
@@ -70,6 +78,9 @@ __all__ = [
     "upgrade",
     "cleanup",
     "truncate_wal",
+    "wal_bytes",
+    "empty_moved_wal",
+    "refuse_pinned_wal",
 ]
 
 log = logging.getLogger(__name__)
@@ -81,6 +92,12 @@ PROGRESS_HANDLER_INSTRUCTIONS = 1000
 INITIAL_TICKS_PER_PAGE = 0.1
 #: The estimated VACUUM progress never claims more than this before the VACUUM returns.
 MAX_ESTIMATED_PROGRESS = 0.99
+#: The extended code of a write refused because the database file was renamed or unlinked.
+SQLITE_READONLY_DBMOVED = apsw.SQLITE_READONLY_DBMOVED
+#: Progress-handler ticks between two checks that the path still names the file being
+#: VACUUMed: often enough that a rename is noticed within a fraction of the VACUUM, rarely
+#: enough that the ``stat`` costs nothing beside the VDBE work in between.
+REPLACEMENT_CHECK_TICKS = 64
 #: Times the switch back to WAL is tried after a page-size upgrade (each waits the busy timeout).
 WAL_RESTORE_ATTEMPTS = 10
 
@@ -112,12 +129,12 @@ def open_for_compaction(path: str, roots: tuple[str, ...] | None, busy_timeout_s
         Refused: outside ``roots`` or through a symlink (in any component: SQLite checks).
         Gone: missing, or not a database.
         Busy: locked beyond the busy timeout while reading the schema.
+        Blocked: SQLite could open it only read-only (``read-only``).
     """
     conn = None
     try:
         conn = open_database(path, "rw", timeout_s=busy_timeout_s, roots=roots)
         pragma(conn, "schema_version")  # the header is read lazily: make a foreign file fail here
-        return conn
     except apsw.Error as exc:
         if conn is not None:
             close_quietly(conn)
@@ -125,15 +142,30 @@ def open_for_compaction(path: str, roots: tuple[str, ...] | None, busy_timeout_s
             raise Gone(f"{path}: {exc}") from exc
         raise_mapped(exc, path)
         raise
+    # A write-protected file opens read-only without an error (SQLite's fallback): say so now,
+    # before a VACUUM fails on it with a traceback.
+    if conn.readonly("main"):
+        close_quietly(conn)
+        raise Blocked(READ_ONLY, read_only=True)
+    return conn
 
 
 def raise_mapped(exc: apsw.Error, path: str, busy_message: str | None = None) -> None:
-    """Raise :class:`Busy` for a locked database or :class:`Interrupted` for an interrupt; else return.
+    """Raise :class:`Busy` (locked), :class:`Interrupted` (an interrupt) or :class:`Blocked` (read-only); else return.
 
     The caller re-raises ``exc`` itself when this returns: any other SQLite error is not ours
-    to name.
+    to name. Read-only covers a write-protected file and a directory where the journal cannot
+    be created (SQLite's ``SQLITE_READONLY_DIRECTORY``), both ``SQLITE_READONLY`` at heart.
     """
     code = errcode(exc)
+    if code == SQLITE_READONLY:
+        if getattr(exc, "extendedresult", 0) == SQLITE_READONLY_DBMOVED:
+            # SQLite's own guard: it will not open a journal for a file that was renamed or
+            # unlinked since it was opened.
+            if not os.path.lexists(path):
+                raise Gone(f"{path} vanished while it was being compacted") from exc
+            raise Replaced(path) from exc
+        raise Blocked(READ_ONLY, read_only=True) from exc
     if code in (SQLITE_BUSY, SQLITE_LOCKED):
         raise Busy(busy_message or f"{path} is locked: {exc}") from exc
     if code == SQLITE_INTERRUPT:
@@ -174,15 +206,24 @@ def check_space(path: str, file_bytes: int, temp_dir: str | None) -> None:
         )
 
 
-def vacuum(conn: apsw.Connection, path: str, state: DbState, ctx: CompactionContext, rate: TickRate) -> None:
+def vacuum(
+    conn: apsw.Connection, path: str, state: DbState, ctx: CompactionContext, rate: TickRate,
+    identity: FileIdentity | None = None,
+) -> None:
     """Run an in-place ``VACUUM``, reporting an estimated progress and stopping when ``ctx`` cancels.
+
+    Parameters:
+        identity: the file being compacted; checked every :data:`REPLACEMENT_CHECK_TICKS`
+            ticks, and a path that names another file interrupts the VACUUM at once.
 
     Raises:
         Busy: locked beyond the busy timeout.
         Interrupted: cancelled (before or during the statement); SQLite rolled it back.
+        Replaced, Gone: the path names another file, or none, now; SQLite rolled it back.
         apsw.Error: anything else SQLite reports.
     """
     cancelled = threading.Event()
+    replaced = threading.Event()
 
     def cancel() -> None:
         cancelled.set()
@@ -195,6 +236,9 @@ def vacuum(conn: apsw.Connection, path: str, state: DbState, ctx: CompactionCont
         nonlocal ticks
         ticks += 1
         ctx.progress(min(MAX_ESTIMATED_PROGRESS, ticks / expected_ticks))
+        if identity is not None and ticks % REPLACEMENT_CHECK_TICKS == 0 and not identity.same():
+            replaced.set()
+            return True
         return cancelled.is_set()  # True aborts the statement (apsw.InterruptError)
 
     ctx.on_cancel(cancel)
@@ -205,6 +249,8 @@ def vacuum(conn: apsw.Connection, path: str, state: DbState, ctx: CompactionCont
         run(conn, "VACUUM")
     except apsw.Error as exc:
         rollback_quietly(conn)
+        if replaced.is_set() and identity is not None:
+            identity.check()
         raise_mapped(exc, path)
         raise
     finally:
@@ -212,11 +258,18 @@ def vacuum(conn: apsw.Connection, path: str, state: DbState, ctx: CompactionCont
     rate.learn(ticks, state.page_count)
 
 
-def incremental(conn: apsw.Connection, path: str, ctx: CompactionContext, chunk_pages: int) -> None:
+def incremental(
+    conn: apsw.Connection, path: str, ctx: CompactionContext, chunk_pages: int, identity: FileIdentity | None = None,
+) -> None:
     """Free the database's free pages in chunks of ``chunk_pages``, one write transaction each.
+
+    Parameters:
+        identity: the file being compacted; checked before every chunk (no journal exists
+            then), so a path renamed over ends the compaction before it writes again.
 
     Raises:
         Busy: a chunk stayed locked beyond the busy timeout.
+        Replaced, Gone: the path names another file, or none, now.
         apsw.Error: anything else SQLite reports.
     """
     # No on_cancel callback: interrupting a chunk would only waste it; the worker's stop
@@ -227,6 +280,8 @@ def incremental(conn: apsw.Connection, path: str, ctx: CompactionContext, chunk_
     script = f"BEGIN IMMEDIATE; PRAGMA incremental_vacuum({chunk_pages}); COMMIT;"
     while freed < start_free:
         ctx.checkpoint()  # no transaction is open here: a hold waits holding no lock
+        if identity is not None:
+            identity.check()
         free_before = pragma(conn, "freelist_count")
         if free_before == 0:
             break
@@ -254,6 +309,7 @@ def upgrade(
     busy_timeout_s: float,
     temp_dir: str | None,
     rate: TickRate,
+    identity: FileIdentity | None = None,
 ) -> None:
     """Set the target ``page_size`` / ``auto_vacuum`` (None: leave it) and VACUUM to apply them.
 
@@ -278,7 +334,7 @@ def upgrade(
             run(conn, f"PRAGMA page_size={int(page_size)}")
         if auto_vacuum is not None:
             run(conn, f"PRAGMA auto_vacuum={auto_vacuum.upper()}")
-        vacuum(conn, path, state, ctx, rate)
+        vacuum(conn, path, state, ctx, rate, identity)
     finally:
         if leave_wal:
             _restore_wal(conn, path, busy_timeout_s)
@@ -327,10 +383,13 @@ def truncate_wal(conn: apsw.Connection, path: str, *, required: bool) -> None:
 
     Parameters:
         required: a cleanup job, which exists for this checkpoint, so a blocked or failed one
-            raises; after a compaction it is a bonus, and a blocked one is only logged.
+            raises :class:`Busy`; after a compaction, frames a reader keeps in the log mean the
+            compaction gave nothing back yet (the new pages are all in the WAL), which is
+            :class:`Blocked`, while a checkpoint that only could not truncate is logged.
 
     Raises:
         Busy: ``required`` and the checkpoint could not complete.
+        Blocked: not ``required``, and frames stayed in the WAL (a reader's snapshot pins them).
         apsw.Error: ``required`` and SQLite reported anything else.
     """
     try:
@@ -345,7 +404,62 @@ def truncate_wal(conn: apsw.Connection, path: str, *, required: bool) -> None:
     if row and row[0]:
         if required:
             raise Busy(f"WAL checkpoint of {path} could not complete: readers or a writer hold the log")
-        log.debug("WAL checkpoint of %r after compaction was blocked; the log shrinks later.", path)
+        log_frames, done_frames = int(row[1]), int(row[2])
+        if log_frames > done_frames:
+            # The database file shrinks only once every frame is copied back: until then the
+            # compacted pages sit in the WAL beside the old file, and the footprint grew.
+            raise Blocked(f"a reader holds the WAL: {wal_bytes(path)} bytes still in {path}-wal")
+        log.debug("WAL checkpoint of %r after compaction could not truncate the log; it shrinks later.", path)
+
+
+def refuse_pinned_wal(conn: apsw.Connection, path: str) -> None:
+    """Before compacting a WAL database: end :class:`Blocked` when a reader still pins a whole rewrite in its log.
+
+    A compaction blocked by a reader leaves its pages in the WAL; compacting again while the
+    reader stays would append another copy of the database to the log at every retry. A
+    passive checkpoint (it waits for nobody) copies back what it can; when the frames it could
+    not copy are at least as many as the database has pages, a whole rewrite is still pinned,
+    and this run would only add another.
+
+    Raises:
+        Blocked: as after a compaction whose checkpoint a reader blocked.
+    """
+    try:
+        if pragma(conn, "journal_mode") != "wal":
+            return
+        rows = run(conn, "PRAGMA wal_checkpoint(PASSIVE)")
+        page_count = int(pragma(conn, "page_count") or 0)
+    except apsw.Error:
+        return  # busy or locked: the compaction itself meets it and says so
+    if not rows or rows[0][1] is None or int(rows[0][1]) < 0:
+        return
+    pinned_frames = int(rows[0][1]) - int(rows[0][2])
+    if pinned_frames > 0 and pinned_frames >= page_count:
+        raise Blocked(f"a reader holds the WAL: {wal_bytes(path)} bytes still in {path}-wal")
+
+
+def empty_moved_wal(conn: apsw.Connection, path: str) -> None:
+    """Empty the ``-wal`` of a WAL database whose path now names another file, before closing it.
+
+    SQLite opens any non-empty ``-wal`` it finds beside a database, whatever the database's
+    header says, and it leaves the old file's log in place when a connection to a moved file
+    closes. Left as it is, that log would be read as the new file's. Checkpointed (into the old
+    inode, through the connection's own descriptors) and truncated, it is empty and harmless.
+    Failing that, the risk is said in the ERROR line of the ``replaced`` result.
+    """
+    try:
+        if pragma(conn, "journal_mode") == "wal":
+            run(conn, "PRAGMA wal_checkpoint(TRUNCATE)")
+    except apsw.Error:
+        log.debug("Emptying the WAL of %r, renamed over, failed.", path, exc_info=True)
+
+
+def wal_bytes(path: str) -> int:
+    """The size of ``path``'s ``-wal`` file, 0 when there is none."""
+    try:
+        return os.stat(path + "-wal").st_size
+    except OSError:
+        return 0
 
 
 def _interrupt(conn: apsw.Connection) -> None:

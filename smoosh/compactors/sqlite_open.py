@@ -55,6 +55,7 @@ __all__ = [
     "SQLITE_BUSY",
     "SQLITE_LOCKED",
     "SQLITE_INTERRUPT",
+    "SQLITE_READONLY",
     "SQLITE_CANTOPEN",
     "SQLITE_NOTADB",
 ]
@@ -64,6 +65,7 @@ log = logging.getLogger(__name__)
 #: Primary result codes the compactor maps to its own errors.
 SQLITE_BUSY = 5
 SQLITE_LOCKED = 6
+SQLITE_READONLY = 8
 SQLITE_INTERRUPT = 9
 SQLITE_CANTOPEN = 14
 SQLITE_NOTADB = 26

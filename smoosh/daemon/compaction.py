@@ -9,8 +9,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Sequence
 
-from channels.ports import BUSY, FAILED, GONE, INTERRUPTED, OK, Outcome
-from smoosh.compactors import Busy, Compactor, Gone, Interrupted, compactor_for
+from channels.ports import BLOCKED, BUSY, FAILED, GONE, INTERRUPTED, OK, REPLACED, Outcome
+from smoosh.compactors import Blocked, Busy, Compactor, Gone, Interrupted, Replaced, compactor_for
 from smoosh.compactors.base import refused
 from smoosh.compactors.sqlite import CLEANUP_PREFIX
 from smoosh.daemon.job_context import ROTATED, STOPPING, JobContext
@@ -69,8 +69,15 @@ def compact(
         return outcome(OK, None, result.size_before_bytes, result.size_after_bytes)
     except Busy as exc:
         return outcome(BUSY, str(exc), size_bytes, size_bytes)
+    except Blocked as exc:
+        # Outside smoosh's hands (a reader, the permissions): one WARNING line, written by the
+        # outcome's record, and no traceback.
+        return outcome(BLOCKED, str(exc), size_bytes, size_bytes)
     except Interrupted as exc:
         return outcome(INTERRUPTED, str(exc), size_bytes, size_bytes)
+    except Replaced as exc:
+        # The file the key names now is another one: measured afresh, never retried as this run.
+        return outcome(REPLACED, str(exc), size_bytes, size_bytes)
     except Gone as exc:
         return outcome(GONE, str(exc))
     except Exception as exc:

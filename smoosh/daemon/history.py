@@ -40,6 +40,12 @@ STOPPED = "stopped"
 CRASHED = "crashed"
 FINISHED = "finished"
 BUSY = "busy"
+#: It could not make progress (a reader pins the WAL, the file is read-only): backed off like
+#: a crash, and counted with crashes, but shown as what it is.
+BLOCKED = "blocked"
+#: Another file was renamed over the database while it was compacted: this run is over (the
+#: new file is examined afresh when its events arrive), not a crash.
+REPLACED = "replaced"
 #: It never started: its priority was re-checked to 0, it was refused, or another channel had it.
 DROPPED = "dropped"
 
@@ -97,7 +103,7 @@ def consecutive_crashes(events: list[Event], health_threshold_s: float) -> int:
     i = 0
     while i < len(events):
         current = events[i]
-        if current.event == CRASHED and i + 1 < len(events):
+        if current.event in (CRASHED, BLOCKED) and i + 1 < len(events):
             if current.at - events[i + 1].at > health_threshold_s:
                 return count
             count += 1
@@ -112,6 +118,11 @@ def backoff_s(crash_count: int, base_s: float = DEFAULT_BACKOFF_BASE_S) -> float
     if crash_count <= 0:
         return 0.0
     return base_s * (1 << min(crash_count - 1, MAX_BACKOFF_EXPONENT))
+
+
+def longest_backoff_s(base_s: float = DEFAULT_BACKOFF_BASE_S) -> float:
+    """The longest wait the backoff reaches (``base_s * 2**MAX_BACKOFF_EXPONENT``)."""
+    return backoff_s(MAX_BACKOFF_EXPONENT + 1, base_s)
 
 
 class HistoryTable:
@@ -152,16 +163,26 @@ class HistoryTable:
         with self._lock:
             return self._records.get(key)
 
-    def record(self, key: str, event: str, at: float, *, channel: str | None = None, reason: str | None = None) -> KeyRecord:
+    def record(
+        self, key: str, event: str, at: float, *, channel: str | None = None, reason: str | None = None,
+        retry_after_s: float | None = None,
+    ) -> KeyRecord:
         """Add an event to ``key``'s history and update its state.
 
+        Parameters:
+            retry_after_s: for a crash or a block, the wait before the retry instead of the
+                backoff the consecutive crashes give (a read-only file waits the longest).
+
         Returns:
-            The key's record; for a crash, ``retry_at`` is set from the backoff.
+            The key's record; for a crash or a block, ``retry_at`` is set from the backoff.
         """
         with self._lock:
-            return self._record(key, event, at, channel, reason)
+            return self._record(key, event, at, channel, reason, retry_after_s)
 
-    def _record(self, key: str, event: str, at: float, channel: str | None, reason: str | None) -> KeyRecord:
+    def _record(
+        self, key: str, event: str, at: float, channel: str | None, reason: str | None,
+        retry_after_s: float | None = None,
+    ) -> KeyRecord:
         rec = self._records.get(key)
         if rec is None:
             rec = self._records[key] = KeyRecord(key)
@@ -177,7 +198,7 @@ class HistoryTable:
             rec.state = "running"
             rec.progress = 0.0
             rec.retry_at = None
-        elif event == FINISHED:
+        elif event in (FINISHED, REPLACED):
             rec.state = "finished"
             rec.progress = 1.0
             rec.retry_at = None
@@ -189,13 +210,15 @@ class HistoryTable:
         elif event == BUSY:
             rec.state = "pending"
             rec.retry_at = at + BUSY_RETRY_S
-        elif event == CRASHED:
+        elif event in (CRASHED, BLOCKED):
             rec.error_count += 1
             rec.last_error = reason
-            crashes = consecutive_crashes(list(rec.events), self.health_threshold_s)
-            # A first crash with nothing before it still earns the base backoff: without a
-            # wait, a database that fails at once would be retried in a tight loop.
-            rec.retry_at = at + backoff_s(max(crashes, 1), self.backoff_base_s)
+            if retry_after_s is None:
+                crashes = consecutive_crashes(list(rec.events), self.health_threshold_s)
+                # A first crash with nothing before it still earns the base backoff: without a
+                # wait, a database that fails at once would be retried in a tight loop.
+                retry_after_s = backoff_s(max(crashes, 1), self.backoff_base_s)
+            rec.retry_at = at + retry_after_s
             rec.state = "crashing"
         if rec.state in ("finished", "dropped"):
             self._finished[key] = None

@@ -2,7 +2,8 @@
 
 Loopback by default. Bound anywhere else, every POST needs ``Authorization: Bearer <token>``,
 compared in constant time. Handlers only read published snapshots, so a slow or stuck
-channel never delays ``/status``.
+channel never delays ``/status``. Connections are gathered by one loop thread and answered by
+a bounded few (:mod:`smoosh.daemon.http_conns`), so a slow or idle client never holds a thread.
 """
 
 from __future__ import annotations
@@ -10,16 +11,16 @@ from __future__ import annotations
 import hmac
 import json
 import logging
-import os
-import selectors
 import socket
 import threading
+import time
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from http.server import BaseHTTPRequestHandler
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 import smoosh.jsonutil as jsonutil
 from smoosh.config.address import is_loopback_host, split_host_port
+from smoosh.daemon.http_conns import MAX_HANDLER_THREADS, MAX_OPEN_CONNECTIONS, ConnectionLoop, RequestReader
 from smoosh.errors import InvalidKey, SmooshError, UnknownChannel
 
 if TYPE_CHECKING:
@@ -33,8 +34,8 @@ MAX_ENQUEUE_KEYS = 10_000
 MAX_ENQUEUE_KEY_BYTES = 4096
 #: Largest request body read, in bytes (10,000 keys of 4 KiB, JSON-escaped, fit).
 MAX_BODY_BYTES = 64 * 1024 * 1024
-#: Longest a connection may sit idle or stall mid-request, in seconds. Without it a client
-#: that announces a body and never sends it pins a handler thread forever (slowloris).
+#: Longest a connection may take to send its next whole request (idle time included), in
+#: seconds: a client trickling bytes (slowloris) is closed then, however steadily it sends.
 REQUEST_TIMEOUT_S = 30.0
 
 
@@ -55,46 +56,6 @@ def is_loopback(host: str) -> bool:
     return is_loopback_host(host)
 
 
-class _HTTPServer(ThreadingHTTPServer):
-    """Serves until :meth:`stop`, asleep on the listening socket and a wake-up pipe.
-
-    ``serve_forever`` wakes every ``poll_interval`` to look for a shutdown request, so an
-    idle daemon would wake twice a second for nothing; here the pipe ends the wait instead.
-    """
-
-    daemon_threads = True
-    allow_reuse_address = True  # SO_REUSEADDR: a restart binds at once, even with TIME_WAIT sockets
-
-    def __init__(self, address: tuple[str, int], handler: type, family: int) -> None:
-        self.address_family = family
-        super().__init__(address, handler)
-        self._wake_r, self._wake_w = os.pipe()
-        self._stopping = False
-
-    def serve(self) -> None:
-        """Accept and dispatch connections until :meth:`stop`."""
-        with selectors.DefaultSelector() as selector:
-            selector.register(self, selectors.EVENT_READ)
-            selector.register(self._wake_r, selectors.EVENT_READ)
-            while not self._stopping:
-                for key, _events in selector.select():
-                    if key.fileobj is self and not self._stopping:
-                        self._handle_request_noblock()  # type: ignore[attr-defined]  # BaseServer's own step
-
-    def stop(self) -> None:
-        """End :meth:`serve` (from another thread)."""
-        self._stopping = True
-        os.write(self._wake_w, b"x")
-
-    def server_close(self) -> None:
-        super().server_close()
-        for fd in (self._wake_r, self._wake_w):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-
-
 #: ``AdminServer(token=...)`` default: the token of the server's config in force (a reload applies).
 FROM_CONFIG = object()
 
@@ -111,17 +72,51 @@ class AdminServer:
         address: ``host:port`` (port 0: any free port; see :attr:`address`).
         token: the bearer token every POST must carry off loopback; by default the token of
             the server's config in force.
+        request_timeout_s: how long a connection may take to send its next whole request;
+            None: :data:`REQUEST_TIMEOUT_S` (the handler class's ``timeout``).
+        max_threads: requests answered at once.
+        max_connections: connections open at once (past it the longest-waiting is closed).
+        clock: monotonic seconds, for the request deadlines.
     """
 
-    def __init__(self, server: Server, address: str, *, token: Any = FROM_CONFIG) -> None:
+    def __init__(
+        self,
+        server: Server,
+        address: str,
+        *,
+        token: Any = FROM_CONFIG,
+        request_timeout_s: float | None = None,
+        max_threads: int = MAX_HANDLER_THREADS,
+        max_connections: int = MAX_OPEN_CONNECTIONS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         host, port = parse_address(address)
         self.smoosh = server
         self._token = token
         self.require_token = not is_loopback(host)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         handler = type("Handler", (_Handler,), {"admin": self})
-        self._httpd = _HTTPServer((host, port), handler, family)
+        self._handler: type[_Handler] = handler
+        self._request_timeout_s = request_timeout_s
+        self._clock = clock
+        self._httpd = ConnectionLoop(
+            (host, port), family, self._answer, timeout_s=self._timeout_s,
+            max_threads=max_threads, max_connections=max_connections, clock=clock,
+        )
         self._thread: threading.Thread | None = None
+
+    def _timeout_s(self) -> float:
+        return float(self._request_timeout_s if self._request_timeout_s is not None else self._handler.timeout)
+
+    def _answer(self, sock: socket.socket, address: tuple, data: bytes, deadline: float) -> tuple[bool, bytes]:
+        """Answer the one request in ``data`` (and the socket); whether to keep the connection, and what follows."""
+        handler = self._handler(sock, address, data, deadline, self._clock)
+        return not handler.close_connection, handler.reader.leftover()
+
+    @property
+    def open_connections(self) -> int:
+        """Connections open now (idle, sending, or being answered)."""
+        return self._httpd.open_connections
 
     @property
     def token(self) -> str | None:
@@ -146,15 +141,32 @@ class AdminServer:
         self._httpd.stop()
         if self._thread is not None:
             self._thread.join(5)
-        self._httpd.server_close()
+        self._httpd.close()
 
 
 class _Handler(BaseHTTPRequestHandler):
     admin: AdminServer
     server_version = "smoosh"
     protocol_version = "HTTP/1.1"
-    #: Read by StreamRequestHandler.setup as the socket timeout of each connection.
+    #: The request deadline (see :class:`AdminServer`), also the timeout of each write.
     timeout = REQUEST_TIMEOUT_S
+
+    def __init__(
+        self, sock: socket.socket, address: tuple, data: bytes, deadline: float, clock: Callable[[], float]
+    ) -> None:
+        # One request per handler: the connection loop gathered it (``data``) and takes the
+        # connection back afterwards, so an idle keep-alive connection holds no thread.
+        self.reader = RequestReader(data, sock, deadline, clock)
+        super().__init__(sock, address, cast(Any, None))  # runs setup, handle and finish; no server object
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile.close()
+        self.rfile = cast(Any, self.reader)
+
+    def handle(self) -> None:
+        self.close_connection = True
+        self.handle_one_request()
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
         log.debug("%s %s", self.address_string(), format % args)

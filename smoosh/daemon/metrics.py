@@ -20,6 +20,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from channels.ports import RESULTS
+
 if TYPE_CHECKING:
     from smoosh.daemon.server import Server
 
@@ -98,10 +100,16 @@ class SmooshCollector(Collector):
         yield total
 
         compactions = CounterMetricFamily(
-            "smoosh_compactions", "Finished compactions by channel and result (ok, failed, busy, interrupted, gone).",
+            "smoosh_compactions", "Finished compactions by channel and result (" + ", ".join(RESULTS) + ").",
             labels=["channel", "result"])
         # dict() copies under the GIL in one step: a worker's callback may add a key meanwhile.
-        for (channel, result), n in sorted(dict(counters.compactions).items()):
+        counted = dict(counters.compactions)
+        # Every channel and every result exists at 0 from start (DESIGN §11), so an alert on
+        # rate(...{result="blocked"}) has a series before the first blocked compaction.
+        for channel in channels:
+            for result in RESULTS:
+                counted.setdefault((channel, result), 0)
+        for (channel, result), n in sorted(counted.items()):
             compactions.add_metric([channel, result], n)
         yield compactions
 

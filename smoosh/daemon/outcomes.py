@@ -16,10 +16,12 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 from channels import Channel
-from channels.ports import BUSY, FAILED, GONE, OK, Outcome, RunEvent
+from channels.ports import BLOCKED, BUSY, FAILED, GONE, OK, REPLACED, Outcome, RunEvent
+from smoosh.compactors.base import READ_ONLY
 from smoosh.daemon import control
 from smoosh.daemon.history import (
-    BUSY as BUSY_EVENT, BUSY_RETRY_S, CRASHED, DROPPED, FINISHED, STARTED, HistoryTable, encode_record,
+    BLOCKED as BLOCKED_EVENT, BUSY as BUSY_EVENT, BUSY_RETRY_S, CRASHED, DROPPED, FINISHED, REPLACED as REPLACED_EVENT,
+    STARTED, HistoryTable, encode_record, longest_backoff_s,
 )
 from smoosh.daemon.startup import crash_record_key
 from smoosh.store.base import Transaction
@@ -29,6 +31,12 @@ __all__ = ["Outcomes", "Counters"]
 log = logging.getLogger(__name__)
 
 Write = Callable[[Transaction], None]
+
+#: Said with every ``replaced`` result: what smoosh could not rule out.
+REPLACED_RISK = (
+    "Renaming a file over a database that is open is unsafe: an application connection that opened the new file "
+    "while the compaction's journal or WAL sat beside it may have applied them to it (sqlite.org/howtocorrupt.html 2.4)."
+)
 
 
 @dataclass
@@ -119,7 +127,13 @@ class Outcomes:
             rec = history.record(key, BUSY_EVENT, now, channel=channel, reason=outcome.error or "database busy")
             not_before = rec.retry_at or now + BUSY_RETRY_S
             log.info("%r was busy; retrying in %.0f s", key, not_before - now)
-        else:  # failed, replaced, blocked: a crash, with its backoff
+        elif result == BLOCKED:
+            not_before = self._blocked(channel, key, outcome.error or "", now)
+        elif result == REPLACED:
+            history.record(key, REPLACED_EVENT, now, channel=channel, reason=outcome.error or "replaced")
+            self._forget(key)
+            log.error("compaction of %r in %s ended replaced: %s. %s", key, channel, outcome.error, REPLACED_RISK)
+        else:  # failed: a crash, with its backoff
             rec = history.record(key, CRASHED, now, channel=channel, reason=outcome.error or result)
             not_before = rec.retry_at or now
             log.warning(
@@ -129,6 +143,22 @@ class Outcomes:
         write = self._crash_record_write(key, keep=not_before is not None)
         if write is not None:
             self._pending_writes[key] = write
+        return not_before
+
+    def _blocked(self, channel: str, key: str, reason: str, now: float) -> float:
+        """Record a compaction that could not make progress; the time it is tried again.
+
+        A read-only file does not become writable by itself (an operator changes the mode or
+        the mount), so it waits the longest backoff at once instead of climbing to it; a reader
+        pinning the WAL backs off like a crash. One WARNING line either way, no traceback.
+        """
+        history = self._history
+        retry_after_s = longest_backoff_s(history.backoff_base_s) if reason == READ_ONLY else None
+        rec = history.record(
+            key, BLOCKED_EVENT, now, channel=channel, reason=f"blocked: {reason}", retry_after_s=retry_after_s,
+        )
+        not_before = rec.retry_at or now
+        log.warning("compaction of %r in %s ended blocked: %s; retrying in %.0f s", key, channel, reason, not_before - now)
         return not_before
 
     def deliver(self, channel_name: str, event: RunEvent) -> Write | None:

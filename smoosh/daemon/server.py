@@ -45,7 +45,8 @@ from smoosh.errors import ConfigError, UnknownChannel
 from smoosh.jobs import Jobs
 from smoosh.loop import Loop
 from smoosh.priority import quantize
-from smoosh.store import Store, open_store
+from smoosh.daemon.store_reset import open_job_store
+from smoosh.store import Store
 
 __all__ = ["Server", "UnknownChannel", "Counters"]
 
@@ -68,6 +69,8 @@ class Server:
         clock: the wall clock (Unix seconds) every part of the daemon reads; tests inject one.
         watch_config: reload the config file live when it changes.
         compactors: compactors to use instead of the built-in SQLite one and the plugins.
+        reset_store: at start, move a corrupt SQLite store aside and start with an empty one
+            (``smoosh run --reset-store``; see :mod:`smoosh.daemon.store_reset`).
     """
 
     def __init__(
@@ -80,8 +83,10 @@ class Server:
         clock: Callable[[], float] = time.time,
         watch_config: bool = True,
         compactors: list[Any] | None = None,
+        reset_store: bool = False,
     ) -> None:
         self._config = config
+        self._reset_store = reset_store
         self._clock = clock
         self.dry_run = dry_run
         self._owns_store = store is None
@@ -142,6 +147,7 @@ class Server:
         """Open the store, take over this node's jobs, restore every channel, then start the rest.
 
         Raises:
+            CorruptStore: the SQLite store is damaged (the message names ``--reset-store``).
             SmooshError: the store cannot be opened.
         """
         if self._started:
@@ -155,7 +161,7 @@ class Server:
             self.node, cfg.store, len(cfg.channels), self._workers_n, ", dry run" if self.dry_run else "",
         )
         if self._store is None:
-            self._store = open_store(cfg.store)
+            self._store = open_job_store(cfg.store, reset=self._reset_store)
         self.intake.own_paths = own_paths(cfg)
         self._jobs = Jobs(self._store)
         self._jobs.set_type_timeout(self.job_type, cfg.job_timeout_s)

@@ -32,6 +32,7 @@ from smoosh.daemon.history import ADDED, HistoryTable
 from smoosh.daemon.housekeeping import Housekeeping, Parts
 from smoosh.daemon.instance_lock import InstanceLock, prepare_state_dir
 from smoosh.daemon.intake import Intake, own_paths
+from smoosh.daemon.live_config import CALL_TIMEOUT_S, LiveConfig
 from smoosh.daemon.outcomes import Counters, Outcomes
 from smoosh.daemon.registry import ChannelRegistry
 from smoosh.daemon.router import Router
@@ -41,7 +42,7 @@ from smoosh.daemon.staleness import AccessTable
 from smoosh.daemon.startup import take_over_jobs
 from smoosh.daemon.status import build_status, jobs_table
 from smoosh.daemon.suspension import Suspension
-from smoosh.errors import ConfigError, UnknownChannel
+from smoosh.errors import UnknownChannel
 from smoosh.jobs import Jobs
 from smoosh.loop import Loop
 from smoosh.priority import quantize
@@ -54,11 +55,9 @@ log = logging.getLogger(__name__)
 
 #: Seconds a clean stop may take before the daemon gives up waiting (DESIGN §5.1).
 STOP_TIMEOUT_S = 10.0
-#: Seconds an operator call (suspend, apply_config...) waits for the server's loop.
-CALL_TIMEOUT_S = 30.0
 
 
-class Server:
+class Server(LiveConfig):
     """The compaction daemon, embeddable: ``Server(load_config(path)).start()``.
 
     Parameters:
@@ -435,104 +434,6 @@ class Server:
     def jobs_table(self) -> list[dict[str, Any]]:
         """Per-key state, progress, error count, last error and history (``GET /jobs``)."""
         return jobs_table(self._history, self._worker)
-
-    # ------------------------------------------------------------------ config
-
-    def apply_config(self, new: Config) -> None:
-        """Apply a valid new config live: channels created, closed (with checkpoint) or retuned."""
-        self._loop.call(lambda: self._apply_config(new), CALL_TIMEOUT_S)
-
-    def _apply_config(self, new: Config) -> None:
-        old = self._config
-        self._restart_required = old.restart_keys_changed(new)
-        if self._restart_required:
-            log.warning("config keys changed that need a restart: %s", ", ".join(self._restart_required))
-        self._config = new
-        self._config_error = None
-        self._slots.limit = new.max_jobs
-        self._history.configure(
-            max_history=new.max_history,
-            health_threshold_s=new.health_threshold_s,
-            backoff_base_s=new.backoff_base_s,
-        )
-        self._access.set_staleness(new.staleness_s)
-        self._access.set_max_size(new.access_max_size)
-        if new.roots != old.roots:
-            self._set_compactor_roots(new.roots)
-        for compactor in self._compactors:
-            configure = getattr(compactor, "configure", None)
-            if configure is not None:
-                _quietly(lambda: configure(new.sqlite, wal_max_size_bytes=new.wal_max_size_bytes,
-                                           exact_size_interval_s=new.exact_size_interval_s))
-        if new.job_timeout_s != old.job_timeout_s:
-            self._set_job_timeout(new.job_timeout_s)
-        if self._worker is not None and self._workers_from_config:
-            self._worker.set_concurrency(new.max_jobs)
-        persist_dir = new.state_dir if (new.persist and self._state_dir_ok) else None
-        self.intake.debouncer.set_recheck_interval(new.recheck_interval_s)
-        now = self._clock()
-        registry = self._registry
-        for name in list(registry.current):
-            if name not in new.channels:
-                log.info("channel %s removed from the config; closing it", name)
-                registry.close(name)
-                # Its running jobs finish; a hold left on them would pause them forever.
-                _quietly(lambda: self.on_hold(name, False))
-        for name, ch_cfg in new.channels.items():
-            channel = registry.current.get(name)
-            if channel is None:
-                log.info("channel %s added by the config", name)
-                registry.open(name, ch_cfg, now)
-            else:
-                channel.update_settings(ch_cfg, now)
-                channel.set_checkpoint_interval(new.checkpoint_interval_s, now)
-                if new.persist != old.persist:
-                    channel.set_state_dir(persist_dir)
-                self.wake(name)
-        if self._housekeeping is not None:
-            self._housekeeping.config_changed(old, new)
-        log.info("config reloaded: %d channel(s)", len(registry.current))
-
-    def _set_job_timeout(self, job_timeout_s: float) -> None:
-        """The job type's activity timeout (in the store) and the heartbeat period follow a reload."""
-        if self._worker is not None:
-            self._worker.job_timeout_s = job_timeout_s
-        jobs, scheduler = self._jobs, self._scheduler
-        if jobs is not None and scheduler is not None:
-            scheduler.background(lambda: jobs.set_type_timeout(self.job_type, job_timeout_s))
-
-    def reload_config(self) -> None:
-        """Re-read the config file now (SIGHUP); an invalid file is rejected whole."""
-        from smoosh.config import load_config
-
-        if self._config.path is None:
-            return
-        try:
-            result: Config | ConfigError = load_config(self._config.path)
-        except ConfigError as e:
-            result = e
-        self._on_config_change(result)
-
-    def _on_config_change(self, result: Config | ConfigError) -> None:
-        if isinstance(result, ConfigError):
-            self._config_error = str(result)
-            log.error("config edit rejected, the previous config stays in force: %s", result)
-            return
-        try:
-            self.apply_config(result)
-        except Exception as e:
-            self._config_error = f"could not apply config: {e}"
-            log.exception("could not apply the new config")
-
-    # ------------------------------------------------------------------ helpers
-
-    def _set_compactor_roots(self, roots: tuple[str, ...]) -> None:
-        """Every compactor that checks roots where it opens a file gets the roots in force."""
-        for compactor in self._compactors:
-            set_roots = getattr(compactor, "set_roots", None)
-            if set_roots is not None:
-                set_roots(roots)
-
 
 
 def _quietly(fn: Callable[[], Any]) -> None:

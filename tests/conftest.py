@@ -49,3 +49,18 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     for line in summary.summary_lines(terminalreporter.stats.get("skipped", [])):
         terminalreporter.write_line(line)
+
+
+from typing import Iterator  # noqa: E402
+
+from helpers.daemon import Daemon  # noqa: E402
+
+
+@pytest.fixture
+def daemons() -> Iterator[list[Daemon]]:
+    """Daemons a test starts (real ``smoosh run`` processes); any still running afterwards is killed."""
+    started: list[Daemon] = []
+    yield started
+    for d in started:
+        if d.proc.poll() is None:
+            d.kill()

@@ -261,34 +261,31 @@ class JobScheduler:
             return
         self._follow(run)
 
-    def _add(self, tr: Transaction, run: Run, data: dict[str, Any]) -> str | None:
-        """Add the job unless one for the key runs; the running job's channel, or None when added."""
+    def _running_owner(self, tr: Transaction, run: Run) -> str | None:
+        """The channel of a job that runs for the key already (one key, one job), or None."""
         try:
             info = self.jobs.get_job(self.job_type, run.key, tx=tr)
         except NotFound:
-            info = None
-        if info is not None and info.state == "running":
-            owner = info.data.get("channel")
-            owner = owner if isinstance(owner, str) else run.channel
-            if owner == run.channel and isinstance(info.data.get("run"), int):
-                run.job_run = info.data["run"]
-            return owner
-        self.jobs.add(self.job_type, run.key, data, tx=tr)
-        return None
+            return None
+        if info.state != "running":
+            return None
+        owner = info.data.get("channel")
+        owner = owner if isinstance(owner, str) else run.channel
+        if owner == run.channel and isinstance(info.data.get("run"), int):
+            run.job_run = info.data["run"]
+        return owner
+
+    def _add(self, tr: Transaction, run: Run, data: dict[str, Any]) -> str | None:
+        """Add the job unless one for the key runs; the running job's channel, or None when added."""
+        owner = self._running_owner(tr, run)
+        if owner is None:
+            self.jobs.add(self.job_type, run.key, data, tx=tr)
+        return owner
 
     def _add_claimed(self, tr: Transaction, run: Run, data: dict[str, Any]) -> Any:
         """Add the job claimed by this process's worker; the running job's channel instead, if one runs."""
-        try:
-            info = self.jobs.get_job(self.job_type, run.key, tx=tr)
-        except NotFound:
-            info = None
-        if info is not None and info.state == "running":
-            owner = info.data.get("channel")
-            owner = owner if isinstance(owner, str) else run.channel
-            if owner == run.channel and isinstance(info.data.get("run"), int):
-                run.job_run = info.data["run"]
-            return owner
-        return self.jobs.add_claimed(self.job_type, run.key, data, tx=tr)
+        owner = self._running_owner(tr, run)
+        return owner if owner is not None else self.jobs.add_claimed(self.job_type, run.key, data, tx=tr)
 
     def _follow(self, run: Run) -> None:
         """Subscribe to the run's job; a state already reached is reported at once."""

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -55,15 +55,6 @@ class ReadOnlyDirDaemon(Daemon):
             ["unshare", "--mount", "sh", "-c", script],
             stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=str(config.parent),
         )
-
-
-@pytest.fixture
-def daemons() -> Iterator[list[Daemon]]:
-    started: list[Daemon] = []
-    yield started
-    for d in started:
-        if d.proc.poll() is None:
-            d.kill()
 
 
 def _jobs(d: Daemon) -> dict[str, dict[str, Any]]:

@@ -8,21 +8,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 from compactor.dbfactory import make_bloated_db
 from helpers.daemon import Daemon, free_port, wait_for, write_config
-
-
-@pytest.fixture
-def daemons() -> Iterator[list[Daemon]]:
-    started: list[Daemon] = []
-    yield started
-    for d in started:
-        if d.proc.poll() is None:
-            d.kill()
 
 
 def start(daemons: list[Daemon], config: Path, *args: str) -> Daemon:

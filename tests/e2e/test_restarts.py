@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from compactor.dbfactory import db_stats, integrity, make_bloated_db, row_count
-from faults.faultlib import daemons, processes, start_daemon, start_worker
+from faults.faultlib import processes, start_daemon, start_worker
 from helpers.daemon import Daemon, free_port, wait_for, write_config
 
-__all__ = ["daemons", "processes"]  # fixtures
+__all__ = ["processes"]  # fixture
 
 NODE_TYPE = "smoosh:testnode"
 #: One-page incremental chunks: a compaction slow enough to stop in its middle.

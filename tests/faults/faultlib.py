@@ -26,16 +26,6 @@ WRITER = str(Path(__file__).with_name("db_writer.py"))
 
 
 @pytest.fixture
-def daemons() -> Iterator[list[Daemon]]:
-    """Daemons a test started; any still running at the end is killed."""
-    started: list[Daemon] = []
-    yield started
-    for d in started:
-        if d.proc.poll() is None:
-            d.kill()
-
-
-@pytest.fixture
 def processes() -> Iterator[list[subprocess.Popen]]:
     """Helper processes a test started (writers, workers, lock holders); killed at the end."""
     started: list[subprocess.Popen] = []

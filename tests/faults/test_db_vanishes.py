@@ -13,10 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from compactor.dbfactory import make_bloated_db, row_count
-from faults.faultlib import daemons, damaged, start_daemon
+from faults.faultlib import damaged, start_daemon
 from helpers.daemon import Daemon, free_port, wait_for, write_config
 
-__all__ = ["daemons"]  # fixture
 
 
 def record(d: Daemon, key: Path) -> dict[str, Any]:

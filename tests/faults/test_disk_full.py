@@ -18,11 +18,10 @@ from typing import Iterator
 import pytest
 
 from compactor.dbfactory import make_bloated_db
-from faults.faultlib import daemons, start_daemon
+from faults.faultlib import start_daemon
 from helpers.daemon import Daemon, free_port, wait_for, write_config
 from persist import read_checkpoint
 
-__all__ = ["daemons"]  # fixture
 
 #: Size of the tiny file system holding state_dir.
 TMPFS_SIZE = "256k"

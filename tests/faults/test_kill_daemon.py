@@ -23,11 +23,11 @@ from pathlib import Path
 import pytest
 
 from faults.faultlib import (
-    SOAK, checkpoints, corrupt_files, damaged, daemons, processes, queued_keys, start_daemon, start_writer,
+    SOAK, checkpoints, corrupt_files, damaged, processes, queued_keys, start_daemon, start_writer,
 )
 from helpers.daemon import Daemon, free_port, write_config
 
-__all__ = ["daemons", "processes"]  # fixtures
+__all__ = ["processes"]  # fixture
 
 #: Kill trials in `make test` and in `make soak`.
 TRIALS = 3

@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 
 from compactor.dbfactory import make_bloated_db, row_count
-from faults.faultlib import SOAK, daemons, damaged, processes, start_daemon, start_worker
+from faults.faultlib import damaged, processes, start_daemon, start_worker
 from helpers.daemon import Daemon, free_port, wait_for, write_config
 from smoosh.jobs import Jobs
 from smoosh.store import open_store
 
-__all__ = ["daemons", "processes"]  # fixtures
+__all__ = ["processes"]  # fixture
 
 #: Kills (each of every worker, with at least one job mid-compaction) in `make test` / `make soak`.
 TRIALS = 2

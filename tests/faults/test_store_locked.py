@@ -9,11 +9,11 @@ import time
 from pathlib import Path
 
 from compactor.dbfactory import make_bloated_db
-from faults.faultlib import daemons, damaged, processes, start_daemon
+from faults.faultlib import damaged, processes, start_daemon
 from helpers.daemon import Daemon, free_port, wait_for, write_config
 from smoosh.store.sqlite import DEFAULT_BUSY_TIMEOUT_S
 
-__all__ = ["daemons", "processes"]  # fixtures
+__all__ = ["processes"]  # fixture
 
 #: Seconds the other process holds the store's write lock: longer than the store's busy
 #: timeout, so the daemon's transactions see SQLITE_BUSY and go through the retry loop.

@@ -11,18 +11,9 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from helpers.daemon import Daemon  # noqa: E402
 from opslib import PausedDaemon, start_paused_daemon  # noqa: E402
 
 
-@pytest.fixture
-def daemons() -> Iterator[list[Daemon]]:
-    """Daemons a test starts; any still running afterwards is killed."""
-    started: list[Daemon] = []
-    yield started
-    for d in started:
-        if d.proc.poll() is None:
-            d.kill()
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -45,13 +44,6 @@ def make_corrupt_store(path: Path) -> bytes:
     return bytes(data)
 
 
-@pytest.fixture
-def daemons() -> Iterator[list[Daemon]]:
-    started: list[Daemon] = []
-    yield started
-    for d in started:
-        if d.proc.poll() is None:
-            d.kill()
 
 
 def test_a_corrupt_store_stops_the_daemon_with_one_line_naming_the_flag(tmp_path: Path) -> None:

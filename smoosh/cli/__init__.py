@@ -8,6 +8,7 @@ from typing import Sequence
 
 from smoosh.cli.client import CliError
 from smoosh.cli.commands import cmd_config_check, cmd_control, cmd_demo, cmd_enqueue, cmd_status
+from smoosh.cli.pipes import quiet_pipes
 from smoosh.cli.run import cmd_run, cmd_worker
 from smoosh.errors import ConfigError, SmooshError
 
@@ -16,11 +17,16 @@ __all__ = ["main", "build_parser", "CliError"]
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``smoosh`` command line; returns the exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help(sys.stderr)
-        return 2
+    with quiet_pipes():
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help(sys.stderr)
+            return 2
+        return _dispatch(args)
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args) or 0)
     except ConfigError as e:
@@ -31,6 +37,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 1
+    except BrokenPipeError:
+        # Output written past the wrappers (a child's or a library's own stream): the
+        # reader went away, which is its choice, not an error of this command.
+        return 0
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -317,10 +317,54 @@ def test_shipped_config_documents_every_key() -> None:
     assert set(CHANNEL_KEYS.values()) == fields["channel"]
     assert set(SQLITE_KEYS.values()) == fields["sqlite"]
     assert set(GLOBAL_KEYS) <= documented["smoosh"]
-    for channel in ("smoosh.upgrade_dbs", "smoosh.ratio_dbs", "smoosh.slack_dbs"):
+    for channel in ("smoosh.ratio_dbs", "smoosh.slack_dbs"):
         assert set(CHANNEL_KEYS) <= documented[channel], channel
+    # An upgrade's priority is always 1 whatever the file's size (priority.compute, rule 2):
+    # the upgrade channel lists only the keys that act on it.
+    assert documented["smoosh.upgrade_dbs"] == set(CHANNEL_KEYS) - UPGRADE_IGNORES
     assert set(SQLITE_KEYS) <= documented["smoosh.sqlite"]
     assert "smoosh.ignore" in documented
+
+
+#: Channel keys that have no effect on an upgrade channel.
+UPGRADE_IGNORES = {"min_priority", "max_priority", "min_size", "max_size"}
+#: Commented-out lines of the shipped file that show an example, not the default.
+EXAMPLES = {"page_size", "auto_vacuum"}
+
+
+def test_every_default_the_shipped_config_shows_is_the_codes_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given the shipped file with every commented-out "key = default" line uncommented
+    lines, section = [], None
+    for line in SHIPPED.read_text().splitlines():
+        header = re.fullmatch(r"\[([^\]]+)\]\s*", line)
+        section = header.group(1) if header else section
+        key = re.fullmatch(r";([A-Za-z_]+) =.*", line)
+        if key and section != "smoosh.ignore" and key.group(1) not in EXAMPLES:
+            line = line[1:]
+        lines.append(line)
+    monkeypatch.chdir(REPO)
+    config = parse_config("\n".join(lines), PATH)
+    # Then it loads without a warning and equals the defaults (a 00:00-24:00 window is no window)
+    assert config.warnings == ()
+    channels = {name: dataclasses.replace(c, window=None) if c.window and c.window.start_min == 0
+                and c.window.end_min == 24 * 60 else c for name, c in config.channels.items()}
+    assert dataclasses.replace(config, path=None, channels=channels) == Config.default()
+
+
+def test_an_upgrade_channel_ignores_the_keys_the_shipped_config_leaves_out() -> None:
+    from smoosh.priority import compute
+
+    needs = dict(file=10, active=10, needs_upgrade=True)
+    assert compute("upgrade", **needs) == 1
+    assert compute("upgrade", **needs, min_priority=5.0, max_priority=0.5, min_size=1 << 20, max_size=1) == 1
+    assert compute("upgrade", file=10 << 20, active=1, needs_upgrade=False) == 0
+
+
+def test_the_shipped_config_describes_inline_comments_as_the_parser_reads_them() -> None:
+    text = SHIPPED.read_text()
+    assert "a \";\" after a value is part of it" not in text
+    assert "min_priority = 2.0 ; big ones" in text
+    assert parse("[smoosh.ratio_dbs]\nmin_priority = 2.0 ; big ones\n").channels["ratio_dbs"].min_priority == 2.0
 
 
 def test_an_inline_comment_ends_a_value_as_in_couchdbs_parser() -> None:

@@ -88,9 +88,11 @@ def cmd_control(args: argparse.Namespace) -> int:
 def cmd_config_check(args: argparse.Namespace) -> int:
     """``smoosh config check``: validate, print the error or the warnings; exit 1 on an error."""
     from smoosh.config import load_config
+    from smoosh.config.checks import check_directories
 
     try:
-        config = load_config(args.config)
+        config = load_config(args.config, log_warnings=False)  # printed below, once each
+        check_directories(config)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -29,12 +29,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     """
     from smoosh.cli import systemd
     from smoosh.config import load_config
+    from smoosh.config.checks import check_directories
     from smoosh.daemon.server import Server
 
     _setup_logging()
-    config = load_config(args.config)
-    for warning in config.warnings:
-        log.warning("config: %s", warning)
+    config = load_config(args.config)  # logs the config's warnings, once each
+    if args.watch:
+        _check_watch_option(args.watch)
+    else:
+        check_directories(config)
     config = _override(config, store=args.store, http=args.http, watch=args.watch)
     _check_http_token(config, overridden=args.http is not None)
     server = Server(config, workers=args.workers, dry_run=args.dry_run)
@@ -108,6 +111,17 @@ def _reload(server: Any) -> None:
         server.reload_config()
     finally:
         systemd.ready()
+
+
+def _check_watch_option(directories: list[str]) -> None:
+    """Every ``--watch`` directory must exist, as the config's ``watch`` must.
+
+    Raises:
+        ConfigError: ``--watch '/srv/dbz': no such directory``.
+    """
+    for directory in directories:
+        if not os.path.isdir(directory):
+            raise ConfigError(f"--watch {directory!r}: no such directory", key="watch", value=directory)
 
 
 def _check_http_token(config: Any, *, overridden: bool) -> None:

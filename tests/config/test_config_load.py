@@ -83,9 +83,11 @@ def test_a_pasted_couchdb_config_loads() -> None:
     assert c.state_dir == "/srv/data"
     assert c.compaction_log_level == "info"
     assert c.ignore == ("/srv/shards/00000000-1fffffff/mydb.1623244354", "/srv/shards/x")
-    # cleanup_index_files = true is CouchDB's and harmless; the only warning is the section
-    # for a channel no list names.
+    # cleanup_index_files = true is CouchDB's and harmless; the warnings are the view
+    # channels, which no compactor can give work, and the section for a channel no list names.
     assert c.warnings == (
+        "conf/smoosh.ini: [smoosh] view_channels = 'upgrade_views,ratio_views,slack_views': no compactor has "
+        "indexes, so channel(s) upgrade_views, ratio_views, slack_views never get work",
         "conf/smoosh.ini: [smoosh.overnight]: no channel list names 'overnight', section ignored",
     )
 
@@ -128,10 +130,10 @@ def test_unknown_keys_and_sections_are_warned_about_by_name(caplog: pytest.LogCa
             """
         )
     assert c.warnings == (
-        "conf/smoosh.ini: [smoosh] stalenes: unknown key, ignored",
+        "conf/smoosh.ini: [smoosh] stalenes: unknown key, ignored (did you mean staleness?)",
         "conf/smoosh.ini: [couchdb]: not a smoosh section, ignored",
-        "conf/smoosh.ini: [smoosh.ratio_dbs] min_prio: unknown key, ignored",
-        "conf/smoosh.ini: [smoosh.sqlite] page_sise: unknown key, ignored",
+        "conf/smoosh.ini: [smoosh.ratio_dbs] min_prio: unknown key, ignored (did you mean min_priority?)",
+        "conf/smoosh.ini: [smoosh.sqlite] page_sise: unknown key, ignored (did you mean page_size?)",
     )
     assert [r.getMessage() for r in caplog.records] == list(c.warnings)
     assert c.staleness_s == 300.0
@@ -140,7 +142,7 @@ def test_unknown_keys_and_sections_are_warned_about_by_name(caplog: pytest.LogCa
 def test_keys_are_case_sensitive() -> None:
     c = parse("[smoosh]\nMax_Jobs = 9\n[smoosh.ignore]\nDBs/A.db = true\n")
     assert c.max_jobs == 4
-    assert c.warnings == ("conf/smoosh.ini: [smoosh] Max_Jobs: unknown key, ignored",)
+    assert c.warnings == ("conf/smoosh.ini: [smoosh] Max_Jobs: unknown key, ignored (did you mean max_jobs?)",)
     assert c.ignore == ("/srv/DBs/A.db",)
 
 
@@ -174,9 +176,13 @@ def test_default_section_does_not_leak_into_channels() -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("[smoosh]\nmax_jobs = 1\nmax_jobs = 2\n", "conf/smoosh.ini: [smoosh] max_jobs: key appears twice (line 3)"),
-        ("[smoosh]\n[smoosh]\n", "conf/smoosh.ini: [smoosh]: section appears twice (line 2)"),
-        ("max_jobs = 1\n", "conf/smoosh.ini: line 1: 'max_jobs = 1': a key before any [section]"),
+        ("[smoosh]\nmax_jobs = 1\nmax_jobs = 2\n", "conf/smoosh.ini:3: [smoosh] max_jobs: key appears twice"),
+        ("[smoosh]\n[smoosh]\n", "conf/smoosh.ini:2: [smoosh]: section appears twice"),
+        ("max_jobs = 1\n", "conf/smoosh.ini:1: 'max_jobs = 1': a key before any [section]"),
+        ("[smoosh\nwatch =\n", "conf/smoosh.ini:1: '[smoosh': a section header without its closing ]"),
+        ("[smoosh]\nwatch =\n" + "\n" * 6 + "[smoosh.ratio_dbs\nconcurrency = 2\n",
+         "conf/smoosh.ini:9: '[smoosh.ratio_dbs': a section header without its closing ]"),
+        ("[smoosh]\nwatch =\nmax_jobs\n", "conf/smoosh.ini:3: 'max_jobs': not a key = value line"),
     ],
 )
 def test_malformed_files_are_errors_naming_the_file(text: str, message: str) -> None:

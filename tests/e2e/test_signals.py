@@ -35,10 +35,6 @@ def running_jobs(config: Path) -> list[str]:
             jobs.close()
 
 
-def compacting(d: Daemon) -> bool:
-    return any(c["active"] or c["starting"] for c in d.get("/status")["channels"].values())
-
-
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_sigint_and_sigterm_alike_interrupt_a_vacuum_take_its_key_back_and_exit_0(
     tmp_path: Path, daemons: list[Daemon], sig: signal.Signals
@@ -50,7 +46,7 @@ def test_sigint_and_sigterm_alike_interrupt_a_vacuum_take_its_key_back_and_exit_
     db = base / "dbs" / "big.db"
     made = make_bloated_db(str(db), rows=150_000, delete_fraction=0.1)
     d = start_daemon(daemons, config)
-    wait_for(lambda: compacting(d), 20, what="the VACUUM to start", daemon=d, every_s=0.02)
+    wait_for(lambda: running_jobs(config) == [str(db)], 20, what="the VACUUM to start", daemon=d, every_s=0.02)
 
     # When the daemon gets the signal
     d.proc.send_signal(sig)

@@ -37,8 +37,8 @@ class ChannelRuns(ChannelState):
         if event.kind == "running":
             if event.priority:
                 run.priority = event.priority  # re-checked before the start: what it is worth now
-            self._move(run, self._starting, self._active)
-            self._log.debug("Channel %s: compaction of %r is running.", self.name, key)
+            if self._move(run, self._starting, self._active):
+                self._log.debug("Channel %s: compaction of %r is running.", self.name, key)
         elif event.kind == "pending":
             if self._move(run, self._active, self._starting):
                 self._log.info("Channel %s: the job of %r waits for a worker again.", self.name, key)

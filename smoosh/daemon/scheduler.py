@@ -107,11 +107,15 @@ class JobScheduler:
         When this process's worker has a free slot, the start (re-check, job added already
         claimed) runs on the thread that then compacts: one hand-off from the decision to the
         compaction. Otherwise the starter adds a job for any worker.
+
+        A run the worker's slot took is running from that moment (the channel counts it
+        active): ``starting`` means a job waiting for a worker, and this one waits for none.
         """
         run = Run(channel, key, self._token(), priority)
         self._runs[key] = run
         local = self.local
         if local is not None and local.reserve():
+            self._emit(run, "running")
             local.run_claimed(lambda: self._claim(run))
         elif not self._starter.submit(lambda: self._start(run)):
             self._emit(run, "dropped", reason="the daemon is stopping")

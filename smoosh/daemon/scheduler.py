@@ -54,6 +54,8 @@ class Run:
     job_run: int | None = None
     # Added claimed by this process's worker: it removes the job as it finishes it.
     claimed: bool = False
+    # This process's worker reserved a slot for it at submit: it waits for no worker.
+    reserved: bool = False
     running_since: float | None = None
     run_id: str | None = None
     suspendable: bool = False
@@ -115,11 +117,22 @@ class JobScheduler:
         self._runs[key] = run
         local = self.local
         if local is not None and local.reserve():
-            self._emit(run, "running")
+            run.reserved = True
+            self._emit(run, "running")  # the scheduler's own record (running_since) hears it too
             local.run_claimed(lambda: self._claim(run))
         elif not self._starter.submit(lambda: self._start(run)):
             self._emit(run, "dropped", reason="the daemon is stopping")
         return run.token
+
+    def running_at_once(self, key: str, token: int) -> bool:
+        """Whether run ``token`` of ``key`` is running from its submit: this process's worker took it.
+
+        The channel asks right after :meth:`submit` (loop thread), so it counts the run active
+        at once instead of when the posted ``running`` event is processed, which a busy loop
+        may take a while to get to.
+        """
+        run = self._runs.get(key)
+        return run is not None and run.token == token and run.reserved
 
     def adopt(self, channel: str, key: str) -> int | None:
         """Follow the existing job of ``key`` (found running at start-up); its token, or None."""

@@ -83,6 +83,9 @@ class ChannelRuns(ChannelState):
         if running_at_once is not None and running_at_once(run.key, run.token):
             if self._move(run, self._starting, self._active):
                 self._log.debug("Channel %s: compaction of %r is running.", self.name, run.key)
+                return
+        with self._lock:
+            self._publish_locked()
 
     def _move(self, run: Run, source: dict[str, Run], target: dict[str, Run]) -> bool:
         with self._lock:

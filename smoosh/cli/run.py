@@ -17,6 +17,8 @@ from smoosh.errors import ConfigError
 
 log = logging.getLogger("smoosh")
 
+#: Longest the main thread sleeps without looking for a signal's handler to run.
+SIGNAL_CHECK_INTERVAL_S = 1.0
 #: Seconds between two STATUS= summaries sent to systemd (only sent when the text changed).
 STATUS_NOTIFY_INTERVAL_S = 5.0
 
@@ -76,7 +78,11 @@ def _wait_for_stop(server: Any, stop: threading.Event) -> None:
     from smoosh.cli import systemd
 
     if not systemd.enabled():
-        stop.wait()
+        # Never an untimed wait: the kernel may hand SIGTERM/SIGINT to any thread, and Python
+        # runs the handler (which sets ``stop``) only when the main thread next runs bytecode,
+        # so a main thread asleep on a lock with no timeout could sleep through the signal.
+        while not stop.wait(SIGNAL_CHECK_INTERVAL_S):
+            pass
         return
     watchdog_s = systemd.watchdog_interval_s()
     ping_every_s = watchdog_s / 2 if watchdog_s else None

@@ -202,12 +202,15 @@ def test_live_config_edits_add_and_remove_channels_and_reject_invalid_edits(tmp_
 
 
 def test_a_killed_worker_process_has_its_job_finished_by_another(tmp_path: Path, daemons: list[Daemon]) -> None:
+    # Heartbeats (every job_timeout / 3) are what carry progress into the store: a short
+    # job_timeout samples it often enough to catch the compaction in its middle.
     config = write_config(
-        tmp_path, port=free_port(), channels="[smoosh.sqlite]\nincremental_chunk_pages = 1\n"
+        tmp_path, port=free_port(), channels="[smoosh.sqlite]\nincremental_chunk_pages = 1\n",
+        extra_global="job_timeout = 1s",
     )
     d = start(daemons, config, "--workers", "0")
     db = tmp_path / "dbs" / "big.db"
-    make_bloated_db(str(db), rows=15000, delete_fraction=0.8, auto_vacuum="incremental")
+    make_bloated_db(str(db), rows=20000, delete_fraction=0.8, auto_vacuum="incremental")
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     first = subprocess.Popen([sys.executable, "-m", "smoosh", "worker", "--config", str(config)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
@@ -219,7 +222,7 @@ def test_a_killed_worker_process_has_its_job_finished_by_another(tmp_path: Path,
         assert integrity(db) == "ok"
         # The second worker takes larger chunks: one page at a time only made the first
         # compaction slow enough to be caught in the middle.
-        config2 = write_config(tmp_path, port=free_port(), name="second.ini",
+        config2 = write_config(tmp_path, port=free_port(), name="second.ini", extra_global="job_timeout = 1s",
                                channels="[smoosh.sqlite]\nincremental_chunk_pages = 256\n")
         second = subprocess.Popen([sys.executable, "-m", "smoosh", "worker", "--config", str(config2)],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)

@@ -110,15 +110,16 @@ class JobScheduler:
         claimed) runs on the thread that then compacts: one hand-off from the decision to the
         compaction. Otherwise the starter adds a job for any worker.
 
-        A run the worker's slot took is running from that moment (the channel counts it
-        active): ``starting`` means a job waiting for a worker, and this one waits for none.
+        A run the worker's slot took is running from that moment for the status table (the
+        channel asks :meth:`running_at_once`): ``starting`` means a job waiting for a worker,
+        and this one waits for none. Its own record (``/jobs``, rotation) hears the worker's
+        ``running`` event as before, once the job is claimed and the compaction begins.
         """
         run = Run(channel, key, self._token(), priority)
         self._runs[key] = run
         local = self.local
         if local is not None and local.reserve():
-            run.reserved = True
-            self._emit(run, "running")  # the scheduler's own record (running_since) hears it too
+            run.reserved = True  # the channel counts it active at once (running_at_once)
             local.run_claimed(lambda: self._claim(run))
         elif not self._starter.submit(lambda: self._start(run)):
             self._emit(run, "dropped", reason="the daemon is stopping")

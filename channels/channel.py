@@ -370,7 +370,9 @@ class Channel(ChannelRuns, ChannelCheckpoints):
                     self._starting[run.key] = run
                     if self._waiting.has_benched():
                         self._unbench_locked()  # the work they made way for has its slot
-                    self._changed_locked()
+                    # Published by _launch once the scheduler has the run: a run a worker
+                    # takes at once is never shown as starting (waiting for a worker).
+                    self._changes += 1
             if head is None:
                 self._host.release_slot(self.name)
                 break

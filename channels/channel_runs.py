@@ -37,8 +37,8 @@ class ChannelRuns(ChannelState):
         if event.kind == "running":
             if event.priority:
                 run.priority = event.priority  # re-checked before the start: what it is worth now
-            self._move(run, self._starting, self._active)
-            self._log.debug("Channel %s: compaction of %r is running.", self.name, key)
+            if self._move(run, self._starting, self._active):
+                self._log.debug("Channel %s: compaction of %r is running.", self.name, key)
         elif event.kind == "pending":
             if self._move(run, self._active, self._starting):
                 self._log.info("Channel %s: the job of %r waits for a worker again.", self.name, key)
@@ -78,6 +78,14 @@ class ChannelRuns(ChannelState):
             self._end(run)
             return
         self._log.debug("Channel %s: starting %r at priority %r.", self.name, run.key, run.priority)
+        # STARTING means waiting for a worker: a run a worker took at its submit is active now.
+        running_at_once = getattr(self._scheduler, "running_at_once", None)
+        if running_at_once is not None and running_at_once(run.key, run.token):
+            if self._move(run, self._starting, self._active):
+                self._log.debug("Channel %s: compaction of %r is running.", self.name, run.key)
+                return
+        with self._lock:
+            self._publish_locked()
 
     def _move(self, run: Run, source: dict[str, Run], target: dict[str, Run]) -> bool:
         with self._lock:

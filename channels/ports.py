@@ -149,6 +149,9 @@ class Scheduler(Protocol):
     def adopt(self, channel: str, key: str) -> int | None:
         """Follow a run of ``key`` that already exists (found at start-up); its token, or None."""
 
+    # A scheduler may also answer ``running_at_once(key, token) -> bool``: True when a worker
+    # took the run at its submit (it waits for none), so the channel counts it active at once.
+
 
 class Host(Protocol):
     """What a channel asks of the daemon that runs it."""

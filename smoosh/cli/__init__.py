@@ -8,19 +8,36 @@ from typing import Sequence
 
 from smoosh.cli.client import CliError
 from smoosh.cli.commands import cmd_config_check, cmd_control, cmd_demo, cmd_enqueue, cmd_status
+from smoosh.cli.pipes import quiet_pipes
 from smoosh.cli.run import cmd_run, cmd_worker
 from smoosh.errors import ConfigError, SmooshError
 
 __all__ = ["main", "build_parser", "CliError"]
 
 
+#: Help of every ``--url`` option: how a command finds the daemon.
+URL_HELP = "the daemon's admin API, e.g. http://127.0.0.1:5986 (default: http:// + the config's http)"
+
+
+#: The environment variables every command reads, shown under ``smoosh --help``.
+ENVIRONMENT_HELP = """environment:
+  SMOOSH_CONFIG     config file when --config is not given (default: conf/smoosh.ini)
+  SMOOSH_TOKEN      bearer token sent with POSTs to the daemon (wins over the config's token)
+  SMOOSH_LOG_LEVEL  log level of run and worker: DEBUG, INFO (default), WARNING, ERROR"""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``smoosh`` command line; returns the exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help(sys.stderr)
-        return 2
+    with quiet_pipes():
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help(sys.stderr)
+            return 2
+        return _dispatch(args)
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args) or 0)
     except ConfigError as e:
@@ -31,11 +48,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 1
+    except BrokenPipeError:
+        # Output written past the wrappers (a child's or a library's own stream): the
+        # reader went away, which is its choice, not an error of this command.
+        return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
-    parser = argparse.ArgumentParser(prog="smoosh", description="A compaction daemon for fleets of SQLite databases.")
+    parser = argparse.ArgumentParser(
+        prog="smoosh", description="A compaction daemon for fleets of SQLite databases.", epilog=ENVIRONMENT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(metavar="COMMAND")
 
     def with_config(p: argparse.ArgumentParser) -> None:
@@ -54,15 +78,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("worker", help="run compaction workers against a shared store")
     with_config(p)
-    p.add_argument("--store", metavar="URL")
-    p.add_argument("--concurrency", metavar="N", type=_positive_int, default=1)
+    p.add_argument("--store", metavar="URL",
+                   help="the job store the daemon uses: sqlite:PATH or fdb:[CLUSTER_FILE] (default: the config's store)")
+    p.add_argument("--concurrency", metavar="N", type=_positive_int, default=1,
+                   help="compactions this process runs at once (default: 1)")
     p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser("status", help="show the status table")
     with_config(p)
     where = p.add_mutually_exclusive_group()
     where.add_argument("--store", metavar="URL", help="read every node's status record from the store")
-    where.add_argument("--url", metavar="URL", help="the daemon's admin API (default: http:// + config http)")
+    where.add_argument("--url", metavar="URL", help=URL_HELP)
     p.add_argument("--json", action="store_true", help="print JSON as served")
     p.add_argument("--jobs", action="store_true", help="per-key state, progress and history")
     p.add_argument("--watch", action="store_true",
@@ -71,15 +97,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("enqueue", help="ask the daemon to consider databases for compaction")
     with_config(p)
-    p.add_argument("--url", metavar="URL")
-    p.add_argument("keys", nargs="+", metavar="KEY")
+    p.add_argument("--url", metavar="URL", help=URL_HELP)
+    p.add_argument("keys", nargs="+", metavar="KEY",
+                   help="a database file (relative paths resolve against this directory), or cleanup:PATH")
     p.set_defaults(func=cmd_enqueue)
 
     for action in ("suspend", "resume", "flush"):
         p = sub.add_parser(action, help=f"{action} one channel or all")
         with_config(p)
-        p.add_argument("--url", metavar="URL")
-        p.add_argument("channel", nargs="?", metavar="CHANNEL")
+        p.add_argument("--url", metavar="URL", help=URL_HELP)
+        p.add_argument("channel", nargs="?", metavar="CHANNEL", help="one channel (default: every channel)")
         p.set_defaults(func=cmd_control, action=action)
 
     p = sub.add_parser("config", help="configuration tools")

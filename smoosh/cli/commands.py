@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import Any
 
 from smoosh import jsonutil
 from smoosh.cli.client import absolute_key, daemon_target, http_request
-from smoosh.cli.format import format_cluster, format_jobs, format_status
+from smoosh.cli.format import format_cluster, format_jobs, format_priority, format_status
 from smoosh.errors import ConfigError
 
 #: Seconds between two redraws of ``smoosh status --watch``.
@@ -64,15 +65,30 @@ def _watch_status(url: str) -> int:
 
 
 def cmd_enqueue(args: argparse.Namespace) -> int:
-    """``smoosh enqueue KEY...``: relative paths resolve against this command's working directory."""
+    """``smoosh enqueue KEY...``: one line per key saying what became of it; exit 1 if any was rejected.
+
+    Relative paths resolve against this command's working directory. The daemon answers once
+    every key is routed (``POST /enqueue?wait=1``, at most 10 s; a key still being examined
+    then is "not queued: still examining").
+    """
     keys = [absolute_key(k) for k in args.keys]
     target = daemon_target(args)
-    body = http_request("POST", f"{target.url}/enqueue", {"keys": keys}, token=target.token)
-    rejected = body.get("rejected", [])
-    print(f"accepted {body.get('accepted', 0)} key(s)")
-    for item in rejected:
-        print(f"rejected {item.get('key')}: {item.get('reason')}", file=sys.stderr)
+    body = http_request("POST", f"{target.url}/enqueue?wait=1", {"keys": keys}, token=target.token)
+    rejected = 0
+    for result in body.get("results", []):
+        print(format_result(result))
+        rejected += result.get("outcome") == "rejected"
     return 1 if rejected else 0
+
+
+def format_result(result: dict[str, Any]) -> str:
+    """One line for one key of ``POST /enqueue?wait=1``: ``queued KEY in CHANNEL at priority P``,
+    ``not queued KEY: REASON`` or ``rejected KEY: REASON``."""
+    key, outcome = result.get("key"), result.get("outcome")
+    if outcome == "queued":
+        return f"queued {key} in {result.get('channel')} at priority {format_priority(result.get('priority'))}"
+    words = "not queued" if outcome == "not_queued" else str(outcome)
+    return f"{words} {key}: {result.get('reason')}"
 
 
 def cmd_control(args: argparse.Namespace) -> int:
@@ -88,9 +104,11 @@ def cmd_control(args: argparse.Namespace) -> int:
 def cmd_config_check(args: argparse.Namespace) -> int:
     """``smoosh config check``: validate, print the error or the warnings; exit 1 on an error."""
     from smoosh.config import load_config
+    from smoosh.config.checks import check_directories
 
     try:
-        config = load_config(args.config)
+        config = load_config(args.config, log_warnings=False)  # printed below, once each
+        check_directories(config)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -37,7 +37,7 @@ def format_status(body: dict[str, Any]) -> str:
             paused = f"{paused}, outside window" if paused != "no" else "outside window"
         rows.append((
             name, str(ch.get("active", 0)), str(ch.get("starting", 0)), str(waiting.get("size", 0)),
-            _fmt_priority(waiting.get("min", 0)), _fmt_priority(waiting.get("max", 0)),
+            format_priority(waiting.get("min", 0)), format_priority(waiting.get("max", 0)),
             str(ch.get("window", "always")), paused, fmt_bytes(ch.get("reclaimable_bytes", 0)),
         ))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
@@ -47,7 +47,7 @@ def format_status(body: dict[str, Any]) -> str:
     if body.get("dry_run"):
         for name, ch in body.get("channels", {}).items():
             for position, (key, priority) in enumerate(ch.get("would_run") or [], 1):
-                lines.append(f"would run in {name} #{position}: {key} (priority {_fmt_priority(priority)})")
+                lines.append(f"would run in {name} #{position}: {key} (priority {format_priority(priority)})")
     if body.get("config_error"):
         lines.append(f"config error (previous config in force): {body['config_error']}")
     if body.get("restart_required"):
@@ -92,7 +92,8 @@ def _fmt_time(at: Any) -> str:
     return datetime.datetime.fromtimestamp(at).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _fmt_priority(value: Any) -> str:
+def format_priority(value: Any) -> str:
+    """A priority as the table shows it: ``inf``, ``2.5``, ``16``."""
     if value == "infinity":
         return "inf"
     if isinstance(value, float):

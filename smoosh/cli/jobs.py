@@ -37,8 +37,8 @@ def add_jobs_parser(subparsers: Any) -> argparse.ArgumentParser:
     list_parser = commands.add_parser("list", help="list jobs: type, id, state, scheduled time")
     list_parser.add_argument("--type", dest="job_type", metavar="T", help="only jobs of this type")
     show_parser = commands.add_parser("show", help="show one job's state and data as JSON")
-    show_parser.add_argument("job_type", metavar="TYPE")
-    show_parser.add_argument("job_id", metavar="ID")
+    show_parser.add_argument("job_type", metavar="TYPE", help="the job's type, e.g. smoosh:NODE")
+    show_parser.add_argument("job_id", metavar="ID", help="the job's id (for smoosh: the database's path)")
     parser.set_defaults(func=jobs_command)
     return parser
 

@@ -17,6 +17,8 @@ from smoosh.errors import ConfigError
 
 log = logging.getLogger("smoosh")
 
+#: Longest the main thread sleeps without looking for a signal's handler to run.
+SIGNAL_CHECK_INTERVAL_S = 1.0
 #: Seconds between two STATUS= summaries sent to systemd (only sent when the text changed).
 STATUS_NOTIFY_INTERVAL_S = 5.0
 
@@ -29,12 +31,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     """
     from smoosh.cli import systemd
     from smoosh.config import load_config
+    from smoosh.config.checks import check_directories
     from smoosh.daemon.server import Server
 
     _setup_logging()
-    config = load_config(args.config)
-    for warning in config.warnings:
-        log.warning("config: %s", warning)
+    config = load_config(args.config)  # logs the config's warnings, once each
+    if args.watch:
+        _check_watch_option(args.watch)
+    else:
+        check_directories(config)
     config = _override(config, store=args.store, http=args.http, watch=args.watch)
     _check_http_token(config, overridden=args.http is not None)
     server = Server(config, workers=args.workers, dry_run=args.dry_run, reset_store=args.reset_store)
@@ -73,7 +78,11 @@ def _wait_for_stop(server: Any, stop: threading.Event) -> None:
     from smoosh.cli import systemd
 
     if not systemd.enabled():
-        stop.wait()
+        # Never an untimed wait: the kernel may hand SIGTERM/SIGINT to any thread, and Python
+        # runs the handler (which sets ``stop``) only when the main thread next runs bytecode,
+        # so a main thread asleep on a lock with no timeout could sleep through the signal.
+        while not stop.wait(SIGNAL_CHECK_INTERVAL_S):
+            pass
         return
     watchdog_s = systemd.watchdog_interval_s()
     ping_every_s = watchdog_s / 2 if watchdog_s else None
@@ -108,6 +117,17 @@ def _reload(server: Any) -> None:
         server.reload_config()
     finally:
         systemd.ready()
+
+
+def _check_watch_option(directories: list[str]) -> None:
+    """Every ``--watch`` directory must exist, as the config's ``watch`` must.
+
+    Raises:
+        ConfigError: ``--watch '/srv/dbz': no such directory``.
+    """
+    for directory in directories:
+        if not os.path.isdir(directory):
+            raise ConfigError(f"--watch {directory!r}: no such directory", key="watch", value=directory)
 
 
 def _check_http_token(config: Any, *, overridden: bool) -> None:

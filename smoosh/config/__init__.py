@@ -36,6 +36,7 @@ from smoosh.config.defaults import (
     DEFAULT_EXACT_SIZE_INTERVAL_S, DEFAULT_RESCAN_INTERVAL_S, DEFAULT_WAL_MAX_SIZE_BYTES,
     GLOBAL_KEYS, COUCHDB_ONLY_KEYS, RESTART_KEYS,
 )
+from smoosh.config.ini import ini_parser, read_sections
 from smoosh.config.sections import CHANNEL_KEYS, SQLITE_KEYS, ChannelConfig, SqliteConfig, parse_ignore
 from smoosh.config.values import (
     SectionReader,
@@ -51,6 +52,7 @@ from smoosh.config.values import (
     resolve_path,
     split_host_port,
     static_prefix,
+    unknown_key_warning,
 )
 from smoosh.errors import ConfigError
 from smoosh.units import format_duration, format_size
@@ -305,6 +307,13 @@ def _channel_kinds(r: SectionReader, lists: dict[str, tuple[str, ...]]) -> dict[
 
 def _global_warnings(r: SectionReader, sections: Mapping[str, Mapping[str, str]], kinds: Mapping[str, str]) -> list[str]:
     warnings = []
+    views = [name for name, kind in kinds.items() if kind == "view"]
+    if views:
+        # Index keys come only from a compactor with indexes; the built-in SQLite compactor
+        # has none and the router routes no index key, so these channels can never get work
+        # (a pasted CouchDB config names three of them).
+        warnings.append(f"{r.path}: [{GLOBAL_SECTION}] view_channels = {r.values['view_channels'].strip()!r}: "
+                        f"no compactor has indexes, so channel(s) {', '.join(views)} never get work")
     for key in r.unknown_keys():
         if key in COUCHDB_ONLY_KEYS:
             raw = r.values[key].strip()
@@ -312,7 +321,8 @@ def _global_warnings(r: SectionReader, sections: Mapping[str, Mapping[str, str]]
                 warnings.append(f"{r.path}: [{GLOBAL_SECTION}] {key} = {raw!r}: not used by smoosh; "
                                 "to disable index cleanup set cleanup_channels to nothing")
             continue
-        warnings.append(f"{r.path}: [{GLOBAL_SECTION}] {key}: unknown key, ignored")
+        warnings.append(unknown_key_warning(r.path, GLOBAL_SECTION, key, GLOBAL_KEYS,
+                                            {"a channel's section": CHANNEL_KEYS, "[smoosh.sqlite]": SQLITE_KEYS}))
     for section in sections:
         if section == GLOBAL_SECTION:
             continue
@@ -352,34 +362,7 @@ def _parse_node(text: str) -> str:
     return text
 
 
-def _read_sections(text: str, where: str) -> dict[str, dict[str, str]]:
-    # default_section is set to a name no one writes so a pasted [DEFAULT] is an ordinary
-    # (warned-about) section instead of leaking its keys into every channel. Only "=" is a
-    # delimiter, as in CouchDB's ini: ":" would split "cleanup:/x.db = true" in [smoosh.ignore].
-    # Inline comments as CouchDB's parser reads them: a ";" after a space or a tab ends the
-    # value ("min_priority = 2.0 ; big ones"), while "v1;v2" stays one value.
-    parser = configparser.ConfigParser(
-        interpolation=None, default_section="\x00no default\x00", strict=True, delimiters=("=",),
-        inline_comment_prefixes=(";",),
-    )
-    parser.optionxform = str  # type: ignore[assignment,method-assign]
-    try:
-        parser.read_string(text, source=where)
-    except configparser.DuplicateSectionError as exc:
-        raise ConfigError(f"{where}: [{exc.section}]: section appears twice (line {exc.lineno})",
-                          path=where, section=exc.section) from None
-    except configparser.DuplicateOptionError as exc:
-        raise ConfigError(f"{where}: [{exc.section}] {exc.option}: key appears twice (line {exc.lineno})",
-                          path=where, section=exc.section, key=exc.option) from None
-    except configparser.MissingSectionHeaderError as exc:
-        raise ConfigError(f"{where}: line {exc.lineno}: {exc.line.strip()!r}: a key before any [section]",
-                          path=where) from None
-    except configparser.Error as exc:
-        raise ConfigError(f"{where}: cannot parse: {exc.message}", path=where) from None
-    return {name: dict(parser.items(name, raw=True)) for name in parser.sections()}
-
-
-def parse_config(text: str, path: str | None, *, cwd: str | None = None) -> Config:
+def parse_config(text: str, path: str | None, *, cwd: str | None = None, log_warnings: bool = True) -> Config:
     """Parse config text (the contents of ``path``).
 
     Parameters
@@ -390,10 +373,13 @@ def parse_config(text: str, path: str | None, *, cwd: str | None = None) -> Conf
         Where it came from: kept in ``Config.path`` and named in every message.
     cwd:
         The directory relative paths resolve against; None = the working directory.
+    log_warnings:
+        Also log the warnings (False for a caller that shows them itself, such as
+        ``smoosh config check``, so each is shown once).
 
     Returns
     -------
-    The config. Its warnings are also logged.
+    The config. Its warnings are also logged unless ``log_warnings`` is False.
 
     Raises
     ------
@@ -401,9 +387,10 @@ def parse_config(text: str, path: str | None, *, cwd: str | None = None) -> Conf
         Unparseable text, or any invalid section, key or value.
     """
     where = path if path is not None else DEFAULTS_NAME
-    config = Config.from_sections(_read_sections(text, where), path=path, cwd=cwd)
-    for warning in config.warnings:
-        log.warning("%s", warning)
+    config = Config.from_sections(read_sections(text, where), path=path, cwd=cwd)
+    if log_warnings:
+        for warning in config.warnings:
+            log.warning("%s", warning)
     return config
 
 
@@ -441,7 +428,8 @@ def read_admin_address(path: str | None = None) -> AdminAddress:
         ConfigError: a file that was named cannot be read at all.
     """
     try:
-        config = load_config(path)
+        # Warnings are the daemon's and `config check`'s to show, not every CLI command's.
+        config = load_config(path, log_warnings=False)
         return AdminAddress(config.http, config.token)
     except ConfigError as error:
         problem = str(error)
@@ -451,10 +439,7 @@ def read_admin_address(path: str | None = None) -> AdminAddress:
             text = f.read()
     except OSError as e:
         raise ConfigError(f"{name}: cannot read: {e.strerror or e}", path=name) from None
-    parser = configparser.ConfigParser(
-        interpolation=None, strict=False, delimiters=("=",), inline_comment_prefixes=(";",)
-    )
-    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    parser = ini_parser(strict=False)
     try:
         parser.read_string(text, source=name)
         section = dict(parser.items(GLOBAL_SECTION, raw=True)) if parser.has_section(GLOBAL_SECTION) else {}
@@ -469,7 +454,7 @@ def read_admin_address(path: str | None = None) -> AdminAddress:
     return AdminAddress(http, token, problem)
 
 
-def load_config(path: str | None = None, *, cwd: str | None = None) -> Config:
+def load_config(path: str | None = None, *, cwd: str | None = None, log_warnings: bool = True) -> Config:
     """Load the config file.
 
     Parameters
@@ -479,6 +464,8 @@ def load_config(path: str | None = None, *, cwd: str | None = None) -> Config:
         default file does not exist, the defaults (``path`` None).
     cwd:
         The directory relative paths resolve against; None = the working directory.
+    log_warnings:
+        Also log the config's warnings (see :func:`parse_config`).
 
     Returns
     -------
@@ -509,7 +496,7 @@ def load_config(path: str | None = None, *, cwd: str | None = None) -> Config:
         # An editor mid-save or a truncating tool leaves an empty file: taking it as "all
         # defaults" would silently drop the operator's channels on a live reload.
         raise ConfigError(f"{path}: is empty", path=path)
-    return parse_config(text, path, cwd=cwd)
+    return parse_config(text, path, cwd=cwd, log_warnings=log_warnings)
 
 
 def config_fields() -> dict[str, set[str]]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from smoosh.config.defaults import GLOBAL_KEYS
 from smoosh.config.values import (
     SectionReader,
     parse_bool,
@@ -22,6 +23,7 @@ from smoosh.config.values import (
     parse_threshold_size,
     resolve_glob,
     resolve_path,
+    unknown_key_warning,
 )
 
 if TYPE_CHECKING:
@@ -274,7 +276,8 @@ class ChannelConfig:
             match=r.get("match", lambda text: tuple(resolve_glob(p, cwd) for p in parse_list(text)), ()),
         )
         for key in r.unknown_keys():
-            warnings.append(f"{path}: [{section}] {key}: unknown key, ignored")
+            warnings.append(unknown_key_warning(path, section, key, CHANNEL_KEYS,
+                                                {"[smoosh]": GLOBAL_KEYS, "[smoosh.sqlite]": SQLITE_KEYS}))
         return config
 
 
@@ -349,7 +352,8 @@ class SqliteConfig:
             busy_timeout_s=r.get("busy_timeout", parse_duration_at_least(1.0, 0.0), DEFAULT_BUSY_TIMEOUT_S),
         )
         for key in r.unknown_keys():
-            warnings.append(f"{path}: [smoosh.sqlite] {key}: unknown key, ignored")
+            warnings.append(unknown_key_warning(path, "smoosh.sqlite", key, SQLITE_KEYS,
+                                                {"[smoosh]": GLOBAL_KEYS, "a channel's section": CHANNEL_KEYS}))
         return config
 
 

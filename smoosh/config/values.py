@@ -9,11 +9,12 @@ message in the config has one shape.
 
 from __future__ import annotations
 
+import difflib
 import glob
 import math
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
 from smoosh.errors import ConfigError
@@ -133,6 +134,50 @@ class SectionReader:
     def unknown_keys(self) -> list[str]:
         """Keys present in the section that no reader asked for, in file order."""
         return [key for key in self.values if key not in self.used]
+
+
+#: How alike an unknown key and a known one must be (difflib's ratio) to suggest the known
+#: one: close enough for a dropped or doubled letter, not so close that every short key
+#: suggests another.
+DID_YOU_MEAN_CUTOFF = 0.75
+
+
+def unknown_key_warning(path: str, section: str, key: str, known: Iterable[str],
+                        elsewhere: Mapping[str, Iterable[str]] | None = None) -> str:
+    """The warning for an unknown key, with a "did you mean" for a near miss.
+
+    A key that differs from a known one only in case, or by a letter or two
+    (``concurency``), names the key meant; a key that belongs to another section
+    (``max_jobs`` in a channel) names that section.
+
+    Parameters:
+        path: the config file, as named in messages.
+        section: the section the key is in.
+        key: the unknown key.
+        known: the keys of that section.
+        elsewhere: per other section (as written in the message, e.g. ``[smoosh]``), its keys.
+
+    Returns:
+        ``PATH: [SECTION] KEY: unknown key, ignored``, plus `` (did you mean ...?)`` when one fits.
+    """
+    message = f"{path}: [{section}] {key}: unknown key, ignored"
+    known = list(known)
+    suggestion = _closest(key, known)
+    if suggestion is not None:
+        return f"{message} (did you mean {suggestion}?)"
+    for where, keys in (elsewhere or {}).items():
+        suggestion = _closest(key, list(keys))
+        if suggestion is not None:
+            return f"{message} (did you mean {suggestion} in {where}?)"
+    return message
+
+
+def _closest(key: str, known: list[str]) -> str | None:
+    by_lower = {k.lower(): k for k in known}
+    if key.lower() in by_lower:
+        return by_lower[key.lower()]
+    matches = difflib.get_close_matches(key.lower(), list(by_lower), n=1, cutoff=DID_YOU_MEAN_CUTOFF)
+    return by_lower[matches[0]] if matches else None
 
 
 # ---------------------------------------------------------------- scalar parsers

@@ -14,6 +14,7 @@ import logging
 import socket
 import threading
 import time
+import urllib.parse
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any, Callable, cast
@@ -256,12 +257,18 @@ class _Handler(BaseHTTPRequestHandler):
             if len(key.encode("utf-8", "surrogatepass")) > MAX_ENQUEUE_KEY_BYTES:
                 self._send(HTTPStatus.BAD_REQUEST, {"error": f"'keys'[{i}] is longer than {MAX_ENQUEUE_KEY_BYTES} bytes"})
                 return
+        smoosh = self.admin.smoosh
+        if urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query).get("wait") == ["1"]:
+            # Answers after routing, one result per key (DESIGN §4.2, §11).
+            verdicts = smoosh.enqueue_and_wait(keys)
+            smoosh.counters.enqueue_rejected += sum(v.outcome == "rejected" for v in verdicts)
+            self._send(HTTPStatus.OK, {"results": [v.as_json() for v in verdicts]})
+            return
         accepted = 0
         rejected = []
-        smoosh = self.admin.smoosh
         for key in keys:
             try:
-                smoosh.enqueue(key)
+                smoosh.enqueue(key, require_file=True)
                 accepted += 1
             except InvalidKey as e:
                 rejected.append({"key": key, "reason": e.reason})

@@ -30,6 +30,7 @@ from smoosh.daemon.debounce import Debouncer
 from smoosh.daemon.keypool import KeyPool
 from smoosh.daemon.router import CLEANUP_PREFIX, EXACT_DUE, Router, db_path
 from smoosh.daemon.staleness import AccessTable
+from smoosh.daemon.verdicts import NOT_QUEUED, QUEUED, Verdict, Waiter, file_problem, stale_reason, why_zero
 from smoosh.errors import InvalidKey
 from smoosh.paths import canonical_path, inside, refused_at_use
 from smoosh.priority import quantize
@@ -95,8 +96,9 @@ class Intake:
         config_of: the config in force (read anew for every decision: reloads apply at once).
         router: measures keys and prices them per channel.
         access: the staleness table (the hot path).
-        offer: ``offer(key, channel_names, config, priority_of, sizes) -> bool``: hand the key
-            to the first of the channels that takes it; True when one queued it.
+        offer: ``offer(key, channel_names, config, priority_of, sizes)``: hand the key to the
+            first of the channels that takes it; true when one took it (an
+            :class:`~smoosh.daemon.verdicts.Offered` says which, or why it does not wait there).
         own_paths: smoosh's own files (state_dir, the store), never keys.
         clock: wall-clock seconds (the debouncer's).
     """
@@ -107,7 +109,7 @@ class Intake:
         config_of: Callable[[], Config],
         router: Router,
         access: AccessTable,
-        offer: Callable[[str, tuple[str, ...], Config, Callable[[Any], float], Sizes | None], bool],
+        offer: Callable[[str, tuple[str, ...], Config, Callable[[Any], float], Sizes | None], Any],
         own_paths: tuple[str, ...],
         clock: Callable[[], float],
         counters: Any,
@@ -121,6 +123,10 @@ class Intake:
         self.counters = counters
         self._lock = threading.Lock()
         self._inflight: dict[str, _InFlight] = {}
+        # Callers waiting for what becomes of a key (POST /enqueue?wait=1), under _lock; the
+        # verdict of a key's latest examination is worked out only while someone waits.
+        self._waiters: dict[str, list[Waiter]] = {}
+        self._verdicts: dict[str, Verdict] = {}
         self.measurements: dict[str, Measurement] = {}
         self.debouncer = Debouncer(recheck_interval_s=config_of().recheck_interval_s)
         self._examiners: KeyPool[str] = KeyPool(self._examine_cheap, EXAMINE_THREADS, "smoosh-examine")
@@ -142,6 +148,11 @@ class Intake:
             with self._lock:
                 for key in pool.stop():
                     self._inflight.pop(key, None)
+        with self._lock:
+            waiting, self._waiters = self._waiters, {}
+        for key, waiters in waiting.items():
+            for waiter in waiters:
+                waiter.resolve(Verdict(key, NOT_QUEUED, reason="the daemon is stopping"))
 
     def examining(self) -> int:
         """Keys waiting for or in their examination."""
@@ -149,21 +160,39 @@ class Intake:
 
     # -- the way in --------------------------------------------------------------------------
 
-    def enqueue(self, key: str) -> None:
+    def enqueue(self, key: str, *, require_file: bool = False, waiter: Waiter | None = None) -> None:
         """Consider ``key`` for compaction; returns at once (the examination runs elsewhere).
+
+        Parameters:
+            key: the key as the caller has it.
+            require_file: a db key must name a database file (HTTP and the CLI): no such
+                file, a directory or another kind of file is rejected. The watcher and the
+                Python API leave that to the examination (priority 0, no error).
+            waiter: filled with what becomes of the key once its examination ends.
 
         Raises:
             InvalidKey: the key is not a usable key for this daemon (the reason says why).
         """
         if self.access.is_fresh(key):
             self.counters.enqueue_stale += 1
+            self._stale(key, waiter)
             return
         canonical = self.canonical_key(key)
         if canonical != key and self.access.is_fresh(canonical):
             self.counters.enqueue_stale += 1
+            self._stale(canonical, waiter)
             return
         self.validate(canonical)
-        self.submit(canonical)
+        if require_file and not canonical.startswith(CLEANUP_PREFIX):
+            problem = file_problem(canonical, self.router.compactor_for(canonical))
+            if problem is not None:
+                raise InvalidKey(canonical, problem)
+        self.submit(canonical, waiter=waiter)
+
+    def _stale(self, key: str, waiter: Waiter | None) -> None:
+        if waiter is not None:
+            waiter.resolve(Verdict(waiter.key, NOT_QUEUED, reason=stale_reason(self.access.fresh_for_s(key),
+                                                                                 self._clock())))
 
     def on_event(self, path: str) -> None:
         """The watcher saw ``path`` change: the hot path first, then the debouncer."""
@@ -260,9 +289,14 @@ class Intake:
 
     # -- examination (pool threads) ------------------------------------------------------------
 
-    def submit(self, key: str, debounced: bool = False) -> None:
-        """Examine ``key`` off this thread; a second request while it runs marks it dirty."""
+    def submit(self, key: str, debounced: bool = False, waiter: Waiter | None = None) -> None:
+        """Examine ``key`` off this thread; a second request while it runs marks it dirty.
+
+        ``waiter``, when given, hears what became of the key after its examination ends.
+        """
         with self._lock:
+            if waiter is not None:
+                self._waiters.setdefault(key, []).append(waiter)
             state = self._inflight.get(key)
             if state is not None:
                 # The examination running now may have read the file before this event's
@@ -275,6 +309,8 @@ class Intake:
         if not self._examiners.submit(key):  # stopped: the daemon is stopping
             with self._lock:
                 self._inflight.pop(key, None)
+                waiters = self._waiters.pop(key, None)
+            self._resolve(key, waiters)
 
     def _examine_cheap(self, key: str) -> None:
         self._examine(key, defer_exact=True)
@@ -294,8 +330,9 @@ class Intake:
                 if defer_exact:
                     self.counters.enqueue_examined += 1
                 outcome = self._route(key, defer_exact)
-            except Exception:
+            except Exception as exc:
                 log.exception("examining %r failed", key)
+                self._verdicts[key] = Verdict(key, NOT_QUEUED, reason=f"examining it failed: {exc}")
                 outcome = False
             if outcome is EXACT_DUE:
                 if self._measurers.submit(key):
@@ -307,7 +344,11 @@ class Intake:
                     state.dirty = False
                     continue
                 self._inflight.pop(key, None)
+                # Taken with the in-flight entry: a caller arriving after this waits for the
+                # next examination, not this one's verdict.
+                waiters = self._waiters.pop(key, None)
             break
+        self._resolve(key, waiters)
         if state.debounced:
             try:
                 if self.debouncer.result(key, accepted, self._clock()):
@@ -319,24 +360,74 @@ class Intake:
         """Offer ``key`` to its channels in configured order; True when one queued it.
 
         With ``defer_exact``: :data:`EXACT_DUE` when no channel took the cheap sizes and an
-        exact measurement is due (the caller hands the key to a measurer thread).
+        exact measurement is due (the caller hands the key to a measurer thread). While a
+        caller waits for the key, the verdict is kept in ``_verdicts`` for it.
         """
         cfg = self._config_of()
+        explain = key in self._waiters  # the words cost nothing on the fleet's path
         if self.router.is_ignored(key, cfg):
             log.debug("%r is ignored", key)
+            if explain:
+                self._verdicts[key] = Verdict(key, NOT_QUEUED, reason="ignored ([smoosh.ignore])")
             return False
         before = signature(db_path(key))
+        verdict = None
         for offer in self.router.offers(key, cfg, defer_exact=defer_exact):
             if offer is EXACT_DUE:
                 return EXACT_DUE
             names, sizes, priority_of, exact = offer
-            if self._offer(key, tuple(names), cfg, priority_of, sizes):
+            offered = self._offer(key, tuple(names), cfg, priority_of, sizes)
+            if offered:
                 if sizes is not None:
                     self.measurements[key] = Measurement(sizes, before, exact)
                 self.access.record(key)
                 self.counters.enqueue_accepted += 1
+                if explain:
+                    reason = getattr(offered, "reason", None)
+                    self._verdicts[key] = Verdict(key, NOT_QUEUED, reason=reason) if reason else Verdict(
+                        key, QUEUED, channel=getattr(offered, "channel", None), priority=getattr(offered, "priority", None))
                 return True
+            if explain:
+                reason = getattr(offered, "reason", None) or self._below(key, names, cfg, sizes, priority_of)
+                verdict = Verdict(key, NOT_QUEUED, reason=reason)
+        if explain:
+            self._verdicts[key] = verdict or Verdict(key, NOT_QUEUED, reason=self._not_measured(key, cfg))
         return False
+
+    def _below(self, key: str, names: Any, cfg: Config, sizes: Sizes | None,
+               priority_of: Callable[[Any], float]) -> str:
+        """Why no channel took the key: each channel's threshold, with the numbers."""
+        compactor = self.router.compactor_for(key)
+        parts = []
+        for name in names:
+            ch = cfg.channels.get(name)
+            if ch is None:
+                continue
+            if not ch.matches(key):
+                parts.append(f"{name}: outside its match patterns")
+            elif sizes is None:
+                parts.append(f"{name}: nothing to clean up")
+            elif not priority_of(ch):
+                needs = ch.priority == "upgrade" and bool(compactor.needs_upgrade(key))
+                parts.append(f"{name}: {why_zero(ch, sizes, needs)}")
+        if not parts:
+            return "no channel takes it"
+        what = "" if sizes is None else f" (file {sizes.file_bytes} bytes, live {sizes.active_bytes} bytes)"
+        return f"below every channel's threshold{what}: " + "; ".join(parts)
+
+    @staticmethod
+    def _not_measured(key: str, cfg: Config) -> str:
+        """Why a key got no measurement at all: its file is gone, or was just compacted."""
+        if not os.path.lexists(db_path(key)):
+            return "no such file"
+        return "compacted less than exact_size_interval ago and not grown since"
+
+    def _resolve(self, key: str, waiters: list[Waiter] | None) -> None:
+        verdict = self._verdicts.pop(key, None)
+        for waiter in waiters or ():
+            found = verdict or Verdict(key, NOT_QUEUED, reason="the daemon is stopping" if self._stopped else
+                                       "no channel takes it")
+            waiter.resolve(Verdict(waiter.key, found.outcome, found.channel, found.priority, found.reason))
 
     # -- the re-check before a start (the scheduler's starter thread) ----------------------------
 

@@ -54,6 +54,8 @@ class Run:
     job_run: int | None = None
     # Added claimed by this process's worker: it removes the job as it finishes it.
     claimed: bool = False
+    # This process's worker reserved a slot for it at submit: it waits for no worker.
+    reserved: bool = False
     running_since: float | None = None
     run_id: str | None = None
     suspendable: bool = False
@@ -107,15 +109,31 @@ class JobScheduler:
         When this process's worker has a free slot, the start (re-check, job added already
         claimed) runs on the thread that then compacts: one hand-off from the decision to the
         compaction. Otherwise the starter adds a job for any worker.
+
+        A run the worker's slot took is running from that moment for the status table (the
+        channel asks :meth:`running_at_once`): ``starting`` means a job waiting for a worker,
+        and this one waits for none. Its own record (``/jobs``, rotation) hears the worker's
+        ``running`` event as before, once the job is claimed and the compaction begins.
         """
         run = Run(channel, key, self._token(), priority)
         self._runs[key] = run
         local = self.local
         if local is not None and local.reserve():
+            run.reserved = True  # the channel counts it active at once (running_at_once)
             local.run_claimed(lambda: self._claim(run))
         elif not self._starter.submit(lambda: self._start(run)):
             self._emit(run, "dropped", reason="the daemon is stopping")
         return run.token
+
+    def running_at_once(self, key: str, token: int) -> bool:
+        """Whether run ``token`` of ``key`` is running from its submit: this process's worker took it.
+
+        The channel asks right after :meth:`submit` (loop thread), so it counts the run active
+        at once instead of when the posted ``running`` event is processed, which a busy loop
+        may take a while to get to.
+        """
+        run = self._runs.get(key)
+        return run is not None and run.token == token and run.reserved
 
     def adopt(self, channel: str, key: str) -> int | None:
         """Follow the existing job of ``key`` (found running at start-up); its token, or None."""

@@ -33,6 +33,7 @@ from smoosh.daemon.housekeeping import Housekeeping, Parts
 from smoosh.daemon.instance_lock import InstanceLock, prepare_state_dir
 from smoosh.daemon.intake import Intake, own_paths
 from smoosh.daemon.live_config import CALL_TIMEOUT_S, LiveConfig
+from smoosh.daemon.verdicts import WAIT_S, Offered, Verdict, enqueue_and_wait
 from smoosh.daemon.outcomes import Counters, Outcomes
 from smoosh.daemon.registry import ChannelRegistry
 from smoosh.daemon.router import Router
@@ -265,13 +266,24 @@ class Server(LiveConfig):
 
     # ------------------------------------------------------------------ the way in
 
-    def enqueue(self, key: str) -> None:
+    def enqueue(self, key: str, *, require_file: bool = False) -> None:
         """Ask smoosh to consider ``key`` for compaction; returns at once.
+
+        ``require_file`` (HTTP and the CLI) rejects a db key that names no database file.
 
         Raises:
             InvalidKey: the key is not a usable key for this daemon (the reason says why).
         """
-        self.intake.enqueue(key)
+        self.intake.enqueue(key, require_file=require_file)
+
+    def enqueue_and_wait(self, keys: list[str], timeout_s: float = WAIT_S) -> list[Verdict]:
+        """Enqueue ``keys`` as HTTP does and say what became of each (``POST /enqueue?wait=1``).
+
+        Returns:
+            One :class:`~smoosh.daemon.verdicts.Verdict` per key, in order, within ``timeout_s``.
+        """
+        return enqueue_and_wait(lambda key, waiter: self.intake.enqueue(key, require_file=True, waiter=waiter),
+                                keys, timeout_s)
 
     def canonical_key(self, key: object) -> str:
         """The key's identity (see :meth:`Intake.canonical_key`)."""
@@ -282,8 +294,8 @@ class Server(LiveConfig):
         self.intake.validate(key)
 
     def _offer(self, key: str, names: tuple[str, ...], cfg: Config, priority_of: Callable[[ChannelConfig], float],
-               sizes: Any) -> bool:
-        """Hand ``key`` to the first of ``names`` that prices it above 0 (an intake thread)."""
+               sizes: Any) -> Offered:
+        """Hand ``key`` to the first of ``names`` that prices it above 0 (an intake thread); true when queued."""
         channels = self._registry.current
         for name in names:
             ch_cfg = cfg.channels.get(name)
@@ -294,20 +306,24 @@ class Server(LiveConfig):
             if not priority:
                 continue
             scheduler = self._scheduler
-            if scheduler is not None and scheduler.run_of(key) is not None:
-                return False  # one key, one job: it runs (or is starting) already
+            run = scheduler.run_of(key) if scheduler is not None else None
+            if run is not None:  # one key, one job: it runs (or is starting) already
+                return Offered(reason=f"already running in channel {run.channel}")
             quantized = quantize(priority)
-            if channel.enqueue(key, quantized):
-                now = self._clock()
-                rec = self._history.get(key)
-                if rec is not None and rec.retry_at is not None and rec.retry_at > now:
-                    # Crashing (or busy) still: it waits out its backoff in the channel.
-                    channel.defer(key, quantized, rec.retry_at)
-                else:
-                    self._history.record(key, ADDED, now, channel=name)
+            if not channel.enqueue(key, quantized):
+                # Taken all the same (the key is not offered elsewhere), but it does not wait here.
+                return Offered(name, quantized, f"already running in channel {name}" if key in channel.in_flight()
+                               else f"channel {name} is full and its priority {quantized!r} is the lowest")
+            now = self._clock()
+            rec = self._history.get(key)
+            if rec is not None and rec.retry_at is not None and rec.retry_at > now:
+                # Crashing (or busy) still: it waits out its backoff in the channel.
+                channel.defer(key, quantized, rec.retry_at)
+            else:
+                self._history.record(key, ADDED, now, channel=name)
             log.debug("%r queued in %s at priority %r", key, name, priority)
-            return True
-        return False
+            return Offered(name, quantized)
+        return Offered()
 
     # ------------------------------------------------------------------ the channels' host (loop thread)
 

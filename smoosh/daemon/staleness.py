@@ -89,6 +89,20 @@ class AccessTable:
             return False
         return (self._clock() if now is None else now) - accepted_at < self._staleness_s
 
+    def fresh_for_s(self, key: str) -> float:
+        """Seconds until ``key`` is no longer fresh; 0 when it is not fresh now (not the hot path).
+
+        Parameters:
+            key: the key.
+
+        Returns:
+            The seconds left, or 0.0.
+        """
+        accepted_at = self._accepted.get(key)
+        if accepted_at is None:
+            return 0.0
+        return max(0.0, accepted_at + self._staleness_s - self._clock())
+
     # ------------------------------------------------------------------ updates
 
     def record(self, key: str, now: float | None = None) -> bool:

@@ -83,9 +83,11 @@ def test_a_pasted_couchdb_config_loads() -> None:
     assert c.state_dir == "/srv/data"
     assert c.compaction_log_level == "info"
     assert c.ignore == ("/srv/shards/00000000-1fffffff/mydb.1623244354", "/srv/shards/x")
-    # cleanup_index_files = true is CouchDB's and harmless; the only warning is the section
-    # for a channel no list names.
+    # cleanup_index_files = true is CouchDB's and harmless; the warnings are the view
+    # channels, which no compactor can give work, and the section for a channel no list names.
     assert c.warnings == (
+        "conf/smoosh.ini: [smoosh] view_channels = 'upgrade_views,ratio_views,slack_views': no compactor has "
+        "indexes, so channel(s) upgrade_views, ratio_views, slack_views never get work",
         "conf/smoosh.ini: [smoosh.overnight]: no channel list names 'overnight', section ignored",
     )
 
@@ -128,10 +130,10 @@ def test_unknown_keys_and_sections_are_warned_about_by_name(caplog: pytest.LogCa
             """
         )
     assert c.warnings == (
-        "conf/smoosh.ini: [smoosh] stalenes: unknown key, ignored",
+        "conf/smoosh.ini: [smoosh] stalenes: unknown key, ignored (did you mean staleness?)",
         "conf/smoosh.ini: [couchdb]: not a smoosh section, ignored",
-        "conf/smoosh.ini: [smoosh.ratio_dbs] min_prio: unknown key, ignored",
-        "conf/smoosh.ini: [smoosh.sqlite] page_sise: unknown key, ignored",
+        "conf/smoosh.ini: [smoosh.ratio_dbs] min_prio: unknown key, ignored (did you mean min_priority?)",
+        "conf/smoosh.ini: [smoosh.sqlite] page_sise: unknown key, ignored (did you mean page_size?)",
     )
     assert [r.getMessage() for r in caplog.records] == list(c.warnings)
     assert c.staleness_s == 300.0
@@ -140,7 +142,7 @@ def test_unknown_keys_and_sections_are_warned_about_by_name(caplog: pytest.LogCa
 def test_keys_are_case_sensitive() -> None:
     c = parse("[smoosh]\nMax_Jobs = 9\n[smoosh.ignore]\nDBs/A.db = true\n")
     assert c.max_jobs == 4
-    assert c.warnings == ("conf/smoosh.ini: [smoosh] Max_Jobs: unknown key, ignored",)
+    assert c.warnings == ("conf/smoosh.ini: [smoosh] Max_Jobs: unknown key, ignored (did you mean max_jobs?)",)
     assert c.ignore == ("/srv/DBs/A.db",)
 
 
@@ -174,9 +176,13 @@ def test_default_section_does_not_leak_into_channels() -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("[smoosh]\nmax_jobs = 1\nmax_jobs = 2\n", "conf/smoosh.ini: [smoosh] max_jobs: key appears twice (line 3)"),
-        ("[smoosh]\n[smoosh]\n", "conf/smoosh.ini: [smoosh]: section appears twice (line 2)"),
-        ("max_jobs = 1\n", "conf/smoosh.ini: line 1: 'max_jobs = 1': a key before any [section]"),
+        ("[smoosh]\nmax_jobs = 1\nmax_jobs = 2\n", "conf/smoosh.ini:3: [smoosh] max_jobs: key appears twice"),
+        ("[smoosh]\n[smoosh]\n", "conf/smoosh.ini:2: [smoosh]: section appears twice"),
+        ("max_jobs = 1\n", "conf/smoosh.ini:1: 'max_jobs = 1': a key before any [section]"),
+        ("[smoosh\nwatch =\n", "conf/smoosh.ini:1: '[smoosh': a section header without its closing ]"),
+        ("[smoosh]\nwatch =\n" + "\n" * 6 + "[smoosh.ratio_dbs\nconcurrency = 2\n",
+         "conf/smoosh.ini:9: '[smoosh.ratio_dbs': a section header without its closing ]"),
+        ("[smoosh]\nwatch =\nmax_jobs\n", "conf/smoosh.ini:3: 'max_jobs': not a key = value line"),
     ],
 )
 def test_malformed_files_are_errors_naming_the_file(text: str, message: str) -> None:
@@ -317,10 +323,54 @@ def test_shipped_config_documents_every_key() -> None:
     assert set(CHANNEL_KEYS.values()) == fields["channel"]
     assert set(SQLITE_KEYS.values()) == fields["sqlite"]
     assert set(GLOBAL_KEYS) <= documented["smoosh"]
-    for channel in ("smoosh.upgrade_dbs", "smoosh.ratio_dbs", "smoosh.slack_dbs"):
+    for channel in ("smoosh.ratio_dbs", "smoosh.slack_dbs"):
         assert set(CHANNEL_KEYS) <= documented[channel], channel
+    # An upgrade's priority is always 1 whatever the file's size (priority.compute, rule 2):
+    # the upgrade channel lists only the keys that act on it.
+    assert documented["smoosh.upgrade_dbs"] == set(CHANNEL_KEYS) - UPGRADE_IGNORES
     assert set(SQLITE_KEYS) <= documented["smoosh.sqlite"]
     assert "smoosh.ignore" in documented
+
+
+#: Channel keys that have no effect on an upgrade channel.
+UPGRADE_IGNORES = {"min_priority", "max_priority", "min_size", "max_size"}
+#: Commented-out lines of the shipped file that show an example, not the default.
+EXAMPLES = {"page_size", "auto_vacuum"}
+
+
+def test_every_default_the_shipped_config_shows_is_the_codes_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given the shipped file with every commented-out "key = default" line uncommented
+    lines, section = [], None
+    for line in SHIPPED.read_text().splitlines():
+        header = re.fullmatch(r"\[([^\]]+)\]\s*", line)
+        section = header.group(1) if header else section
+        key = re.fullmatch(r";([A-Za-z_]+) =.*", line)
+        if key and section != "smoosh.ignore" and key.group(1) not in EXAMPLES:
+            line = line[1:]
+        lines.append(line)
+    monkeypatch.chdir(REPO)
+    config = parse_config("\n".join(lines), PATH)
+    # Then it loads without a warning and equals the defaults (a 00:00-24:00 window is no window)
+    assert config.warnings == ()
+    channels = {name: dataclasses.replace(c, window=None) if c.window and c.window.start_min == 0
+                and c.window.end_min == 24 * 60 else c for name, c in config.channels.items()}
+    assert dataclasses.replace(config, path=None, channels=channels) == Config.default()
+
+
+def test_an_upgrade_channel_ignores_the_keys_the_shipped_config_leaves_out() -> None:
+    from smoosh.priority import compute
+
+    needs = dict(file=10, active=10, needs_upgrade=True)
+    assert compute("upgrade", **needs) == 1
+    assert compute("upgrade", **needs, min_priority=5.0, max_priority=0.5, min_size=1 << 20, max_size=1) == 1
+    assert compute("upgrade", file=10 << 20, active=1, needs_upgrade=False) == 0
+
+
+def test_the_shipped_config_describes_inline_comments_as_the_parser_reads_them() -> None:
+    text = SHIPPED.read_text()
+    assert "a \";\" after a value is part of it" not in text
+    assert "min_priority = 2.0 ; big ones" in text
+    assert parse("[smoosh.ratio_dbs]\nmin_priority = 2.0 ; big ones\n").channels["ratio_dbs"].min_priority == 2.0
 
 
 def test_an_inline_comment_ends_a_value_as_in_couchdbs_parser() -> None:

@@ -1,0 +1,193 @@
+"""What became of an enqueued key, in words an operator reads (``POST /enqueue?wait=1``).
+
+DESIGN §4.2 and §11: one result per key, ``queued`` (with its channel and priority),
+``not_queued`` (one reason string: stale until a time, below each channel's threshold with
+the numbers, ignored, already running, still examining) or ``rejected`` (outside roots, no
+such file, a directory, not a SQLite file). The intake fills a :class:`Waiter` when a key's
+examination ends; this module holds the result, the file check HTTP and the CLI ask for,
+and the sentence that says why a channel gave a database priority 0.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import stat
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from smoosh.config import ChannelConfig
+from smoosh.errors import InvalidKey
+from smoosh.priority import DEFAULT_MIN_PRIORITY
+
+__all__ = [
+    "QUEUED", "NOT_QUEUED", "REJECTED", "STILL_EXAMINING", "Verdict", "Offered", "Waiter",
+    "file_problem", "why_zero", "stale_reason", "enqueue_and_wait", "WAIT_S",
+]
+
+QUEUED = "queued"
+NOT_QUEUED = "not_queued"
+REJECTED = "rejected"
+#: The reason of a key whose examination outlasted the wait.
+STILL_EXAMINING = "still examining"
+#: Seconds ``POST /enqueue?wait=1`` waits for the keys' examinations (DESIGN §11).
+WAIT_S = 10.0
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What became of one key: its outcome, and the channel and priority or the reason."""
+
+    key: str
+    outcome: str
+    channel: str | None = None
+    priority: float | None = None
+    reason: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """The result object of ``POST /enqueue?wait=1`` (an infinite priority stays a float here)."""
+        return {"key": self.key, "outcome": self.outcome, "channel": self.channel, "priority": self.priority,
+                "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class Offered:
+    """The answer of the server's offer to a key's channels: true when a channel queued it.
+
+    ``reason`` says why none did, when the channels' priorities were not the cause (the key
+    runs already, a full queue evicted it at once).
+    """
+
+    channel: str | None = None
+    priority: float | None = None
+    reason: str | None = None
+
+    def __bool__(self) -> bool:
+        return self.channel is not None
+
+
+class Waiter:
+    """One caller waiting for the verdict on one key (any thread fills it, once)."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self._done = threading.Event()
+        self._verdict: Verdict | None = None
+
+    def resolve(self, verdict: Verdict) -> None:
+        """Record the verdict, unless one was recorded already (the first word stands)."""
+        if self._verdict is None:
+            self._verdict = verdict
+            self._done.set()
+
+    def wait(self, timeout_s: float) -> Verdict:
+        """The verdict, or ``not_queued``, "still examining" once ``timeout_s`` has passed."""
+        self._done.wait(max(0.0, timeout_s))
+        return self._verdict or Verdict(self.key, NOT_QUEUED, reason=STILL_EXAMINING)
+
+
+def enqueue_and_wait(
+    enqueue: Callable[[str, Waiter], None],
+    keys: Iterable[str],
+    timeout_s: float = WAIT_S,
+    *,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> list[Verdict]:
+    """Enqueue every key, then wait (all of them together, at most ``timeout_s``) for their verdicts.
+
+    Parameters:
+        enqueue: ``enqueue(key, waiter)``; raises ``InvalidKey`` for a key it rejects.
+        keys: the keys, as the caller wrote them.
+        timeout_s: how long to wait for examinations in all; keys still being examined then
+            are ``not_queued``, "still examining".
+        monotonic: the clock the deadline is kept on.
+
+    Returns:
+        One verdict per key, in the order given.
+    """
+    waiters = []
+    for key in keys:
+        waiter = Waiter(key)
+        try:
+            enqueue(key, waiter)
+        except InvalidKey as e:
+            waiter.resolve(Verdict(key, REJECTED, reason=e.reason))
+        waiters.append(waiter)
+    deadline = monotonic() + timeout_s
+    return [waiter.wait(deadline - monotonic()) for waiter in waiters]
+
+
+def file_problem(path: str, compactor: Any) -> str | None:
+    """Why ``path`` cannot be a database to compact, or None when it may be one.
+
+    One ``lstat``; then, for a compactor that reads file states (the SQLite one), its header
+    read, which never disturbs a compaction of this process (a raw descriptor would: closing
+    it drops the process's SQLite locks on the file).
+
+    Parameters:
+        path: a canonical path inside the roots.
+        compactor: the compactor that claims it.
+
+    Returns:
+        "no such file", "a directory", "not a regular file", "not a SQLite file", or None.
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return "no such file"
+    except OSError as e:
+        return f"cannot read it: {e.strerror or e}"
+    if stat.S_ISDIR(st.st_mode):
+        return "a directory"
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file"
+    read_state = getattr(compactor, "read_state", None)
+    if read_state is not None and read_state(path) is None:
+        name = getattr(compactor, "name", "")
+        return "not a SQLite file" if name == "sqlite" else f"not a {name or 'database'} file"
+    return None
+
+
+def stale_reason(left_s: float, now: float) -> str:
+    """``stale until 2026-11-24T19:20:00Z``: a channel took the key less than ``staleness`` ago."""
+    until = datetime.datetime.fromtimestamp(now + left_s, datetime.timezone.utc)
+    return f"stale until {until.strftime('%Y-%m-%dT%H:%M:%SZ')} (a channel took it less than staleness ago)"
+
+
+def why_zero(ch: ChannelConfig, sizes: Any, needs_upgrade: bool) -> str:
+    """Why ``ch`` gives a database of ``sizes`` priority 0, with the numbers (the rules of 5.2).
+
+    Parameters:
+        ch: the channel's settings.
+        sizes: the database's ``Sizes`` (file and live bytes).
+        needs_upgrade: whether the database needs a format upgrade.
+
+    Returns:
+        A phrase such as ``ratio 1.25 <= min_priority 2.0``.
+    """
+    file, active = sizes.file_bytes, sizes.active_bytes
+    if ch.min_changes > 0 and sizes.changes is not None and sizes.changes < ch.min_changes:
+        return f"changes {sizes.changes} < min_changes {ch.min_changes}"
+    if ch.priority == "upgrade":
+        return "no upgrade needed" if not needs_upgrade else "upgrade not due"
+    if file <= ch.min_size_bytes:
+        return f"file {file} bytes <= min_size {ch.min_size_bytes}"
+    if file > ch.max_size_bytes:
+        return f"file {file} bytes > max_size {_number(ch.max_size_bytes)}"
+    min_priority = ch.min_priority if ch.min_priority is not None else DEFAULT_MIN_PRIORITY[ch.priority]
+    if ch.priority == "slack":
+        value, name = float(file - active), "slack"
+    else:
+        value, name = (file / active if active else float("inf")), "ratio"
+    if value <= min_priority:
+        return f"{name} {_number(value)} <= min_priority {_number(min_priority)}"
+    return f"{name} {_number(value)} > max_priority {_number(ch.max_priority)}"
+
+
+def _number(value: float) -> str:
+    if value == float("inf"):
+        return "infinity"
+    return str(int(value)) if float(value).is_integer() else f"{value:.3g}"

@@ -1,0 +1,45 @@
+"""The status table tells the truth during a drain (issue 19): a running compaction counts
+ACTIVE from the moment its job runs; STARTING only while a job waits for a worker."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from compactor.dbfactory import make_bloated_db
+from faults.faultlib import daemons, start_daemon
+from helpers.daemon import Daemon, free_port, wait_for, write_config
+
+__all__ = ["daemons"]  # fixture
+
+#: Small bloated databases dropped into the watched directory before the start.
+FLEET = 100
+
+
+def test_a_drain_of_small_databases_shows_active_compactions_not_starting_ones(
+    tmp_path: Path, daemons: list[Daemon]
+) -> None:
+    # Given a hundred small bloated databases and a daemon with free worker slots (4 workers,
+    # one compaction at a time in ratio_dbs)
+    base = Path(os.path.realpath(tmp_path))
+    config = write_config(base, port=free_port())
+    for i in range(FLEET):
+        make_bloated_db(str(base / "dbs" / f"t{i:03d}.db"), rows=150, delete_fraction=0.9)
+    # When the daemon drains them, its /status polled all along
+    d = start_daemon(daemons, config)
+    samples: list[tuple[int, int]] = []
+
+    def drained() -> bool:
+        status = d.get("/status")["channels"]["ratio_dbs"]
+        samples.append((status["active"], status["starting"]))
+        return status["waiting"]["size"] == 0 and status["active"] == status["starting"] == 0 and \
+            sum(j["state"] == "finished" for j in d.get("/jobs")["jobs"]) >= FLEET
+
+    wait_for(drained, 60, what="the drain", daemon=d, every_s=0.0)
+    # Then compactions were seen running ...
+    assert max(active for active, _ in samples) == 1
+    # ... and a run showed as starting only for the moment between its start and the
+    # worker's slot taking it: never in two polls in a row, and in few polls at all
+    starting = [i for i, (_, n) in enumerate(samples) if n > 0]
+    assert not any(b == a + 1 for a, b in zip(starting, starting[1:])), samples
+    assert len(starting) <= max(2, len(samples) // 20), samples

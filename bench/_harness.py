@@ -21,7 +21,7 @@ import re
 import sqlite3
 import statistics
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 #: Runs per measurement unless ``--runs`` says otherwise.

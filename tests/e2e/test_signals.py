@@ -12,11 +12,10 @@ from pathlib import Path
 import pytest
 
 from compactor.dbfactory import db_stats, integrity, make_bloated_db, row_count
-from faults.faultlib import daemons, start_daemon
+from faults.faultlib import start_daemon
 from helpers.daemon import Daemon, free_port, wait_for, write_config
 from persist import read_checkpoint
 
-__all__ = ["daemons"]  # fixture
 
 #: Seconds a clean stop may take (DESIGN §5.1: "exit 0 within 10 s").
 STOP_WITHIN_S = 10.0

@@ -7,10 +7,9 @@ import os
 from pathlib import Path
 
 from compactor.dbfactory import make_bloated_db
-from faults.faultlib import daemons, start_daemon
+from faults.faultlib import start_daemon
 from helpers.daemon import Daemon, free_port, wait_for, write_config
 
-__all__ = ["daemons"]  # fixture
 
 #: Small bloated databases dropped into the watched directory before the start.
 FLEET = 100

@@ -174,13 +174,16 @@ class Intake:
             InvalidKey: the key is not a usable key for this daemon (the reason says why).
         """
         if self.access.is_fresh(key):
+            # The hot path (a repeated event): a dict lookup and a counter, nothing more.
             self.counters.enqueue_stale += 1
-            self._stale(key, waiter)
+            if waiter is not None:
+                self._stale(key, waiter)
             return
         canonical = self.canonical_key(key)
         if canonical != key and self.access.is_fresh(canonical):
             self.counters.enqueue_stale += 1
-            self._stale(canonical, waiter)
+            if waiter is not None:
+                self._stale(canonical, waiter)
             return
         self.validate(canonical)
         if require_file and not canonical.startswith(CLEANUP_PREFIX):
@@ -189,10 +192,8 @@ class Intake:
                 raise InvalidKey(canonical, problem)
         self.submit(canonical, waiter=waiter)
 
-    def _stale(self, key: str, waiter: Waiter | None) -> None:
-        if waiter is not None:
-            waiter.resolve(Verdict(waiter.key, NOT_QUEUED, reason=stale_reason(self.access.fresh_for_s(key),
-                                                                                 self._clock())))
+    def _stale(self, key: str, waiter: Waiter) -> None:
+        waiter.resolve(Verdict(waiter.key, NOT_QUEUED, reason=stale_reason(self.access.fresh_for_s(key), self._clock())))
 
     def on_event(self, path: str) -> None:
         """The watcher saw ``path`` change: the hot path first, then the debouncer."""

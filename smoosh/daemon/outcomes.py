@@ -118,7 +118,9 @@ class Outcomes:
             history.record(key, FINISHED, now, channel=channel, reason=f"reclaimed {reclaimed} bytes")
             self._router.record_compacted(key, outcome.size_after_bytes, now)
             self._forget(key)
-            log.log(self._log_level(), "compacted %r in %s: reclaimed %d bytes", key, channel, reclaimed)
+            # The one line a finished compaction writes (DESIGN §11), at compaction_log_level.
+            log.log(self._log_level(), "compacted %r in %s in %.2f s: %d -> %d bytes, reclaimed %d bytes",
+                    key, channel, outcome.duration_s, outcome.size_before_bytes, outcome.size_after_bytes, reclaimed)
         elif result == GONE:
             history.record(key, FINISHED, now, channel=channel, reason="database gone")
             self._forget(key)

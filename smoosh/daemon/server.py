@@ -274,6 +274,10 @@ class Server(LiveConfig):
         Raises:
             InvalidKey: the key is not a usable key for this daemon (the reason says why).
         """
+        if self._access.is_fresh(key):
+            # The hot path (a repeated event) answered here, one call shallower than the intake.
+            self.counters.enqueue_stale += 1
+            return
         self.intake.enqueue(key, require_file=require_file)
 
     def enqueue_and_wait(self, keys: list[str], timeout_s: float = WAIT_S) -> list[Verdict]:

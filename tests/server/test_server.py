@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import re
 import threading
 import time
 from pathlib import Path
@@ -103,6 +105,27 @@ def test_smooshs_own_state_is_never_a_key(tmp_path: Path, running: Any) -> None:
     with pytest.raises(InvalidKey) as e:
         server.enqueue(str(state / "ratio_dbs.smooshq"))
     assert e.value.reason == "smoosh's own file"
+
+
+def test_a_finished_compaction_writes_one_info_line_with_its_duration_and_sizes(
+    tmp_path: Path, running: Any, dbs: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    db = dbs / "tenant.db"
+    make_bloated_db(str(db), rows=4000, delete_fraction=0.9)
+    before = db.stat().st_size
+    server = running(make_config(tmp_path), workers=1)
+    with caplog.at_level(logging.INFO):
+        caplog.clear()
+        server.enqueue(str(db))
+        wait_for(lambda: {j["key"]: j for j in server.jobs_table()}.get(str(db), {}).get("state") == "finished", 30,
+                 what="the compaction to finish")
+        lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO and repr(str(db)) in r.getMessage()]
+    after = db.stat().st_size
+    assert len(lines) == 1, lines
+    match = re.fullmatch(rf"compacted {re.escape(repr(str(db)))} in \w+ in (\d+\.\d\d) s: "
+                         rf"(\d+) -> (\d+) bytes, reclaimed (\d+) bytes", lines[0])
+    assert match is not None, lines[0]
+    assert (int(match[2]), int(match[3]), int(match[4])) == (before, after, before - after)
 
 
 def test_symlink_out_of_roots_is_refused(tmp_path: Path, running: Any, dbs: Path) -> None:

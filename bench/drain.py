@@ -168,24 +168,16 @@ def drain_daemon(template: str, count: int, concurrency: int) -> float:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def drain_bare(template: str, count: int) -> float:
-    """Seconds a bare single-threaded VACUUM loop takes over ``count`` copies."""
+def drain_bare(template: str, count: int, *, durable_jobs: bool = False) -> float:
+    """Seconds a bare single-threaded VACUUM loop takes over ``count`` copies.
+
+    ``durable_jobs``: each file is also a durable job (a claim and a finish committed).
+    """
     base = Path(tempfile.mkdtemp(prefix="smoosh-bench-bare-"))
     try:
         paths = copies(template, base / "dbs", count)
-        out = subprocess.run([sys.executable, "-c", BARE_LOOP, *paths], check=True, capture_output=True, text=True)
-        return float(out.stdout.strip())
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
-
-
-def drain_bare_durable(template: str, count: int) -> float:
-    """Seconds the bare loop takes when each file is also a durable job (two commits)."""
-    base = Path(tempfile.mkdtemp(prefix="smoosh-bench-bare-durable-"))
-    try:
-        paths = copies(template, base / "dbs", count)
-        out = subprocess.run([sys.executable, "-c", BARE_DURABLE_LOOP, str(base / "jobs.db"), *paths],
-                             check=True, capture_output=True, text=True)
+        script = [BARE_DURABLE_LOOP, str(base / "jobs.db")] if durable_jobs else [BARE_LOOP]
+        out = subprocess.run([sys.executable, "-c", *script, *paths], check=True, capture_output=True, text=True)
         return float(out.stdout.strip())
     finally:
         shutil.rmtree(base, ignore_errors=True)
@@ -243,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         def one() -> dict[str, float]:
             return {
                 "bare": drain_bare(template, count),
-                "bare_durable": drain_bare_durable(template, count),
+                "bare_durable": drain_bare(template, count, durable_jobs=True),
                 "default": drain_daemon(template, count, 1),
                 "two": drain_daemon(template, count, 2),
             }

@@ -28,6 +28,7 @@ from smoosh.compactors.base import Sizes, refused
 from smoosh.config import Config
 from smoosh.daemon.debounce import Debouncer
 from smoosh.daemon.keypool import KeyPool
+from smoosh.daemon.measurement import Measurement, signature
 from smoosh.daemon.router import CLEANUP_PREFIX, EXACT_DUE, Router, db_path
 from smoosh.daemon.staleness import AccessTable
 from smoosh.daemon.verdicts import NOT_QUEUED, QUEUED, Verdict, Waiter, file_problem, stale_reason, why_zero
@@ -47,33 +48,6 @@ EXAMINE_THREADS = 1
 #: Threads taking exact ``dbstat`` measurements handed over by the examine thread. Several:
 #: SQLite reads every page without the GIL, and at start-up those pages are rarely cached.
 MEASURE_THREADS = 3
-
-
-def signature(path: str) -> tuple[int, ...] | None:
-    """What changes when a database is written: inode, size and mtime of the file and its ``-wal``."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    try:
-        wal = os.stat(path + "-wal")
-        wal_part: tuple[int, ...] = (wal.st_size, wal.st_mtime_ns)
-    except OSError:
-        wal_part = ()
-    return (st.st_ino, st.st_size, st.st_mtime_ns, *wal_part)
-
-
-@dataclass(frozen=True)
-class Measurement:
-    """A database's sizes as measured for the decision to queue it, carried to its start.
-
-    ``signature`` is the file's :func:`signature` taken just before the measurement: while it
-    holds, the sizes still hold.
-    """
-
-    sizes: Sizes
-    signature: tuple[int, ...] | None
-    exact: bool
 
 
 @dataclass(slots=True)
@@ -131,6 +105,10 @@ class Intake:
         self.debouncer = Debouncer(recheck_interval_s=config_of().recheck_interval_s)
         self._examiners: KeyPool[str] = KeyPool(self._examine_cheap, EXAMINE_THREADS, "smoosh-examine")
         self._measurers: KeyPool[str] = KeyPool(self._examine_exact, MEASURE_THREADS, "smoosh-measure")
+        # Queued keys nobody measured in this process (restored from a checkpoint, taken back
+        # from the job store): sized on demand for the status table, never routed. Under _lock.
+        self._sizers: KeyPool[str] = KeyPool(self._size_only, 1, "smoosh-size")
+        self._sizing: set[str] = set()
         self._stopped = False
         #: Asks the owner's loop to tick the intake soon (its debounce has a new due time).
         self.wake: Callable[[], None] = lambda: None
@@ -140,6 +118,7 @@ class Intake:
         self._stopped = False
         self._examiners.start()
         self._measurers.start()
+        self._sizers.start()
 
     def stop(self) -> None:
         """Stop examining: keys not yet taken by a thread are dropped."""
@@ -148,6 +127,7 @@ class Intake:
             with self._lock:
                 for key in pool.stop():
                     self._inflight.pop(key, None)
+        self._sizers.stop()
         with self._lock:
             waiting, self._waiters = self._waiters, {}
         for key, waiters in waiting.items():
@@ -475,21 +455,40 @@ class Intake:
         self.measurements.pop(key, None)
 
     def reclaimable(self, keys: Mapping[str, Any] | set[str]) -> int:
-        """Bytes the measured keys among ``keys`` would give back (file - active)."""
+        """Bytes the measured keys among ``keys`` would give back (file - active).
+
+        A key with no measurement (queued before a restart) is sized in the background, so
+        the next reading counts it: keys restored at the top of a channel do not read as 0 B.
+        """
         total = 0
         measurements = self.measurements
+        unmeasured = []
         for key in keys:
             m = measurements.get(key)
             if m is not None:
                 total += max(0, m.sizes.file_bytes - m.sizes.active_bytes)
+            else:
+                unmeasured.append(key)
+        if unmeasured and not self._stopped:
+            with self._lock:
+                new = [k for k in unmeasured if k not in self._sizing and k not in self._inflight]
+                self._sizing.update(new)
+            for key in new:
+                if not self._sizers.submit(key):
+                    break
         return total
 
-
-def own_paths(cfg: Config) -> tuple[str, ...]:
-    """smoosh's own files: never keys (state_dir, and a SQLite store with its side files)."""
-    own = [os.path.realpath(cfg.state_dir)]
-    scheme, _, rest = cfg.store.partition(":")
-    if scheme == "sqlite" and rest:
-        db = os.path.realpath(rest)
-        own += [db, db + "-wal", db + "-shm", db + "-journal"]
-    return tuple(own)
+    def _size_only(self, key: str) -> None:
+        """Measure ``key`` cheaply for the status table; it stays where it is queued."""
+        try:
+            compactor = self.router.compactor_for(key)
+            if compactor is not None and key not in self.measurements:
+                before = signature(db_path(key))
+                sizes = compactor.sizes(key)
+                if sizes is not None:
+                    self.measurements.setdefault(key, Measurement(sizes, before, False))
+        except Exception:
+            log.exception("sizing %r for the status table failed", key)
+        finally:
+            with self._lock:
+                self._sizing.discard(key)

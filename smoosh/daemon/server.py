@@ -31,7 +31,8 @@ from smoosh.daemon import control
 from smoosh.daemon.history import ADDED, HistoryTable
 from smoosh.daemon.housekeeping import Housekeeping, Parts
 from smoosh.daemon.instance_lock import InstanceLock, prepare_state_dir
-from smoosh.daemon.intake import Intake, own_paths
+from smoosh.daemon.intake import Intake
+from smoosh.daemon.measurement import own_paths
 from smoosh.daemon.live_config import CALL_TIMEOUT_S, LiveConfig
 from smoosh.daemon.verdicts import WAIT_S, Offered, Verdict, enqueue_and_wait
 from smoosh.daemon.outcomes import Counters, Outcomes

@@ -128,6 +128,24 @@ def test_a_finished_compaction_writes_one_info_line_with_its_duration_and_sizes(
     assert (int(match[2]), int(match[3]), int(match[4])) == (before, after, before - after)
 
 
+def test_keys_restored_from_a_checkpoint_count_in_the_reclaimable_bytes(
+    tmp_path: Path, running: Any, dbs: Path
+) -> None:
+    # Given a bloated database queued (nothing runs: no worker) when the daemon stops
+    db = dbs / "tenant.db"
+    make_bloated_db(str(db), rows=4000, delete_fraction=0.9)
+    config = make_config(tmp_path)
+    first = running(config, workers=0)
+    first.enqueue(str(db))
+    wait_for(lambda: first.status()["reclaimable_bytes"] > 0, 10, what="the key to be queued and measured")
+    queued_bytes = first.status()["reclaimable_bytes"]
+    first.stop()
+    # When a new daemon restores it from the checkpoint (it measured nothing itself)
+    second = running(config, workers=0)
+    # Then the status table counts it again once it has been sized, not 0 B
+    wait_for(lambda: second.status()["reclaimable_bytes"] == queued_bytes, 10, what="the restored key to be sized")
+
+
 def test_symlink_out_of_roots_is_refused(tmp_path: Path, running: Any, dbs: Path) -> None:
     outside = tmp_path / "outside.db"
     make_bloated_db(str(outside))

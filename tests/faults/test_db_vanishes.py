@@ -86,8 +86,11 @@ def test_databases_deleted_truncated_or_replaced_mid_compaction(tmp_path: Path, 
         return record(d, db), db
 
     def delete(db: Path) -> None:
-        for suffix in ("", "-wal", "-shm"):
-            os.unlink(f"{db}{suffix}")
+        os.unlink(db)
+        # The side files exist once the compaction's connection is open, which may be a
+        # moment after /jobs says running.
+        for suffix in ("-wal", "-shm"):
+            Path(f"{db}{suffix}").unlink(missing_ok=True)
 
     rec, db = hit_mid_compaction("deleted", delete)
     assert rec["state"] == "finished" and "gone" in rec["history"][0]["reason"]

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, TypeVar
 
-__all__ = ["Clock", "Task", "Loop", "LoopStopped", "CRASH_PAUSE_S"]
+__all__ = ["Clock", "Task", "Loop", "LoopStopped", "CRASH_PAUSE_S", "quietly"]
 
 log = logging.getLogger(__name__)
 
@@ -259,3 +259,15 @@ class Loop:
                 self._cond.wait(timeout)
         # What was posted before stop() still runs (a stop message, a final checkpoint).
         self.run_once()
+
+
+def quietly(fn: Callable[[], Any], doing: str, logger: logging.Logger = log) -> None:
+    """Run ``fn``; an error is logged (``error while <doing>``, with its traceback), never raised.
+
+    For the steps of stopping, closing or retuning several parts in turn: one part's failure
+    must not keep the others from their turn.
+    """
+    try:
+        fn()
+    except Exception:
+        logger.exception("error while %s", doing)

@@ -230,14 +230,6 @@ class HistoryTable:
             self._finished.pop(key, None)
         return rec
 
-    def set_progress(self, key: str, progress: float, at: float) -> None:
-        """Remember the latest progress a worker reported for ``key``."""
-        with self._lock:
-            rec = self._records.get(key)
-            if rec is not None:
-                rec.progress = progress
-                rec.last_updated = at
-
     def due(self, now: float) -> list[str]:
         """Keys whose backoff or busy wait has ended; their ``retry_at`` is cleared."""
         with self._lock:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from smoosh.config import Config
 from smoosh.errors import ConfigError
+from smoosh.loop import quietly
 
 if TYPE_CHECKING:
     from smoosh.daemon.history import HistoryTable
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from smoosh.jobs import Jobs
     from smoosh.loop import Loop
 
-__all__ = ["LiveConfig", "CALL_TIMEOUT_S", "quietly"]
+__all__ = ["LiveConfig", "CALL_TIMEOUT_S"]
 
 log = logging.getLogger("smoosh.daemon.server")  # the server's own lines
 
@@ -89,7 +90,8 @@ class LiveConfig:
             configure = getattr(compactor, "configure", None)
             if configure is not None:
                 quietly(lambda: configure(new.sqlite, wal_max_size_bytes=new.wal_max_size_bytes,
-                                           exact_size_interval_s=new.exact_size_interval_s))
+                                          exact_size_interval_s=new.exact_size_interval_s),
+                        "applying a change to a part of the server", log)
         if new.job_timeout_s != old.job_timeout_s:
             self._set_job_timeout(new.job_timeout_s)
         if self._worker is not None and self._workers_from_config:
@@ -103,7 +105,7 @@ class LiveConfig:
                 log.info("channel %s removed from the config; closing it", name)
                 registry.close(name)
                 # Its running jobs finish; a hold left on them would pause them forever.
-                quietly(lambda: self.on_hold(name, False))
+                quietly(lambda: self.on_hold(name, False), "applying a change to a part of the server", log)
         for name, ch_cfg in new.channels.items():
             channel = registry.current.get(name)
             if channel is None:
@@ -156,11 +158,3 @@ class LiveConfig:
             set_roots = getattr(compactor, "set_roots", None)
             if set_roots is not None:
                 set_roots(roots)
-
-
-def quietly(fn: Callable[[], Any]) -> None:
-    """Run ``fn``; an error is logged, never raised (stopping, closing, retuning parts)."""
-    try:
-        fn()
-    except Exception:
-        log.exception("error while applying a change to a part of the server")

@@ -9,12 +9,12 @@ restarted channel's name is never missing from it.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from typing import Callable
 
 from channels import Channel
 from smoosh.config import ChannelConfig
 from smoosh.errors import UnknownChannel
-from smoosh.loop import Loop
+from smoosh.loop import Loop, quietly
 
 __all__ = ["ChannelRegistry"]
 
@@ -85,7 +85,7 @@ class ChannelRegistry:
         task = self._tasks.pop(name, None)
         if task is not None:
             self._loop.remove(task)
-        _quietly(lambda: channel.close(checkpoint=checkpoint))
+        quietly(lambda: channel.close(checkpoint=checkpoint), "closing a channel", log)
 
     def restart(self, name: str) -> None:
         """Replace a crashed channel by one restored from its checkpoint, with no gap in the registry.
@@ -99,7 +99,7 @@ class ChannelRegistry:
         if settings is None or old is None:
             self.close(name)
             return
-        _quietly(lambda: old.close(checkpoint=True))
+        quietly(lambda: old.close(checkpoint=True), "closing a channel", log)
         self.open(name, settings, self._clock())
 
     def close_all(self) -> None:
@@ -125,10 +125,3 @@ class ChannelRegistry:
         if channel is None:
             raise UnknownChannel(name)
         return [channel]
-
-
-def _quietly(fn: Callable[[], Any]) -> None:
-    try:
-        fn()
-    except Exception:
-        log.exception("error while closing a channel")

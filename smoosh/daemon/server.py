@@ -46,7 +46,7 @@ from smoosh.daemon.status import build_status, jobs_table
 from smoosh.daemon.suspension import Suspension
 from smoosh.errors import UnknownChannel
 from smoosh.jobs import Jobs
-from smoosh.loop import Loop
+from smoosh.loop import Loop, quietly
 from smoosh.priority import quantize
 from smoosh.daemon.store_reset import open_job_store
 from smoosh.store import Store
@@ -218,21 +218,22 @@ class Server(LiveConfig):
         # in its channel (at the top), not go to the job store for some other worker.
         self._stopping = True
         if self._housekeeping is not None:
-            _quietly(self._housekeeping.stop)
+            quietly(self._housekeeping.stop, "stopping", log)
         self.intake.stop()
         if self._worker is not None:
             # Its runs end as "interrupted (stopping)": their events reach the loop, which
             # queues the keys again at the top; the starter removes their jobs.
-            _quietly(lambda: self._worker.stop(timeout_s=max(0.5, deadline - time.monotonic() - 1.0)))
-        _quietly(lambda: self._loop.call(self._registry.close_all, max(0.5, deadline - time.monotonic())))
+            quietly(lambda: self._worker.stop(timeout_s=max(0.5, deadline - time.monotonic() - 1.0)), "stopping", log)
+        quietly(lambda: self._loop.call(self._registry.close_all, max(0.5, deadline - time.monotonic())),
+                "stopping", log)
         self._loop.stop(max(0.5, deadline - time.monotonic()))
         scheduler = self._scheduler
         if scheduler is not None:
-            _quietly(lambda: scheduler.close(max(0.5, deadline - time.monotonic())))
+            quietly(lambda: scheduler.close(max(0.5, deadline - time.monotonic())), "stopping", log)
         if self._jobs is not None:
-            _quietly(self._jobs.close)
+            quietly(self._jobs.close, "stopping", log)
         if self._owns_store and self._store is not None:
-            _quietly(self._store.close)
+            quietly(self._store.close, "stopping", log)
             self._store = None
         self._lock.release()
         log.info("smoosh stopped")
@@ -275,10 +276,6 @@ class Server(LiveConfig):
         Raises:
             InvalidKey: the key is not a usable key for this daemon (the reason says why).
         """
-        if self._access.is_fresh(key):
-            # The hot path (a repeated event) answered here, one call shallower than the intake.
-            self.counters.enqueue_stale += 1
-            return
         self.intake.enqueue(key, require_file=require_file)
 
     def enqueue_and_wait(self, keys: list[str], timeout_s: float = WAIT_S) -> list[Verdict]:
@@ -455,11 +452,3 @@ class Server(LiveConfig):
     def jobs_table(self) -> list[dict[str, Any]]:
         """Per-key state, progress, error count, last error and history (``GET /jobs``)."""
         return jobs_table(self._history, self._worker)
-
-
-def _quietly(fn: Callable[[], Any]) -> None:
-    try:
-        fn()
-    except Exception:
-        log.exception("error while stopping")
-

@@ -113,16 +113,22 @@ def paused_restart_holds_the_key_then_resume_finishes_it(
     assert d2.stop() == 0
 
 
-def test_sigterm_mid_compaction_hands_the_key_back_to_its_channel_at_the_top(
-    tmp_path: Path, daemons: list[Daemon]
-) -> None:
-    # Given an incremental compaction under way
+def compaction_under_way(tmp_path: Path, daemons: list[Daemon]) -> tuple[int, Path, Path, int, Daemon]:
+    """A daemon in the middle of a one-page-chunk compaction: ``(port, config, db, rows, daemon)``."""
     port = free_port()
     config = write_config(tmp_path, port=port, channels=ONE_PAGE_CHUNKS)
     db = tmp_path / "dbs" / "big.db"
     rows = bloated_incremental_db(db)["rows"]
-    d1 = start_daemon(daemons, config)
-    wait_for(lambda: mid_compaction(config, db), 20, what="the compaction to be under way", daemon=d1, every_s=0.02)
+    d = start_daemon(daemons, config)
+    wait_for(lambda: mid_compaction(config, db), 20, what="the compaction to be under way", daemon=d, every_s=0.02)
+    return port, config, db, rows, d
+
+
+def test_sigterm_mid_compaction_hands_the_key_back_to_its_channel_at_the_top(
+    tmp_path: Path, daemons: list[Daemon]
+) -> None:
+    # Given an incremental compaction under way
+    port, config, db, rows, d1 = compaction_under_way(tmp_path, daemons)
     # When the daemon is stopped cleanly
     assert d1.stop() == 0
     # Then its job no longer runs (a pending job may be left behind: a bug of the clean stop,
@@ -135,12 +141,7 @@ def test_kill_9_mid_compaction_leaves_a_job_the_restart_takes_back_into_its_chan
     tmp_path: Path, daemons: list[Daemon]
 ) -> None:
     # Given an incremental compaction under way
-    port = free_port()
-    config = write_config(tmp_path, port=port, channels=ONE_PAGE_CHUNKS)
-    db = tmp_path / "dbs" / "big.db"
-    rows = bloated_incremental_db(db)["rows"]
-    d1 = start_daemon(daemons, config)
-    wait_for(lambda: mid_compaction(config, db), 20, what="the compaction to be under way", daemon=d1, every_s=0.02)
+    port, config, db, rows, d1 = compaction_under_way(tmp_path, daemons)
     # When the daemon is killed with SIGKILL
     d1.kill()
     # Then its job is left running in the store, run by the daemon's own worker ...

@@ -7,6 +7,7 @@ import os
 import threading
 from typing import Any
 
+from helpers.summary import FDB_CLUSTER_ENV
 from smoosh.jobs.threads import THREAD_NAME_PREFIX
 from smoosh.store import open_store
 from smoosh.store.base import Store
@@ -56,7 +57,6 @@ def load_cases(file_stem: str) -> Any:
     return module
 
 
-FDB_CLUSTER_ENV = "SMOOSH_TEST_FDB_CLUSTER"
 #: Chance that a write commit fails in the faulty variants (half of them after committing).
 FAULT_RATE = 0.2
 #: Backoff ceiling in the faulty variants: thousands of injected faults, short sleeps.

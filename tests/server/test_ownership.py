@@ -23,7 +23,7 @@ import pytest
 from compactor.dbfactory import integrity, make_bloated_db
 from helpers.daemon import wait_for
 from helpers.slow import SlowChunks
-from server.test_server import FailingCompactor, FakeClock, make_config, running
+from server.test_server import FailingCompactor, FakeClock, make_config
 
 import channels.channel as channel_module
 from persist import read_checkpoint, write_checkpoint
@@ -33,7 +33,6 @@ from smoosh.errors import UnknownChannel
 from smoosh.jobs import Jobs
 from smoosh.store import open_store
 
-__all__ = ["running"]  # fixture
 
 RATIO = "ratio_dbs"
 
@@ -66,13 +65,6 @@ def holds(server: Server) -> tuple[int, int, int]:
 
 def in_any_channel(server: Server, key: str) -> bool:
     return any(key in channel.keys() for channel in server.channels().values())  # noqa: SIM118 (a Channel)
-
-
-@pytest.fixture
-def dbs(tmp_path: Path) -> Path:
-    path = tmp_path / "dbs"
-    path.mkdir(exist_ok=True)
-    return path
 
 
 @pytest.fixture

@@ -7,13 +7,13 @@ import re
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 from helpers.daemon import config_text, wait_for
 from compactor.dbfactory import integrity, make_bloated_db
-from smoosh import InvalidKey, Server
+from smoosh import InvalidKey
 from smoosh.compactors.base import Busy, CompactionResult, Sizes
 from smoosh.config import parse_config
 from smoosh.errors import ConfigError
@@ -56,30 +56,6 @@ def make_config(tmp_path: Path, extra: str = "", channels: str = "", roots: Path
     path = tmp_path / "smoosh.ini"
     path.write_text(text)
     return parse_config(text, str(path))
-
-
-@pytest.fixture
-def dbs(tmp_path: Path) -> Path:
-    path = tmp_path / "dbs"
-    path.mkdir(exist_ok=True)
-    return path
-
-
-@pytest.fixture
-def running(tmp_path: Path) -> Iterator[Any]:
-    """Start servers on demand; every one is stopped at the end."""
-    servers: list[Server] = []
-
-    def start(config: Any, **kw: Any) -> Server:
-        kw.setdefault("watch_config", False)
-        server = Server(config, **kw)
-        server.start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()
 
 
 def test_keys_that_cannot_be_compacted_are_rejected_with_their_reason(tmp_path: Path, running: Any, dbs: Path) -> None:

@@ -21,9 +21,9 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
+from helpers.summary import FDB_CLUSTER_ENV
 from smoosh.store.base import Store
 
-FDB_CLUSTER_ENV = "SMOOSH_TEST_FDB_CLUSTER"
 STORE_KINDS = ["memory", "sqlite", "fdb", "faulty-memory", pytest.param("faulty-sqlite", marks=pytest.mark.slow)]
 #: Chance that a write commit of a ``transact`` fails in the faulty variants.
 FAULT_RATE = 0.3

@@ -29,7 +29,7 @@ from prometheus_client.utils import floatToGoString
 
 from channels.ports import RESULTS
 from smoosh.daemon.histogram import Histogram
-from smoosh.version import version
+from smoosh import __version__
 
 if TYPE_CHECKING:
     from smoosh.daemon.outcomes import Counters
@@ -132,8 +132,9 @@ class SmooshCollector(Collector):
         config_error.add_metric([], 1 if status.get("config_error") else 0)
         yield config_error
 
+        # The version's one home, as `smoosh --version` prints it.
         build = GaugeMetricFamily("smoosh_build_info", "Always 1; the version of smoosh running.", labels=["version"])
-        build.add_metric([version()], 1)
+        build.add_metric([__version__], 1)
         yield build
 
 

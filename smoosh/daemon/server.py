@@ -467,3 +467,7 @@ class Server(LiveConfig):
     def jobs_table(self) -> list[dict[str, Any]]:
         """Per-key state, progress, error count, last error and history (``GET /jobs``)."""
         return jobs_table(self._history, self._worker)
+
+    def crashing_jobs(self) -> dict[str, int]:
+        """Keys in crash backoff now, per channel (``smoosh_crashing_jobs``); any thread."""
+        return self._history.crashing(self._clock())

@@ -9,7 +9,10 @@ which way each compaction goes:
 * else incremental chunks when ``auto_vacuum = INCREMENTAL`` and there are free pages;
 * else an in-place ``VACUUM``;
 * and afterwards, for a WAL database, a ``wal_checkpoint(TRUNCATE)``: in WAL mode the file
-  only shrinks when the log is checkpointed. ``cleanup:<path>`` jobs do only that checkpoint.
+  only shrinks when the log is checkpointed. ``cleanup:<path>`` jobs do only that checkpoint,
+  or, for a database that no longer exists, remove the side files it left behind
+  (:meth:`SqliteCompactor.leftovers`). A side file whose database exists is never removed:
+  a ``-wal`` or a ``-journal`` may hold committed transactions the database needs.
 
 How each way runs on the open connection (locks, progress, cancellation, the WAL dance of a
 page size change) is :mod:`smoosh.compactors.sqlite_compact`'s.
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import threading
 import time
 from typing import Any, Callable, Iterable
@@ -46,7 +50,7 @@ from smoosh.compactors.sqlite_file import (
     read_state,
 )
 from smoosh.compactors.sqlite_identity import FileIdentity, replaced_error
-from smoosh.compactors.sqlite_open import canonical_roots, close_quietly, pragma, run
+from smoosh.compactors.sqlite_open import canonical_roots, close_quietly, pragma, refusal, run
 
 __all__ = ["SqliteCompactor", "CLEANUP_PREFIX", "DEFAULT_WAL_MAX_SIZE_BYTES", "DEFAULT_EXACT_SIZE_INTERVAL_S"]
 
@@ -66,6 +70,8 @@ DEFAULT_INCREMENTAL_CHUNK_PAGES = 1000
 DEFAULT_BUSY_TIMEOUT_S = 1.0
 #: Exact sizes remembered at most for this many keys (oldest forgotten first), bounding memory.
 EXACT_MEMORY_MAX_KEYS = 100_000
+#: The files SQLite keeps beside a database, named after it.
+SIDE_SUFFIXES = ("-wal", "-shm", "-journal")
 
 
 class SqliteCompactor:
@@ -203,8 +209,9 @@ class SqliteCompactor:
     def sizes(self, key: str, *, exact: bool = False) -> Sizes | None:
         """File and live bytes of a key's database.
 
-        For a ``cleanup:`` key: ``file_bytes`` is the ``-wal`` size and ``active_bytes`` 0 (all
-        of it is reclaimable by the cleanup job).
+        For a ``cleanup:`` key: ``file_bytes`` is the ``-wal`` size (for a database that no
+        longer exists, the size of its :meth:`leftovers`) and ``active_bytes`` 0 (all of it is
+        reclaimable by the cleanup job).
 
         Parameters:
             key: a claimed key.
@@ -224,7 +231,8 @@ class SqliteCompactor:
         except Refused:
             return None
         if state is None:
-            return None
+            left = self.leftovers(path) if cleanup else []
+            return Sizes(file_bytes=sum(file_size(f) for f in left), active_bytes=0) if left else None
         if cleanup:
             return Sizes(file_bytes=file_size(path + "-wal"), active_bytes=0)
         estimate = (state.page_count - state.freelist_count) * state.page_size
@@ -297,30 +305,99 @@ class SqliteCompactor:
         return self.auto_vacuum is not None and state.auto_vacuum != AUTO_VACUUM_CODES[self.auto_vacuum]
 
     def leftovers(self, path: str) -> list[str]:
-        """Files smoosh itself may leave beside a database (none yet; the cleanup job's hook)."""
-        return []
+        """Side files (``-wal``, ``-shm``, ``-journal``) left beside a database that no longer exists.
 
-    def cleanup_priority(self, key: str) -> float:
-        """1.0 for a ``cleanup:`` key whose ``-wal`` exceeds ``wal_max_size_bytes`` (or with leftovers), else 0.0.
+        Only those may be removed: beside an existing database a ``-wal`` or a hot ``-journal``
+        holds transactions the database needs, so while anything (a file, a dangling symlink)
+        bears the database's name, nothing is a leftover. A side file that is not a regular
+        file (a symlink, a directory) is never one either. Without its database an old
+        ``-wal`` is a hazard: SQLite would read it as the log of a new database created under
+        the same name.
+
+        Parameters:
+            path: the database path (canonical).
+
+        Returns:
+            The leftover paths, in suffix order; empty while the database exists, or when the
+            path is refused (outside the roots, not canonical).
+        """
+        if refusal(path, self._roots) is not None or os.path.lexists(path):
+            return []
+        found = []
+        for suffix in SIDE_SUFFIXES:
+            try:
+                st = os.lstat(path + suffix)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                found.append(path + suffix)
+        return found
+
+    def cleanup_key(self, key: str) -> str | None:
+        """The cleanup key a database's state calls for now: its ``-wal`` outgrew ``wal_max_size_bytes``.
+
+        Cheap (one ``lstat``): the server asks it whenever it examines a database key.
 
         Parameters:
             key: a claimed key.
 
         Returns:
-            0.0 also for a database that is missing or refused (outside the roots, through a
-            symlink).
+            ``cleanup:<path>`` for a database key whose ``-wal`` is larger than
+            ``wal_max_size_bytes``; None otherwise (a ``cleanup:`` key itself included).
         """
         path, cleanup = self._split(key)
-        if not cleanup or self.read_state(path) is None:
+        if cleanup or file_size(path + "-wal") <= self.wal_max_size_bytes:
+            return None
+        return CLEANUP_PREFIX + path
+
+    def cleanup_priority(self, key: str) -> float:
+        """1.0 for a ``cleanup:`` key with work to do, else 0.0.
+
+        Work: the database's ``-wal`` exceeds ``wal_max_size_bytes``, or the database no longer
+        exists and left side files behind (:meth:`leftovers`).
+
+        Parameters:
+            key: a claimed key.
+
+        Returns:
+            0.0 also for a database path that is refused (outside the roots, through a symlink).
+        """
+        path, cleanup = self._split(key)
+        if not cleanup:
             return 0.0
-        if file_size(path + "-wal") > self.wal_max_size_bytes or self.leftovers(path):
-            return 1.0
-        return 0.0
+        try:
+            state = read_state(path, self.busy_timeout_s, roots=self._roots)
+        except Refused:
+            return 0.0
+        if state is None:
+            return 1.0 if self.leftovers(path) else 0.0
+        return 1.0 if file_size(path + "-wal") > self.wal_max_size_bytes else 0.0
+
+    def _remove_leftovers(self, path: str) -> CompactionResult | None:
+        """Remove the side files of a database that no longer exists; None when there were none.
+
+        The database's absence is checked again right before each removal: an application
+        creating a new database under the name meanwhile keeps whatever side files it has.
+        """
+        found = self.leftovers(path)
+        if not found:
+            return None
+        before = sum(file_size(f) for f in found)
+        for leftover in found:
+            if os.path.lexists(path):
+                break
+            try:
+                os.remove(leftover)
+            except FileNotFoundError:
+                pass
+            log.info("removed %r: its database %r no longer exists", leftover, path)
+        after = sum(file_size(f) for f in found)
+        return CompactionResult(size_before_bytes=before, size_after_bytes=after)
 
     # ------------------------------------------------------------------ compacting
 
     def compact(self, key: str, ctx: CompactionContext) -> CompactionResult:
-        """Compact the key's database (or truncate its WAL, for a ``cleanup:`` key).
+        """Compact the key's database (for a ``cleanup:`` key: truncate its WAL, or remove its leftovers).
 
         Parameters:
             key: a claimed key.
@@ -348,6 +425,10 @@ class SqliteCompactor:
         roots = self._roots  # one compaction, one set of roots, even across a reload
         state = read_state(path, self.busy_timeout_s, roots=roots)
         if state is None:
+            removed = self._remove_leftovers(path) if cleanup else None
+            if removed is not None:
+                ctx.progress(1.0)
+                return removed
             raise Gone(f"{path} is missing or not a SQLite database")
         identity = FileIdentity(path)
         before = footprint_bytes(path)
@@ -380,7 +461,7 @@ class SqliteCompactor:
             if not cleanup:
                 sqlite_compact.refuse_pinned_wal(conn, path)
             if cleanup:
-                sqlite_compact.cleanup(conn, path, ctx, self.leftovers)
+                sqlite_compact.cleanup(conn, path, ctx)
             elif self._upgrade_needed(state):
                 sqlite_compact.upgrade(
                     conn, path, state, ctx, page_size=self.page_size, auto_vacuum=self.auto_vacuum,

@@ -44,7 +44,6 @@ import os
 import shutil
 import threading
 import time
-from typing import Callable
 
 import apsw
 
@@ -374,8 +373,8 @@ def _restore_wal(conn: apsw.Connection, path: str, busy_timeout_s: float) -> Non
     log.error("Could not switch %r back to WAL mode after its upgrade; it is in DELETE mode.", path)
 
 
-def cleanup(conn: apsw.Connection, path: str, ctx: CompactionContext, leftovers: Callable[[str], list[str]]) -> None:
-    """A ``cleanup:`` job: truncate the WAL of a WAL database, then remove ``leftovers(path)``.
+def cleanup(conn: apsw.Connection, path: str, ctx: CompactionContext) -> None:
+    """A ``cleanup:`` job on an existing database: truncate its WAL (never delete a side file of it).
 
     Raises:
         Busy: the WAL checkpoint could not complete (readers or a writer hold the log).
@@ -392,11 +391,6 @@ def cleanup(conn: apsw.Connection, path: str, ctx: CompactionContext, leftovers:
         raise Interrupted(f"cleanup of {path} was interrupted before it started")
     if pragma(conn, "journal_mode") == "wal":
         truncate_wal(conn, path, required=True)
-    for leftover in leftovers(path):
-        try:
-            os.remove(leftover)
-        except FileNotFoundError:
-            pass
 
 
 def truncate_wal(conn: apsw.Connection, path: str, *, required: bool) -> None:

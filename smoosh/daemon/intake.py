@@ -8,7 +8,8 @@ is kept with the key (:class:`Measurement`), so the re-check before its start co
 ``stat`` when the file has not changed since, instead of a second measurement.
 
 Watcher events are debounced (:class:`~smoosh.daemon.debounce.Debouncer`); a scan's reports
-are examined at once. Roots are checked here on the way in, and again wherever a database is
+are examined at once. Examining a database whose ``-wal`` outgrew ``wal_max_size`` also
+examines its ``cleanup:`` key, which is how the cleanup channels are fed. Roots are checked here on the way in, and again wherever a database is
 opened: the re-check before a start, and the compactor itself.
 
 Ownership: the measurement table and the in-flight table belong to the intake, reached only
@@ -382,6 +383,8 @@ class Intake:
             if explain:
                 self._verdicts[key] = Verdict(key, NOT_QUEUED, reason="ignored ([smoosh.ignore])")
             return False
+        if defer_exact and cfg.cleanup_channels:
+            self._feed_cleanup(key)
         before = signature(db_path(key))
         verdict = None
         for offer in self.router.offers(key, cfg, defer_exact=defer_exact):
@@ -405,6 +408,20 @@ class Intake:
         if explain:
             self._verdicts[key] = verdict or Verdict(key, NOT_QUEUED, reason=self._not_measured(key, cfg))
         return False
+
+    def _feed_cleanup(self, key: str) -> None:
+        """Examine ``key``'s cleanup key too when its database asks for one (a ``-wal`` past ``wal_max_size``).
+
+        Fed from the examination every event and scan leads to (one ``lstat``, on the thread
+        already examining), so no loop polls WAL sizes. The cleanup key has the database's
+        path, so the database key's validation holds for it; a cleanup key a channel took
+        within ``staleness`` is left alone like any fresh key.
+        """
+        cleanup = self.router.cleanup_key(key)
+        if cleanup is None or self.access.is_fresh(cleanup):
+            return
+        log.debug("%r has a WAL past wal_max_size; examining %r", key, cleanup)
+        self.submit(cleanup)
 
     def _below(self, key: str, names: Any, cfg: Config, sizes: Sizes | None,
                priority_of: Callable[[Any], float]) -> str:

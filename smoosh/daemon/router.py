@@ -56,6 +56,15 @@ class Router:
         """The compactor that claims ``key``, or None."""
         return compactor_for(key, self.compactors)
 
+    def cleanup_key(self, key: str) -> str | None:
+        """The cleanup key ``key``'s database calls for now (its WAL outgrew ``wal_max_size``), or None.
+
+        Asked of the compactor that claims the key (``cleanup_key``, optional: a compactor
+        without one never asks for cleanup); cheap, one ``lstat`` for SQLite.
+        """
+        ask = getattr(self.compactor_for(key), "cleanup_key", None)
+        return ask(key) if ask is not None else None
+
     @staticmethod
     def is_ignored(key: str, cfg: Config) -> bool:
         """Whether ``[smoosh.ignore]`` names the key's database (exactly or by glob)."""

@@ -17,8 +17,16 @@ which way each compaction goes:
 How each way runs on the open connection (locks, progress, cancellation, the WAL dance of a
 page size change) is :mod:`smoosh.compactors.sqlite_compact`'s.
 
-Reading sizes never creates or leaves a file (see :mod:`smoosh.compactors.sqlite_file`). SQLite
-keeps no update sequence, so ``changes`` is None.
+Reading sizes never creates or leaves a file (see :mod:`smoosh.compactors.sqlite_file`).
+
+``changes`` (what a channel's ``min_changes`` compares) is the number of write transactions
+since smoosh last compacted the database, from SQLite's file change counter (header bytes
+24-27, bumped by every write transaction that changes a rollback-journal database): the
+counter is remembered when a compaction ends, and ``changes`` is the current one minus it,
+modulo 2**32 (the counter wraps). It is None, unknown, when there is nothing to count from:
+a database this compactor has not compacted since it was created (the memory is in the
+process, like CouchDB's "never compacted"), a WAL database (SQLite does not maintain the
+counter in WAL mode), or a file renamed over the one compacted (another inode).
 
 Every open goes through :func:`~smoosh.compactors.sqlite_open.open_database`: the path is
 re-checked against ``roots`` and no symlink is followed, at the priority re-check (``sizes``,
@@ -70,6 +78,8 @@ DEFAULT_INCREMENTAL_CHUNK_PAGES = 1000
 DEFAULT_BUSY_TIMEOUT_S = 1.0
 #: Exact sizes remembered at most for this many keys (oldest forgotten first), bounding memory.
 EXACT_MEMORY_MAX_KEYS = 100_000
+#: The file change counter is a 32-bit big-endian integer that wraps: differences are modulo this.
+CHANGE_COUNTER_MODULUS = 1 << 32
 #: The files SQLite keeps beside a database, named after it.
 SIDE_SUFFIXES = ("-wal", "-shm", "-journal")
 
@@ -113,6 +123,9 @@ class SqliteCompactor:
         self._lock = threading.Lock()
         # key -> (taken_at, file_bytes, active_bytes); insertion order = age, for the bound.
         self._exact: dict[str, tuple[float, int, int]] = {}
+        # key -> (inode, file change counter) when this compactor's last compaction of it ended;
+        # insertion order = age, for the bound. Under _lock, like _exact.
+        self._counters: dict[str, tuple[int, int]] = {}
         self._tick_rate = sqlite_compact.TickRate()  # learned across this compactor's VACUUMs
         self._roots: tuple[str, ...] | None = None
         self.set_roots(roots)
@@ -218,8 +231,10 @@ class SqliteCompactor:
             exact: take the exact ``dbstat`` payload (reads every page; remembered per key).
 
         Returns:
-            ``Sizes(file_bytes, active_bytes, changes=None)``; None when missing, not SQLite,
-            or refused (outside the roots or through a symlink). Without ``exact``, a fresh
+            ``Sizes(file_bytes, active_bytes, changes)``; None when missing, not SQLite,
+            or refused (outside the roots or through a symlink). ``changes`` counts write
+            transactions since this compactor's last compaction of the key, or is None when
+            unknown (see the module docstring). Without ``exact``, a fresh
             remembered exact size is used while the file size has not changed since it was
             taken; otherwise ``(page_count - freelist) * page_size``, a lower bound on what a
             VACUUM reclaims.
@@ -236,6 +251,7 @@ class SqliteCompactor:
         if cleanup:
             return Sizes(file_bytes=file_size(path + "-wal"), active_bytes=0)
         estimate = (state.page_count - state.freelist_count) * state.page_size
+        changes = self._changes(key, state)
         if exact:
             try:
                 active = self._exact_active(path, estimate, roots)
@@ -246,14 +262,42 @@ class SqliteCompactor:
                 self._exact[key] = (self._clock(), state.file_bytes, active)
                 while len(self._exact) > EXACT_MEMORY_MAX_KEYS:
                     self._exact.pop(next(iter(self._exact)))
-            return Sizes(file_bytes=state.file_bytes, active_bytes=active)
+            return Sizes(file_bytes=state.file_bytes, active_bytes=active, changes=changes)
         with self._lock:
             remembered = self._exact.get(key)
         if remembered is not None:
             taken_at, file_bytes, active = remembered
             if file_bytes == state.file_bytes and self._clock() - taken_at < self.exact_size_interval_s:
-                return Sizes(file_bytes=state.file_bytes, active_bytes=min(active, estimate))
-        return Sizes(file_bytes=state.file_bytes, active_bytes=estimate)
+                return Sizes(file_bytes=state.file_bytes, active_bytes=min(active, estimate), changes=changes)
+        return Sizes(file_bytes=state.file_bytes, active_bytes=estimate, changes=changes)
+
+    def _changes(self, key: str, state: DbState) -> int | None:
+        """Write transactions since this compactor last compacted ``key``; None when unknown (module docstring)."""
+        if state.change_counter is None:
+            return None
+        with self._lock:
+            remembered = self._counters.get(key)
+        if remembered is None or remembered[0] != state.inode:
+            return None
+        return (state.change_counter - remembered[1]) % CHANGE_COUNTER_MODULUS
+
+    def _remember_counter(self, key: str, path: str, roots: tuple[str, ...] | None) -> None:
+        """Remember the file change counter of a database just compacted: ``changes`` counts from here.
+
+        Read from the header once the compaction's connection is closed (the compaction's own
+        transactions bumped the counter). A commit of the application between the compaction's
+        end and this read is not counted: ``changes`` may lag by a transaction or two.
+        """
+        try:
+            state = read_state(path, self.busy_timeout_s, roots=roots)
+        except Refused:
+            state = None
+        with self._lock:
+            self._counters.pop(key, None)
+            if state is not None and state.change_counter is not None and state.inode:
+                self._counters[key] = (state.inode, state.change_counter)
+                while len(self._counters) > EXACT_MEMORY_MAX_KEYS:
+                    self._counters.pop(next(iter(self._counters)))
 
     def _exact_active(self, path: str, estimate: int, roots: tuple[str, ...] | None) -> int:
         """The exact live bytes (``dbstat``), or ``estimate`` when SQLite cannot tell.
@@ -446,6 +490,8 @@ class SqliteCompactor:
         finally:
             with self._lock:
                 self._exact.pop(key, None)
+        if not cleanup:
+            self._remember_counter(key, path, roots)
         after = footprint_bytes(path)
         ctx.progress(1.0)
         return CompactionResult(size_before_bytes=before, size_after_bytes=after)

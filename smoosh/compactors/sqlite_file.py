@@ -76,9 +76,14 @@ class DbState:
     freelist_count: int
     auto_vacuum: int  # 0 none, 1 full, 2 incremental
     wal: bool  # the header says WAL mode (file format versions 2/2)
+    #: The file change counter (header bytes 24-27): bumped by every write transaction of a
+    #: rollback-journal database. None where it counts nothing: in WAL mode SQLite leaves it
+    #: alone (the WAL index detects changes), and a state read through a connection has none.
+    change_counter: int | None = None
+    inode: int = 0  # the file's inode when it was read (0: unknown), to tell a file renamed over
 
 
-def parse_header(header: bytes, file_bytes: int) -> DbState | None:
+def parse_header(header: bytes, file_bytes: int, inode: int = 0) -> DbState | None:
     """Decode a database header; None when it is not a SQLite 3 header."""
     if len(header) < HEADER_BYTES or not header.startswith(MAGIC):
         return None
@@ -94,13 +99,16 @@ def parse_header(header: bytes, file_bytes: int) -> DbState | None:
     (largest_root,) = struct.unpack_from(">I", header, 52)
     (incremental,) = struct.unpack_from(">I", header, 64)
     auto_vacuum = 0 if largest_root == 0 else (2 if incremental else 1)
+    wal = header[18] == 2 and header[19] == 2
     return DbState(
         file_bytes=file_bytes,
         page_size=page_size,
         page_count=pages,
         freelist_count=min(freelist, pages),
         auto_vacuum=auto_vacuum,
-        wal=header[18] == 2 and header[19] == 2,
+        wal=wal,
+        change_counter=None if wal else change_counter,
+        inode=inode,
     )
 
 
@@ -233,8 +241,8 @@ _IN_USE = object()
 _SYMLINK = object()
 
 
-def _read_header(path: str) -> tuple[bytes, int] | object | None:
-    """The header and size of a regular file through a raw descriptor, ``_IN_USE`` or ``_SYMLINK``.
+def _read_header(path: str) -> tuple[bytes, int, int] | object | None:
+    """The header, size and inode of a regular file through a raw descriptor, ``_IN_USE`` or ``_SYMLINK``.
 
     The read happens under ``_in_use_lock``: a compaction registers its file before opening
     its connection, so it cannot take its locks while this descriptor is open, and closing
@@ -249,7 +257,7 @@ def _read_header(path: str) -> tuple[bytes, int] | object | None:
         return _IN_USE if real in _in_use else _read_raw(path)
 
 
-def _read_raw(path: str) -> tuple[bytes, int] | object | None:
+def _read_raw(path: str) -> tuple[bytes, int, int] | object | None:
     try:
         # O_NONBLOCK: a key naming a FIFO must not hang the caller; only regular files count.
         # O_NOFOLLOW: a database swapped for a symlink after it was enqueued is refused, not
@@ -261,7 +269,7 @@ def _read_raw(path: str) -> tuple[bytes, int] | object | None:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             return None
-        return os.pread(fd, HEADER_BYTES, 0), st.st_size
+        return os.pread(fd, HEADER_BYTES, 0), st.st_size, st.st_ino
     except OSError:
         return None
     finally:
@@ -297,8 +305,8 @@ def read_state(path: str, timeout_s: float, *, roots: Sequence[str] | None = Non
         return None
     if raw is _SYMLINK:
         raise refused(path, THROUGH_SYMLINK)
-    header, file_bytes = cast("tuple[bytes, int]", raw)
-    state = parse_header(header, file_bytes)
+    header, file_bytes, inode = cast("tuple[bytes, int, int]", raw)
+    state = parse_header(header, file_bytes, inode)
     if state is None or not state.wal or file_size(path + "-wal") == 0:
         return state
     return _state_from_connection(path, timeout_s, roots, fallback=state)
@@ -332,6 +340,7 @@ def _state_from_connection(
             freelist_count=pragma(conn, "freelist_count"),
             auto_vacuum=pragma(conn, "auto_vacuum"),
             wal=pragma(conn, "journal_mode") == "wal",
+            inode=st.st_ino,
         )
     except apsw.Error:
         log.debug("Reading pragmas of %r failed; using its header.", path, exc_info=True)

@@ -8,6 +8,7 @@ which way each compaction goes:
 * an upgrade when ``page_size`` / ``auto_vacuum`` differ from the configured targets;
 * else incremental chunks when ``auto_vacuum = INCREMENTAL`` and there are free pages;
 * else an in-place ``VACUUM``;
+* then, with ``analyze`` on, ``PRAGMA optimize`` (the planner's statistics, refreshed);
 * and afterwards, for a WAL database, a ``wal_checkpoint(TRUNCATE)``: in WAL mode the file
   only shrinks when the log is checkpointed. ``cleanup:<path>`` jobs do only that checkpoint,
   or, for a database that no longer exists, remove the side files it left behind
@@ -89,8 +90,10 @@ class SqliteCompactor:
 
     Parameters:
         settings: an object with ``page_size`` (int | None), ``auto_vacuum`` ("none" | "full" |
-            "incremental" | None), ``incremental_chunk_pages`` and ``busy_timeout_s``
-            (smoosh's ``SqliteConfig`` fits); None gives the defaults (no upgrade targets).
+            "incremental" | None), ``incremental_chunk_pages``, ``busy_timeout_s`` and
+            optionally ``analyze`` (``PRAGMA optimize`` after each successful compaction; off
+            when missing) (smoosh's ``SqliteConfig`` fits); None gives the defaults (no
+            upgrade targets, no analyze).
         roots: directories every database path must be one of or lie below, re-checked at
             every open (see :meth:`set_roots`); None (the default, for library use) means no
             roots restriction. Symlinks are refused either way.
@@ -117,6 +120,7 @@ class SqliteCompactor:
         self.auto_vacuum: str | None = None
         self.incremental_chunk_pages = DEFAULT_INCREMENTAL_CHUNK_PAGES
         self.busy_timeout_s = DEFAULT_BUSY_TIMEOUT_S
+        self.analyze = False
         self.configure(settings, wal_max_size_bytes=wal_max_size_bytes, exact_size_interval_s=exact_size_interval_s)
         self._clock = clock
         self._temp_dir = temp_dir
@@ -153,6 +157,7 @@ class SqliteCompactor:
         self.incremental_chunk_pages = int(getattr(settings, "incremental_chunk_pages", None) or DEFAULT_INCREMENTAL_CHUNK_PAGES)
         busy = getattr(settings, "busy_timeout_s", None)
         self.busy_timeout_s = float(DEFAULT_BUSY_TIMEOUT_S if busy is None else busy)
+        self.analyze = bool(getattr(settings, "analyze", False))
         if wal_max_size_bytes is not None:
             self.wal_max_size_bytes = wal_max_size_bytes
         if exact_size_interval_s is not None:
@@ -519,6 +524,9 @@ class SqliteCompactor:
             else:
                 sqlite_compact.check_space(path, state.file_bytes, self._temp_dir)
                 sqlite_compact.vacuum(conn, path, state, ctx, self._tick_rate, identity)
+            if not cleanup and self.analyze:
+                # Before the checkpoint: the statistics it writes go back into the file with the rest.
+                sqlite_compact.optimize(conn, path)
             if not cleanup and pragma(conn, "journal_mode") == "wal":
                 sqlite_compact.truncate_wal(conn, path, required=False)
         except Replaced:

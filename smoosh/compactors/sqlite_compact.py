@@ -25,8 +25,9 @@ SQLite are in bench/RESULTS.md):
   journal_mode=DELETE for the VACUUM and WAL again afterwards; leaving WAL needs exclusive
   access, so a database someone holds open gives :class:`Busy` ("needs exclusive access").
 
-Afterwards a WAL database gets ``wal_checkpoint(TRUNCATE)`` (:func:`truncate_wal`): in WAL
-mode the file only shrinks when the log is checkpointed. ``cleanup:<path>`` jobs do only that
+Afterwards, with ``analyze = true``, ``PRAGMA optimize`` refreshes the query planner's
+statistics (:func:`optimize`), and a WAL database gets ``wal_checkpoint(TRUNCATE)``
+(:func:`truncate_wal`): in WAL mode the file only shrinks when the log is checkpointed. ``cleanup:<path>`` jobs do only that
 checkpoint (:func:`cleanup`).
 
 SQLite errors that mean "locked", "interrupted" or "read-only" become :class:`Busy`,
@@ -76,6 +77,7 @@ __all__ = [
     "incremental",
     "upgrade",
     "cleanup",
+    "optimize",
     "truncate_wal",
     "wal_bytes",
     "empty_moved_wal",
@@ -371,6 +373,23 @@ def _restore_wal(conn: apsw.Connection, path: str, busy_timeout_s: float) -> Non
             log.debug("Switching %r back to WAL failed; retrying.", path, exc_info=True)
         time.sleep(busy_timeout_s / 4)
     log.error("Could not switch %r back to WAL mode after its upgrade; it is in DELETE mode.", path)
+
+
+def optimize(conn: apsw.Connection, path: str) -> None:
+    """``PRAGMA optimize=0x10002`` after a successful compaction (``[smoosh.sqlite] analyze = true``).
+
+    A compaction rewrites every table and index, the moment the query planner's statistics
+    (``sqlite_stat1``) are most worth refreshing. ``0x10002`` asks SQLite to look at every
+    table, not only those this connection queried (it queried none), and to run ``ANALYZE``
+    on those whose statistics are missing or stale; SQLite bounds each with its own analysis
+    limit. Optional work: a failure (the application took the write lock meanwhile, the run
+    was cancelled) is logged and the compaction's result stands.
+    """
+    try:
+        run(conn, "PRAGMA optimize=0x10002")
+    except apsw.Error as exc:
+        rollback_quietly(conn)
+        log.info("PRAGMA optimize after compacting %r did not complete: %s", path, exc)
 
 
 def cleanup(conn: apsw.Connection, path: str, ctx: CompactionContext) -> None:

@@ -81,6 +81,9 @@ DEFAULT_INCREMENTAL_CHUNK_PAGES = 1000
 #: How long a compaction waits for a database lock before reporting "busy", in seconds.
 DEFAULT_BUSY_TIMEOUT_S = 1.0
 
+#: Run ``PRAGMA optimize`` (the query planner's statistics) after each successful compaction.
+DEFAULT_ANALYZE = False
+
 #: SQLite ``auto_vacuum`` modes by name, with their numeric aliases.
 AUTO_VACUUM_MODES: dict[str, str] = {
     "none": "none", "full": "full", "incremental": "incremental",
@@ -113,6 +116,7 @@ SQLITE_KEYS: dict[str, str] = {
     "auto_vacuum": "auto_vacuum",
     "incremental_chunk_pages": "incremental_chunk_pages",
     "busy_timeout": "busy_timeout_s",
+    "analyze": "analyze",
 }
 
 
@@ -314,13 +318,15 @@ def _window(r: SectionReader, timezone: str | None) -> Window | None:
 class SqliteConfig:
     """``[smoosh.sqlite]``: how the SQLite compactor treats databases.
 
-    ``page_size``/``auto_vacuum`` are upgrade targets (None: leave the database as it is).
+    ``page_size``/``auto_vacuum`` are upgrade targets (None: leave the database as it is);
+    ``analyze`` runs ``PRAGMA optimize`` after each successful compaction.
     """
 
     page_size: int | None = None
     auto_vacuum: str | None = None
     incremental_chunk_pages: int = DEFAULT_INCREMENTAL_CHUNK_PAGES
     busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S
+    analyze: bool = DEFAULT_ANALYZE
 
     @classmethod
     def from_section(cls, values: Mapping[str, str], *, path: str, warnings: list[str]) -> SqliteConfig:
@@ -350,6 +356,7 @@ class SqliteConfig:
             auto_vacuum=r.get("auto_vacuum", _parse_auto_vacuum, None),
             incremental_chunk_pages=r.get("incremental_chunk_pages", parse_int(1), DEFAULT_INCREMENTAL_CHUNK_PAGES),
             busy_timeout_s=r.get("busy_timeout", parse_duration_at_least(1.0, 0.0), DEFAULT_BUSY_TIMEOUT_S),
+            analyze=r.get("analyze", parse_bool, DEFAULT_ANALYZE),
         )
         for key in r.unknown_keys():
             warnings.append(unknown_key_warning(path, "smoosh.sqlite", key, SQLITE_KEYS,

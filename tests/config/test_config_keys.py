@@ -65,6 +65,7 @@ def test_defaults_match_the_design(tmp_path: object) -> None:
     assert c.warnings == ()
     assert (c.sqlite.page_size, c.sqlite.auto_vacuum) == (None, None)
     assert (c.sqlite.incremental_chunk_pages, c.sqlite.busy_timeout_s) == (1000, 1.0)
+    assert c.sqlite.analyze is False
 
 
 def test_channel_defaults_follow_the_method_of_the_name() -> None:
@@ -358,6 +359,7 @@ def test_sqlite_section_parses() -> None:
     assert (c.sqlite.incremental_chunk_pages, c.sqlite.busy_timeout_s) == (50, 0.25)
     assert parse("[smoosh.sqlite]\nauto_vacuum = FULL\nbusy_timeout = 3\n").sqlite.auto_vacuum == "full"
     assert parse("[smoosh.sqlite]\nbusy_timeout = 3\n").sqlite.busy_timeout_s == 3.0
+    assert parse("[smoosh.sqlite]\nanalyze = true\n").sqlite.analyze is True
 
 
 @pytest.mark.parametrize(
@@ -370,6 +372,7 @@ def test_sqlite_section_parses() -> None:
         ("incremental_chunk_pages = 0", "incremental_chunk_pages = '0': must be an integer >= 1"),
         ("busy_timeout = soon",
          "busy_timeout = 'soon': must be a duration >= 0s (e.g. 90s, 5m, 2h; a bare number is seconds)"),
+        ("analyze = sometimes", "analyze = 'sometimes': must be true or false"),
     ],
 )
 def test_bad_sqlite_values_give_exact_messages(line: str, message: str) -> None:

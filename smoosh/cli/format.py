@@ -18,6 +18,9 @@ def status_summary(status: dict[str, Any]) -> str:
     suspended = sum(1 for c in channels if c.get("suspended"))
     if suspended:
         parts.append(f"{suspended} channel(s) suspended")
+    starved = sum(int(c.get("starved", 0)) for c in channels)
+    if starved:
+        parts.append(f"{starved} starved")
     if status.get("dry_run"):
         parts.append("dry run")
     if status.get("config_error"):
@@ -44,6 +47,10 @@ def format_status(body: dict[str, Any]) -> str:
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
     lines.append(f"node {body.get('node')}: {fmt_bytes(body.get('reclaimable_bytes', 0))} reclaimable"
                  + (" (dry run)" if body.get("dry_run") else ""))
+    starved = [f"{name} {ch['starved']}" for name, ch in body.get("channels", {}).items() if ch.get("starved")]
+    if starved:
+        lines.append(f"starved (busy more than busy_retries times in a row; see smoosh status --jobs): "
+                     f"{', '.join(starved)}")
     if body.get("dry_run"):
         for name, ch in body.get("channels", {}).items():
             for position, (key, priority) in enumerate(ch.get("would_run") or [], 1):

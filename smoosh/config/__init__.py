@@ -31,7 +31,7 @@ from smoosh.config.defaults import (
     DEFAULT_STALENESS_S, DEFAULT_PERSIST, DEFAULT_STATE_DIR, DEFAULT_WAIT_S,
     DEFAULT_CHECKPOINT_INTERVAL_S, DEFAULT_ACCESS_MAX_SIZE, DEFAULT_COMPACTION_LOG_LEVEL,
     LOG_LEVELS, DEFAULT_STORE, DEFAULT_WATCH, DEFAULT_HTTP, DEFAULT_HEALTH_THRESHOLD_S,
-    DEFAULT_BACKOFF_BASE_S, DEFAULT_MAX_HISTORY, DEFAULT_JOB_TIMEOUT_S, DEFAULT_MAX_JOBS,
+    DEFAULT_BACKOFF_BASE_S, DEFAULT_BUSY_RETRIES, DEFAULT_MAX_HISTORY, DEFAULT_JOB_TIMEOUT_S, DEFAULT_MAX_JOBS,
     DEFAULT_INTERVAL_S, DEFAULT_MAX_CHURN, DEFAULT_RECHECK_INTERVAL_S,
     DEFAULT_EXACT_SIZE_INTERVAL_S, DEFAULT_RESCAN_INTERVAL_S, DEFAULT_WAL_MAX_SIZE_BYTES,
     GLOBAL_KEYS, COUCHDB_ONLY_KEYS, RESTART_KEYS,
@@ -112,6 +112,7 @@ class Config:
     rescan_interval_s: float
     wal_max_size_bytes: int
     channels: dict[str, ChannelConfig] = field(compare=True)
+    busy_retries: int = DEFAULT_BUSY_RETRIES
     ignore: tuple[str, ...] = ()
     sqlite: SqliteConfig = field(default_factory=SqliteConfig)
     warnings: tuple[str, ...] = field(default=(), compare=False)
@@ -212,6 +213,7 @@ class Config:
                                      DEFAULT_HEALTH_THRESHOLD_S),
             backoff_base_s=r.get("backoff_base", parse_duration_at_least(1.0, 0.0), DEFAULT_BACKOFF_BASE_S),
             max_history=r.get("max_history", parse_int(0), DEFAULT_MAX_HISTORY),
+            busy_retries=r.get("busy_retries", parse_int(0), DEFAULT_BUSY_RETRIES),
             job_timeout_s=r.get("job_timeout", parse_duration_at_least(1.0, 0.0, strict=True), DEFAULT_JOB_TIMEOUT_S),
             max_jobs=r.get("max_jobs", parse_int(1), DEFAULT_MAX_JOBS),
             interval_s=r.get("interval", parse_duration_at_least(1.0, 0.0, strict=True), DEFAULT_INTERVAL_S),

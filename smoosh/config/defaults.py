@@ -31,6 +31,7 @@ __all__ = [
     "DEFAULT_HTTP",
     "DEFAULT_HEALTH_THRESHOLD_S",
     "DEFAULT_BACKOFF_BASE_S",
+    "DEFAULT_BUSY_RETRIES",
     "DEFAULT_MAX_HISTORY",
     "DEFAULT_JOB_TIMEOUT_S",
     "DEFAULT_MAX_JOBS",
@@ -112,6 +113,9 @@ DEFAULT_HEALTH_THRESHOLD_S = 120.0
 #: First retry delay after a failed compaction, doubled per consecutive failure, seconds.
 DEFAULT_BACKOFF_BASE_S = 30.0
 
+#: Busy results in a row past which a key is shown ``starved`` (0: never).
+DEFAULT_BUSY_RETRIES = 10
+
 #: Compaction results kept per key for ``/jobs``.
 DEFAULT_MAX_HISTORY = 20
 
@@ -159,6 +163,7 @@ GLOBAL_KEYS: dict[str, str] = {
     "token": "token",
     "health_threshold": "health_threshold_s",
     "backoff_base": "backoff_base_s",
+    "busy_retries": "busy_retries",
     "max_history": "max_history",
     "job_timeout": "job_timeout_s",
     "max_jobs": "max_jobs",

@@ -7,9 +7,16 @@ no clock, no I/O and no threads; it is shared by the intake's threads (a key que
 server's loop (runs starting and ending) and readers of ``/jobs``, so every method takes its
 lock: the table is the owner of its records, its methods the one way in.
 
+A database that is busy (its application holds the lock a compaction needs) is retried
+after ``BUSY_RETRY_S``, not backed off. Busy results in a row are counted too: past
+``busy_retries`` of them the key is ``starved`` (a state, not a result: DESIGN §11), so a
+database never idle enough to compact is not retried silently forever. Any other end of a
+run (a success, a crash, a drop) ends the row.
+
 A record that matters after a restart (a key crashing or busy, waiting for its retry time)
 is written to the store by the server with :func:`encode_record` and read back with
-:func:`decode_record` (DESIGN §5.6: crash memory lives in the store).
+:func:`decode_record` (DESIGN §5.6: crash memory lives in the store); the busy count goes
+with it.
 """
 
 from __future__ import annotations
@@ -33,6 +40,8 @@ MAX_BACKOFF_EXPONENT = 10
 BUSY_RETRY_S = 60.0
 #: Finished keys remembered for /jobs after their last event (the oldest are dropped first).
 MAX_FINISHED_KEYS = 1000
+#: Default busy results in a row past which a key is starved (0: never).
+DEFAULT_BUSY_RETRIES = 10
 
 ADDED = "added"
 STARTED = "started"
@@ -48,6 +57,13 @@ BLOCKED = "blocked"
 REPLACED = "replaced"
 #: It never started: its priority was re-checked to 0, it was refused, or another channel had it.
 DROPPED = "dropped"
+
+#: The state of a key busy more than ``busy_retries`` times in a row, waiting for its retry.
+STARVED = "starved"
+#: The state of a key waiting in its channel (queued, or waiting out a busy database's retry).
+PENDING = "pending"
+#: Events that end a row of busy results: the run ended some other way, or never started.
+_ENDS_BUSY_ROW = frozenset({FINISHED, REPLACED, CRASHED, BLOCKED, DROPPED})
 
 
 @dataclass(frozen=True)
@@ -76,6 +92,10 @@ class KeyRecord:
     last_updated: float = 0.0
     retry_at: float | None = None
     events: deque[Event] = field(default_factory=deque)
+    #: Busy results in a row (reset by any other end of a run).
+    busy_count: int = 0
+    #: When the busy count passed ``busy_retries`` (unix seconds); None while not starved.
+    starved_since: float | None = None
 
     def to_json(self) -> dict[str, object]:
         """The record in the shape of ``GET /jobs``."""
@@ -88,6 +108,8 @@ class KeyRecord:
             "last_error": self.last_error,
             "last_updated": self.last_updated,
             "retry_at": self.retry_at,
+            "busy_count": self.busy_count,
+            "starved_since": self.starved_since,
             "history": [e.to_json() for e in self.events],
         }
 
@@ -135,11 +157,13 @@ class HistoryTable:
         health_threshold_s: float = DEFAULT_HEALTH_THRESHOLD_S,
         backoff_base_s: float = DEFAULT_BACKOFF_BASE_S,
         max_finished: int = MAX_FINISHED_KEYS,
+        busy_retries: int = DEFAULT_BUSY_RETRIES,
     ) -> None:
         self.max_history = max_history
         self.health_threshold_s = health_threshold_s
         self.backoff_base_s = backoff_base_s
         self.max_finished = max_finished
+        self.busy_retries = busy_retries
         self._lock = threading.RLock()
         self._records: dict[str, KeyRecord] = {}
         # Finished keys in the order they finished, so the oldest are dropped first in O(1).
@@ -147,11 +171,21 @@ class HistoryTable:
         # Keys whose state is "crashing", so counting them per channel (at every scrape of
         # /metrics) reads a few records instead of every key queued on the node.
         self._crashing: set[str] = set()
+        # Starved keys -> their channel: the status table counts them every few seconds, and
+        # walking every record of a large queue for that would cost it milliseconds each time.
+        self._starved: dict[str, str | None] = {}
 
-    def configure(self, *, max_history: int, health_threshold_s: float, backoff_base_s: float) -> None:
-        """Apply live config changes; existing histories are trimmed to the new length."""
+    def configure(
+        self, *, max_history: int, health_threshold_s: float, backoff_base_s: float, busy_retries: int | None = None,
+    ) -> None:
+        """Apply live config changes; existing histories are trimmed to the new length.
+
+        A new ``busy_retries`` (None keeps the current one) decides from each key's next event on.
+        """
         with self._lock:
             self._configure(max_history, health_threshold_s, backoff_base_s)
+            if busy_retries is not None:
+                self.busy_retries = busy_retries
 
     def _configure(self, max_history: int, health_threshold_s: float, backoff_base_s: float) -> None:
         self.max_history = max_history
@@ -195,8 +229,11 @@ class HistoryTable:
         while len(rec.events) > self.max_history:
             rec.events.pop()
         rec.last_updated = at
+        if event in _ENDS_BUSY_ROW:
+            rec.busy_count = 0
+            rec.starved_since = None
         if event == ADDED:
-            rec.state = "pending"
+            rec.state = self._waiting_state(rec, at)
         elif event == STARTED:
             rec.state = "running"
             rec.progress = 0.0
@@ -206,12 +243,13 @@ class HistoryTable:
             rec.progress = 1.0
             rec.retry_at = None
         elif event == STOPPED:
-            rec.state = "pending"
+            rec.state = self._waiting_state(rec, at)
         elif event == DROPPED:
             rec.state = "dropped"
             rec.retry_at = None
         elif event == BUSY:
-            rec.state = "pending"
+            rec.busy_count += 1
+            rec.state = self._waiting_state(rec, at)
             rec.retry_at = at + BUSY_RETRY_S
         elif event in (CRASHED, BLOCKED):
             rec.error_count += 1
@@ -227,15 +265,38 @@ class HistoryTable:
             self._crashing.add(key)
         else:
             self._crashing.discard(key)
+        if rec.starved_since is not None:
+            self._starved[key] = rec.channel
+        else:
+            self._starved.pop(key, None)
         if rec.state in ("finished", "dropped"):
             self._finished[key] = None
             self._finished.move_to_end(key)
             while len(self._finished) > self.max_finished:
                 oldest, _ = self._finished.popitem(last=False)
                 del self._records[oldest]
+                self._starved.pop(oldest, None)
         else:
             self._finished.pop(key, None)
         return rec
+
+    def _waiting_state(self, rec: KeyRecord, at: float) -> str:
+        """``starved`` past ``busy_retries`` busy results in a row (0: never), else ``pending``."""
+        if self.busy_retries > 0 and rec.busy_count > self.busy_retries:
+            if rec.starved_since is None:
+                rec.starved_since = at
+            return STARVED
+        rec.starved_since = None
+        return PENDING
+
+    def starved(self) -> dict[str, int]:
+        """Starved keys per channel, counted while they wait and while they are retried."""
+        counts: dict[str, int] = {}
+        with self._lock:
+            for channel in self._starved.values():
+                if channel is not None:
+                    counts[channel] = counts.get(channel, 0) + 1
+        return counts
 
     def due(self, now: float) -> list[str]:
         """Keys whose backoff or busy wait has ended; their ``retry_at`` is cleared."""
@@ -272,6 +333,7 @@ class HistoryTable:
             self._records.pop(key, None)
             self._finished.pop(key, None)
             self._crashing.discard(key)
+            self._starved.pop(key, None)
 
     def records(self) -> list[KeyRecord]:
         """Every record, most recently updated first."""
@@ -287,6 +349,10 @@ class HistoryTable:
                 self._crashing.add(record.key)
             else:
                 self._crashing.discard(record.key)
+            if record.starved_since is not None:
+                self._starved[record.key] = record.channel
+            else:
+                self._starved.pop(record.key, None)
 
     def snapshot(self, key: str) -> KeyRecord | None:
         """A copy of ``key``'s record, safe to encode on another thread."""
@@ -296,7 +362,7 @@ class HistoryTable:
                 return None
             return KeyRecord(
                 rec.key, rec.channel, rec.state, rec.progress, rec.error_count, rec.last_error,
-                rec.last_updated, rec.retry_at, deque(rec.events),
+                rec.last_updated, rec.retry_at, deque(rec.events), rec.busy_count, rec.starved_since,
             )
 
 
@@ -314,6 +380,8 @@ def encode_record(rec: KeyRecord) -> bytes:
             "last_error": rec.last_error,
             "last_updated": rec.last_updated,
             "retry_at": rec.retry_at,
+            "busy_count": rec.busy_count,
+            "starved_since": rec.starved_since,
             "events": [[e.event, e.at, e.reason] for e in rec.events],
         },
         use_bin_type=True,
@@ -332,6 +400,7 @@ def decode_record(key: str, raw: bytes) -> KeyRecord | None:
             for e in data["events"]
         )
         retry_at = data.get("retry_at")
+        starved_since = data.get("starved_since")
         return KeyRecord(
             key=key,
             channel=None if data.get("channel") is None else str(data["channel"]),
@@ -341,6 +410,8 @@ def decode_record(key: str, raw: bytes) -> KeyRecord | None:
             last_updated=float(data.get("last_updated") or 0.0),
             retry_at=None if retry_at is None else float(retry_at),
             events=events,
+            busy_count=max(0, int(data.get("busy_count") or 0)),
+            starved_since=None if starved_since is None else float(starved_since),
         )
     except (ValueError, TypeError, KeyError, IndexError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
         return None

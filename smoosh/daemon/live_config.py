@@ -81,6 +81,7 @@ class LiveConfig:
             max_history=new.max_history,
             health_threshold_s=new.health_threshold_s,
             backoff_base_s=new.backoff_base_s,
+            busy_retries=new.busy_retries,
         )
         self._access.set_staleness(new.staleness_s)
         self._access.set_max_size(new.access_max_size)

@@ -107,6 +107,13 @@ class SmooshCollector(Collector):
         yield evicted
         yield checkpoint_errors
 
+        starved = GaugeMetricFamily(
+            "smoosh_starved_jobs", "Keys busy more than busy_retries times in a row (state starved), per channel.",
+            labels=["channel"])
+        for name, entry in channels.items():
+            starved.add_metric([name], _number(entry.get("starved")))
+        yield starved
+
         total = GaugeMetricFamily(
             "smoosh_node_reclaimable_bytes", "Estimated bytes all queued keys of this node would reclaim.")
         total.add_metric([], _number(status.get("reclaimable_bytes")))

@@ -21,7 +21,7 @@ from smoosh.compactors.base import READ_ONLY
 from smoosh.daemon import control
 from smoosh.daemon.history import (
     BLOCKED as BLOCKED_EVENT, BUSY as BUSY_EVENT, BUSY_RETRY_S, CRASHED, DROPPED, FINISHED, REPLACED as REPLACED_EVENT,
-    STARTED, HistoryTable, encode_record, longest_backoff_s,
+    STARTED, STARVED, HistoryTable, encode_record, longest_backoff_s,
 )
 from smoosh.daemon.histogram import Histogram
 from smoosh.daemon.startup import crash_record_key
@@ -35,6 +35,13 @@ Write = Callable[[Transaction], None]
 
 #: The duration histogram of a channel and result before its first compaction.
 EMPTY_DURATIONS = Histogram()
+
+#: Said once when a key becomes starved: what the operator can do about a database never idle enough.
+STARVED_ADVICE = (
+    "its application never leaves it idle long enough to compact: give channel {channel} a window when the "
+    "application is idle (from/to), or set auto_vacuum = INCREMENTAL on the database so it is compacted in "
+    "short chunks beside the writer"
+)
 
 #: Said with every ``replaced`` result: what smoosh could not rule out.
 REPLACED_RISK = (
@@ -164,7 +171,13 @@ class Outcomes:
         elif result == BUSY:
             rec = history.record(key, BUSY_EVENT, now, channel=channel, reason=outcome.error or "database busy")
             not_before = rec.retry_at or now + BUSY_RETRY_S
-            log.info("%r was busy; retrying in %.0f s", key, not_before - now)
+            if rec.state == STARVED and rec.starved_since == now:
+                # Once, when it becomes starved (DESIGN §11: starved logs at WARNING); it is
+                # still retried, in case the application goes quiet.
+                log.warning("%r in %s was busy %d times in a row and is starved: %s; retrying in %.0f s",
+                            key, channel, rec.busy_count, STARVED_ADVICE.format(channel=channel), not_before - now)
+            else:
+                log.info("%r was busy; retrying in %.0f s", key, not_before - now)
         elif result == BLOCKED:
             not_before = self._blocked(channel, key, outcome.error or "", now)
         elif result == REPLACED:

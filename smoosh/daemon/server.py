@@ -108,6 +108,7 @@ class Server(LiveConfig):
             max_history=config.max_history,
             health_threshold_s=config.health_threshold_s,
             backoff_base_s=config.backoff_base_s,
+            busy_retries=config.busy_retries,
         )
         self._access = AccessTable(config.staleness_s, max_size=config.access_max_size, clock=time.monotonic)
         self._compactors = compactors if compactors is not None else load_compactors(

@@ -40,6 +40,7 @@ def build_status(server: Any) -> dict[str, Any]:
     total = 0
     estimates: dict[str, tuple[int, list[list[Any]]]] = server._last_estimates
     config = server.config
+    starved = server._history.starved()
     for name, channel in list(server.channels().items()):
         entry = dict(channel.status())
         snapshot = channel.try_snapshot()
@@ -51,6 +52,7 @@ def build_status(server: Any) -> dict[str, Any]:
             would_run = [[k, p] for k, p in waiting[:100]]
             estimates[name] = (reclaimable, would_run)
         entry["reclaimable_bytes"] = reclaimable
+        entry["starved"] = starved.get(name, 0)  # keys busy more than busy_retries times in a row
         ch_cfg = config.channels.get(name)
         window = getattr(ch_cfg, "window", None)
         entry["window"] = str(window) if window is not None else "always"

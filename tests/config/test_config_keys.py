@@ -53,6 +53,7 @@ def test_defaults_match_the_design(tmp_path: object) -> None:
     assert c.health_threshold_s == 120.0
     assert c.backoff_base_s == 30.0
     assert c.max_history == 20
+    assert c.busy_retries == 10
     assert c.job_timeout_s == 30.0
     assert c.max_jobs == 4
     assert c.interval_s == 60.0
@@ -104,6 +105,7 @@ def test_global_keys_parse_with_units() -> None:
         health_threshold = 2m
         backoff_base = 500ms
         max_history = 5
+        busy_retries = 0
         job_timeout = 45
         max_jobs = 8
         interval = 2m
@@ -128,6 +130,7 @@ def test_global_keys_parse_with_units() -> None:
     assert c.health_threshold_s == 120.0
     assert c.backoff_base_s == 0.5
     assert c.max_history == 5
+    assert c.busy_retries == 0
     assert c.job_timeout_s == 45.0
     assert c.max_jobs == 8
     assert c.interval_s == 120.0
@@ -208,6 +211,7 @@ def test_malformed_http_is_an_error(http: str) -> None:
         ("persist = maybe", "[smoosh] persist = 'maybe': must be true or false"),
         ("max_jobs = 0", "[smoosh] max_jobs = '0': must be an integer >= 1"),
         ("max_history = 2.5", "[smoosh] max_history = '2.5': must be an integer >= 0"),
+        ("busy_retries = -1", "[smoosh] busy_retries = '-1': must be an integer >= 0"),
         ("access_max_size = lots", "[smoosh] access_max_size = 'lots': must be an integer >= 0"),
         ("wal_max_size = infinity",
          "[smoosh] wal_max_size = 'infinity': must be a size in bytes >= 0 (e.g. 1048576, 512MiB, 1GB)"),

@@ -10,6 +10,7 @@ from smoosh.daemon.history import (
     BUSY,
     BUSY_RETRY_S,
     CRASHED,
+    DROPPED,
     FINISHED,
     STARTED,
     STOPPED,
@@ -18,6 +19,8 @@ from smoosh.daemon.history import (
     KeyRecord,
     backoff_s,
     consecutive_crashes,
+    decode_record,
+    encode_record,
 )
 
 
@@ -167,3 +170,68 @@ def test_crashing_keys_are_counted_per_channel_until_their_backoff_ends() -> Non
     assert table.crashing(61) == {"ratio_dbs": 1}
     table.forget("/a")
     assert table.crashing(61) == {}
+
+
+# ------------------------------------------------------------------ starvation (issue 16)
+
+
+def busy_run(table: HistoryTable, key: str, at: float, channel: str = "ratio_dbs") -> str:
+    """One run that ends busy, as the server records it; the key's state afterwards."""
+    table.record(key, STARTED, at, channel=channel)
+    return table.record(key, BUSY, at + 1, channel=channel, reason="database is locked").state
+
+
+def test_more_than_busy_retries_busy_results_in_a_row_is_starved_until_a_success() -> None:
+    table = HistoryTable(busy_retries=3)
+    states = [busy_run(table, "/db", 100.0 * i) for i in range(5)]
+    assert states == ["pending", "pending", "pending", "starved", "starved"]
+    rec = table.get("/db")
+    assert (rec.busy_count, rec.starved_since) == (5, 301.0)  # since its 4th busy result
+    assert table.starved() == {"ratio_dbs": 1}
+    # while it is retried it runs, and it is still counted as starved
+    table.record("/db", STARTED, 600.0)
+    assert table.get("/db").state == "running" and table.starved() == {"ratio_dbs": 1}
+    # a success ends the row
+    table.record("/db", FINISHED, 601.0, reason="reclaimed 10 bytes")
+    assert (table.get("/db").busy_count, table.get("/db").starved_since) == (0, None)
+    assert table.starved() == {}
+    assert busy_run(table, "/db", 700.0) == "pending"
+
+
+@pytest.mark.parametrize("other", [CRASHED, DROPPED])
+def test_any_other_end_of_a_run_ends_the_row_of_busy_results(other: str) -> None:
+    table = HistoryTable(busy_retries=2)
+    for i in range(3):
+        busy_run(table, "/db", 100.0 * i)
+    assert table.get("/db").state == "starved"
+    table.record("/db", other, 400.0, reason="boom")
+    assert table.starved() == {}
+    assert [busy_run(table, "/db", 500.0 + 100 * i) for i in range(3)] == ["pending", "pending", "starved"]
+
+
+def test_busy_retries_zero_never_starves_and_a_live_change_applies_at_the_next_result() -> None:
+    table = HistoryTable(busy_retries=0)
+    assert {busy_run(table, "/db", 100.0 * i) for i in range(30)} == {"pending"}
+    table.configure(max_history=20, health_threshold_s=120.0, backoff_base_s=30.0, busy_retries=5)
+    assert busy_run(table, "/db", 5000.0) == "starved"
+
+
+def test_a_starved_key_waiting_in_its_channel_stays_starved_when_its_events_queue_it_again() -> None:
+    table = HistoryTable(busy_retries=1)
+    busy_run(table, "/db", 0.0)
+    busy_run(table, "/db", 100.0)
+    table.record("/db", ADDED, 150.0, channel="ratio_dbs")
+    assert table.get("/db").state == "starved"
+
+
+def test_the_busy_count_goes_to_the_store_and_back() -> None:
+    table = HistoryTable(busy_retries=2)
+    for i in range(4):
+        busy_run(table, "/db", 100.0 * i)
+    rec = decode_record("/db", encode_record(table.snapshot("/db")))
+    assert rec is not None
+    assert (rec.state, rec.busy_count, rec.starved_since) == ("starved", 4, 201.0)
+    after_restart = HistoryTable(busy_retries=2)
+    after_restart.restore(rec)
+    assert after_restart.starved() == {"ratio_dbs": 1}
+    assert after_restart.get("/db").to_json()["busy_count"] == 4

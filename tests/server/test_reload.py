@@ -76,6 +76,7 @@ LIVE: dict[str, tuple[str, Callable[[Server], bool]]] = {
     "health_threshold": live("7s", lambda s: s._history.health_threshold_s == 7),
     "backoff_base": live("9s", lambda s: s._history.backoff_base_s == 9),
     "max_history": live("3", lambda s: s._history.max_history == 3),
+    "busy_retries": live("4", lambda s: s._history.busy_retries == 4),
     "job_timeout": live("11s", lambda s: worker(s).job_timeout_s == 11 and s.jobs.get_type_timeout(s.job_type) == 11),
     "max_jobs": live("3", lambda s: s._slots.limit == 3),
     "interval": live("5s", lambda s: s._housekeeping._next_rotation <= s._clock() + 5),
@@ -91,6 +92,7 @@ SQLITE_LIVE: dict[str, tuple[str, Callable[[Server], bool]]] = {
     "auto_vacuum": live("incremental", lambda s: sqlite_compactor(s).auto_vacuum == "incremental"),
     "incremental_chunk_pages": live("77", lambda s: sqlite_compactor(s).incremental_chunk_pages == 77),
     "busy_timeout": live("3s", lambda s: sqlite_compactor(s).busy_timeout_s == 3),
+    "analyze": live("true", lambda s: sqlite_compactor(s).analyze is True),
 }
 
 

@@ -69,8 +69,9 @@ def format_jobs(jobs: list[dict[str, Any]]) -> str:
     out = []
     for job in jobs:
         progress = job.get("progress") or 0.0
+        busy = job.get("busy_count") or 0
         out.append(f"{job.get('key')}  [{job.get('channel')}] {job.get('state')} {progress * 100:.0f}%"
-                   f"  errors={job.get('error_count', 0)}")
+                   f"  errors={job.get('error_count', 0)}" + (f"  busy={busy} in a row" if busy else ""))
         if job.get("last_error"):
             out.append(f"    last error: {job['last_error']}")
         for event in job.get("history", [])[:5]:

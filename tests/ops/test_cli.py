@@ -122,3 +122,19 @@ def test_dry_run_status_lists_what_would_run_in_order() -> None:
     assert "would run in ratio_dbs #1: /db/a (priority inf)" in text
     assert "would run in ratio_dbs #2: /db/b (priority 3.5)" in text
     assert "(dry run)" in text
+
+
+def test_starved_keys_show_under_the_status_table_and_in_the_jobs_lines() -> None:
+    from smoosh.cli.format import format_jobs, format_status, status_summary
+
+    body = {"node": "n", "reclaimable_bytes": 0,
+            "channels": {"ratio_dbs": {"waiting": {"size": 1, "min": 3, "max": 3}, "starved": 2},
+                         "slack_dbs": {"waiting": {"size": 0, "min": 0, "max": 0}, "starved": 0}}}
+    assert ("starved (busy more than busy_retries times in a row; see smoosh status --jobs): ratio_dbs 2"
+            in format_status(body).splitlines())
+    assert status_summary(body) == "0 active, 0 starting, 1 waiting, 2 starved"
+    jobs = [{"key": "/db/a", "channel": "ratio_dbs", "state": "starved", "progress": 0.0, "error_count": 0,
+             "busy_count": 11, "history": []}]
+    assert format_jobs(jobs).splitlines()[0] == "/db/a  [ratio_dbs] starved 0%  errors=0  busy=11 in a row"
+    starved_none = dict(body, channels={"slack_dbs": body["channels"]["slack_dbs"]})
+    assert "starved" not in format_status(starved_none) and "starved" not in status_summary(starved_none)

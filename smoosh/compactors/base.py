@@ -101,6 +101,10 @@ class Compactor(Protocol):
     def cleanup_priority(self, key: str) -> float:
         """For ``cleanup:<path>`` keys: 1.0 when there is cleanup work, else 0.0."""
 
+    # Optional, looked up with getattr: ``cleanup_key(key) -> str | None``, the cleanup key a
+    # database's state calls for now (SQLite: its -wal outgrew wal_max_size), asked cheaply
+    # whenever a database key is examined; the server then examines that key too.
+
     def compact(self, key: str, ctx: CompactionContext) -> CompactionResult:
         """Compact the key's database.
 

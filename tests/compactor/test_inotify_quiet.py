@@ -78,6 +78,8 @@ def test_a_vacuum_writes_its_journal_then_its_file_not_page_by_page_in_turn(tmp_
     # reader lags, instead of one alternation per page
     assert result.size_after_bytes < result.size_before_bytes
     assert integrity(path) == "ok"
-    assert names.count("small-pages.db") > 1000  # it did write page by page
+    # (how many events arrive depends on how far the reader lags: the kernel merges identical
+    # consecutive ones while they wait; alternating ones it cannot merge)
+    assert "small-pages.db" in names and "small-pages.db-journal" in names
     runs = [name for name, _ in itertools.groupby(names)]
     assert len(runs) <= 10, f"{len(runs)} alternations between the file and its journal"

@@ -12,6 +12,7 @@ from typing import Any
 
 from compactor.dbfactory import make_bloated_db
 from helpers.daemon import Daemon, free_port, wait_for, write_config
+from opslib import smoosh_cli
 
 #: A key the config does not know: the daemon logs one WARNING about it at start-up.
 UNKNOWN_KEY = "concurency = 2"
@@ -107,3 +108,9 @@ def test_a_reload_switches_the_format_live(tmp_path: Path, daemons: list[Daemon]
     assert first_json > 0 and " INFO " in lines[0]
     for line in lines[first_json:]:
         assert set(json.loads(line)) >= {"time", "level", "logger", "message"}
+
+
+def test_a_log_level_that_names_no_level_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    config = write_config(tmp_path, port=free_port())
+    done = smoosh_cli("run", "--config", str(config), env={"SMOOSH_LOG_LEVEL": "loud"})
+    assert (done.returncode, done.stderr) == (1, "smoosh: SMOOSH_LOG_LEVEL='loud': must be DEBUG, INFO, WARNING or ERROR\n")

@@ -9,8 +9,6 @@ major.minor version unless the multi-version client is set up.
 from __future__ import annotations
 
 import os
-import sqlite3
-import urllib.parse
 from typing import TYPE_CHECKING, Callable
 
 from smoosh.cli.doctor.findings import FAIL, OK, WARN, Finding, existing_ancestor, user_name
@@ -67,6 +65,8 @@ def check_sqlite_store(path: str) -> list[Finding]:
         One finding.
     """
     from smoosh.daemon.store_reset import RESET_FLAG, corruption
+    from smoosh.store.errors import StoreUnavailable
+    from smoosh.store.sqlite import probe
 
     user = user_name()
     name = f"sqlite:{path}"
@@ -81,21 +81,17 @@ def check_sqlite_store(path: str) -> list[Finding]:
         return [Finding(FAIL, CHECK, f"{name} is corrupt ({damage})",
                         f"smoosh run {RESET_FLAG} (moves it aside, never deletes it, and starts with an empty store)")]
     try:
-        conn = sqlite3.connect("file:" + urllib.parse.quote(path) + "?mode=ro", uri=True, timeout=1.0)
-        try:
-            row = conn.execute("SELECT value FROM meta WHERE name = 'version'").fetchone()
-        finally:
-            conn.close()
-    except sqlite3.Error as e:
-        if "no such table" in str(e):
-            return [Finding(FAIL, CHECK, f"{name} is a SQLite file but not a smoosh job store ({e})",
+        # The job store's own file, read with the store's own library (never a user database).
+        version = probe(path)
+    except StoreUnavailable as e:
+        if "not a smoosh job store" in str(e):
+            return [Finding(FAIL, CHECK, f"sqlite:{e}",
                             "point [smoosh] store at another file; this one belongs to something else")]
-        return [Finding(FAIL, CHECK, f"{name} does not open read-only: {e}", f"check its owner and mode (chown {user})")]
+        return [Finding(FAIL, CHECK, f"sqlite:{e}", f"check its owner and mode (chown {user})")]
     writable = os.access(path, os.W_OK) and os.access(os.path.dirname(path), os.W_OK | os.X_OK)
     if not writable:
         return [Finding(FAIL, CHECK, f"{name} opens, but {user} cannot write it (or its directory, for the WAL)",
                         f"chown {user} {path} {os.path.dirname(path)}")]
-    version = row[0] if row else 0
     return [Finding(OK, CHECK, f"{name} opens read-only ({fmt_bytes(os.path.getsize(path))}, at version {version})")]
 
 

@@ -16,6 +16,9 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	@echo "setting up $(VENV) (first run, or pyproject.toml changed)"
+	@# Until 0.1 the distribution was called "smoosh": an old install of it owns the same
+	@# command and packages, so it goes first.
+	@$(BIN)/python -m pip uninstall -q -y --disable-pip-version-check smoosh >/dev/null 2>&1 || true
 	@$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test]' >$(VENV)/install.log 2>&1 \
 		|| { cat $(VENV)/install.log; echo "pip install failed; log above"; exit 1; }
 	@touch $(STAMP)

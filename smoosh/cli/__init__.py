@@ -10,6 +10,7 @@ from smoosh.cli.client import CliError
 from smoosh.cli.commands import cmd_config_check, cmd_control, cmd_demo, cmd_enqueue, cmd_status
 from smoosh.cli.pipes import quiet_pipes
 from smoosh.cli.run import cmd_run, cmd_worker
+from smoosh import __version__
 from smoosh.errors import ConfigError, SmooshError
 
 __all__ = ["main", "build_parser", "CliError"]
@@ -60,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="smoosh", description="A compaction daemon for fleets of SQLite databases.", epilog=ENVIRONMENT_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"smoosh {__version__}",
+                        help="print the version and exit")
     sub = parser.add_subparsers(metavar="COMMAND")
 
     def with_config(p: argparse.ArgumentParser) -> None:

@@ -43,19 +43,24 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = _override(config, store=args.store, http=args.http, watch=args.watch)
     _check_http_token(config, overridden=args.http is not None)
     server = Server(config, workers=args.workers, dry_run=args.dry_run, reset_store=args.reset_store)
+    # The lock, then the admin socket, before anything starts: a second daemon or a taken port
+    # stops the start-up at once, as one line. The API serves only once every channel has
+    # restored its checkpoint.
+    server.claim_state_dir()
+    admin = _bind_admin(server, config.http) if config.http else None
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     if hasattr(signal, "SIGHUP"):
         signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=_reload, args=(server,), daemon=True).start())
-    server.start()
-    admin = None
     try:
-        if config.http:
-            from smoosh.daemon.http import AdminServer
-
-            # Served only now: every channel has restored its checkpoint.
-            admin = AdminServer(server, config.http)
+        server.start()
+    except BaseException:
+        if admin is not None:
+            admin.stop()
+        raise
+    try:
+        if admin is not None:
             admin.start()
             log.info("admin API on http://%s", admin.address)
         log.info("effective config: %s", config.describe() if hasattr(config, "describe") else config.path)
@@ -67,6 +72,20 @@ def cmd_run(args: argparse.Namespace) -> int:
             admin.stop()
         server.stop()
     return 0
+
+
+def _bind_admin(server: Any, address: str) -> Any:
+    """The admin API bound to ``address`` (not serving yet).
+
+    Raises:
+        SmooshError: the address cannot be listened on (taken, not this host's), naming it.
+    """
+    from smoosh.daemon.http import AdminServer
+
+    try:
+        return AdminServer(server, address)
+    except OSError as e:
+        raise SmooshError(f"cannot listen on {address} for the admin API: {e.strerror or e}") from None
 
 
 def _wait_for_stop(server: Any, stop: threading.Event) -> None:

@@ -98,6 +98,14 @@ SQLITE_READONLY_DBMOVED = apsw.SQLITE_READONLY_DBMOVED
 #: VACUUMed: often enough that a rename is noticed within a fraction of the VACUUM, rarely
 #: enough that the ``stat`` costs nothing beside the VDBE work in between.
 REPLACEMENT_CHECK_TICKS = 64
+#: Most page cache a VACUUM's connection may use to hold the rewritten database. A cache too
+#: small for the rewrite spills one page to the database for each page it journals, so the
+#: writes alternate between the file and its ``-journal``: inotify merges only identical
+#: consecutive events, and the alternation floods the watcher's kernel queue with one event
+#: per page (an overflow loses the application's events too). A cache that holds the rewrite
+#: writes the journal, then the file, in two runs that merge. The cap bounds the memory of a
+#: VACUUM of a large database, whose events may still alternate once the cache is full.
+VACUUM_CACHE_MAX_BYTES = 64 * 1024 * 1024
 #: Times the switch back to WAL is tried after a page-size upgrade (each waits the busy timeout).
 WAL_RESTORE_ATTEMPTS = 10
 
@@ -244,6 +252,7 @@ def vacuum(
     ctx.on_cancel(cancel)
     if cancelled.is_set():  # cancelled before the statement started: interrupt() was a no-op
         raise Interrupted(f"compaction of {path} was interrupted before it started")
+    run(conn, f"PRAGMA cache_size={vacuum_cache_pages(state)}")
     conn.set_progress_handler(on_progress, PROGRESS_HANDLER_INSTRUCTIONS)
     try:
         run(conn, "VACUUM")
@@ -256,6 +265,18 @@ def vacuum(
     finally:
         conn.set_progress_handler(None)
     rate.learn(ticks, state.page_count)
+
+
+def vacuum_cache_pages(state: DbState) -> int:
+    """The page cache, in pages, that holds the whole rewrite of ``state`` (live pages plus slack), capped.
+
+    Counted in pages, not bytes: SQLite's per-page overhead is large beside a 512-byte page.
+    See :data:`VACUUM_CACHE_MAX_BYTES` for why the rewrite should fit in the cache.
+    """
+    live_pages = max(0, state.page_count - state.freelist_count)
+    # A quarter more for the b-tree pages VACUUM rebuilds and the schema; never below SQLite's default.
+    want_pages = max(2000, live_pages + live_pages // 4)
+    return max(1, min(want_pages, VACUUM_CACHE_MAX_BYTES // state.page_size))
 
 
 def incremental(

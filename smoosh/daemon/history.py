@@ -144,6 +144,9 @@ class HistoryTable:
         self._records: dict[str, KeyRecord] = {}
         # Finished keys in the order they finished, so the oldest are dropped first in O(1).
         self._finished: OrderedDict[str, None] = OrderedDict()
+        # Keys whose state is "crashing", so counting them per channel (at every scrape of
+        # /metrics) reads a few records instead of every key queued on the node.
+        self._crashing: set[str] = set()
 
     def configure(self, *, max_history: int, health_threshold_s: float, backoff_base_s: float) -> None:
         """Apply live config changes; existing histories are trimmed to the new length."""
@@ -220,6 +223,10 @@ class HistoryTable:
                 retry_after_s = backoff_s(max(crashes, 1), self.backoff_base_s)
             rec.retry_at = at + retry_after_s
             rec.state = "crashing"
+        if rec.state == "crashing":
+            self._crashing.add(key)
+        else:
+            self._crashing.discard(key)
         if rec.state in ("finished", "dropped"):
             self._finished[key] = None
             self._finished.move_to_end(key)
@@ -244,11 +251,27 @@ class HistoryTable:
             rec = self._records.get(key)
             return rec is not None and rec.retry_at is not None
 
+    def crashing(self, now: float) -> dict[str, int]:
+        """Keys in crash backoff at ``now``, counted per channel (``smoosh_crashing_jobs``).
+
+        A key counts from its crash (or block) until its not-before time; once that time has
+        come it waits in its channel like any queued key, though ``/jobs`` shows it
+        ``crashing`` until it starts again. Keys of no known channel are not counted.
+        """
+        counts: dict[str, int] = {}
+        with self._lock:
+            for key in self._crashing:
+                rec = self._records[key]
+                if rec.channel is not None and rec.retry_at is not None and rec.retry_at > now:
+                    counts[rec.channel] = counts.get(rec.channel, 0) + 1
+        return counts
+
     def forget(self, key: str) -> None:
         """Drop ``key``'s record."""
         with self._lock:
             self._records.pop(key, None)
             self._finished.pop(key, None)
+            self._crashing.discard(key)
 
     def records(self) -> list[KeyRecord]:
         """Every record, most recently updated first."""
@@ -260,6 +283,10 @@ class HistoryTable:
         with self._lock:
             self._records[record.key] = record
             self._finished.pop(record.key, None)
+            if record.state == "crashing":
+                self._crashing.add(record.key)
+            else:
+                self._crashing.discard(record.key)
 
     def snapshot(self, key: str) -> KeyRecord | None:
         """A copy of ``key``'s record, safe to encode on another thread."""

@@ -266,12 +266,13 @@ class _Handler(BaseHTTPRequestHandler):
             return
         accepted = 0
         rejected = []
-        for key in keys:
-            try:
-                smoosh.enqueue(key, require_file=True)
-                accepted += 1
-            except InvalidKey as e:
-                rejected.append({"key": key, "reason": e.reason})
+        with smoosh.intake.admitting():
+            for key in keys:
+                try:
+                    smoosh.enqueue(key, require_file=True)
+                    accepted += 1
+                except InvalidKey as e:
+                    rejected.append({"key": key, "reason": e.reason})
         smoosh.counters.enqueue_rejected += len(rejected)
         self._send(HTTPStatus.ACCEPTED, {"accepted": accepted, "rejected": rejected})
 

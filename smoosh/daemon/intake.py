@@ -18,11 +18,12 @@ the measurement table is a dict whose single operations the GIL makes atomic.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from smoosh.compactors.base import Sizes, refused
 from smoosh.config import Config
@@ -61,6 +62,11 @@ class _InFlight:
     started: bool = False
     dirty: bool = False
     debounced: bool = False
+
+
+#: Longest an examination waits for a batch being admitted (see Intake.admitting): a steady
+#: stream of batches must not starve the examination.
+ADMISSION_PAUSE_MAX_S = 0.1
 
 
 class Intake:
@@ -112,6 +118,10 @@ class Intake:
         self._stopped = False
         #: Asks the owner's loop to tick the intake soon (its debounce has a new due time).
         self.wake: Callable[[], None] = lambda: None
+        # Set while no caller is admitting a batch of keys (see admitting()).
+        self._admitted = threading.Event()
+        self._admitted.set()
+        self._admitting = 0
 
     def start(self) -> None:
         """Accept keys."""
@@ -293,7 +303,28 @@ class Intake:
                 waiters = self._waiters.pop(key, None)
             self._resolve(key, waiters)
 
+    @contextlib.contextmanager
+    def admitting(self) -> Iterator[None]:
+        """Hold the examination back while a caller admits a batch of keys (a ``POST /enqueue``).
+
+        Admission checks each key's file (system calls, each releasing the GIL); beside an
+        examination thread running Python, every one of them waits to get the GIL back. The
+        caller is waiting for its answer, the examination is not: it pauses (at most
+        :data:`ADMISSION_PAUSE_MAX_S` per key) until the batch is in.
+        """
+        with self._lock:
+            self._admitting += 1
+            self._admitted.clear()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._admitting -= 1
+                if not self._admitting:
+                    self._admitted.set()
+
     def _examine_cheap(self, key: str) -> None:
+        self._admitted.wait(ADMISSION_PAUSE_MAX_S)
         self._examine(key, defer_exact=True)
 
     def _examine_exact(self, key: str) -> None:

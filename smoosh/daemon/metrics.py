@@ -1,10 +1,14 @@
 """Prometheus metrics for ``GET /metrics`` (DESIGN §4.2), read from the server at scrape time.
 
-The server keeps plain-int counters (:class:`smoosh.daemon.outcomes.Counters`) and the channels
+The server keeps plain counters (:class:`smoosh.daemon.outcomes.Counters`: what the outcome
+recorder counts as each compaction ends, its duration in a plain
+:class:`~smoosh.daemon.histogram.Histogram`, its bytes before and after) and the channels
 publish status snapshots; nothing on the hot path touches prometheus_client. A custom
 collector turns both into metric families when Prometheus scrapes, on a private
 ``CollectorRegistry`` per server, so two servers in one process (tests, embedding) never
-collide with "Duplicated timeseries" and the process-wide default registry stays clean.
+collide with "Duplicated timeseries" and the process-wide default registry stays clean. The
+same registry carries prometheus_client's process, platform and GC collectors, which read
+``/proc`` and the interpreter at scrape time only.
 
 No metric is labelled by database: keys are unbounded, and a label per key would make the
 time-series count grow with the fleet (per-key detail lives in ``GET /jobs``).
@@ -16,13 +20,19 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Iterator
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import (
+    CONTENT_TYPE_LATEST, CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector, generate_latest,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from channels.ports import RESULTS
+from smoosh.daemon.histogram import Histogram
+from smoosh import __version__
 
 if TYPE_CHECKING:
+    from smoosh.daemon.outcomes import Counters
     from smoosh.daemon.server import Server
 
 __all__ = ["render", "registry_for", "SmooshCollector", "ENQUEUE_OUTCOMES"]
@@ -34,6 +44,9 @@ ENQUEUE_OUTCOMES = {
     "accepted": "enqueue_accepted",
     "rejected": "enqueue_rejected",
 }
+
+#: The duration histogram of a channel and result that has no compaction yet.
+_NO_DURATIONS = Histogram()
 
 # One registry per server. Weak keys: the registry must not keep a stopped server alive, and
 # the collector holds the server only through a weak reference for the same reason.
@@ -99,26 +112,7 @@ class SmooshCollector(Collector):
         total.add_metric([], _number(status.get("reclaimable_bytes")))
         yield total
 
-        compactions = CounterMetricFamily(
-            "smoosh_compactions", "Finished compactions by channel and result (" + ", ".join(RESULTS) + ").",
-            labels=["channel", "result"])
-        # dict() copies under the GIL in one step: a worker's callback may add a key meanwhile.
-        counted = dict(counters.compactions)
-        # Every channel and every result exists at 0 from start (DESIGN §11), so an alert on
-        # rate(...{result="blocked"}) has a series before the first blocked compaction.
-        for channel in channels:
-            for result in RESULTS:
-                counted.setdefault((channel, result), 0)
-        for (channel, result), n in sorted(counted.items()):
-            compactions.add_metric([channel, result], n)
-        yield compactions
-
-        reclaimed = CounterMetricFamily(
-            "smoosh_reclaimed_bytes", "Bytes given back to the file system by successful compactions.",
-            labels=["channel"])
-        for channel, n in sorted(dict(counters.reclaimed_bytes).items()):
-            reclaimed.add_metric([channel], n)
-        yield reclaimed
+        yield from _compaction_families(server, counters, sorted(channels))
 
         rotations = CounterMetricFamily(
             "smoosh_rotations", "Suspendable compactions asked to make way for work waiting on max_jobs.")
@@ -138,6 +132,73 @@ class SmooshCollector(Collector):
         config_error.add_metric([], 1 if status.get("config_error") else 0)
         yield config_error
 
+        # The version's one home, as `smoosh --version` prints it.
+        build = GaugeMetricFamily("smoosh_build_info", "Always 1; the version of smoosh running.", labels=["version"])
+        build.add_metric([__version__], 1)
+        yield build
+
+
+def _compaction_families(server: Server, counters: Counters, channels: list[str]) -> Iterator[Metric]:
+    """The families of finished compactions: counts, durations, bytes, last success, crashing keys.
+
+    Every configured channel has every series at 0 from start (DESIGN §11), so an alert on
+    ``increase(...{result="blocked"}[1h])`` has a series before the first blocked compaction
+    and ``increase()`` sees the first one as an increase. A channel removed from the config
+    keeps the counts it made while the process lives.
+    """
+    # dict() copies in one step under the GIL: the loop thread may add a key meanwhile. Each
+    # value is immutable (a Histogram, a tuple), replaced whole by the one writer.
+    durations = dict(counters.durations)
+    compacted = dict(counters.compacted_bytes)
+    last_success = dict(counters.last_success_s)
+    for channel in channels:
+        for result in RESULTS:
+            durations.setdefault((channel, result), _NO_DURATIONS)
+        compacted.setdefault(channel, (0, 0))
+        last_success.setdefault(channel, 0.0)
+
+    compactions = CounterMetricFamily(
+        "smoosh_compactions", "Finished compactions by channel and result (" + ", ".join(RESULTS) + ").",
+        labels=["channel", "result"])
+    duration = HistogramMetricFamily(
+        "smoosh_compaction_duration_seconds", "How long finished compactions ran, by channel and result.",
+        labels=["channel", "result"])
+    for (channel, result), histogram in sorted(durations.items()):
+        compactions.add_metric([channel, result], histogram.count)
+        duration.add_metric(
+            [channel, result], [(floatToGoString(bound), n) for bound, n in histogram.cumulative()], histogram.sum)
+    yield compactions
+    yield duration
+
+    compacted_bytes = CounterMetricFamily(
+        "smoosh_compacted_bytes", "Database bytes (file and WAL) before and after successful compactions; "
+        "before minus after is smoosh_reclaimed_bytes_total.", labels=["channel", "phase"])
+    reclaimed = CounterMetricFamily(
+        "smoosh_reclaimed_bytes", "Bytes given back to the file system by successful compactions.",
+        labels=["channel"])
+    for channel, (before, after) in sorted(compacted.items()):
+        compacted_bytes.add_metric([channel, "before"], before)
+        compacted_bytes.add_metric([channel, "after"], after)
+        reclaimed.add_metric([channel], before - after)
+    yield compacted_bytes
+    yield reclaimed
+
+    success = GaugeMetricFamily(
+        "smoosh_last_success_timestamp_seconds",
+        "Unix time of the channel's last successful compaction since the daemon started (0: none yet).",
+        labels=["channel"])
+    for channel, at in sorted(last_success.items()):
+        success.add_metric([channel], at)
+    yield success
+
+    crashing = server.crashing_jobs()
+    crashing_jobs = GaugeMetricFamily(
+        "smoosh_crashing_jobs", "Keys waiting out a crash backoff (failed or blocked, not yet due again).",
+        labels=["channel"])
+    for channel in sorted(set(channels) | set(crashing)):
+        crashing_jobs.add_metric([channel], crashing.get(channel, 0))
+    yield crashing_jobs
+
 
 def _number(value: Any) -> float:
     """A sample value from a status field (missing or non-numeric fields count as 0)."""
@@ -151,6 +212,11 @@ def registry_for(server: Server) -> CollectorRegistry:
         if registry is None:
             registry = CollectorRegistry(auto_describe=False)
             registry.register(SmooshCollector(server))
+            # What the process-wide default registry would carry: process_* (CPU, memory, open
+            # files, start time, read from /proc at scrape time), python_info and python_gc_*.
+            ProcessCollector(registry=registry)
+            PlatformCollector(registry=registry)
+            GCCollector(registry=registry)
             _registries[server] = registry
         return registry
 

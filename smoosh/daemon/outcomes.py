@@ -16,13 +16,14 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 from channels import Channel
-from channels.ports import BLOCKED, BUSY, FAILED, GONE, OK, REPLACED, Outcome, RunEvent
+from channels.ports import BLOCKED, BUSY, FAILED, GONE, INTERRUPTED, OK, REPLACED, Outcome, RunEvent
 from smoosh.compactors.base import READ_ONLY
 from smoosh.daemon import control
 from smoosh.daemon.history import (
     BLOCKED as BLOCKED_EVENT, BUSY as BUSY_EVENT, BUSY_RETRY_S, CRASHED, DROPPED, FINISHED, REPLACED as REPLACED_EVENT,
     STARTED, HistoryTable, encode_record, longest_backoff_s,
 )
+from smoosh.daemon.histogram import Histogram
 from smoosh.daemon.startup import crash_record_key
 from smoosh.store.base import Transaction
 
@@ -31,6 +32,9 @@ __all__ = ["Outcomes", "Counters", "log_fields"]
 log = logging.getLogger(__name__)
 
 Write = Callable[[Transaction], None]
+
+#: The duration histogram of a channel and result before its first compaction.
+EMPTY_DURATIONS = Histogram()
 
 #: Said with every ``replaced`` result: what smoosh could not rule out.
 REPLACED_RISK = (
@@ -41,21 +45,55 @@ REPLACED_RISK = (
 
 @dataclass
 class Counters:
-    """Plain-int counters: cheap enough for the hot path, exported by the metrics collector.
+    """Plain counters: cheap enough for the hot path, exported by the metrics collector.
 
     The ``enqueue_*`` fields are bumped by whichever thread brings a key in (HTTP, watcher,
-    intake pool), the rest on the server's loop thread; the metrics collector reads them. The
-    increments take no lock, to keep the hot path free of one: two threads bumping the same
-    field at the same instant may lose one count.
+    intake pool), the rest on the server's loop thread (:meth:`Outcomes.on_outcome` and the
+    housekeeping's rotation); the metrics collector reads them at scrape time. The increments
+    take no lock, to keep the hot path free of one: two threads bumping the same field at the
+    same instant may lose one count. The per-compaction values are written by the loop alone,
+    and each is replaced whole (an immutable tuple or :class:`Histogram`), so a scrape never
+    sees half of one compaction's record.
     """
 
     enqueue_stale: int = 0
     enqueue_examined: int = 0
     enqueue_accepted: int = 0
     enqueue_rejected: int = 0
-    compactions: dict[tuple[str, str], int] = field(default_factory=dict)
-    reclaimed_bytes: dict[str, int] = field(default_factory=dict)
+    #: (channel, result) -> the durations of its finished compactions (their count is
+    #: ``smoosh_compactions_total``: one record, so the two metrics never disagree).
+    durations: dict[tuple[str, str], Histogram] = field(default_factory=dict)
+    #: channel -> (bytes before, bytes after), summed over its successful compactions.
+    compacted_bytes: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: channel -> the time (clock seconds) its last successful compaction was recorded.
+    last_success_s: dict[str, float] = field(default_factory=dict)
     rotations: int = 0
+
+    @property
+    def compactions(self) -> dict[tuple[str, str], int]:
+        """(channel, result) -> finished compactions."""
+        return {key: histogram.count for key, histogram in dict(self.durations).items()}
+
+    @property
+    def reclaimed_bytes(self) -> dict[str, int]:
+        """channel -> bytes given back: before minus after, so the two metrics always agree."""
+        return {channel: before - after for channel, (before, after) in dict(self.compacted_bytes).items()}
+
+    def count(self, channel: str, outcome: Outcome, now: float) -> None:
+        """Count one finished compaction of ``channel`` (loop thread only).
+
+        A database that grew while it was compacted (writes during the run) reclaimed nothing:
+        its bytes after are counted as its bytes before, so ``before - after`` stays the
+        reclaimed bytes and no counter ever goes down.
+        """
+        key = (channel, outcome.result)
+        self.durations[key] = self.durations.get(key, EMPTY_DURATIONS).observed(outcome.duration_s)
+        if outcome.result == OK:
+            before, after = self.compacted_bytes.get(channel, (0, 0))
+            size_before = max(0, outcome.size_before_bytes)
+            size_after = min(size_before, max(0, outcome.size_after_bytes))
+            self.compacted_bytes[channel] = (before + size_before, after + size_after)
+            self.last_success_s[channel] = now
 
 
 def log_fields(channel: str, key: str, outcome: Outcome) -> dict[str, object]:
@@ -134,14 +172,12 @@ class Outcomes:
     def on_outcome(self, channel: str, key: str, outcome: Outcome, now: float) -> float | None:
         """Record how a run ended; the time the key may start again (crash backoff, busy wait) or None."""
         result = outcome.result
-        counters = self._counters
-        counters.compactions[(channel, result)] = counters.compactions.get((channel, result), 0) + 1
+        self._counters.count(channel, outcome, now)
         history = self._history
         not_before: float | None = None
         fields = log_fields(channel, key, outcome)
         if result == OK:
             reclaimed = outcome.reclaimed_bytes
-            counters.reclaimed_bytes[channel] = counters.reclaimed_bytes.get(channel, 0) + reclaimed
             history.record(key, FINISHED, now, channel=channel, reason=f"reclaimed {reclaimed} bytes")
             self._router.record_compacted(key, outcome.size_after_bytes, now)
             self._forget(key)
@@ -204,10 +240,18 @@ class Outcomes:
         elif event.kind == "dropped":
             self._history.record(event.key, DROPPED, now, channel=channel_name, reason=event.reason)
         channel = self._channel_of(channel_name)
+        ended = event.outcome if event.kind == "ended" else None
+        # An interrupted run is not an outcome to record (no history, no backoff: the channel
+        # queues the key again by itself), but it is a result: counted here, where its end
+        # arrives, and only for the run the channel is following (an old run's event is ignored).
+        if ended is not None and ended.result == INTERRUPTED and (
+            channel is None or channel.in_flight().get(event.key) == event.run
+        ):
+            self._counters.count(channel_name, ended, now)
         if channel is None:
             # Its channel was closed meanwhile: the outcome is still recorded.
-            if event.kind == "ended" and event.outcome is not None and event.outcome.result != "interrupted":
-                self.on_outcome(channel_name, event.key, event.outcome, now)
+            if ended is not None and ended.result != INTERRUPTED:
+                self.on_outcome(channel_name, event.key, ended, now)
         else:
             channel.on_run_event(event, now)
         return self._pending_writes.pop(event.key, None) if event.kind == "ended" else None

@@ -120,6 +120,7 @@ class Server(LiveConfig):
         self._router = Router(self._compactors, clock=clock)
         self._suspension = Suspension(config.state_dir)
         self._lock = InstanceLock(config.state_dir)
+        self._state_dir_claimed = False
         self._config_error: str | None = None
         self._restart_required: list[str] = []
         self._state_dir_ok = False
@@ -154,9 +155,7 @@ class Server(LiveConfig):
         if self._started:
             return
         cfg = self._config
-        # The lock first: a second daemon on this state_dir says one line and nothing else.
-        self._state_dir_ok = prepare_state_dir(cfg.state_dir)
-        self._lock.take()
+        self.claim_state_dir()
         log.info(
             "starting smoosh on node %r: store %s, %d channel(s), %d worker(s)%s",
             self.node, cfg.store, len(cfg.channels), self._workers_n, ", dry run" if self.dry_run else "",
@@ -236,7 +235,23 @@ class Server(LiveConfig):
             quietly(self._store.close, "stopping", log)
             self._store = None
         self._lock.release()
+        self._state_dir_claimed = False
         log.info("smoosh stopped")
+
+    def claim_state_dir(self) -> None:
+        """Take ``state_dir`` and its instance lock (idempotent); :meth:`start` does it first.
+
+        Called on its own by a caller that has more to set up before starting (the CLI binds
+        the admin socket): a second daemon on this state_dir says so, and nothing else.
+
+        Raises:
+            InstanceLocked: another daemon runs on this state_dir.
+        """
+        if self._state_dir_claimed:
+            return
+        self._state_dir_ok = prepare_state_dir(self._config.state_dir)
+        self._lock.take()
+        self._state_dir_claimed = True
 
     def __enter__(self) -> Server:
         self.start()
@@ -452,3 +467,7 @@ class Server(LiveConfig):
     def jobs_table(self) -> list[dict[str, Any]]:
         """Per-key state, progress, error count, last error and history (``GET /jobs``)."""
         return jobs_table(self._history, self._worker)
+
+    def crashing_jobs(self) -> dict[str, int]:
+        """Keys in crash backoff now, per channel (``smoosh_crashing_jobs``); any thread."""
+        return self._history.crashing(self._clock())

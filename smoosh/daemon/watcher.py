@@ -34,6 +34,7 @@ import stat
 import subprocess
 import threading
 import time
+import weakref
 from typing import Any, Callable, Iterable, Sequence
 
 from watchdog.events import (
@@ -78,6 +79,37 @@ SCAN_RETRY_S = 30.0
 #: Seconds ``stop()`` waits for each thread it joins.
 STOP_TIMEOUT_S = 5.0
 _WANTED_EVENT_TYPES = frozenset({EVENT_TYPE_CREATED, EVENT_TYPE_MODIFIED, EVENT_TYPE_MOVED, EVENT_TYPE_CLOSED})
+#: Seconds between two of smoosh's warnings about inotify overflows (each one still rescans).
+OVERFLOW_WARNING_INTERVAL_S = 60.0
+#: The loggers through which watchdog reports a kernel queue overflow, and the message prefix.
+_WATCHDOG_OVERFLOW_LOGGERS = ("watchdog.observers.inotify_c", "watchdog.observers.inotify")
+_WATCHDOG_OVERFLOW_PREFIX = "Inotify queue overflowed"
+
+
+class _OverflowFilter(logging.Filter):
+    """Turns watchdog's two warnings per inotify overflow into a rescan by every live watcher.
+
+    watchdog offers no callback for an overflow, only these log records. Installed once per
+    process on watchdog's loggers; watchers register while started. Runs on watchdog's
+    thread: it only flags the watchers, which scan on their own threads.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.watchers: weakref.WeakSet[Watcher] = weakref.WeakSet()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith(_WATCHDOG_OVERFLOW_PREFIX):
+            return True
+        if record.name == _WATCHDOG_OVERFLOW_LOGGERS[0]:  # once per overflow, not once per watch
+            for watcher in list(self.watchers):
+                watcher.overflowed()
+        return False
+
+
+_overflow_filter = _OverflowFilter()
+for _name in _WATCHDOG_OVERFLOW_LOGGERS:
+    logging.getLogger(_name).addFilter(_overflow_filter)
 
 
 # ---------------------------------------------------------------------- the watcher
@@ -154,6 +186,8 @@ class Watcher:
         self._requested_roots: set[str] = set()
         self._scan_proc: subprocess.Popen[bytes] | None = None
         self._scans_completed = 0
+        self._overflows_unreported = 0
+        self._overflow_warned_at = float("-inf")
         #: (databases found, seconds) of the start-up scan; (0, 0.0) before it completes.
         self.startup_scan: tuple[int, float] = (0, 0.0)
         #: (databases found, seconds) of the last completed scan; (0, 0.0) before the first.
@@ -196,6 +230,7 @@ class Watcher:
             self._next_scan_at = self._clock() + self._rescan_interval_s
             self._requested_full = True
             self._requested_everything = True
+            _overflow_filter.watchers.add(self)
             if thread:
                 self._thread = threading.Thread(target=self._run, name="smoosh-watcher", daemon=True)
                 self._thread.start()
@@ -210,6 +245,7 @@ class Watcher:
         """
         self._stop.set()
         self._wake.set()
+        _overflow_filter.watchers.discard(self)
         proc = self._scan_proc
         if proc is not None and proc.poll() is None:
             proc.kill()
@@ -285,6 +321,27 @@ class Watcher:
         with self._lock:
             self._requested_full = True
             self._requested_everything = True
+        self._wake.set()
+
+    def overflowed(self) -> None:
+        """The kernel dropped events (its inotify queue overflowed): rescan what changed since the last scan.
+
+        Any thread. The events lost may be the application's, so the rescan is what keeps
+        nothing hidden; the warning is rate-limited because a flood overflows again and again.
+        """
+        with self._lock:
+            self._requested_full = True  # _requested_everything stays: only what changed
+            self._overflows_unreported += 1
+            now = self._clock()
+            if now - self._overflow_warned_at >= OVERFLOW_WARNING_INTERVAL_S:
+                count, self._overflows_unreported = self._overflows_unreported, 0
+                self._overflow_warned_at = now
+                log.warning(
+                    "inotify queue overflowed%s: file-system events were lost; rescanning %s for"
+                    " databases changed since the last scan (raise fs.inotify.max_queued_events if"
+                    " this repeats)",
+                    "" if count == 1 else f" {count} times", ", ".join(sorted(watch_roots(self._entries))),
+                )
         self._wake.set()
 
     def _run_requested_scans(self) -> None:

@@ -40,7 +40,7 @@ MIN_API_VERSION = 710
 #: ``LATEST_API_VERSION``; its ``api_version`` passes 710 as the header version).
 LEGACY_BINDING_API_VERSION = 710
 #: What to do when the binding or the native client is missing.
-INSTALL_HINT = "install smoosh[fdb] and the FoundationDB client library (libfdb_c)"
+INSTALL_HINT = "install smoosh-compactor[fdb] and the FoundationDB client library (libfdb_c)"
 #: The special key whose value is the cluster's status document (JSON).
 STATUS_KEY = b"\xff\xff/status/json"
 #: Seconds :func:`describe_versions` waits for the cluster's status.

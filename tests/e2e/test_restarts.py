@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -18,6 +19,7 @@ from typing import Any
 from compactor.dbfactory import db_stats, integrity, make_bloated_db, row_count
 from faults.faultlib import processes, start_daemon, start_worker
 from helpers.daemon import Daemon, free_port, wait_for, write_config
+from smoosh.daemon.instance_lock import InstanceLock
 
 __all__ = ["processes"]  # fixture
 
@@ -221,6 +223,24 @@ def test_a_second_daemon_prints_exactly_one_line(tmp_path: Path, daemons: list[D
         f"smoosh: another smoosh is running on this state_dir: {lock} is locked by pid {first.proc.pid}"
     ]
     assert out.stdout == ""
+
+
+def test_a_taken_admin_port_is_one_line_naming_the_address(tmp_path: Path) -> None:
+    # Given something else listening on the port the config names
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = write_config(tmp_path, port=port)
+        # When smoosh runs on it
+        out, took_s = run_second_daemon(config)
+    # Then it says so in one line, before starting anything, and leaves its state_dir free
+    assert out.returncode == 1
+    assert took_s < 5
+    assert out.stderr.splitlines() == [f"smoosh: cannot listen on 127.0.0.1:{port} for the admin API: Address already in use"]
+    lock = InstanceLock(str(tmp_path / "state"))
+    lock.acquire()
+    lock.release()
 
 
 # ---------------------------------------------------------------- 5: a database never quiet

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import gc
+import platform
+import time
 from pathlib import Path
 from typing import Any
 
-from opslib import PausedDaemon, request
+from opslib import PausedDaemon, request, smoosh_cli
 from prometheus_client.parser import text_string_to_metric_families
 
 from compactor.dbfactory import make_bloated_db
 from helpers.daemon import Daemon, free_port, wait_for, write_config
 
 CHANNELS = {"upgrade_dbs", "ratio_dbs", "slack_dbs", "index_cleanup"}
+RESULTS = ("ok", "failed", "busy", "gone", "interrupted", "replaced", "blocked")
+#: The duration histogram's bounds: from 10 ms to 3 hours.
+BUCKETS = ("0.01", "0.05", "0.25", "1.0", "5.0", "15.0", "60.0", "300.0", "900.0", "3600.0", "10800.0", "+Inf")
 PER_CHANNEL = ("smoosh_active_jobs", "smoosh_starting_jobs", "smoosh_waiting_jobs", "smoosh_reclaimable_bytes")
 
 
@@ -45,18 +50,45 @@ def test_metrics_carry_the_pinned_names_and_labels(paused: PausedDaemon) -> None
     enqueues = by_label(m["smoosh_enqueue_total"], "outcome")
     assert set(enqueues) == {"stale", "examined", "accepted", "rejected"}
     assert enqueues["accepted"] >= 1 and enqueues["examined"] >= enqueues["accepted"]
-    # Never labelled by database: the only label names are channel, result and outcome.
-    label_names = {k for samples in m.values() for labels in samples for k, _ in labels}
-    assert label_names <= {"channel", "result", "outcome"}
+    # Never labelled by database: the only label names of smoosh's series are these.
+    label_names = {k for name, samples in m.items() if name.startswith("smoosh_") for labels in samples for k, _ in labels}
+    assert label_names == {"channel", "result", "outcome", "phase", "le", "version"}
 
 
-def test_every_result_of_every_channel_exists_at_zero_from_start(paused: PausedDaemon) -> None:
+def test_every_series_of_every_channel_exists_at_zero_from_start(paused: PausedDaemon) -> None:
     # Given a daemon that has compacted nothing yet
     m = scrape(paused.url)
-    # Then every channel has every result of the one vocabulary, at 0
-    results = ("ok", "failed", "busy", "gone", "interrupted", "replaced", "blocked")
-    expected = {(("channel", c), ("result", r)): 0.0 for c in CHANNELS for r in results}
-    assert m["smoosh_compactions_total"] == expected
+    # Then every channel has every result of the one vocabulary, at 0: counts and durations
+    pairs = {(("channel", c), ("result", r)): 0.0 for c in CHANNELS for r in RESULTS}
+    assert m["smoosh_compactions_total"] == pairs
+    assert m["smoosh_compaction_duration_seconds_count"] == pairs
+    assert m["smoosh_compaction_duration_seconds_sum"] == pairs
+    assert m["smoosh_compaction_duration_seconds_bucket"] == {
+        tuple(sorted((*pair, ("le", le)))): 0.0 for pair in pairs for le in BUCKETS
+    }
+    # and its bytes before and after, reclaimed bytes, last success and crashing keys
+    assert m["smoosh_compacted_bytes_total"] == {
+        (("channel", c), ("phase", phase)): 0.0 for c in CHANNELS for phase in ("before", "after")
+    }
+    per_channel = {(("channel", c),): 0.0 for c in CHANNELS}
+    assert m["smoosh_reclaimed_bytes_total"] == per_channel
+    assert m["smoosh_last_success_timestamp_seconds"] == per_channel
+    assert m["smoosh_crashing_jobs"] == per_channel
+
+
+def test_the_build_and_the_process_are_described(paused: PausedDaemon) -> None:
+    m = scrape(paused.url)
+    # The version `smoosh --version` prints
+    version = smoosh_cli("--version").stdout.split()[1]
+    assert m["smoosh_build_info"] == {(("version", version),): 1.0}
+    # The default process collector: this daemon's start, memory and files, from /proc
+    started = m["process_start_time_seconds"][()]
+    assert time.time() - 3600 < started <= time.time()
+    assert m["process_resident_memory_bytes"][()] > 0
+    assert m["process_open_fds"][()] > 0
+    assert m["process_cpu_seconds_total"][()] > 0
+    (python,) = m["python_info"]
+    assert dict(python)["implementation"] == platform.python_implementation()
 
 
 def test_rejected_enqueues_are_counted(paused: PausedDaemon) -> None:
@@ -67,28 +99,56 @@ def test_rejected_enqueues_are_counted(paused: PausedDaemon) -> None:
     assert after == before + 2
 
 
-def test_a_finished_compaction_counts_its_result_and_reclaimed_bytes(tmp_path: Path, daemons: list[Daemon]) -> None:
+def footprint(db: Path) -> int:
+    """A database's bytes as the compactor measures them: the file and its WAL."""
+    wal = Path(f"{db}-wal")
+    return db.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
+
+
+def test_a_finished_compaction_counts_its_result_duration_and_bytes(tmp_path: Path, daemons: list[Daemon]) -> None:
+    # Given a daemon, and a bloated database measured before it appears in the watched directory
     d = Daemon(write_config(tmp_path, port=free_port()))
     daemons.append(d)
     d.wait_ready()
+    outside = tmp_path / "tenant.db"
+    make_bloated_db(str(outside), rows=3000, delete_fraction=0.9)
+    before = footprint(outside)
     db = tmp_path / "dbs" / "tenant.db"
-    make_bloated_db(str(db), rows=3000, delete_fraction=0.9)
-    before = db.stat().st_size
+    started = time.time()
+    outside.rename(db)
 
+    # When the daemon compacts it
     def counted() -> Any:
         m = scrape(d.url)
         return m if any(m.get("smoosh_compactions_total", {}).values()) else None
 
     m = wait_for(counted, 30, what="a compaction in /metrics", daemon=d)
+    jobs = {j["key"]: j for j in d.get("/jobs")["jobs"]}
+    after = footprint(db)
+    # Then one successful compaction of ratio_dbs is counted, with its duration
     nonzero = {labels: n for labels, n in m["smoosh_compactions_total"].items() if n}
-    assert nonzero == {(("channel", "ratio_dbs"), ("result", "ok")): 1.0}
-    reclaimed = by_label(m["smoosh_reclaimed_bytes_total"], "channel")
-    assert set(reclaimed) == {"ratio_dbs"}
-    assert reclaimed["ratio_dbs"] >= (before - db.stat().st_size) * 0.9 > 0
+    ok = (("channel", "ratio_dbs"), ("result", "ok"))
+    assert nonzero == {ok: 1.0}
+    assert {labels: n for labels, n in m["smoosh_compaction_duration_seconds_count"].items() if n} == {ok: 1.0}
+    assert 0 < m["smoosh_compaction_duration_seconds_sum"][ok] < time.time() - started
+    assert m["smoosh_compaction_duration_seconds_bucket"][tuple(sorted((*ok, ("le", "+Inf"))))] == 1.0
+    # and its bytes are the file's sizes before and after, their difference what it reclaimed
+    compacted = m["smoosh_compacted_bytes_total"]
+    assert compacted[(("channel", "ratio_dbs"), ("phase", "before"))] == before
+    assert compacted[(("channel", "ratio_dbs"), ("phase", "after"))] == after < before
+    assert by_label(m["smoosh_reclaimed_bytes_total"], "channel") == {
+        "ratio_dbs": before - after, "upgrade_dbs": 0, "slack_dbs": 0, "index_cleanup": 0}
+    (finished,) = [e for e in jobs[str(db)]["history"] if e["event"] == "finished"]
+    assert finished["reason"] == f"reclaimed {before - after} bytes"
+    # and its time is the channel's last success
+    last_success = by_label(m["smoosh_last_success_timestamp_seconds"], "channel")
+    assert started <= last_success["ratio_dbs"] <= time.time()
+    assert last_success["slack_dbs"] == 0
     assert d.stop() == 0
 
 
 def test_two_servers_in_one_process_have_private_registries(tmp_path: Path) -> None:
+    from channels.ports import Outcome
     from smoosh.config import load_config
     from smoosh.daemon.metrics import _registries, render
     from smoosh.daemon.server import Server
@@ -102,7 +162,8 @@ def test_two_servers_in_one_process_have_private_registries(tmp_path: Path) -> N
         s.start()
     try:
         s1, s2 = servers
-        s1.counters.compactions[("ratio_dbs", "ok")] = 5
+        for _ in range(5):
+            s1.counters.count("ratio_dbs", Outcome("ok", size_before_bytes=10, size_after_bytes=4), 1.0)
         body1, content_type = render(s1)
         body2, _ = render(s2)
         assert content_type.startswith("text/plain")

@@ -6,6 +6,7 @@ import pytest
 
 from smoosh.daemon.history import (
     ADDED,
+    BLOCKED,
     BUSY,
     BUSY_RETRY_S,
     CRASHED,
@@ -14,6 +15,7 @@ from smoosh.daemon.history import (
     STOPPED,
     Event,
     HistoryTable,
+    KeyRecord,
     backoff_s,
     consecutive_crashes,
 )
@@ -146,3 +148,22 @@ def test_to_json_has_the_jobs_endpoint_shape() -> None:
     assert set(body) >= {"key", "channel", "state", "progress", "error_count", "last_error", "last_updated", "history"}
     assert body["history"][0] == {"event": "started", "at": 2.0, "reason": None}
     assert body["channel"] == "ratio_dbs"
+
+
+def test_crashing_keys_are_counted_per_channel_until_their_backoff_ends() -> None:
+    table = HistoryTable(backoff_base_s=30.0)
+    table.record("/a", STARTED, 0, channel="ratio_dbs")
+    table.record("/a", CRASHED, 1, channel="ratio_dbs", reason="boom")  # retry at 31
+    table.record("/b", STARTED, 0, channel="slack_dbs")
+    table.record("/b", BLOCKED, 1, channel="slack_dbs", reason="blocked: a reader pins the WAL")  # retry at 31
+    table.record("/c", BUSY, 1, channel="ratio_dbs")  # busy is not a crash
+    table.restore(KeyRecord("/d", channel="ratio_dbs", state="crashing", retry_at=100.0))  # from the store
+    assert table.crashing(30.9) == {"ratio_dbs": 2, "slack_dbs": 1}
+    assert table.crashing(31.0) == {"ratio_dbs": 1}
+    table.record("/d", STARTED, 50, channel="ratio_dbs")  # retried early (forced): no longer backing off
+    assert table.crashing(50) == {}
+    table.record("/a", STARTED, 60, channel="ratio_dbs")
+    table.record("/a", CRASHED, 61, channel="ratio_dbs", reason="boom")
+    assert table.crashing(61) == {"ratio_dbs": 1}
+    table.forget("/a")
+    assert table.crashing(61) == {}

@@ -436,3 +436,32 @@ def test_a_key_that_qualifies_only_on_its_exact_size_is_measured_off_the_examine
     assert len(compactor.exact_threads) == 20
     assert all(name.startswith("smoosh-measure") for name in compactor.exact_threads)
     assert server.status()["scan"]["examining"] == 0
+
+
+def test_keys_wait_to_be_examined_while_a_batch_is_admitted_and_no_longer(
+    tmp_path: Path, running: Any, dbs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import smoosh.daemon.intake as intake_module
+
+    # A caller admitting a batch (POST /enqueue) has the GIL to itself: its file checks are
+    # system calls, each of which would otherwise wait for an examination's Python to yield.
+    monkeypatch.setattr(intake_module, "ADMISSION_PAUSE_MAX_S", 30.0)
+    db = dbs / "a.db"
+    make_bloated_db(str(db))
+    server = running(make_config(tmp_path), workers=0, dry_run=True)
+    with server.intake.admitting():
+        server.enqueue(str(db), require_file=True)
+        time.sleep(0.3)  # what an examination takes, many times over
+        assert server.counters.enqueue_examined == 0
+    wait_for(lambda: server.status()["channels"]["ratio_dbs"]["waiting"]["size"] == 1, 10, what="queued after the batch")
+    assert server.counters.enqueue_examined == 1
+
+
+def test_a_stream_of_batches_does_not_starve_the_examination(tmp_path: Path, running: Any, dbs: Path) -> None:
+    db = dbs / "a.db"
+    make_bloated_db(str(db))
+    server = running(make_config(tmp_path), workers=0, dry_run=True)
+    with server.intake.admitting():
+        server.enqueue(str(db), require_file=True)
+        # Then the key is examined though admission never ends (a pause per key is bounded)
+        wait_for(lambda: server.status()["channels"]["ratio_dbs"]["waiting"]["size"] == 1, 10, what="queued meanwhile")

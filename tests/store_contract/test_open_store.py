@@ -24,7 +24,7 @@ def test_bad_urls_are_unavailable(url):
 def test_fdb_without_the_native_client_names_what_to_install():
     with pytest.raises(StoreUnavailable) as e:
         open_store("fdb:")
-    assert "install smoosh[fdb] and the FoundationDB client library (libfdb_c)" in str(e.value)
+    assert "install smoosh-compactor[fdb] and the FoundationDB client library (libfdb_c)" in str(e.value)
 
 
 def test_a_sqlite_store_creates_its_directory(tmp_path) -> None:

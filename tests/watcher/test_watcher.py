@@ -509,3 +509,54 @@ def test_a_periodic_rescan_reports_only_databases_changed_since_the_previous_sca
     w.request_full_scan()  # a config reload: every database is priced again
     w.tick(1300.0)
     assert seen.snapshot() == {str(quiet), str(busy), str(wal)}
+
+
+def test_an_inotify_overflow_rescans_what_changed_and_warns_once_a_minute(
+    watched: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import smoosh.daemon.watcher as watcher_module
+
+    monkeypatch.setattr(watcher_module, "RESCAN_MARGIN_S", 0.0)
+    quiet = make_db(watched / "quiet.db")
+    written = make_db(watched / "written.db")
+    time.sleep(0.05)  # file times come from a coarse clock: keep them clear of the scan's start
+    clock = Clock(0.0)
+    scanned = Seen()  # what scans report (events go elsewhere: they are not the point here)
+    w = Watcher([str(watched)], Seen(), rescan_interval_s=600.0, clock=clock, on_scanned=scanned)
+    w.start()  # its own thread; the clock stands still, so no periodic rescan comes
+    try:
+        assert wait_for(lambda: w.scans_completed == 1)
+        assert scanned.snapshot() == {str(quiet), str(written)}
+        time.sleep(0.05)
+        make_db(written, commits=1)
+        scanned.paths.clear()
+
+        def overflow() -> None:
+            # What watchdog says when the kernel drops events (it offers no other signal).
+            logging.getLogger("watchdog.observers.inotify_c").warning("Inotify queue overflowed; filesystem events were lost")
+            logging.getLogger("watchdog.observers.inotify").warning(
+                "Inotify queue overflowed; reconciling recursive watches below %r", str(watched))
+
+        def lines() -> list[str]:
+            return [r.getMessage() for r in caplog.records
+                    if "overflowed" in r.getMessage() and (r.name != "smoosh.daemon.watcher" or str(watched) in r.getMessage())]
+
+        with caplog.at_level(logging.WARNING):
+            # When the kernel's queue overflows, long before the next periodic rescan
+            clock.now = 1.0
+            overflow()
+            # Then what changed since the last scan is reported, with one line of smoosh's own
+            assert wait_for(lambda: w.scans_completed == 2)
+            assert scanned.paths == [str(written)]
+            assert [line.split(";")[0] for line in lines()] == ["inotify queue overflowed: file-system events were lost"]
+            # And a flood of overflows rescans each time but warns once a minute, with the count
+            clock.now = 20.0
+            overflow()
+            assert wait_for(lambda: w.scans_completed == 3)
+            assert len(lines()) == 1
+            clock.now = 61.0
+            overflow()
+            assert wait_for(lambda: w.scans_completed == 4)
+            assert lines()[1].startswith("inotify queue overflowed 2 times:")
+    finally:
+        w.stop()

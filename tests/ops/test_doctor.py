@@ -405,7 +405,7 @@ def test_fdb_without_the_binding_or_the_client_library_fails_with_the_fix(monkey
     install_fake_fdb(monkeypatch, None)
     (finding,) = check_fdb_store(None)
     assert (finding.status, finding.fix) == (FAIL, FDB_BINDING_FIX)
-    assert "pip install 'smoosh[fdb]'" in FDB_BINDING_FIX
+    assert "pip install 'smoosh-compactor[fdb]'" in FDB_BINDING_FIX
     install_fake_fdb(monkeypatch, FakeBinding(710, 710), impl_missing=True)
     (finding,) = check_fdb_store(None)
     assert (finding.status, finding.fix) == (FAIL, FDB_FIX)

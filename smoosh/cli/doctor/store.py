@@ -25,7 +25,7 @@ FDB_TIMEOUT_S = 3.0
 FDB_FIX = ("install the FoundationDB client package of your cluster's version (it provides libfdb_c); the README's "
            "FoundationDB section has the version matrix")
 #: How to get the binding back when it is missing.
-FDB_BINDING_FIX = "pip install 'smoosh[fdb]' (the foundationdb binding, 7.1); see the README's version matrix"
+FDB_BINDING_FIX = "pip install 'smoosh-compactor[fdb]' (the foundationdb binding, 7.1); see the README's version matrix"
 
 CHECK = "store"
 

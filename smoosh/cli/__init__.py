@@ -118,6 +118,11 @@ def build_parser() -> argparse.ArgumentParser:
     with_config(c)
     c.set_defaults(func=cmd_config_check)
 
+    p = sub.add_parser("doctor", help="check this host and config: inotify limits, permissions, free space, lock, store")
+    with_config(p)
+    p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    p.set_defaults(func=_cmd_doctor)
+
     p = sub.add_parser("demo", help="compact a few bloated SQLite files in a temp dir, start to finish")
     p.set_defaults(func=cmd_demo)
 
@@ -128,6 +133,12 @@ def build_parser() -> argparse.ArgumentParser:
     if jobs_parser is not None:
         with_config(jobs_parser)
     return parser
+
+
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from smoosh.cli.doctor import cmd_doctor  # its checks import what they check only when run
+
+    return cmd_doctor(args)
 
 
 def _positive_int(text: str) -> int:

@@ -19,6 +19,8 @@ log = logging.getLogger("smoosh")
 
 #: Longest the main thread sleeps without looking for a signal's handler to run.
 SIGNAL_CHECK_INTERVAL_S = 1.0
+#: Environment variable holding the log level of ``run`` and ``worker``.
+LOG_LEVEL_ENV = "SMOOSH_LOG_LEVEL"
 #: Seconds between two STATUS= summaries sent to systemd (only sent when the text changed).
 STATUS_NOTIFY_INTERVAL_S = 5.0
 
@@ -30,12 +32,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     pings from this main loop at half ``WatchdogSec``, and STOPPING=1 when it begins to stop.
     """
     from smoosh.cli import systemd
-    from smoosh.config import load_config
     from smoosh.config.checks import check_directories
     from smoosh.daemon.server import Server
 
-    _setup_logging()
-    config = load_config(args.config)  # logs the config's warnings, once each
+    config = _load_config_and_log(args.config)
     if args.watch:
         _check_watch_option(args.watch)
     else:
@@ -173,22 +173,35 @@ def _check_http_token(config: Any, *, overridden: bool) -> None:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     """``smoosh worker``: workers for this node's job type, in their own process."""
-    from smoosh.config import load_config
     from smoosh.daemon.worker_process import run_worker_process
 
-    _setup_logging()
-    config = load_config(args.config)
+    config = _load_config_and_log(args.config)
     return run_worker_process(config, args.store or config.store, args.concurrency)
 
 
-def _setup_logging() -> None:
-    logging.basicConfig(
-        level=os.environ.get("SMOOSH_LOG_LEVEL", "INFO").upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    # watchdog logs every inotify event at DEBUG: far too much, even when debugging smoosh.
-    logging.getLogger("watchdog").setLevel(max(logging.INFO, logging.getLogger().level))
+def _load_config_and_log(path: str | None) -> Any:
+    """Set up the log on stderr, load the config, switch the log to its ``log_format``, log its warnings.
+
+    The warnings are logged after the switch, so with ``log_format = json`` every line is JSON.
+    Only a missing default config file logs before it (and then the format is the default).
+
+    Raises:
+        ConfigError: an invalid config.
+        SmooshError: a ``$SMOOSH_LOG_LEVEL`` that names no level.
+    """
+    from smoosh import logs
+    from smoosh.config import load_config
+
+    level = os.environ.get(LOG_LEVEL_ENV, "INFO")
+    try:
+        logs.setup(level, stream=sys.stderr)
+    except ValueError:
+        raise SmooshError(f"{LOG_LEVEL_ENV}={level!r}: must be DEBUG, INFO, WARNING or ERROR") from None
+    config = load_config(path, log_warnings=False)
+    logs.set_format(config.log_format)
+    for warning in config.warnings:
+        logging.getLogger("smoosh.config").warning("%s", warning)
+    return config
 
 
 def _override(config: Any, *, store: str | None, http: str | None, watch: list[str] | None) -> Any:

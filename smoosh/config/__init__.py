@@ -30,9 +30,9 @@ from smoosh.config.defaults import (
     CHANNEL_NAME_RE, DEFAULT_DB_CHANNELS, DEFAULT_VIEW_CHANNELS, DEFAULT_CLEANUP_CHANNELS,
     DEFAULT_STALENESS_S, DEFAULT_PERSIST, DEFAULT_STATE_DIR, DEFAULT_WAIT_S,
     DEFAULT_CHECKPOINT_INTERVAL_S, DEFAULT_ACCESS_MAX_SIZE, DEFAULT_COMPACTION_LOG_LEVEL,
-    LOG_LEVELS, DEFAULT_STORE, DEFAULT_WATCH, DEFAULT_HTTP, DEFAULT_HEALTH_THRESHOLD_S,
-    DEFAULT_BACKOFF_BASE_S, DEFAULT_BUSY_RETRIES, DEFAULT_MAX_HISTORY, DEFAULT_JOB_TIMEOUT_S, DEFAULT_MAX_JOBS,
-    DEFAULT_INTERVAL_S, DEFAULT_MAX_CHURN, DEFAULT_RECHECK_INTERVAL_S,
+    LOG_LEVELS, DEFAULT_LOG_FORMAT, LOG_FORMATS, DEFAULT_STORE, DEFAULT_WATCH, DEFAULT_HTTP,
+    DEFAULT_HEALTH_THRESHOLD_S, DEFAULT_BACKOFF_BASE_S, DEFAULT_BUSY_RETRIES, DEFAULT_MAX_HISTORY,
+    DEFAULT_JOB_TIMEOUT_S, DEFAULT_MAX_JOBS, DEFAULT_INTERVAL_S, DEFAULT_MAX_CHURN, DEFAULT_RECHECK_INTERVAL_S,
     DEFAULT_EXACT_SIZE_INTERVAL_S, DEFAULT_RESCAN_INTERVAL_S, DEFAULT_WAL_MAX_SIZE_BYTES,
     GLOBAL_KEYS, COUCHDB_ONLY_KEYS, RESTART_KEYS,
 )
@@ -94,6 +94,7 @@ class Config:
     checkpoint_interval_s: float
     access_max_size: int
     compaction_log_level: str
+    log_format: str
     store: str
     watch: tuple[str, ...]
     roots: tuple[str, ...]
@@ -203,6 +204,7 @@ class Config:
                                         DEFAULT_CHECKPOINT_INTERVAL_S),
             access_max_size=r.get("access_max_size", parse_int(0), DEFAULT_ACCESS_MAX_SIZE),
             compaction_log_level=r.get("compaction_log_level", _parse_log_level, DEFAULT_COMPACTION_LOG_LEVEL),
+            log_format=r.get("log_format", _parse_log_format, DEFAULT_LOG_FORMAT),
             store=r.get("store", lambda text: _parse_store(text, cwd), _parse_store(DEFAULT_STORE, cwd)),
             watch=watch,
             roots=roots,
@@ -341,6 +343,13 @@ def _parse_log_level(text: str) -> str:
     if level is None:
         raise ValueError("must be debug, info, notice, warning or error")
     return level
+
+
+def _parse_log_format(text: str) -> str:
+    value = text.strip().lower()
+    if value not in LOG_FORMATS:
+        raise ValueError(f"must be {' or '.join(LOG_FORMATS)}")
+    return value
 
 
 def _parse_store(text: str, cwd: str) -> str:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from smoosh import logs
+
 __all__ = [
     "DEFAULT_CONFIG_PATH",
     "CONFIG_ENV",
@@ -26,6 +28,8 @@ __all__ = [
     "DEFAULT_ACCESS_MAX_SIZE",
     "DEFAULT_COMPACTION_LOG_LEVEL",
     "LOG_LEVELS",
+    "DEFAULT_LOG_FORMAT",
+    "LOG_FORMATS",
     "DEFAULT_STORE",
     "DEFAULT_WATCH",
     "DEFAULT_HTTP",
@@ -98,6 +102,13 @@ DEFAULT_COMPACTION_LOG_LEVEL = "info"
 #: Log levels ``compaction_log_level`` accepts, mapped to Python's names.
 LOG_LEVELS = {"debug": "debug", "info": "info", "notice": "info", "warning": "warning", "error": "error"}
 
+#: How ``smoosh run`` and ``smoosh worker`` write log lines: ``text``, or ``json`` (one object
+#: per line); both defined beside the formatters, in :mod:`smoosh.logs`.
+DEFAULT_LOG_FORMAT = logs.DEFAULT_LOG_FORMAT
+
+#: The values ``log_format`` accepts.
+LOG_FORMATS = logs.LOG_FORMATS
+
 #: The job store URL (``memory:``, ``sqlite:PATH``, ``fdb:`` or ``fdb:CLUSTER_FILE``).
 DEFAULT_STORE = "sqlite:var/smoosh/jobs.db"
 
@@ -155,6 +166,7 @@ GLOBAL_KEYS: dict[str, str] = {
     "checkpoint_interval": "checkpoint_interval_s",
     "access_max_size": "access_max_size",
     "compaction_log_level": "compaction_log_level",
+    "log_format": "log_format",
     "store": "store",
     "watch": "watch",
     "roots": "roots",

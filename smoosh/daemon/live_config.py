@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Callable
 
+from smoosh import logs
 from smoosh.config import Config
 from smoosh.errors import ConfigError
 from smoosh.loop import quietly
@@ -76,6 +77,9 @@ class LiveConfig:
             log.warning("config keys changed that need a restart: %s", ", ".join(self._restart_required))
         self._config = new
         self._config_error = None
+        if new.log_format != old.log_format:
+            # Only the handler `smoosh run` installed changes; an embedding application's stays.
+            logs.set_format(new.log_format)
         self._slots.limit = new.max_jobs
         self._history.configure(
             max_history=new.max_history,

@@ -27,7 +27,7 @@ from smoosh.daemon.histogram import Histogram
 from smoosh.daemon.startup import crash_record_key
 from smoosh.store.base import Transaction
 
-__all__ = ["Outcomes", "Counters"]
+__all__ = ["Outcomes", "Counters", "log_fields"]
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +103,32 @@ class Counters:
             self.last_success_s[channel] = now
 
 
+def log_fields(channel: str, key: str, outcome: Outcome) -> dict[str, object]:
+    """The structured fields of the line a run's end logs (``extra=``: JSON logs carry them, text ignores them).
+
+    Parameters:
+        channel: the channel that ran it.
+        key: the database.
+        outcome: how the run ended.
+
+    Returns:
+        ``key``, ``channel``, ``result``, ``duration_s``, ``size_before_bytes``,
+        ``size_after_bytes``, ``reclaimed_bytes``, and ``error`` when the run did not succeed.
+    """
+    fields: dict[str, object] = {
+        "key": key,
+        "channel": channel,
+        "result": outcome.result,
+        "duration_s": round(outcome.duration_s, 6),
+        "size_before_bytes": outcome.size_before_bytes,
+        "size_after_bytes": outcome.size_after_bytes,
+        "reclaimed_bytes": outcome.reclaimed_bytes,
+    }
+    if outcome.error is not None:
+        fields["error"] = outcome.error
+    return fields
+
+
 class _Compacted(Protocol):
     """Who learns that a key was compacted or is gone (the router, the intake)."""
 
@@ -156,6 +182,7 @@ class Outcomes:
         self._counters.count(channel, outcome, now)
         history = self._history
         not_before: float | None = None
+        fields = log_fields(channel, key, outcome)
         if result == OK:
             reclaimed = outcome.reclaimed_bytes
             history.record(key, FINISHED, now, channel=channel, reason=f"reclaimed {reclaimed} bytes")
@@ -163,11 +190,12 @@ class Outcomes:
             self._forget(key)
             # The one line a finished compaction writes (DESIGN §11), at compaction_log_level.
             log.log(self._log_level(), "compacted %r in %s in %.2f s: %d -> %d bytes, reclaimed %d bytes",
-                    key, channel, outcome.duration_s, outcome.size_before_bytes, outcome.size_after_bytes, reclaimed)
+                    key, channel, outcome.duration_s, outcome.size_before_bytes, outcome.size_after_bytes, reclaimed,
+                    extra=fields)
         elif result == GONE:
             history.record(key, FINISHED, now, channel=channel, reason="database gone")
             self._forget(key)
-            log.info("%r is gone; dropped", key)
+            log.info("%r is gone; dropped", key, extra=fields)
         elif result == BUSY:
             rec = history.record(key, BUSY_EVENT, now, channel=channel, reason=outcome.error or "database busy")
             not_before = rec.retry_at or now + BUSY_RETRY_S
@@ -175,28 +203,31 @@ class Outcomes:
                 # Once, when it becomes starved (DESIGN §11: starved logs at WARNING); it is
                 # still retried, in case the application goes quiet.
                 log.warning("%r in %s was busy %d times in a row and is starved: %s; retrying in %.0f s",
-                            key, channel, rec.busy_count, STARVED_ADVICE.format(channel=channel), not_before - now)
+                            key, channel, rec.busy_count, STARVED_ADVICE.format(channel=channel), not_before - now,
+                            extra=fields)
             else:
-                log.info("%r was busy; retrying in %.0f s", key, not_before - now)
+                log.info("%r was busy; retrying in %.0f s", key, not_before - now, extra=fields)
         elif result == BLOCKED:
-            not_before = self._blocked(channel, key, outcome.error or "", now)
+            not_before = self._blocked(channel, key, outcome.error or "", now, fields)
         elif result == REPLACED:
             history.record(key, REPLACED_EVENT, now, channel=channel, reason=outcome.error or "replaced")
             self._forget(key)
-            log.error("compaction of %r in %s ended replaced: %s. %s", key, channel, outcome.error, REPLACED_RISK)
+            log.error("compaction of %r in %s ended replaced: %s. %s", key, channel, outcome.error, REPLACED_RISK,
+                      extra=fields)
         else:  # failed: a crash, with its backoff
             rec = history.record(key, CRASHED, now, channel=channel, reason=outcome.error or result)
             not_before = rec.retry_at or now
             log.warning(
                 "compaction of %r in %s %s (%s); retrying in %.0f s",
                 key, channel, "failed" if result == FAILED else f"ended {result}", rec.last_error, not_before - now,
+                extra=fields,
             )
         write = self._crash_record_write(key, keep=not_before is not None)
         if write is not None:
             self._pending_writes[key] = write
         return not_before
 
-    def _blocked(self, channel: str, key: str, reason: str, now: float) -> float:
+    def _blocked(self, channel: str, key: str, reason: str, now: float, fields: dict[str, object]) -> float:
         """Record a compaction that could not make progress; the time it is tried again.
 
         A read-only file does not become writable by itself (an operator changes the mode or
@@ -209,7 +240,8 @@ class Outcomes:
             key, BLOCKED_EVENT, now, channel=channel, reason=f"blocked: {reason}", retry_after_s=retry_after_s,
         )
         not_before = rec.retry_at or now
-        log.warning("compaction of %r in %s ended blocked: %s; retrying in %.0f s", key, channel, reason, not_before - now)
+        log.warning("compaction of %r in %s ended blocked: %s; retrying in %.0f s", key, channel, reason, not_before - now,
+                    extra=fields)
         return not_before
 
     def deliver(self, channel_name: str, event: RunEvent) -> Write | None:

@@ -59,6 +59,35 @@ SCAN_CHUNK = 256
 MAX_POOLED_CONNECTIONS = 8
 
 
+def probe(path: str) -> int:
+    """Open an existing store file read-only (nothing is created or written) and read its version.
+
+    For ``smoosh doctor``, which must not create a store that is absent, nor change one.
+
+    Parameters:
+        path: the store's file (it exists).
+
+    Returns:
+        The version of its last commit.
+
+    Raises:
+        StoreUnavailable: the file does not open read-only, or holds no smoosh job store.
+    """
+    import urllib.parse
+
+    try:
+        conn = sqlite3.connect("file:" + urllib.parse.quote(path) + "?mode=ro", uri=True, timeout=1.0)
+        try:
+            row = conn.execute("SELECT value FROM meta WHERE name = 'version'").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error as e:
+        if "no such table" in str(e):
+            raise StoreUnavailable(f"{path} is a SQLite file but not a smoosh job store ({e})") from None
+        raise StoreUnavailable(f"{path} does not open read-only: {e}") from None
+    return int(row[0]) if row else 0
+
+
 class _SqliteSnapshot(Snapshot):
     def __init__(self, store: SqliteStore) -> None:
         self._store = store

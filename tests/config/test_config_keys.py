@@ -44,6 +44,7 @@ def test_defaults_match_the_design(tmp_path: object) -> None:
     assert c.checkpoint_interval_s == 180.0
     assert c.access_max_size == 250000
     assert c.compaction_log_level == "info"
+    assert c.log_format == "text"
     assert c.store == "sqlite:" + os.path.join(cwd, "var/smoosh/jobs.db")
     assert c.watch == (os.path.join(cwd, "var/databases"),)
     assert c.roots == (os.path.join(cwd, "var/databases"),)
@@ -98,6 +99,7 @@ def test_global_keys_parse_with_units() -> None:
         checkpoint_interval = 90
         access_max_size = 1000
         compaction_log_level = notice
+        log_format = JSON
         store = sqlite:jobs/jobs.db
         node = node-a
         http = localhost:8080
@@ -123,6 +125,7 @@ def test_global_keys_parse_with_units() -> None:
     assert c.checkpoint_interval_s == 90.0
     assert c.access_max_size == 1000
     assert c.compaction_log_level == "info"
+    assert c.log_format == "json"
     assert c.store == "sqlite:/srv/jobs/jobs.db"
     assert c.node == "node-a"
     assert c.http_host_port() == ("localhost", 8080)
@@ -217,6 +220,7 @@ def test_malformed_http_is_an_error(http: str) -> None:
          "[smoosh] wal_max_size = 'infinity': must be a size in bytes >= 0 (e.g. 1048576, 512MiB, 1GB)"),
         ("compaction_log_level = loud",
          "[smoosh] compaction_log_level = 'loud': must be debug, info, notice, warning or error"),
+        ("log_format = logfmt", "[smoosh] log_format = 'logfmt': must be text or json"),
         ("store = postgres://x", "[smoosh] store = 'postgres://x': must be memory:, sqlite:PATH, fdb: or fdb:CLUSTER_FILE"),
         ("store = sqlite:", "[smoosh] store = 'sqlite:': sqlite: needs a path, e.g. sqlite:var/smoosh/jobs.db"),
         ("db_channels = ratio_dbs, ratio_dbs", "[smoosh] db_channels = 'ratio_dbs, ratio_dbs': channel 'ratio_dbs' is listed twice"),

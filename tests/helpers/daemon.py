@@ -71,12 +71,17 @@ def write_config(base: Path, *, port: int, extra_global: str = "", channels: str
 
 
 class Daemon:
-    """A `smoosh run` subprocess; stop() sends SIGTERM, kill() sends SIGKILL."""
+    """A `smoosh run` subprocess; stop() sends SIGTERM, kill() sends SIGKILL.
 
-    def __init__(self, config: Path, *, args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> None:
+    Its stdout and stderr go to one file, ``log_path`` (given, or a fresh one beside the
+    config); a given file is truncated, keeping its inode.
+    """
+
+    def __init__(self, config: Path, *, args: tuple[str, ...] = (), env: dict[str, str] | None = None,
+                 log_path: Path | None = None) -> None:
         self.config = config
         self.port = _port_of(config)
-        self.log_path = config.parent / f"daemon-{time.monotonic_ns()}.log"
+        self.log_path = log_path or config.parent / f"daemon-{time.monotonic_ns()}.log"
         self._log = open(self.log_path, "wb")
         full_env = dict(os.environ, PYTHONUNBUFFERED="1", SMOOSH_LOG_LEVEL="DEBUG")
         full_env.update(env or {})

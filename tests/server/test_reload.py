@@ -16,7 +16,7 @@ import pytest
 
 from compactor.dbfactory import make_bloated_db
 from helpers.daemon import config_text, wait_for
-from smoosh import Server
+from smoosh import Server, logs
 from smoosh.config import GLOBAL_KEYS, RESTART_KEYS, SQLITE_KEYS, parse_config
 
 
@@ -45,6 +45,7 @@ def server(tmp_path: Path) -> Iterator[Server]:
     s.start()
     yield s
     s.stop()
+    logs.set_format(logs.DEFAULT_LOG_FORMAT)  # the choice is per process: leave the default behind
 
 
 def sqlite_compactor(s: Server) -> Any:
@@ -70,6 +71,8 @@ LIVE: dict[str, tuple[str, Callable[[Server], bool]]] = {
     "checkpoint_interval": live("7s", lambda s: all(ch._checkpoint_interval_s == 7 for ch in s.channels().values())),
     "access_max_size": live("12", lambda s: s._access.max_size == 12),
     "compaction_log_level": live("warning", lambda s: s.config.compaction_log_level == "warning"),
+    # The handler `smoosh run` installs switches format (tests/ops/test_logs.py has it end to end).
+    "log_format": live("json", lambda s: logs.current_format() == "json"),
     "watch": live("{other}", lambda s: [e.root for e in s._housekeeping.watcher.entries] == [s.config.watch[0]]),
     "roots": live("{other}", lambda s: sqlite_compactor(s).roots == s.config.roots),
     "token": live("s3cret", lambda s: s.config.token == "s3cret"),  # the admin server reads it per request

@@ -133,3 +133,11 @@ def test_every_ini_example_passes_config_check(line: int, text: str, tmp_path: P
                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
     # Then it is valid and draws no warning
     assert (out.returncode, out.stderr) == (0, ""), f"README line {line}"
+
+
+def test_the_keys_the_readme_says_need_a_restart_are_the_ones_that_do() -> None:
+    from smoosh.config.defaults import RESTART_KEYS
+
+    sentence = README[:README.index(" need a restart")]
+    sentence = sentence[sentence.rindex("\n\n"):]
+    assert set(re.findall(r"`([a-z_]+)`", sentence)) == set(RESTART_KEYS)

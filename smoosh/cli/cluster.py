@@ -76,7 +76,10 @@ def _resume_command(hold: Hold, store_url: str) -> str:
 
 def _warn_if_unknown(nodes: dict[str, Any], node: str | None, channel: str | None) -> None:
     """A hold naming what no node has reported is kept (it may join later), but said."""
-    if node is not None and node not in nodes:
+    if not nodes:
+        print("smoosh: warning: no node has written a status record to this store (is it the store the "
+              "daemons use?); the hold waits for them", file=sys.stderr)
+    elif node is not None and node not in nodes:
         print(f"smoosh: warning: no node named {node!r} has written a status record to this store; "
               "the hold waits for it", file=sys.stderr)
     elif channel is not None and not any(

@@ -71,6 +71,15 @@ def test_a_hold_on_what_no_node_reports_is_kept_and_said(capsys, store_url: str)
     assert _holds(store_url) == [("n1", "extra_dbs", operator_name()), ("n9", None, operator_name())]
 
 
+def test_a_hold_in_a_store_no_daemon_uses_is_kept_and_said(capsys, tmp_path: Path) -> None:
+    url = f"sqlite:{tmp_path / 'typo.db'}"
+    code, _, err = _run(capsys, "suspend", "--store", url)
+    assert code == 0
+    assert err == ("smoosh: warning: no node has written a status record to this store (is it the store the "
+                   "daemons use?); the hold waits for them\n")
+    assert _holds(url) == [(None, None, operator_name())]
+
+
 def test_resume_with_store_clears_its_scope_and_exits_1_naming_a_broader_hold_left(capsys, store_url: str) -> None:
     assert _run(capsys, "suspend", "--store", store_url)[0] == 0
     assert _run(capsys, "suspend", "ratio_dbs", "--store", store_url, "--node", "n2")[0] == 0

@@ -7,7 +7,8 @@ outcomes. It has no thread: its owner's loop calls :meth:`Channel.tick`, which
 1. ends the initial pause once ``wait_s`` has passed,
 2. checks the time window (when due, and before every start),
 3. puts back into the queue the keys whose not-before time (a crash's backoff) has come,
-4. tells the host whether running work must hold (operator suspension, strict window),
+4. tells the host whether running work must hold (operator suspension, an outside hold,
+   strict window),
 5. starts work while the channel runs and has free slots,
 6. writes a checkpoint (on another thread) when one is due,
 
@@ -31,6 +32,7 @@ import logging
 import os
 import threading
 from datetime import datetime, timezone
+from typing import Any, Mapping
 
 from channels.channel_checkpoints import ChannelCheckpoints
 from channels.channel_runs import ChannelRuns
@@ -99,6 +101,7 @@ class Channel(ChannelRuns, ChannelCheckpoints):
         self._unpause_at = now + float(wait_s)
         self._paused = True
         self._suspended = False
+        self._held = None
         self._in_window = self._window_open(settings, now, default=True)
         self._next_window_check = now
         self._next_checkpoint_at = now + self._checkpoint_interval_s
@@ -210,6 +213,32 @@ class Channel(ChannelRuns, ChannelCheckpoints):
             self._log.info("Channel %s resumed.", self.name)
         self._sync_hold()
         self._host.wake(self.name)
+
+    def set_held(self, hold: Mapping[str, Any] | None) -> bool:
+        """Hold the channel from outside, or release it (None): a second stop beside :meth:`suspend`.
+
+        smoosh holds a channel this way for a cluster hold in the store; ``hold`` describes it
+        for the status (who, when). Either this or a suspension stops the channel (nothing
+        starts, running work holds); :meth:`resume` does not release this one, and releasing
+        it does not resume a suspended channel.
+
+        Returns:
+            Whether the hold changed.
+        """
+        new = None if hold is None else dict(hold)
+        with self._lock:
+            if new == self._held:
+                return False
+            self._held = new
+            self._publish_locked()
+        if new is None:
+            self._log.info("Channel %s: its outside hold is released.", self.name)
+        else:
+            self._log.info("Channel %s held from outside: %s.", self.name, new)
+        self._sync_hold()
+        if new is None:
+            self._host.wake(self.name)
+        return True
 
     def flush(self) -> None:
         """Empty the waiting queue (deferred and benched keys too) and delete the checkpoint file."""
@@ -333,7 +362,7 @@ class Channel(ChannelRuns, ChannelCheckpoints):
         return (
             not self._closed
             and not self._paused
-            and not self._suspended
+            and not self._stopped_locked()
             and self._in_window
             and len(self._queue) > 0
             and len(self._active) + len(self._starting) < self._settings.concurrency

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Mapping, Protocol
 
 from channels.checkpointer import Checkpointer
 from channels.ports import Host, Scheduler
@@ -68,6 +68,7 @@ class ChannelState:
     _lock: threading.Lock
     _paused: bool
     _suspended: bool
+    _held: Mapping[str, Any] | None  # an outside hold (smoosh: a cluster hold), as its status shows it
     _in_window: bool
     _waiting: Waiting
     _queue: PriorityQueue  # the waiting keys' queue (``_waiting.queue``)
@@ -84,8 +85,11 @@ class ChannelState:
 
         Returns:
             ``{"active", "starting", "waiting": {"size", "min", "max"}, "deferred", "paused",
-            "suspended", "in_window", "held", "evicted", "concurrency", "checkpoint_errors"}``
-            (a copy).
+            "suspended", "held", "in_window", "holding", "evicted", "concurrency",
+            "checkpoint_errors"}`` (a copy). ``suspended`` is the channel's own suspension,
+            ``held`` the outside hold (None, or what :meth:`Channel.set_held` was given),
+            ``holding`` whether running work must hold (either of those, or a strict window
+            that is closed).
         """
         snapshot = self._status  # one attribute load: the snapshot is never mutated
         return {**snapshot, "waiting": dict(snapshot["waiting"])}
@@ -129,8 +133,13 @@ class ChannelState:
     def _waiting_locked(self) -> list[tuple[str, float]]:
         return self._waiting.items()
 
+    def _stopped_locked(self) -> bool:
+        """Whether an operator stopped the channel: its own suspension or an outside hold."""
+        return self._suspended or self._held is not None
+
     def _held_locked(self) -> bool:
-        return self._suspended or (bool(self._settings.strict_window) and not self._in_window)
+        """Whether running work must hold: the channel is stopped, or outside its strict window."""
+        return self._stopped_locked() or (bool(self._settings.strict_window) and not self._in_window)
 
     def _changed_locked(self) -> None:
         """The checkpoint's content changed: note it and republish the status."""
@@ -145,8 +154,9 @@ class ChannelState:
             "deferred": self._waiting.deferred,
             "paused": self._paused,
             "suspended": self._suspended,
+            "held": None if self._held is None else dict(self._held),
             "in_window": self._in_window,
-            "held": self._held_locked(),
+            "holding": self._held_locked(),
             "evicted": self._queue.evicted,
             "concurrency": self._settings.concurrency,
             "checkpoint_errors": 0 if self._checkpointer is None else self._checkpointer.errors,

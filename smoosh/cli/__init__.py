@@ -108,7 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
     for action in ("suspend", "resume", "flush"):
         p = sub.add_parser(action, help=f"{action} one channel or all")
         with_config(p)
-        p.add_argument("--url", metavar="URL", help=URL_HELP)
+        if action == "flush":
+            p.add_argument("--url", metavar="URL", help=URL_HELP)
+        else:
+            _add_cluster_options(p, action)
         p.add_argument("channel", nargs="?", metavar="CHANNEL", help="one channel (default: every channel)")
         p.set_defaults(func=cmd_control, action=action)
 
@@ -139,6 +142,23 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     from smoosh.cli.doctor import cmd_doctor  # its checks import what they check only when run
 
     return cmd_doctor(args)
+
+
+def _add_cluster_options(p: argparse.ArgumentParser, action: str) -> None:
+    """``suspend``/``resume``: ``--url`` (one daemon, its own suspension) or ``--store`` (a cluster hold)."""
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--url", metavar="URL", help=URL_HELP)
+    where.add_argument("--store", metavar="URL",
+                       help=f"{action} through the store instead: a cluster hold, obeyed by every daemon sharing it "
+                            "(separate from each daemon's own suspension)")
+    p.add_argument("--node", metavar="NODE", type=_node_name,
+                   help="with --store: only this node (default: every node, including nodes that join later)")
+
+
+def _node_name(text: str) -> str:
+    if not text or any(ch.isspace() or not ch.isprintable() for ch in text):
+        raise argparse.ArgumentTypeError(f"{text!r}: a node name has no spaces or control characters")
+    return text
 
 
 def _positive_int(text: str) -> int:

@@ -9,7 +9,7 @@ from typing import Any
 
 from smoosh import jsonutil
 from smoosh.cli.client import absolute_key, daemon_target, http_request
-from smoosh.cli.format import format_cluster, format_jobs, format_priority, format_status
+from smoosh.cli.format import format_jobs, format_priority, format_status
 from smoosh.errors import ConfigError
 
 #: Seconds between two redraws of ``smoosh status --watch``.
@@ -23,14 +23,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     bars) every second until Ctrl-C; in a pipe it prints them once.
     """
     if args.store:
-        from smoosh.daemon.status import read_cluster_status
+        from smoosh.cli.cluster import cmd_cluster_status
 
-        nodes = read_cluster_status(args.store)
-        if args.json:
-            print(jsonutil.dumps({"nodes": nodes}, indent=2))
-        else:
-            print(format_cluster(nodes))
-        return 0
+        return cmd_cluster_status(args)
     url = daemon_target(args).url
     if args.watch and not args.json:
         return _watch_status(url)
@@ -92,7 +87,14 @@ def format_result(result: dict[str, Any]) -> str:
 
 
 def cmd_control(args: argparse.Namespace) -> int:
-    """``smoosh suspend|resume|flush [CHANNEL]``."""
+    """``smoosh suspend|resume|flush [CHANNEL]``; with ``--store``, a cluster hold instead."""
+    if getattr(args, "store", None):
+        from smoosh.cli.cluster import cmd_cluster_control
+
+        return cmd_cluster_control(args)
+    if getattr(args, "node", None):
+        print("smoosh: --node needs --store (a node's hold lives in the store the daemons share)", file=sys.stderr)
+        return 2
     payload = {"channel": args.channel} if args.channel else {}
     target = daemon_target(args)
     http_request("POST", f"{target.url}/{args.action}", payload, token=target.token)

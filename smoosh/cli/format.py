@@ -21,6 +21,9 @@ def status_summary(status: dict[str, Any]) -> str:
     starved = sum(int(c.get("starved", 0)) for c in channels)
     if starved:
         parts.append(f"{starved} starved")
+    held = sum(1 for c in channels if c.get("held"))
+    if held:
+        parts.append(f"{held} channel(s) held by the cluster")
     if status.get("dry_run"):
         parts.append("dry run")
     if status.get("config_error"):
@@ -30,12 +33,18 @@ def status_summary(status: dict[str, Any]) -> str:
 
 
 def format_status(body: dict[str, Any]) -> str:
-    """A readable status table: channel, active, starting, waiting, min, max, window, paused."""
+    """A readable status table: channel, active, starting, waiting, min, max, window, paused.
+
+    PAUSED says ``suspended`` (this daemon's own suspension), ``held`` (a cluster hold in the
+    store) or both; a line under the table names each cluster hold's scope, who and when.
+    """
     header = ("CHANNEL", "ACTIVE", "STARTING", "WAITING", "MIN", "MAX", "WINDOW", "PAUSED", "RECLAIMABLE")
     rows = [header]
     for name, ch in body.get("channels", {}).items():
         waiting = ch.get("waiting", {})
         paused = "suspended" if ch.get("suspended") else ("yes" if ch.get("paused") else "no")
+        if ch.get("held"):
+            paused = "held" if paused in ("yes", "no") else f"{paused}, held"
         if not ch.get("in_window", True):
             paused = f"{paused}, outside window" if paused != "no" else "outside window"
         rows.append((
@@ -51,6 +60,11 @@ def format_status(body: dict[str, Any]) -> str:
     if starved:
         lines.append(f"starved (busy more than busy_retries times in a row; see smoosh status --jobs): "
                      f"{', '.join(starved)}")
+    for name, ch in body.get("channels", {}).items():
+        held = ch.get("held")
+        if isinstance(held, dict):
+            lines.append(f"{name} held by the cluster: {_held_scope(held)}, by {held.get('by')} since "
+                         f"{_fmt_time(held.get('at'))}")
     if body.get("dry_run"):
         for name, ch in body.get("channels", {}).items():
             for position, (key, priority) in enumerate(ch.get("would_run") or [], 1):
@@ -60,6 +74,12 @@ def format_status(body: dict[str, Any]) -> str:
     if body.get("restart_required"):
         lines.append(f"restart required for: {', '.join(body['restart_required'])}")
     return "\n".join(lines)
+
+
+def _held_scope(held: dict[str, Any]) -> str:
+    """A cluster hold's scope in words (as :meth:`smoosh.daemon.cluster_holds.Hold.scope`)."""
+    channels = "every channel" if held.get("channel") is None else f"channel {held['channel']}"
+    return f"{channels} of {'every node' if held.get('node') is None else 'node ' + str(held['node'])}"
 
 
 def format_jobs(jobs: list[dict[str, Any]]) -> str:

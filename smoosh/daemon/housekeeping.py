@@ -7,6 +7,12 @@ cleaner, rotation (DESIGN §5.6) and the node's status record in the store (ever
 written by the scheduler's starter thread: store I/O never runs on the loop). The daemon
 keeps one watchdog observer, shared by the file watcher and the config watcher.
 
+The cluster holds (:mod:`smoosh.daemon.cluster_holds`) ride on the status record: the
+transaction that writes it also reads the holds and, when none is armed, watches them.
+The watch firing brings the next write forward, so a hold set by ``smoosh suspend --store``
+is obeyed as soon as the store delivers the watch, and within one status interval even if
+a watch is lost; nothing polls for it.
+
 Owner: the server's loop thread (every method but :meth:`stop`, which runs after the loop's
 last tick, and the watchdog callbacks, which only post or wake).
 """
@@ -20,7 +26,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from smoosh.config import Config
 from smoosh.daemon import control, rotation
-from smoosh.daemon.status import STATUS_INTERVAL_S, write_node_status
+from smoosh.daemon.cluster_holds import ClusterHolds, Hold
+from smoosh.daemon.status import STATUS_INTERVAL_S, put_node_status
 from smoosh.errors import ConfigError, SmooshError
 
 if TYPE_CHECKING:
@@ -31,7 +38,7 @@ if TYPE_CHECKING:
     from smoosh.daemon.slots import SlotGate
     from smoosh.daemon.staleness import AccessTable
     from smoosh.daemon.worker import Worker
-    from smoosh.store import Store
+    from smoosh.store import Store, Transaction, Watch
 
 __all__ = ["Housekeeping", "Parts"]
 
@@ -60,6 +67,12 @@ class Parts:
     counters: Counters
     #: Whether this process's worker compacts that path now (its events are its own).
     compacting: Callable[[str], bool]
+    #: The cluster holds of the store, read with every status record.
+    cluster: ClusterHolds
+    #: The holds just read go to the server (called on the loop).
+    on_holds: Callable[[list[Hold]], None]
+    #: Hands a callable to the server's loop (:meth:`smoosh.loop.Loop.post`).
+    post: Callable[[Callable[[], None]], None]
 
 
 class Housekeeping:
@@ -74,6 +87,8 @@ class Housekeeping:
         now = parts.clock()
         self._next_status_write = now
         self._next_rotation = now + parts.config_of().interval_s
+        #: The armed watch on the cluster holds (None: the next status write arms one).
+        self._holds_watch: Watch | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -119,6 +134,9 @@ class Housekeeping:
             self._observer.stop()
             self._observer.join(5)
             self._observer = None
+        watch, self._holds_watch = self._holds_watch, None
+        if watch is not None:
+            watch.cancel()
 
     def _wake(self) -> None:
         self.parts.wake(self)
@@ -189,17 +207,54 @@ class Housekeeping:
         return min(dues)
 
     def _write_status(self, now: float) -> None:
+        """Write the node's record and read the cluster holds, in one transaction on the starter."""
         parts = self.parts
-        store, scheduler, node = parts.store, parts.scheduler, parts.node
+        store, scheduler, node, cluster = parts.store, parts.scheduler, parts.node, parts.cluster
         status = parts.status()
+        arm = self._holds_watch is None
+
+        def body(tr: Transaction) -> tuple[list[Hold], Watch | None]:
+            put_node_status(tr, node, status, now)
+            # Snapshot reads: the write stays conflict-free. The watch is armed at this
+            # commit against what this read saw, so no change can slip between the two.
+            return cluster.read(tr), (cluster.watch(tr) if arm else None)
 
         def write() -> None:
             try:
-                write_node_status(store, node, status, now)
+                holds, watch = store.transact(body)
             except SmooshError as e:
                 log.warning("could not write this node's status record: %s", e)
+                return
+            parts.post(lambda: self._holds_read(holds, watch))
 
         scheduler.background(write)
+
+    def _holds_read(self, holds: list[Hold], watch: Watch | None) -> None:
+        """The holds as the last status write read them (loop thread); follow the new watch."""
+        self.parts.on_holds(holds)
+        if watch is None:
+            return
+        if self._holds_watch is not None:
+            watch.cancel()  # two writes raced to arm one: keep the first
+            return
+        self._holds_watch = watch
+        post = self.parts.post
+        watch.on_settled(lambda: post(lambda: self._holds_changed(watch)))
+
+    def _holds_changed(self, watch: Watch) -> None:
+        """The watch on the holds settled (loop thread): read them again now, or at the next write."""
+        if watch is not self._holds_watch:
+            return  # cancelled by stop() or replaced
+        self._holds_watch = None
+        try:
+            watch.wait(0)
+        except SmooshError as e:
+            # A failed watch (the store closing, a transient error): the next regular
+            # status write arms a new one; re-reading at once could spin on a broken store.
+            log.debug("the watch on the cluster holds failed (%s); re-armed at the next status write", e)
+            return
+        self._next_status_write = self.parts.clock()
+        self._wake()
 
     def _rotate(self, now: float) -> None:
         """Rotation (DESIGN §5.6): make way for work waiting on ``max_jobs``."""

@@ -11,7 +11,8 @@ Ownership (one owner per fact): the server's :class:`~smoosh.loop.Loop` thread o
 channel registry, every channel's scheduling, the slot gate, the scheduler's runs and the
 operator's suspensions. Other threads reach them only through messages on that loop:
 ``suspend``/``resume``/``flush``/``apply_config`` are calls run there, the worker and the
-job layer post run events there, and the registry is replaced (never changed in place) so
+job layer post run events there (and the cluster holds the housekeeping reads from the
+store), and the registry is replaced (never changed in place) so
 readers on other threads see a whole one. What other threads may touch directly says so in
 its own docstring: the intake (its pools), the history table (its lock), a channel's
 ``enqueue`` and ``status`` (its lock, its snapshot).
@@ -28,6 +29,7 @@ from channels.ports import Outcome
 from smoosh.compactors import load_compactors
 from smoosh.config import ChannelConfig, Config
 from smoosh.daemon import control
+from smoosh.daemon.cluster_holds import ClusterHolds, Hold, covering
 from smoosh.daemon.history import ADDED, HistoryTable
 from smoosh.daemon.housekeeping import Housekeeping, Parts
 from smoosh.daemon.instance_lock import InstanceLock, prepare_state_dir
@@ -120,6 +122,8 @@ class Server(LiveConfig):
         self._set_compactor_roots(config.roots)
         self._router = Router(self._compactors, clock=clock)
         self._suspension = Suspension(config.state_dir)
+        #: The cluster holds in the store as last read (owner: the loop; see _apply_cluster_holds).
+        self._cluster_holds: list[Hold] = []
         self._lock = InstanceLock(config.state_dir)
         self._state_dir_claimed = False
         self._config_error: str | None = None
@@ -171,6 +175,9 @@ class Server(LiveConfig):
             deliver=self._outcomes.deliver, clock=self._clock,
         )
         self._suspension.load()
+        # Before any channel opens: a channel the cluster holds never starts a run first.
+        cluster = ClusterHolds(self._store)
+        self._cluster_holds = cluster.current()
         # Before any worker of ours runs: every job of this node is taken back into its
         # channel, or followed when a live worker elsewhere runs it (one owner per key).
         found = take_over_jobs(
@@ -198,7 +205,8 @@ class Server(LiveConfig):
             on_config_change=self._on_config_change, wake=self._loop.wake, intake=self.intake,
             access=self._access, slots=self._slots, channels=self.channels, status=self.status,
             store=self._store, scheduler=self._scheduler, worker=self._worker, counters=self.counters,
-            compacting=self._compacting,
+            compacting=self._compacting, cluster=cluster, on_holds=self._apply_cluster_holds,
+            post=self._loop.post,
         ), watch_config=self._watch_config)
         self.intake.wake = lambda: self._loop.wake(self.intake)
         self._loop.add(self.intake, "the intake")
@@ -399,7 +407,21 @@ class Server(LiveConfig):
         )
         if self._suspension.is_suspended(name):
             channel.suspend()
+        channel.set_held(self._cluster_hold_of(name))
         return channel
+
+    def _cluster_hold_of(self, name: str) -> dict[str, Any] | None:
+        hold = covering(self._cluster_holds, self.node, name)
+        return None if hold is None else hold.to_json()
+
+    def _apply_cluster_holds(self, holds: list[Hold]) -> None:
+        """Hold (or release) every channel as the cluster holds now say (loop thread)."""
+        self._cluster_holds = holds
+        changed = False
+        for name, channel in self._registry.current.items():
+            changed = channel.set_held(self._cluster_hold_of(name)) or changed
+        if changed:
+            self._operator_acted()  # the node's record in the store shows it now
 
     def _compacting(self, path: str) -> bool:
         """Whether this process's worker is compacting ``path`` now (any thread)."""

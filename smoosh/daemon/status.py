@@ -15,7 +15,7 @@ from typing import Any
 import msgpack
 
 from smoosh.jsonutil import jsonable
-from smoosh.store import Store, open_store, tuples
+from smoosh.store import Store, Transaction, tuples
 
 #: Seconds between two status records written by one node.
 STATUS_INTERVAL_S = 5.0
@@ -74,6 +74,11 @@ def build_status(server: Any) -> dict[str, Any]:
 
 def write_node_status(store: Store, node: str, status: dict[str, Any], now: float) -> None:
     """Write ``node``'s status record (channels and reclaimable bytes) with its timestamp."""
+    store.transact(lambda tr: put_node_status(tr, node, status, now))
+
+
+def put_node_status(tr: Transaction, node: str, status: dict[str, Any], now: float) -> None:
+    """:func:`write_node_status` inside the caller's transaction (write-only: it never conflicts)."""
     channels = {
         name: {k: v for k, v in entry.items() if k != "would_run"}
         for name, entry in status.get("channels", {}).items()
@@ -83,8 +88,7 @@ def write_node_status(store: Store, node: str, status: dict[str, Any], now: floa
         "channels": jsonable(channels),
         "reclaimable_bytes": status.get("reclaimable_bytes", 0),
     }
-    value = msgpack.packb(record, use_bin_type=True)
-    store.transact(lambda tr: tr.set(_key(node), value))
+    tr.set(_key(node), msgpack.packb(record, use_bin_type=True))
 
 
 def read_node_statuses(store: Store, now: float | None = None) -> dict[str, dict[str, Any]]:
@@ -110,12 +114,6 @@ def read_node_statuses(store: Store, now: float | None = None) -> dict[str, dict
         record["stale"] = now - float(record.get("updated_at", 0)) > STALE_AFTER_S
         nodes[str(node)] = record
     return nodes
-
-
-def read_cluster_status(store_url: str) -> dict[str, dict[str, Any]]:
-    """Open ``store_url`` and return :func:`read_node_statuses`."""
-    with open_store(store_url) as store:
-        return read_node_statuses(store)
 
 
 def jobs_table(history: Any, worker: Any) -> list[dict[str, Any]]:

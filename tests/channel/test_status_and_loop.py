@@ -29,7 +29,7 @@ def test_status_reflects_an_enqueue_without_a_tick(make_channel: MakeChannel) ->
     h = make_channel(settings=Settings(concurrency=3))
     assert h.status() == {
         "active": 0, "starting": 0, "waiting": {"size": 0, "min": 0, "max": 0}, "deferred": 0,
-        "paused": True, "suspended": False, "in_window": True, "held": False,
+        "paused": True, "suspended": False, "held": None, "in_window": True, "holding": False,
         "evicted": 0, "concurrency": 3, "checkpoint_errors": 0,
     }
     h.channel.enqueue("/db/a", 2.0)
@@ -41,7 +41,7 @@ def test_status_changes_at_once_on_operator_actions_and_job_start(make_channel: 
     h = make_channel()
     h.channel.enqueue("/db/a", 2.0)
     h.channel.suspend()
-    assert h.status()["suspended"] is True and h.status()["held"] is True
+    assert h.status()["suspended"] is True and h.status()["holding"] is True
     h.channel.resume()
     assert h.status()["suspended"] is False and h.status()["paused"] is False
     h.tick()

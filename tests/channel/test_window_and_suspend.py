@@ -88,12 +88,12 @@ def test_leaving_a_strict_window_holds_running_work(make_channel: MakeChannel) -
     window.open = False
     h.tick(60)
     assert h.host.holds[-1] == (NAME, True)
-    assert h.status()["held"] is True
+    assert h.status()["holding"] is True
     window.open = True
     h.tick(60)
     assert h.host.holds == [(NAME, False), (NAME, True), (NAME, False)]
     assert h.status()["active"] == 1
-    assert h.status()["held"] is False
+    assert h.status()["holding"] is False
 
 
 def test_leaving_a_lax_window_lets_running_work_finish(make_channel: MakeChannel) -> None:
@@ -106,7 +106,7 @@ def test_leaving_a_lax_window_lets_running_work_finish(make_channel: MakeChannel
     window.open = False
     h.tick(60)
     assert (NAME, True) not in h.host.holds
-    assert h.status()["held"] is False
+    assert h.status()["holding"] is False
     h.end("/db/a")
     assert h.host.results() == {"/db/a": "ok"}
     h.tick(1)
@@ -140,7 +140,7 @@ def test_window_change_by_update_settings_takes_effect_at_once(make_channel: Mak
     h.channel.update_settings(Settings(window=SwitchWindow(open_=False), strict_window=True), h.now)
     # No tick: the hold is already on.
     assert h.host.holds[-1] == (NAME, True)
-    assert h.status()["in_window"] is False and h.status()["held"] is True
+    assert h.status()["in_window"] is False and h.status()["holding"] is True
     h.channel.update_settings(Settings(window=SwitchWindow(open_=True), strict_window=True), h.now)
     assert h.host.holds[-1] == (NAME, False)
     assert h.status()["in_window"] is True
@@ -155,7 +155,7 @@ def test_strict_window_changed_by_update_settings_takes_effect_at_once(make_chan
     # When only strict_window changes
     h.channel.update_settings(Settings(window=SwitchWindow(open_=False), strict_window=not strict_before), h.now)
     # Then, with no tick, status and host agree on the new hold, as for a window change
-    assert h.status()["held"] is (not strict_before)
+    assert h.status()["holding"] is (not strict_before)
     assert h.host.holds[-1] == (NAME, not strict_before)
 
 
@@ -238,7 +238,7 @@ def test_resume_inside_a_closed_strict_window_keeps_the_hold(make_channel: MakeC
     h.channel.suspend()
     h.channel.resume()
     assert h.host.holds == [(NAME, True)]
-    assert h.status()["held"] is True
+    assert h.status()["holding"] is True
 
 
 def test_failed_on_hold_is_retried_at_the_next_tick(make_channel: MakeChannel) -> None:
@@ -252,3 +252,39 @@ def test_failed_on_hold_is_retried_at_the_next_tick(make_channel: MakeChannel) -
     assert h.host.holds == [(NAME, True)]
     h.tick()
     assert h.host.calls("on_hold") == [("on_hold", True), ("on_hold", True)]
+
+
+HOLD = {"node": None, "channel": NAME, "by": "ops@admin", "at": 1_700_000_000.0}
+
+
+def test_an_outside_hold_and_a_suspension_are_two_holds_each_released_only_by_its_own_call(
+    make_channel: MakeChannel,
+) -> None:
+    h = make_channel()
+    h.channel.enqueue("/db/a", 5.0)
+    h.tick()
+    h.running("/db/a")
+    h.channel.enqueue("/db/b", 4.0)
+    assert h.channel.set_held(HOLD) is True
+    assert h.channel.set_held(HOLD) is False  # idempotent
+    assert h.status()["held"] == HOLD and h.status()["suspended"] is False
+    assert h.status()["holding"] is True and h.host.holds[-1] == (NAME, True)
+    h.end("/db/a")
+    h.tick(60)
+    assert h.started() == ["/db/a"]  # nothing new starts while held
+    h.channel.suspend()
+    assert h.channel.set_held(None) is True  # the outside hold released: still suspended
+    h.tick(60)
+    assert h.started() == ["/db/a"]
+    assert h.status()["held"] is None and h.status()["holding"] is True
+    h.channel.set_held(HOLD)
+    h.channel.resume()  # the suspension lifted: still held from outside
+    h.tick(60)
+    assert h.started() == ["/db/a"]
+    assert h.status()["suspended"] is False and h.status()["holding"] is True
+    del h.journal[:]
+    h.channel.set_held(None)
+    assert ("wake",) in h.journal  # released: the owner ticks it now
+    h.tick()
+    assert h.started() == ["/db/a", "/db/b"]
+    assert h.host.holds[-1] == (NAME, False)

@@ -78,4 +78,4 @@ def test_an_empty_store_says_so(tmp_path: Path) -> None:
     out = smoosh_cli("status", "--store", f"sqlite:{tmp_path / 'empty.db'}")
     assert (out.returncode, out.stdout) == (0, "no node has written a status record to this store\n")
     out = smoosh_cli("status", "--store", f"sqlite:{tmp_path / 'empty.db'}", "--json")
-    assert json.loads(out.stdout) == {"nodes": {}}
+    assert json.loads(out.stdout) == {"nodes": {}, "holds": []}

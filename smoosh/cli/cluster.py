@@ -1,0 +1,89 @@
+"""The CLI's cluster commands, through the store and no daemon: ``suspend|resume --store`` and ``status --store``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from smoosh import jsonutil
+from smoosh.cli.format import format_cluster
+from smoosh.config.defaults import CHANNEL_NAME_RE
+from smoosh.daemon.cluster_holds import ClusterHolds, Hold, describe_scope, operator_name
+from smoosh.daemon.status import read_node_statuses
+from smoosh.store import open_store
+
+__all__ = ["cmd_cluster_control", "cmd_cluster_status", "format_holds"]
+
+
+def cmd_cluster_control(args: argparse.Namespace) -> int:
+    """``smoosh suspend|resume [CHANNEL] --store URL [--node NODE]``: a cluster hold set or cleared.
+
+    Exit 2 for a channel name no config could define; exit 1 when a resume leaves part of its
+    scope held by a broader hold (printed, with the command that clears it).
+    """
+    channel, node = args.channel, args.node
+    if channel is not None and not CHANNEL_NAME_RE.fullmatch(channel):
+        print(f"smoosh: channel name {channel!r} is not a valid channel name (letters, digits, _ and -)",
+              file=sys.stderr)
+        return 2
+    with open_store(args.store) as store:
+        holds = ClusterHolds(store)
+        if args.action == "suspend":
+            hold = holds.hold(node, channel, by=operator_name(), at=time.time())
+            print(f"suspend: {hold.describe()}")
+            _warn_if_unknown(read_node_statuses(store), node, channel)
+            return 0
+        remaining = holds.release(node, channel)
+    print(f"resume: cluster holds on {describe_scope(node, channel)} cleared")
+    for hold in remaining:
+        print(f"smoosh: still held: {hold.describe()}; `{_resume_command(hold, args.store)}` clears it",
+              file=sys.stderr)
+    return 1 if remaining else 0
+
+
+def cmd_cluster_status(args: argparse.Namespace) -> int:
+    """``smoosh status --store URL``: the cluster holds, and every node's record, from the store."""
+    with open_store(args.store) as store:
+        nodes = read_node_statuses(store)
+        holds = ClusterHolds(store).current()
+    if args.json:
+        print(jsonutil.dumps({"nodes": nodes, "holds": [h.to_json() for h in holds]}, indent=2))
+        return 0
+    if holds:
+        print(format_holds(holds))
+    print(format_cluster(nodes))
+    return 0
+
+
+def format_holds(holds: list[Hold]) -> str:
+    """The cluster holds, one line each: scope, who and since when."""
+    lines = ["cluster holds (`smoosh resume [CHANNEL] --store URL [--node NODE]` clears them):"]
+    lines.extend(f"  {hold.describe()}" for hold in holds)
+    return "\n".join(lines)
+
+
+def _resume_command(hold: Hold, store_url: str) -> str:
+    words = ["smoosh", "resume"]
+    if hold.channel is not None:
+        words.append(hold.channel)
+    words += ["--store", store_url]
+    if hold.node is not None:
+        words += ["--node", hold.node]
+    return " ".join(words)
+
+
+def _warn_if_unknown(nodes: dict[str, Any], node: str | None, channel: str | None) -> None:
+    """A hold naming what no node has reported is kept (it may join later), but said."""
+    if not nodes:
+        print("smoosh: warning: no node has written a status record to this store (is it the store the "
+              "daemons use?); the hold waits for them", file=sys.stderr)
+    elif node is not None and node not in nodes:
+        print(f"smoosh: warning: no node named {node!r} has written a status record to this store; "
+              "the hold waits for it", file=sys.stderr)
+    elif channel is not None and not any(
+        channel in record.get("channels", {}) for name, record in nodes.items() if node in (None, name)
+    ):
+        print(f"smoosh: warning: no node of this store reports a channel named {channel!r}; "
+              "the hold waits for it", file=sys.stderr)

@@ -86,6 +86,9 @@ class SmooshCollector(Collector):
                 labels=["channel"]),
             "suspended": GaugeMetricFamily(
                 "smoosh_channel_suspended", "1 while an operator has suspended the channel.", labels=["channel"]),
+            "held": GaugeMetricFamily(
+                "smoosh_channel_held", "1 while a cluster hold in the store covers the channel on this node.",
+                labels=["channel"]),
             "in_window": GaugeMetricFamily(
                 "smoosh_channel_in_window", "1 while the channel's time window is open.", labels=["channel"]),
         }
@@ -100,6 +103,7 @@ class SmooshCollector(Collector):
             gauges["waiting"].add_metric([name], _number(waiting.get("size")))
             gauges["reclaimable"].add_metric([name], _number(entry.get("reclaimable_bytes")))
             gauges["suspended"].add_metric([name], 1 if entry.get("suspended") else 0)
+            gauges["held"].add_metric([name], 1 if entry.get("held") else 0)
             gauges["in_window"].add_metric([name], 1 if entry.get("in_window", True) else 0)
             evicted.add_metric([name], _number(entry.get("evicted")))
             checkpoint_errors.add_metric([name], _number(entry.get("checkpoint_errors")))

@@ -53,10 +53,14 @@ def test_a_hold_set_before_start_stops_the_channel_from_its_first_moment_and_res
     assert all(c["held"] == {"node": "n1", "channel": None, "by": "ops@admin", "at": T0} for c in channels.values())
     assert all(c["suspended"] is False and c["active"] == 0 and c["starting"] == 0 for c in channels.values())
     assert server.jobs.list_jobs() == []  # nothing reached the job layer
+    from smoosh.daemon.metrics import render
+
+    assert b'smoosh_channel_held{channel="ratio_dbs"} 1.0' in render(server)[0]
     assert holds.release("n1", None) == []
     wait_for(lambda: any(j["key"] == str(db) and j["state"] == "finished" for j in server.jobs_table()), 30,
              what="the compaction once released")
     assert all(c["held"] is None for c in server.status()["channels"].values())
+    assert b'smoosh_channel_held{channel="ratio_dbs"} 0.0' in render(server)[0]
 
 
 def test_a_hold_reaches_every_server_of_the_store_and_a_node_hold_only_its_node(tmp_path: Path, running: Any) -> None:

@@ -240,16 +240,21 @@ class Channel(ChannelRuns, ChannelCheckpoints):
             self._host.wake(self.name)
         return True
 
-    def flush(self) -> None:
-        """Empty the waiting queue (deferred and benched keys too) and delete the checkpoint file."""
+    def flush(self) -> list[str]:
+        """Empty the waiting queue (deferred and benched keys too) and delete the checkpoint file.
+
+        Returns:
+            The keys dropped (the host forgets what it remembers of them: their staleness).
+        """
         with self._lock:
             dropped = self._waiting.clear()
             self._changed_locked()
             seq = self._checkpointer.next_seq() if self._checkpointer else 0
             changes = self._changes
-        self._log.info("Channel %s flushed: %d waiting key(s) dropped.", self.name, dropped)
+        self._log.info("Channel %s flushed: %d waiting key(s) dropped.", self.name, len(dropped))
         if self._checkpointer is not None:
             self._checkpointer.write(seq, {}, changes)  # {} deletes the file
+        return dropped
 
     def update_settings(self, settings: ChannelSettings, now: float) -> None:
         """Apply new settings live: capacity truncates at once, the rest applies from the next tick.

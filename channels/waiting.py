@@ -116,9 +116,9 @@ class Waiting:
             return self._deferred.pop(key)[0]
         return None
 
-    def clear(self) -> int:
-        """Drop every waiting key; how many there were."""
-        dropped = len(self)
+    def clear(self) -> list[str]:
+        """Drop every waiting key; returns them."""
+        dropped = list(self.keys())
         self.queue.clear()
         self._benched.clear()
         self._deferred.clear()

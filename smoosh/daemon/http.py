@@ -287,12 +287,15 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(HTTPStatus.BAD_REQUEST, {"error": "'channel' must be a string"})
             return
         try:
-            getattr(self.admin.smoosh, action)(channel)
+            result = getattr(self.admin.smoosh, action)(channel)
         except SmooshError as e:
             status = HTTPStatus.NOT_FOUND if isinstance(e, UnknownChannel) else HTTPStatus.INTERNAL_SERVER_ERROR
             self._send(status, {"error": str(e)})
             return
-        self._send(HTTPStatus.OK, {"ok": True, "action": action, "channel": channel})
+        answer: dict[str, Any] = {"ok": True, "action": action, "channel": channel}
+        if action == "flush":
+            answer["dropped"] = result  # waiting keys dropped, their staleness forgotten
+        self._send(HTTPStatus.OK, answer)
 
     def _send_metrics(self) -> None:
         try:

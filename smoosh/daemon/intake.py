@@ -502,6 +502,14 @@ class Intake:
         """Drop what is known of ``key`` (it was compacted, or left every channel)."""
         self.measurements.pop(key, None)
 
+    def forget_flushed(self, key: str) -> None:
+        """An operator flushed ``key`` out of its channel: its staleness goes with it (any thread).
+
+        Otherwise the key, enqueued again within ``staleness``, would be answered "stale" and
+        dropped while no channel holds it any more.
+        """
+        self.access.forget(key)
+
     def reclaimable(self, keys: Mapping[str, Any] | set[str]) -> int:
         """Bytes the measured keys among ``keys`` would give back (file - active).
 

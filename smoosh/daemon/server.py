@@ -464,18 +464,29 @@ class Server(LiveConfig):
 
         self._loop.call(run, CALL_TIMEOUT_S)
 
-    def flush(self, channel: str | None = None) -> None:
+    def flush(self, channel: str | None = None) -> int:
         """Empty the waiting queue of one channel or all (running jobs go on).
+
+        The dropped keys' staleness is forgotten with them: enqueued again, a key is examined
+        afresh (kept, it would be dropped as stale by a queue that no longer holds it).
+        Their crash backoff stays: a crashing key enqueued again still waits it out.
+
+        Returns:
+            How many waiting keys were dropped.
 
         Raises:
             UnknownChannel: ``channel`` is not configured.
         """
-        def run() -> None:
+        def run() -> int:
+            dropped = 0
             for ch in self._registry.targets(channel):
-                ch.flush()
+                for key in ch.flush():
+                    self.intake.forget_flushed(key)
+                    dropped += 1
             self._operator_acted()
+            return dropped
 
-        self._loop.call(run, CALL_TIMEOUT_S)
+        return self._loop.call(run, CALL_TIMEOUT_S)
 
     def _operator_acted(self) -> None:
         if self._housekeeping is not None:

@@ -257,10 +257,14 @@ class _Handler(BaseHTTPRequestHandler):
             if len(key.encode("utf-8", "surrogatepass")) > MAX_ENQUEUE_KEY_BYTES:
                 self._send(HTTPStatus.BAD_REQUEST, {"error": f"'keys'[{i}] is longer than {MAX_ENQUEUE_KEY_BYTES} bytes"})
                 return
+        force = body.get("force", False)
+        if not isinstance(force, bool):
+            self._send(HTTPStatus.BAD_REQUEST, {"error": f"'force' must be true or false, not {json.dumps(force)}"})
+            return
         smoosh = self.admin.smoosh
         if urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query).get("wait") == ["1"]:
             # Answers after routing, one result per key (DESIGN §4.2, §11).
-            verdicts = smoosh.enqueue_and_wait(keys)
+            verdicts = smoosh.enqueue_and_wait(keys, force=force)
             smoosh.counters.enqueue_rejected += sum(v.outcome == "rejected" for v in verdicts)
             self._send(HTTPStatus.OK, {"results": [v.as_json() for v in verdicts]})
             return
@@ -269,7 +273,7 @@ class _Handler(BaseHTTPRequestHandler):
         with smoosh.intake.admitting():
             for key in keys:
                 try:
-                    smoosh.enqueue(key, require_file=True)
+                    smoosh.enqueue(key, require_file=True, force=force)
                     accepted += 1
                 except InvalidKey as e:
                     rejected.append({"key": key, "reason": e.reason})

@@ -71,7 +71,7 @@ class Router:
         path = db_path(key)
         return any(path == pattern or fnmatch.fnmatchcase(path, pattern) for pattern in cfg.ignore)
 
-    def offers(self, key: str, cfg: Config, *, defer_exact: bool = False) -> Iterator[Offer]:
+    def offers(self, key: str, cfg: Config, *, defer_exact: bool = False, force: bool = False) -> Iterator[Offer]:
         """The ways to offer ``key`` to its channels, cheapest measurement first.
 
         Yields nothing for a missing database or one compacted recently that has not grown. For
@@ -80,6 +80,8 @@ class Router:
         estimate is a lower bound and may not qualify where the truth does. With
         ``defer_exact``, a due exact measurement is not taken: :data:`EXACT_DUE` is yielded
         in its place, for the caller to hand the key to a thread that may take its time.
+        With ``force`` (``enqueue --force``: thresholds do not count) the cheap estimate is
+        the only offer, and a database compacted recently is offered all the same.
         """
         compactor = self.compactor_for(key)
         if compactor is None:
@@ -89,9 +91,11 @@ class Router:
             yield cfg.cleanup_channels, None, lambda ch: priority, False
             return
         sizes = compactor.sizes(key)
-        if sizes is None or self.freshly_compacted(key, sizes.file_bytes, cfg):
+        if sizes is None or (not force and self.freshly_compacted(key, sizes.file_bytes, cfg)):
             return
         yield cfg.db_channels, sizes, lambda ch: self.priority(ch, key, sizes, compactor), False
+        if force:
+            return
         exact_due = getattr(compactor, "exact_size_due", None)
         if exact_due is not None and exact_due(key):
             if defer_exact:

@@ -1,4 +1,4 @@
-"""The admin HTTP API (DESIGN §4.2): status, jobs, enqueue, suspend/resume/flush, metrics.
+"""The admin HTTP API (DESIGN §4.2): status, jobs, explain, enqueue, suspend/resume/flush, metrics.
 
 Loopback by default. Bound anywhere else, every POST needs ``Authorization: Bearer <token>``,
 compared in constant time. Handlers only read published snapshots, so a slow or stuck
@@ -204,6 +204,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(HTTPStatus.OK, smoosh.status())
         elif path == "/jobs":
             self._send(HTTPStatus.OK, {"jobs": smoosh.jobs_table()})
+        elif path == "/explain":
+            self._explain()
         elif path == "/metrics":
             self._send_metrics()
         elif path in ("/enqueue", "/suspend", "/resume", "/flush"):
@@ -215,7 +217,7 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         if path not in ("/enqueue", "/suspend", "/resume", "/flush"):
             self._drain()
-            if path in ("/status", "/jobs", "/metrics"):
+            if path in ("/status", "/jobs", "/explain", "/metrics"):
                 self._send(HTTPStatus.METHOD_NOT_ALLOWED, {"error": f"{path} takes GET"})
             else:
                 self._send(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint: {path}"})
@@ -279,6 +281,18 @@ class _Handler(BaseHTTPRequestHandler):
                     rejected.append({"key": key, "reason": e.reason})
         smoosh.counters.enqueue_rejected += len(rejected)
         self._send(HTTPStatus.ACCEPTED, {"accepted": accepted, "rejected": rejected})
+
+    def _explain(self) -> None:
+        """``GET /explain?key=KEY``: why the key is or is not queued, per channel (changes nothing)."""
+        keys = self._query().get("key", [])
+        if len(keys) != 1 or not keys[0]:
+            self._send(HTTPStatus.BAD_REQUEST, {"error": "name one key: /explain?key=/path/to/db"})
+            return
+        self._send(HTTPStatus.OK, self.admin.smoosh.explain(keys[0]))
+
+    def _query(self) -> dict[str, list[str]]:
+        """The request's query parameters (blank values kept, so ``state=`` can be refused by name)."""
+        return urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query, keep_blank_values=True)
 
     def _control(self, action: str, body: Any) -> None:
         if body is None:

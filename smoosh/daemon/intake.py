@@ -34,7 +34,9 @@ from smoosh.daemon.keypool import KeyPool
 from smoosh.daemon.measurement import Measurement, signature
 from smoosh.daemon.router import CLEANUP_PREFIX, EXACT_DUE, Router, db_path
 from smoosh.daemon.staleness import AccessTable
-from smoosh.daemon.verdicts import NOT_QUEUED, QUEUED, Verdict, Waiter, file_problem, stale_reason, why_zero
+from smoosh.daemon.verdicts import (
+    NOT_QUEUED, QUEUED, Verdict, Waiter, below_reason, file_problem, not_measured_reason, stale_reason,
+)
 from smoosh.errors import InvalidKey
 from smoosh.paths import canonical_path, inside, refused_at_use
 from smoosh.priority import quantize
@@ -424,10 +426,11 @@ class Intake:
                         reason=getattr(offered, "note", None))
                 return True
             if explain:
-                reason = getattr(offered, "reason", None) or self._below(key, names, cfg, sizes, priority_of)
+                reason = getattr(offered, "reason", None) or below_reason(
+                    key, names, cfg, sizes, priority_of, self.router.compactor_for(key))
                 verdict = Verdict(key, NOT_QUEUED, reason=reason)
         if explain:
-            self._verdicts[key] = verdict or Verdict(key, NOT_QUEUED, reason=self._not_measured(key, cfg))
+            self._verdicts[key] = verdict or Verdict(key, NOT_QUEUED, reason=not_measured_reason(key))
         return False
 
     def _feed_cleanup(self, key: str) -> None:
@@ -443,34 +446,6 @@ class Intake:
             return
         log.debug("%r has a WAL past wal_max_size; examining %r", key, cleanup)
         self.submit(cleanup)
-
-    def _below(self, key: str, names: Any, cfg: Config, sizes: Sizes | None,
-               priority_of: Callable[[Any], float]) -> str:
-        """Why no channel took the key: each channel's threshold, with the numbers."""
-        compactor = self.router.compactor_for(key)
-        parts = []
-        for name in names:
-            ch = cfg.channels.get(name)
-            if ch is None:
-                continue
-            if not ch.matches(key):
-                parts.append(f"{name}: outside its match patterns")
-            elif sizes is None:
-                parts.append(f"{name}: nothing to clean up")
-            elif not priority_of(ch):
-                needs = ch.priority == "upgrade" and bool(compactor.needs_upgrade(key))
-                parts.append(f"{name}: {why_zero(ch, sizes, needs)}")
-        if not parts:
-            return "no channel takes it"
-        what = "" if sizes is None else f" (file {sizes.file_bytes} bytes, live {sizes.active_bytes} bytes)"
-        return f"below every channel's threshold{what}: " + "; ".join(parts)
-
-    @staticmethod
-    def _not_measured(key: str, cfg: Config) -> str:
-        """Why a key got no measurement at all: its file is gone, or was just compacted."""
-        if not os.path.lexists(db_path(key)):
-            return "no such file"
-        return "compacted less than exact_size_interval ago and not grown since"
 
     def _resolve(self, key: str, waiters: list[Waiter] | None) -> None:
         verdict = self._verdicts.pop(key, None)

@@ -132,12 +132,13 @@ class Router:
             while len(self._compacted) > MAX_COMPACTED_KEYS:
                 self._compacted.popitem(last=False)
 
-    def freshly_compacted(self, key: str, file_bytes: int, cfg: Config) -> bool:
+    def freshly_compacted(self, key: str, file_bytes: int, cfg: Config, *, forget_expired: bool = True) -> bool:
         """Whether ``key`` was compacted within ``exact_size_interval`` and its file has not grown since.
 
         Such a file holds nothing a new compaction could reclaim, whatever its measured sizes
         say: rows rarely fill pages completely, so even a freshly vacuumed file shows payload
         well below its size, and without this rule it would be compacted again and again.
+        ``forget_expired=False`` leaves the memory as it is (``explain`` changes nothing).
         """
         with self._lock:
             done = self._compacted.get(key)
@@ -146,6 +147,8 @@ class Router:
         size_after_bytes, at = done
         age_s = self._clock() - at
         if age_s >= cfg.exact_size_interval_s or file_bytes > size_after_bytes:
+            if not forget_expired:
+                return False
             with self._lock:
                 self._compacted.pop(key, None)
             return False

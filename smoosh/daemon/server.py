@@ -32,6 +32,7 @@ from smoosh.compactors import load_compactors
 from smoosh.config import ChannelConfig, Config
 from smoosh.daemon import control
 from smoosh.daemon.cluster_holds import ClusterHolds, Hold, covering
+from smoosh.daemon.explain import Sources, explain as explain_key
 from smoosh.daemon.history import ADDED, HistoryTable
 from smoosh.daemon.housekeeping import Housekeeping, Parts
 from smoosh.daemon.instance_lock import InstanceLock, prepare_state_dir
@@ -554,6 +555,18 @@ class Server(LiveConfig):
     def status(self) -> dict[str, Any]:
         """The status table: CouchDB's ``_smoosh/status`` shape plus smoosh's fields. Never blocks on a channel."""
         return build_status(self)
+
+    def explain(self, key: object) -> dict[str, Any]:
+        """Why ``key`` is or is not queued, per channel (``smoosh explain``, ``GET /explain``).
+
+        Changes nothing: no enqueue, no exact measurement. See :mod:`smoosh.daemon.explain`
+        for the answer's shape.
+        """
+        return explain_key(Sources(
+            intake=self.intake, history=self._history, channels=self._registry.current, config=self._config,
+            holds=lambda name, forced: self.holds(name, forced=forced),
+            slots=(self._slots.busy, self._slots.limit), clock=self._clock,
+        ), key)
 
     def jobs_table(self) -> list[dict[str, Any]]:
         """Per-key state, progress, error count, last error and history (``GET /jobs``)."""

@@ -26,7 +26,7 @@ from smoosh.priority import DEFAULT_MIN_PRIORITY
 __all__ = [
     "QUEUED", "NOT_QUEUED", "REJECTED", "STILL_EXAMINING", "Verdict", "Offered", "Waiter",
     "file_problem", "why_zero", "stale_reason", "enqueue_and_wait", "WAIT_S", "hold_reasons", "forced_note",
-    "utc_text",
+    "utc_text", "channel_phrase", "below_reason", "not_measured_reason",
 ]
 
 QUEUED = "queued"
@@ -245,6 +245,59 @@ def hold_reasons(
 def forced_note(holds: list[str]) -> str:
     """The reason of a forced key's ``queued`` result: ``forced``, and what holds it back if anything does."""
     return "forced" if not holds else "forced; held back: " + "; ".join(holds)
+
+
+def channel_phrase(ch: ChannelConfig, key: str, sizes: Any, priority: float, compactor: Any) -> str | None:
+    """Why channel ``ch`` does not take ``key``, or None when it does (its ``priority`` is above 0).
+
+    Parameters:
+        ch: the channel's settings.
+        key: a canonical key.
+        sizes: the database's ``Sizes``, or None (a cleanup key, or nothing measured).
+        priority: what the channel gives the key.
+        compactor: the compactor that claims it (asked whether it needs an upgrade).
+
+    Returns:
+        ``outside its match patterns``, ``nothing to clean up``, or :func:`why_zero`'s phrase.
+    """
+    if not ch.matches(key):
+        return "outside its match patterns"
+    if priority:
+        return None
+    if sizes is None:
+        return "nothing to clean up"
+    needs = ch.priority == "upgrade" and bool(compactor.needs_upgrade(key))
+    return why_zero(ch, sizes, needs)
+
+
+def below_reason(key: str, names: Iterable[str], cfg: Any, sizes: Any, priority_of: Callable[[Any], float],
+                 compactor: Any) -> str:
+    """Why no channel took ``key``: each channel's threshold, with the numbers (``?wait=1``, ``explain``).
+
+    Returns:
+        ``below every channel's threshold (file N bytes, live M bytes): ratio_dbs: ratio 1.25
+        <= min_priority 2.0; ...``, or ``no channel takes it`` when no channel of its kind exists.
+    """
+    parts = []
+    for name in names:
+        ch = cfg.channels.get(name)
+        if ch is None:
+            continue
+        phrase = channel_phrase(ch, key, sizes, priority_of(ch) if ch.matches(key) else 0.0, compactor)
+        if phrase is not None:
+            parts.append(f"{name}: {phrase}")
+    if not parts:
+        return "no channel takes it"
+    what = "" if sizes is None else f" (file {sizes.file_bytes} bytes, live {sizes.active_bytes} bytes)"
+    return f"below every channel's threshold{what}: " + "; ".join(parts)
+
+
+def not_measured_reason(key: str) -> str:
+    """Why a key got no measurement at all: its file is gone, or was just compacted."""
+    path = key[len("cleanup:"):] if key.startswith("cleanup:") else key
+    if not os.path.lexists(path):
+        return "no such file"
+    return "compacted less than exact_size_interval ago and not grown since"
 
 
 def _number(value: float) -> str:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 import os
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from compactor.dbfactory import make_bloated_db
 from helpers.daemon import wait_for
 from server.test_server import FailingCompactor, FakeClock, make_config
+from smoosh.daemon.verdicts import utc_text
 
 #: Channels stay in their start-up pause: what is queued stays queued.
 PAUSED = "wait_secs = 3600"
@@ -128,3 +130,90 @@ def test_force_keeps_the_roots_and_the_ignore_list(tmp_path: Path, running: Any)
     assert [(v.outcome, v.reason) for v in results] == [
         ("rejected", f"outside roots ({dbs})"), ("not_queued", "ignored ([smoosh.ignore])"),
     ]
+
+
+# -- explain (DESIGN §11) ---------------------------------------------------------------------------------
+
+
+def test_explain_of_a_queued_key_gives_its_channel_position_and_what_holds_it_back(
+    tmp_path: Path, running: Any
+) -> None:
+    server = running(make_config(tmp_path, extra=PAUSED), workers=0)
+    key = str(real(tmp_path) / "dbs" / "tenant.db")
+    make_bloated_db(key, delete_fraction=0.9)
+    (v,) = server.enqueue_and_wait([key])
+    pause_ends = server.channels()["ratio_dbs"].paused_until
+    answer = server.explain(key)
+    assert (answer["state"], answer["channel"]) == ("queued", "ratio_dbs")
+    assert answer["reason"] == (f"queued in channel ratio_dbs at priority {v.priority:g}, position 1; held back: "
+                                f"channel ratio_dbs is in its start-up pause until {utc_text(pause_ends)}")
+    ratio = answer["channels"]["ratio_dbs"]
+    assert (ratio["state"], ratio["place"], ratio["position"], ratio["queued_priority"]) == ("queued", "queue", 1, v.priority)
+    assert ratio["thresholds"]["min_size"] == 65536 and ratio["thresholds"]["priority"] == "ratio"
+    assert answer["channels"]["upgrade_dbs"]["state"] == "not_queued"
+    assert answer["channels"]["upgrade_dbs"]["reason"] == "no upgrade needed"
+    assert answer["stale_until"] is not None  # a channel took it just now
+
+
+def test_explain_below_threshold_uses_the_words_of_enqueue_wait_and_changes_nothing(
+    tmp_path: Path, running: Any
+) -> None:
+    server = running(make_config(tmp_path, extra=PAUSED), workers=0)
+    tiny = str(real(tmp_path) / "dbs" / "tiny.db")
+    bloated = str(real(tmp_path) / "dbs" / "bloated.db")
+    make_bloated_db(tiny, rows=10)
+    make_bloated_db(bloated, delete_fraction=0.9)
+    # Explained before anything enqueued them: nothing is queued or made stale by it
+    answer = server.explain(bloated)
+    assert answer["state"] == "not_queued"
+    assert answer["reason"].startswith("not queued, though channel ratio_dbs would take it at priority ")
+    assert all(ch["waiting"]["size"] == 0 for ch in server.status()["channels"].values())
+    assert verdict(server, bloated)[:2] == ("queued", "ratio_dbs")
+    explained = server.explain(tiny)
+    (v,) = server.enqueue_and_wait([tiny])
+    assert explained["reason"] == v.reason
+    assert explained["channels"]["ratio_dbs"]["reason"] == f"file {os.path.getsize(tiny)} bytes <= min_size 65536"
+
+
+def test_explain_rejects_with_the_words_of_enqueue_wait(tmp_path: Path, running: Any) -> None:
+    server = running(make_config(tmp_path), workers=0)
+    dbs = real(tmp_path) / "dbs"
+    (dbs / "random.db").write_bytes(os.urandom(4096))
+    keys = [str(dbs / "missing.db"), str(dbs / "random.db"), str(real(tmp_path) / "elsewhere.db"), "relative.db"]
+    verdicts = server.enqueue_and_wait(keys)
+    answers = [server.explain(key) for key in keys]
+    assert [a["state"] for a in answers] == ["rejected"] * 4
+    assert [a["reason"] for a in answers] == [v.reason for v in verdicts]
+    assert answers[0]["reason"] == "no such file" and answers[3]["reason"] == "not an absolute path"
+
+
+def test_explain_of_a_crashing_key_gives_its_backoff_and_crashes(tmp_path: Path, running: Any, dbs: Path) -> None:
+    clock = FakeClock()
+    compactor = FailingCompactor(RuntimeError("disk I/O error"))
+    server = running(make_config(tmp_path), workers=1, clock=clock, compactors=[compactor])
+    key = str(dbs / "x.db")
+    (dbs / "x.db").touch()  # the compactor double reads nothing, but explain checks the file is there
+    server.enqueue(key)
+    wait_for(lambda: server.explain(key)["state"] == "crashing", 20, what="the first failure")
+    answer = server.explain(key)
+    retry_at = clock() + 100  # backoff_base 100 s, one crash
+    assert answer["crashes"] == {"consecutive": 1, "error_count": 1, "last_error": "RuntimeError: disk I/O error",
+                                 "retry_at": retry_at}
+    assert answer["channels"]["ratio_dbs"]["not_before"] == retry_at
+    assert answer["reason"] == (f"crashing: waits out its backoff in channel ratio_dbs until {utc_text(retry_at)} "
+                                "(1 consecutive crash(es); last error: RuntimeError: disk I/O error)")
+
+
+def test_explain_gives_a_closed_window_and_its_next_opening(tmp_path: Path, running: Any) -> None:
+    # Given a channel whose one-minute window is closed at the test's clock (03:30 UTC)
+    clock = FakeClock(datetime(2024, 5, 17, 3, 30, tzinfo=timezone.utc).timestamp())
+    config = make_config(tmp_path, extra="db_channels = night_dbs",
+                         channels="[smoosh.night_dbs]\nmin_size = 64KiB\nfrom = 23:00\nto = 23:01\n")
+    server = running(config, workers=0, clock=clock)
+    key = str(real(tmp_path) / "dbs" / "tenant.db")
+    make_bloated_db(key, delete_fraction=0.9)
+    assert verdict(server, key)[:2] == ("queued", "night_dbs")
+    night = server.explain(key)["channels"]["night_dbs"]
+    opens = datetime(2024, 5, 17, 23, 0, tzinfo=timezone.utc).timestamp()
+    assert (night["window"], night["in_window"], night["next_open"]) == ("23:00-23:01 UTC", False, opens)
+    assert night["holds"] == [f"channel night_dbs is outside its window 23:00-23:01 UTC (it opens at {utc_text(opens)})"]

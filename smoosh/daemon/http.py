@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, cast
 
 import smoosh.jsonutil as jsonutil
 from smoosh.config.address import is_loopback_host, split_host_port
+from smoosh.daemon.history import RECORD_STATES
 from smoosh.daemon.http_conns import MAX_HANDLER_THREADS, MAX_OPEN_CONNECTIONS, ConnectionLoop, RequestReader
 from smoosh.errors import InvalidKey, SmooshError, UnknownChannel
 
@@ -55,6 +56,44 @@ def parse_address(address: str) -> tuple[str, int]:
 def is_loopback(host: str) -> bool:
     """Whether ``host`` names only the loopback interface."""
     return is_loopback_host(host)
+
+
+def parse_jobs_query(query: dict[str, list[str]]) -> tuple[frozenset[str] | None, int | None, int]:
+    """``state``, ``limit`` and ``offset`` of ``GET /jobs``, checked.
+
+    ``state`` may repeat and may list several states separated by commas.
+
+    Returns:
+        ``(states or None for all, limit or None for all, offset)``.
+
+    Raises:
+        ValueError: an unknown parameter or state, or a limit or offset that is not a whole
+            number in range; the message names the value.
+    """
+    unknown = sorted(set(query) - {"state", "limit", "offset"})
+    if unknown:
+        raise ValueError(f"unknown parameter {unknown[0]!r}: /jobs takes state, limit and offset")
+    states = None
+    if "state" in query:
+        wanted = [part.strip() for value in query["state"] for part in value.split(",")]
+        for state in wanted:
+            if state not in RECORD_STATES:
+                raise ValueError(f"unknown state {state!r}: one of {', '.join(RECORD_STATES)}")
+        states = frozenset(wanted)
+    limit = _whole("limit", query.get("limit"), minimum=1)
+    offset = _whole("offset", query.get("offset"), minimum=0)
+    return states, limit, offset or 0
+
+
+def _whole(name: str, values: list[str] | None, *, minimum: int) -> int | None:
+    if values is None:
+        return None
+    if len(values) > 1:
+        raise ValueError(f"{name} given {len(values)} times; give it once")
+    text = values[0]
+    if not text.isascii() or not text.isdigit() or int(text) < minimum:
+        raise ValueError(f"{name} must be a whole number of at least {minimum}, not {text!r}")
+    return int(text)
 
 
 #: ``AdminServer(token=...)`` default: the token of the server's config in force (a reload applies).
@@ -203,7 +242,7 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/status":
             self._send(HTTPStatus.OK, smoosh.status())
         elif path == "/jobs":
-            self._send(HTTPStatus.OK, {"jobs": smoosh.jobs_table()})
+            self._jobs()
         elif path == "/explain":
             self._explain()
         elif path == "/metrics":
@@ -281,6 +320,18 @@ class _Handler(BaseHTTPRequestHandler):
                     rejected.append({"key": key, "reason": e.reason})
         smoosh.counters.enqueue_rejected += len(rejected)
         self._send(HTTPStatus.ACCEPTED, {"accepted": accepted, "rejected": rejected})
+
+    def _jobs(self) -> None:
+        """``GET /jobs[?state=S[,S...]&limit=N&offset=N]``: a page of the per-key table, most recent first."""
+        try:
+            states, limit, offset = parse_jobs_query(self._query())
+        except ValueError as e:
+            self._send(HTTPStatus.BAD_REQUEST, {"error": str(e)})
+            return
+        rows, total = self.admin.smoosh.jobs_page(states=states, limit=limit, offset=offset)
+        end = offset + len(rows)
+        self._send(HTTPStatus.OK, {"jobs": rows, "total": total, "offset": offset,
+                                   "next_offset": end if end < total else None})
 
     def _explain(self) -> None:
         """``GET /explain?key=KEY``: why the key is or is not queued, per channel (changes nothing)."""

@@ -569,8 +569,14 @@ class Server(LiveConfig):
         ), key)
 
     def jobs_table(self) -> list[dict[str, Any]]:
-        """Per-key state, progress, error count, last error and history (``GET /jobs``)."""
-        return jobs_table(self._history, self._worker)
+        """Per-key state, progress, error count, last error and history (``GET /jobs``), most recent first."""
+        return jobs_table(self._history, self._worker)[0]
+
+    def jobs_page(
+        self, *, states: frozenset[str] | None = None, limit: int | None = None, offset: int = 0,
+    ) -> tuple[list[dict[str, Any]], int]:
+        """A page of :meth:`jobs_table`: only ``states``, ``limit`` rows after ``offset``; with the matching total."""
+        return jobs_table(self._history, self._worker, states=states, limit=limit, offset=offset)
 
     def crashing_jobs(self) -> dict[str, int]:
         """Keys in crash backoff now, per channel (``smoosh_crashing_jobs``); any thread."""

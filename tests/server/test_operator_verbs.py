@@ -217,3 +217,29 @@ def test_explain_gives_a_closed_window_and_its_next_opening(tmp_path: Path, runn
     opens = datetime(2024, 5, 17, 23, 0, tzinfo=timezone.utc).timestamp()
     assert (night["window"], night["in_window"], night["next_open"]) == ("23:00-23:01 UTC", False, opens)
     assert night["holds"] == [f"channel night_dbs is outside its window 23:00-23:01 UTC (it opens at {utc_text(opens)})"]
+
+
+# -- /jobs paging ------------------------------------------------------------------------------------------
+
+
+def test_the_jobs_table_pages_by_state_limit_and_offset(tmp_path: Path, running: Any, dbs: Path) -> None:
+    # Given three queued keys (paused: they stay pending) and one that crashed
+    clock = FakeClock()
+    compactor = FailingCompactor(RuntimeError("disk I/O error"))
+    server = running(make_config(tmp_path), workers=1, clock=clock, compactors=[compactor])
+    crashing = str(dbs / "crash.db")
+    server.enqueue(crashing)
+    wait_for(lambda: record_of(server, crashing).get("state") == "crashing", 20, what="the crash")
+    server.suspend()
+    pending = [str(dbs / f"p{i}.db") for i in range(3)]
+    for key in pending:
+        clock.advance(1)
+        server.enqueue(key)
+        wait_for(lambda: record_of(server, key).get("state") == "pending", 10, what="the key queued")
+    # Then state filters, and limit and offset page the most recent first
+    rows, total = server.jobs_page(states=frozenset({"pending"}), limit=2)
+    assert ([r["key"] for r in rows], total) == (pending[::-1][:2], 3)
+    rows, total = server.jobs_page(states=frozenset({"pending"}), limit=2, offset=2)
+    assert ([r["key"] for r in rows], total) == ([pending[0]], 3)
+    rows, total = server.jobs_page(states=frozenset({"crashing", "finished"}))
+    assert ([r["key"] for r in rows], total) == ([crashing], 1)

@@ -253,6 +253,9 @@ def _summarise(
     held = next(((n, c) for n, c in channels.items() if c["place"] is not None), None)
     if held is not None:
         name, record = held
+        for other in channels.values():
+            if other["place"] is None and other["reason"] is None:
+                other["reason"] = f"channel {name} has it"  # one key, one owner
         answer["channel"] = name
         answer["state"] = record["state"]
         answer["reason"] = _where(name, record, answer.get("crashes"))

@@ -24,7 +24,7 @@ URL_HELP = "the daemon's admin API, e.g. http://127.0.0.1:5986 (default: http://
 JSON_HELP = "print machine-readable JSON with the same content (never Infinity: \"infinity\")"
 
 #: The states ``status --state`` filters on, as the daemon names them (it checks them itself).
-JOB_STATES_HELP = "pending, running, crashing, finished, dropped"
+JOB_STATES_HELP = "pending, running, crashing, starved, finished, dropped"
 
 #: The environment variables every command reads, shown under ``smoosh --help``.
 ENVIRONMENT_HELP = """environment:

@@ -134,6 +134,10 @@ def format_explain(answer: dict[str, Any]) -> str:
                      f" last error: {crashes.get('last_error')}")
     else:
         lines.append("  crashes:    none")
+    busy = answer.get("busy")
+    if busy:
+        starved = f", starved since {_utc(busy['starved_since'])}" if busy.get("starved_since") else ""
+        lines.append(f"  busy:       {busy['count']} time(s) in a row{starved}")
     slots = answer.get("max_jobs") or {}
     lines.append(f"  max_jobs:   {slots.get('busy')} of {slots.get('limit')} busy")
     for name, ch in (answer.get("channels") or {}).items():

@@ -12,15 +12,15 @@ The answer (JSON as served; infinite priorities are the string ``"infinity"``)::
      "sizes": {"file_bytes", "active_bytes", "changes", "exact"} | null,
      "ignored", "forced", "stale_until": unix seconds | null,
      "crashes": {"consecutive", "error_count", "last_error", "retry_at"} | null,
+     "busy": {"count", "starved_since"} | null,
      "max_jobs": {"busy", "limit"},
      "channels": {NAME: {"state", "place", "priority", "queued_priority", "position", "reason",
                          "thresholds": {...}, "window", "in_window", "next_open",
-                         "suspended", "paused_until", "not_before", "holds": [...]}}}
+                         "suspended", "held", "paused_until", "not_before", "holds": [...]}}}
 
 ``state`` (of the key, and per channel) is one of :data:`KEY_STATES`; a channel that does not
 hold the key is ``not_queued`` there. Each channel's record is built by one function,
-:func:`channel_record`, whose ``state`` comes from :func:`key_state`: a new state (such as
-``starved``) is added there.
+:func:`channel_record`, whose ``state`` comes from :func:`key_state`: a new state is added there.
 
 Ownership: runs on the caller's thread (an HTTP handler); it reads the channels through their
 readers (``locate``, ``status``), the history through its lock, and the staleness table and
@@ -34,7 +34,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
 from smoosh.config import ChannelConfig, Config
-from smoosh.daemon.history import HistoryTable, KeyRecord, consecutive_crashes
+from smoosh.daemon.history import STARVED, HistoryTable, KeyRecord, consecutive_crashes
 from smoosh.daemon.measurement import signature
 from smoosh.daemon.router import CLEANUP_PREFIX, db_path
 from smoosh.daemon.verdicts import (
@@ -50,7 +50,7 @@ RUNNING = "running"
 CRASHING = "crashing"
 #: The states ``explain`` gives a key, overall and per channel (DESIGN §11's key states, plus
 #: ``not_queued`` and ``rejected`` from the ``?wait=1`` results).
-KEY_STATES = (QUEUED, RUNNING, CRASHING, NOT_QUEUED, REJECTED)
+KEY_STATES = (QUEUED, RUNNING, CRASHING, STARVED, NOT_QUEUED, REJECTED)
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ def explain(src: Sources, key: object) -> dict[str, Any]:
     busy, limit = src.slots
     answer: dict[str, Any] = {
         "key": key if isinstance(key, str) else repr(key), "state": REJECTED, "channel": None, "reason": None,
-        "sizes": None, "ignored": False, "forced": False, "stale_until": None, "crashes": None,
+        "sizes": None, "ignored": False, "forced": False, "stale_until": None, "crashes": None, "busy": None,
         "max_jobs": {"busy": busy, "limit": limit}, "channels": {},
     }
     try:
@@ -123,6 +123,8 @@ def explain(src: Sources, key: object) -> dict[str, Any]:
         forced=intake.is_forced(canonical),
         stale_until=now + left_s if left_s > 0 else None,
         crashes=_crashes(rec, src.history.health_threshold_s),
+        busy=None if rec is None or not rec.busy_count else {"count": rec.busy_count,
+                                                             "starved_since": rec.starved_since},
         sizes=None if sizes is None else {"file_bytes": sizes.file_bytes, "active_bytes": sizes.active_bytes,
                                           "changes": sizes.changes, "exact": exact},
     )
@@ -162,6 +164,8 @@ def key_state(place: str | None, rec: KeyRecord | None) -> str:
         return RUNNING
     if place == "deferred" and rec is not None and rec.state == CRASHING:
         return CRASHING
+    if rec is not None and rec.state == STARVED:
+        return STARVED  # busy more than busy_retries times in a row, waiting for its next try
     return QUEUED  # waiting: in the queue, set aside by rotation, or after a busy database
 
 
@@ -196,6 +200,7 @@ def channel_record(
         "in_window": in_window,
         "next_open": next_open,
         "suspended": bool(status.get("suspended")),
+        "held": status.get("held"),
         "paused_until": channel.paused_until,
         "not_before": found.get("not_before") if found is not None else None,
         "holds": holds(name, forced),
@@ -288,6 +293,11 @@ def _where(name: str, record: dict[str, Any], crashes: dict[str, Any] | None) ->
         when = f" until {utc_text(until)}" if until else ""
         return (f"crashing: waits out its backoff in channel {name}{when} ({crashes['consecutive']} consecutive "
                 f"crash(es); last error: {crashes['last_error']})")
+    if state == STARVED:
+        until = record.get("not_before")
+        when = f", next try at {utc_text(until)}" if until else ""
+        return (f"starved in channel {name}: its database was busy more than busy_retries times in a row"
+                f"{when}")
     if place == "deferred":
         until = record.get("not_before")
         return f"queued in channel {name}, waiting until {utc_text(until)} (the database was busy)" if until else \

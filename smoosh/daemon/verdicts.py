@@ -209,8 +209,8 @@ def hold_reasons(
 
     Parameters:
         name: the channel.
-        status: its published status (``suspended``, ``in_window``, ``active``, ``starting``,
-            ``concurrency``).
+        status: its published status (``suspended``, ``held``, ``in_window``, ``active``,
+            ``starting``, ``concurrency``).
         window: its window (printed), or None.
         next_open: when its window opens next (unix seconds), when it is closed.
         paused_until: when its start-up pause ends, or None (a forced key ignores it: pass None).
@@ -226,6 +226,10 @@ def hold_reasons(
         holds.append("dry run: nothing starts")
     if status.get("suspended"):
         holds.append(f"channel {name} is suspended (it starts when resumed)")
+    held = status.get("held")
+    if held:
+        by = f" set by {held.get('by')}" if isinstance(held, dict) and held.get("by") else ""
+        holds.append(f"channel {name} is held by a cluster hold{by} (it starts when `smoosh resume --store` clears it)")
     if not status.get("in_window", True):
         opens = f" (it opens at {utc_text(next_open)})" if next_open is not None else ""
         holds.append(f"channel {name} is outside its window {window}{opens}")

@@ -120,8 +120,8 @@ def test_explain_of_a_rejected_key_and_a_missing_parameter(fleet: Fleet, tmp_pat
 
 
 @pytest.mark.parametrize(("query", "error"), [
-    ("?state=bogus", "unknown state 'bogus': one of pending, running, crashing, finished, dropped"),
-    ("?state=", "unknown state '': one of pending, running, crashing, finished, dropped"),
+    ("?state=bogus", "unknown state 'bogus': one of pending, running, crashing, starved, finished, dropped"),
+    ("?state=", "unknown state '': one of pending, running, crashing, starved, finished, dropped"),
     ("?limit=0", "limit must be a whole number of at least 1, not '0'"),
     ("?limit=ten", "limit must be a whole number of at least 1, not 'ten'"),
     ("?offset=-1", "offset must be a whole number of at least 0, not '-1'"),

@@ -11,7 +11,10 @@ from typing import Any
 from compactor.dbfactory import make_bloated_db
 from helpers.daemon import wait_for
 from server.test_server import FailingCompactor, FakeClock, make_config
+from smoosh.compactors.base import Busy
+from smoosh.daemon.cluster_holds import ClusterHolds
 from smoosh.daemon.verdicts import utc_text
+from smoosh.store import open_store
 
 #: Channels stay in their start-up pause: what is queued stays queued.
 PAUSED = "wait_secs = 3600"
@@ -243,3 +246,38 @@ def test_the_jobs_table_pages_by_state_limit_and_offset(tmp_path: Path, running:
     assert ([r["key"] for r in rows], total) == ([pending[0]], 3)
     rows, total = server.jobs_page(states=frozenset({"crashing", "finished"}))
     assert ([r["key"] for r in rows], total) == ([crashing], 1)
+
+
+def test_a_cluster_hold_still_holds_a_forced_key_and_explain_names_it(tmp_path: Path, running: Any) -> None:
+    # Given a cluster hold on every channel of this node, set in the store the server uses
+    store = open_store("memory:")
+    ClusterHolds(store).hold("t", None, by="ops@admin", at=1_700_000_000.0)
+    server = running(make_config(tmp_path), store=store, workers=1)
+    key = str(real(tmp_path) / "dbs" / "tenant.db")
+    make_bloated_db(key, delete_fraction=0.9)
+    # When a key is forced
+    (v,) = server.enqueue_and_wait([key], force=True)
+    # Then it waits, and both the result and explain say why
+    held = "channel ratio_dbs is held by a cluster hold set by ops@admin (it starts when `smoosh resume --store` clears it)"
+    assert (v.outcome, v.reason) == ("queued", f"forced; held back: {held}")
+    assert server.explain(key)["channels"]["ratio_dbs"]["holds"] == [held]
+    assert server.jobs.list_jobs() == []
+
+
+def test_explain_of_a_starved_key_gives_its_busy_count(tmp_path: Path, running: Any, dbs: Path) -> None:
+    # Given a database busy on every try, and busy_retries 1: the second busy result starves it
+    clock = FakeClock()
+    compactor = FailingCompactor(Busy("database is locked"))
+    server = running(make_config(tmp_path, extra="busy_retries = 1"), workers=1, clock=clock, compactors=[compactor])
+    key = str(dbs / "x.db")
+    (dbs / "x.db").touch()
+    server.enqueue(key)
+    wait_for(lambda: compactor.calls == 1 and record_of(server, key).get("retry_at"), 20, what="the first busy")
+    clock.advance(61)
+    server.tick(clock())
+    wait_for(lambda: record_of(server, key).get("state") == "starved", 20, what="the second busy")
+    answer = server.explain(key)
+    assert (answer["state"], answer["channel"], answer["busy"]) == (
+        "starved", "ratio_dbs", {"count": 2, "starved_since": clock()})
+    assert answer["reason"].startswith("starved in channel ratio_dbs: its database was busy more than busy_retries "
+                                       "times in a row, next try at ")

@@ -29,6 +29,7 @@ why :meth:`status` needs no lock, is told in :mod:`channels.channel_state`.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 from datetime import datetime, timezone
@@ -113,6 +114,9 @@ class Channel(ChannelRuns, ChannelCheckpoints):
         self._queue = self._waiting.queue
         self._starting = {}
         self._active = {}
+        # Keys an operator forced (enqueue --force), oldest first: they start before the rest
+        # of the queue, even during the start-up pause. Under _lock.
+        self._forced: dict[str, None] = {}
         self._changes = 0
         self._closed = False
         self._status = {}
@@ -183,10 +187,36 @@ class Channel(ChannelRuns, ChannelCheckpoints):
         self._host.wake(self.name)
         return evicted != key
 
+    def force(self, key: str) -> bool:
+        """Queue ``key`` to start before every other waiting key, now (``enqueue --force``); any thread.
+
+        A key deferred after a crash leaves its backoff; the start-up pause does not hold it
+        back. Operator suspension, the window, the concurrency and the host's slots still
+        do: it then waits at the top of the queue (priority infinity) until they let it go.
+
+        Returns:
+            True if the key now waits here; False if it is starting or active here, or the
+            channel is closed.
+        """
+        with self._lock:
+            if self._closed or key in self._starting or key in self._active:
+                return False
+            self._waiting.take(key)
+            evicted = self._queue.push(key, math.inf)
+            if evicted != key:
+                self._forced[key] = None
+            self._changed_locked()
+        if evicted is not None:
+            self._log.debug("Channel %s is full: evicted %r.", self.name, evicted)
+        self._log.info("Channel %s: %r forced to the top of the queue.", self.name, key)
+        self._host.wake(self.name)
+        return evicted != key
+
     def defer(self, key: str, priority: float, not_before: float) -> None:
         """Keep ``key`` out of the queue until ``not_before`` (a crash's backoff restored at start)."""
         with self._lock:
             self._waiting.defer(key, priority, not_before)
+            self._forced.pop(key, None)
             self._changed_locked()
 
     def suspend(self) -> None:
@@ -240,16 +270,22 @@ class Channel(ChannelRuns, ChannelCheckpoints):
             self._host.wake(self.name)
         return True
 
-    def flush(self) -> None:
-        """Empty the waiting queue (deferred and benched keys too) and delete the checkpoint file."""
+    def flush(self) -> list[str]:
+        """Empty the waiting queue (deferred and benched keys too) and delete the checkpoint file.
+
+        Returns:
+            The keys dropped (the host forgets what it remembers of them: their staleness).
+        """
         with self._lock:
             dropped = self._waiting.clear()
+            self._forced.clear()
             self._changed_locked()
             seq = self._checkpointer.next_seq() if self._checkpointer else 0
             changes = self._changes
-        self._log.info("Channel %s flushed: %d waiting key(s) dropped.", self.name, dropped)
+        self._log.info("Channel %s flushed: %d waiting key(s) dropped.", self.name, len(dropped))
         if self._checkpointer is not None:
             self._checkpointer.write(seq, {}, changes)  # {} deletes the file
+        return dropped
 
     def update_settings(self, settings: ChannelSettings, now: float) -> None:
         """Apply new settings live: capacity truncates at once, the rest applies from the next tick.
@@ -361,12 +397,31 @@ class Channel(ChannelRuns, ChannelCheckpoints):
     def _can_start_locked(self) -> bool:
         return (
             not self._closed
-            and not self._paused
+            and (not self._paused or self._forced_waiting_locked())
             and not self._stopped_locked()
             and self._in_window
             and len(self._queue) > 0
             and len(self._active) + len(self._starting) < self._settings.concurrency
         )
+
+    def _forced_waiting_locked(self) -> bool:
+        """Whether a forced key waits in the queue (forgetting those that left it)."""
+        for key in list(self._forced):
+            if key in self._queue:
+                return True
+            del self._forced[key]
+        return False
+
+    def _pop_locked(self) -> tuple[Any, float] | None:
+        """The next key to start: a forced one first (even while paused), else the queue's head."""
+        while self._forced:
+            key = next(iter(self._forced))
+            del self._forced[key]
+            priority = self._queue.get(key)
+            if priority is not None:
+                self._queue.remove(key)
+                return key, priority
+        return None if self._paused else self._queue.pop()
 
     def _unbench_locked(self) -> None:
         """Put keys set aside after a rotation back into the queue."""
@@ -390,7 +445,7 @@ class Channel(ChannelRuns, ChannelCheckpoints):
                 self._log.debug("Channel %s: no global slot free.", self.name)
                 return  # in line for a slot: the host wakes this channel when one frees
             with self._lock:
-                head = self._queue.pop() if self._can_start_locked() else None
+                head = self._pop_locked() if self._can_start_locked() else None
                 if head is not None:
                     key, priority = head
                     # Marked starting in the same critical section that pops it, so a

@@ -60,6 +60,7 @@ class ChannelRuns(ChannelState):
             return False
         with self._lock:
             priority = self._waiting.take(key)
+            self._forced.pop(key, None)
             self._starting[key] = Run(key, math.inf if priority is None else priority, token)
             self._changed_locked()
         self._host.acquire_slot(self.name, force=True)  # it runs: it holds a slot, free or not

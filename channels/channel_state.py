@@ -74,6 +74,8 @@ class ChannelState:
     _queue: PriorityQueue  # the waiting keys' queue (``_waiting.queue``)
     _starting: dict[str, Run]
     _active: dict[str, Run]
+    _forced: dict[str, None]
+    _unpause_at: float
     _changes: int  # bumped whenever the checkpoint's content changes
     _closed: bool
     _status: dict[str, Any]
@@ -110,6 +112,33 @@ class ChannelState:
             return self._keys_locked(), self._waiting_locked()
         finally:
             self._lock.release()
+
+    def locate(self, key: str) -> dict[str, Any] | None:
+        """Where ``key`` is in this channel, or None when it is not here (any thread).
+
+        Returns:
+            ``{"place": "starting" | "active", "priority"}`` for a run;
+            ``{"place": "queue", "priority", "position"}`` (1: it starts next),
+            ``{"place": "benched", "priority"}`` (set aside by rotation) or
+            ``{"place": "deferred", "priority", "not_before"}`` (waiting out a backoff)
+            for a waiting key; with ``"forced": True`` for a key an operator forced.
+        """
+        with self._lock:
+            for place, runs in (("starting", self._starting), ("active", self._active)):
+                run = runs.get(key)
+                if run is not None:
+                    return {"place": place, "priority": run.priority}
+            found = self._waiting.where(key)
+            if found is not None and key in self._forced:
+                found["forced"] = True
+                # Forced keys start before the rest of the queue, oldest first.
+                found["position"] = list(self._forced).index(key) + 1
+            return found
+
+    @property
+    def paused_until(self) -> float | None:
+        """When the start-up pause ends, or None when the channel is not paused (any thread)."""
+        return self._unpause_at if self._paused else None
 
     def waiting(self) -> list[tuple[str, float]]:
         """The waiting ``(key, priority)`` pairs, highest first (oldest among equals).

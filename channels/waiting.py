@@ -116,9 +116,23 @@ class Waiting:
             return self._deferred.pop(key)[0]
         return None
 
-    def clear(self) -> int:
-        """Drop every waiting key; how many there were."""
-        dropped = len(self)
+    def where(self, key: str) -> dict[str, Any] | None:
+        """Where ``key`` waits, or None: ``{"place": "queue", "priority", "position"}`` (1: it is
+        next), ``{"place": "benched", "priority"}`` or ``{"place": "deferred", "priority", "not_before"}``."""
+        priority = self.queue.get(key)
+        if priority is not None:
+            rank = self.queue.rank(key)
+            return {"place": "queue", "priority": priority, "position": None if rank is None else rank + 1}
+        if key in self._benched:
+            return {"place": "benched", "priority": self._benched[key]}
+        if key in self._deferred:
+            priority, not_before = self._deferred[key]
+            return {"place": "deferred", "priority": priority, "not_before": not_before}
+        return None
+
+    def clear(self) -> list[str]:
+        """Drop every waiting key; returns them."""
+        dropped = list(self.keys())
         self.queue.clear()
         self._benched.clear()
         self._deferred.clear()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timezone as _dt_timezone, tzinfo
+from datetime import datetime, timedelta, timezone as _dt_timezone, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 __all__ = ["Window", "parse_time"]
@@ -162,6 +162,34 @@ class Window:
             return self.start_min <= minute < self.end_min
         # Wraps midnight; from == to lands here and is open all day, as in CouchDB.
         return minute >= self.start_min or minute < self.end_min
+
+    def next_open(self, now: datetime) -> datetime:
+        """Return when the window next opens: ``now`` itself when it is open now.
+
+        Parameters
+        ----------
+        now:
+            An aware datetime.
+
+        Returns
+        -------
+        An aware datetime in the window's zone, on a whole minute (``from`` of today or
+        tomorrow, local time), or ``now`` when the window is open.
+
+        Raises
+        ------
+        ValueError
+            ``now`` is naive.
+        """
+        if self.is_open(now):
+            return now
+        local = now.astimezone(self._zone)
+        # Closed means before ``from`` today or past ``to``: in both cases the next opening
+        # is the next ``from``. Wall-clock arithmetic, so a DST change keeps the local time.
+        opening = local.replace(hour=self.start_min // 60, minute=self.start_min % 60, second=0, microsecond=0)
+        if opening <= local:
+            opening += timedelta(days=1)
+        return opening
 
     def __str__(self) -> str:
         zone = "UTC" if self.timezone is None else self.timezone

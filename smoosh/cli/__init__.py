@@ -7,7 +7,7 @@ import sys
 from typing import Sequence
 
 from smoosh.cli.client import CliError
-from smoosh.cli.commands import cmd_config_check, cmd_control, cmd_demo, cmd_enqueue, cmd_status
+from smoosh.cli.commands import cmd_config_check, cmd_control, cmd_demo, cmd_enqueue, cmd_explain, cmd_status
 from smoosh.cli.pipes import quiet_pipes
 from smoosh.cli.run import cmd_run, cmd_worker
 from smoosh import __version__
@@ -19,6 +19,12 @@ __all__ = ["main", "build_parser", "CliError"]
 #: Help of every ``--url`` option: how a command finds the daemon.
 URL_HELP = "the daemon's admin API, e.g. http://127.0.0.1:5986 (default: http:// + the config's http)"
 
+
+#: Help of every ``--json`` option.
+JSON_HELP = "print machine-readable JSON with the same content (never Infinity: \"infinity\")"
+
+#: The states ``status --state`` filters on, as the daemon names them (it checks them itself).
+JOB_STATES_HELP = "pending, running, crashing, starved, finished, dropped"
 
 #: The environment variables every command reads, shown under ``smoosh --help``.
 ENVIRONMENT_HELP = """environment:
@@ -93,7 +99,13 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--store", metavar="URL", help="read every node's status record from the store")
     where.add_argument("--url", metavar="URL", help=URL_HELP)
     p.add_argument("--json", action="store_true", help="print JSON as served")
-    p.add_argument("--jobs", action="store_true", help="per-key state, progress and history")
+    p.add_argument("--jobs", action="store_true", help="per-key state, progress and history (GET /jobs)")
+    p.add_argument("--state", metavar="STATE", action="append",
+                   help=f"with --jobs (implied): only keys in this state ({JOB_STATES_HELP}); repeatable")
+    p.add_argument("--limit", metavar="N", type=_positive_int,
+                   help="with --jobs (implied): at most N keys, most recently updated first")
+    p.add_argument("--offset", metavar="N", type=_non_negative_int, default=0,
+                   help="with --jobs (implied): skip the first N keys (the next page)")
     p.add_argument("--watch", action="store_true",
                    help="on a terminal, redraw the table and running compactions every second until Ctrl-C")
     p.set_defaults(func=cmd_status)
@@ -101,17 +113,35 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("enqueue", help="ask the daemon to consider databases for compaction")
     with_config(p)
     p.add_argument("--url", metavar="URL", help=URL_HELP)
+    p.add_argument("--force", action="store_true",
+                   help="compact now: skip staleness, the channels' thresholds, crash backoff and the start-up "
+                        "pause (the roots, [smoosh.ignore], suspension, the window and max_jobs still hold it; "
+                        "the line says which)")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.add_argument("keys", nargs="+", metavar="KEY",
                    help="a database file (relative paths resolve against this directory), or cleanup:PATH")
     p.set_defaults(func=cmd_enqueue)
 
-    for action in ("suspend", "resume", "flush"):
-        p = sub.add_parser(action, help=f"{action} one channel or all")
+    p = sub.add_parser("explain", help="say, per channel, why the daemon has or has not queued a database")
+    with_config(p)
+    p.add_argument("--url", metavar="URL", help=URL_HELP)
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
+    p.add_argument("key", metavar="KEY",
+                   help="a database file (relative paths resolve against this directory), or cleanup:PATH")
+    p.set_defaults(func=cmd_explain)
+
+    for action, words in (
+        ("suspend", "stop starting work in one channel or all, and hold running work (sticky until resume)"),
+        ("resume", "undo suspend in one channel or all; queued work starts at once"),
+        ("flush", "drop the waiting keys of one channel or all, and forget their staleness (running work goes on)"),
+    ):
+        p = sub.add_parser(action, help=words, description=words[0].upper() + words[1:] + ".")
         with_config(p)
         if action == "flush":
             p.add_argument("--url", metavar="URL", help=URL_HELP)
         else:
             _add_cluster_options(p, action)
+        p.add_argument("--json", action="store_true", help=JSON_HELP)
         p.add_argument("channel", nargs="?", metavar="CHANNEL", help="one channel (default: every channel)")
         p.set_defaults(func=cmd_control, action=action)
 
@@ -119,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     config_sub = p.add_subparsers(metavar="ACTION")
     c = config_sub.add_parser("check", help="validate the config; exit 1 on errors")
     with_config(c)
+    c.add_argument("--json", action="store_true", help=JSON_HELP)
     c.set_defaults(func=cmd_config_check)
 
     p = sub.add_parser("doctor", help="check this host and config: inotify limits, permissions, free space, lock, store")

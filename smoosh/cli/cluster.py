@@ -32,10 +32,17 @@ def cmd_cluster_control(args: argparse.Namespace) -> int:
         holds = ClusterHolds(store)
         if args.action == "suspend":
             hold = holds.hold(node, channel, by=operator_name(), at=time.time())
-            print(f"suspend: {hold.describe()}")
+            if getattr(args, "json", False):
+                print(jsonutil.dumps({"ok": True, "action": "suspend", "hold": hold.to_json()}, indent=2))
+            else:
+                print(f"suspend: {hold.describe()}")
             _warn_if_unknown(read_node_statuses(store), node, channel)
             return 0
         remaining = holds.release(node, channel)
+    if getattr(args, "json", False):
+        print(jsonutil.dumps({"ok": not remaining, "action": "resume", "node": node, "channel": channel,
+                              "still_held": [hold.to_json() for hold in remaining]}, indent=2))
+        return 1 if remaining else 0
     print(f"resume: cluster holds on {describe_scope(node, channel)} cleared")
     for hold in remaining:
         print(f"smoosh: still held: {hold.describe()}; `{_resume_command(hold, args.store)}` clears it",

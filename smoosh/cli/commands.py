@@ -1,15 +1,17 @@
-"""The CLI's commands that talk to a running daemon or check a config: status, enqueue, control, config, demo."""
+"""The CLI's commands that talk to a running daemon or check a config: status, enqueue, explain, control,
+config, demo. Every one that prints takes ``--json``: the same content, machine-readable."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 import time
+import urllib.parse
 from typing import Any
 
 from smoosh import jsonutil
 from smoosh.cli.client import absolute_key, daemon_target, http_request
-from smoosh.cli.format import format_jobs, format_priority, format_status
+from smoosh.cli.format import format_explain, format_jobs, format_page, format_priority, format_status
 from smoosh.errors import ConfigError
 
 #: Seconds between two redraws of ``smoosh status --watch``.
@@ -29,9 +31,17 @@ def cmd_status(args: argparse.Namespace) -> int:
     url = daemon_target(args).url
     if args.watch and not args.json:
         return _watch_status(url)
-    if args.jobs:
-        body = http_request("GET", f"{url}/jobs")
-        print(jsonutil.dumps(body, indent=2) if args.json else format_jobs(body.get("jobs", [])))
+    if args.jobs or args.state or args.limit is not None or args.offset:
+        query = {k: v for k, v in (("state", ",".join(args.state or [])), ("limit", args.limit),
+                                   ("offset", args.offset)) if v}
+        body = http_request("GET", f"{url}/jobs" + (f"?{urllib.parse.urlencode(query)}" if query else ""))
+        if args.json:
+            print_json(body)
+            return 0
+        print(format_jobs(body.get("jobs", [])))
+        page = format_page(body)
+        if page is not None:
+            print(page)
         return 0
     body = http_request("GET", f"{url}/status")
     print(jsonutil.dumps(body, indent=2) if args.json else format_status(body))
@@ -59,29 +69,54 @@ def _watch_status(url: str) -> int:
         return 0
 
 
+def print_json(value: Any) -> None:
+    """Print ``value`` as indented JSON (``--json``; never ``Infinity``)."""
+    print(jsonutil.dumps(value, indent=2))
+
+
 def cmd_enqueue(args: argparse.Namespace) -> int:
-    """``smoosh enqueue KEY...``: one line per key saying what became of it; exit 1 if any was rejected.
+    """``smoosh enqueue [--force] KEY...``: one line per key saying what became of it; exit 1 if any was rejected.
 
     Relative paths resolve against this command's working directory. The daemon answers once
     every key is routed (``POST /enqueue?wait=1``, at most 10 s; a key still being examined
-    then is "not queued: still examining").
+    then is "not queued: still examining"). ``--force`` compacts the keys now, past
+    staleness, thresholds, crash backoff and the start-up pause (DESIGN §11).
     """
     keys = [absolute_key(k) for k in args.keys]
     target = daemon_target(args)
-    body = http_request("POST", f"{target.url}/enqueue?wait=1", {"keys": keys}, token=target.token)
-    rejected = 0
-    for result in body.get("results", []):
-        print(format_result(result))
-        rejected += result.get("outcome") == "rejected"
-    return 1 if rejected else 0
+    payload: dict[str, Any] = {"keys": keys}
+    if args.force:
+        payload["force"] = True
+    body = http_request("POST", f"{target.url}/enqueue?wait=1", payload, token=target.token)
+    results = body.get("results", [])
+    if args.json:
+        print_json(body)
+    else:
+        for result in results:
+            print(format_result(result))
+    return 1 if any(result.get("outcome") == "rejected" for result in results) else 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    """``smoosh explain KEY``: why the daemon has, or has not, queued the key, channel by channel."""
+    target = daemon_target(args)
+    key = urllib.parse.quote(absolute_key(args.key), safe="/:")
+    answer = http_request("GET", f"{target.url}/explain?key={key}")
+    if args.json:
+        print_json(answer)
+    else:
+        print(format_explain(answer))
+    return 0
 
 
 def format_result(result: dict[str, Any]) -> str:
-    """One line for one key of ``POST /enqueue?wait=1``: ``queued KEY in CHANNEL at priority P``,
-    ``not queued KEY: REASON`` or ``rejected KEY: REASON``."""
+    """One line for one key of ``POST /enqueue?wait=1``: ``queued KEY in CHANNEL at priority P``
+    (a forced key: ``... at priority inf (forced)``, and what holds it back), ``not queued KEY:
+    REASON`` or ``rejected KEY: REASON``."""
     key, outcome = result.get("key"), result.get("outcome")
     if outcome == "queued":
-        return f"queued {key} in {result.get('channel')} at priority {format_priority(result.get('priority'))}"
+        note = f" ({result['reason']})" if result.get("reason") else ""
+        return f"queued {key} in {result.get('channel')} at priority {format_priority(result.get('priority'))}{note}"
     words = "not queued" if outcome == "not_queued" else str(outcome)
     return f"{words} {key}: {result.get('reason')}"
 
@@ -97,9 +132,13 @@ def cmd_control(args: argparse.Namespace) -> int:
         return 2
     payload = {"channel": args.channel} if args.channel else {}
     target = daemon_target(args)
-    http_request("POST", f"{target.url}/{args.action}", payload, token=target.token)
+    body = http_request("POST", f"{target.url}/{args.action}", payload, token=target.token)
+    if args.json:
+        print_json(body)
+        return 0
     which = f"channel {args.channel}" if args.channel else "all channels"
-    print(f"{args.action}: {which}")
+    dropped = body.get("dropped") if isinstance(body, dict) else None
+    print(f"{args.action}: {which}" + (f" ({dropped} waiting key(s) dropped)" if dropped is not None else ""))
     return 0
 
 
@@ -112,8 +151,16 @@ def cmd_config_check(args: argparse.Namespace) -> int:
         config = load_config(args.config, log_warnings=False)  # printed below, once each
         check_directories(config)
     except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
+        if args.json:
+            print_json({"ok": False, "config": getattr(e, "path", None) or args.config, "error": str(e),
+                        "warnings": [], "channels": []})
+        else:
+            print(f"error: {e}", file=sys.stderr)
         return 1
+    if args.json:
+        print_json({"ok": True, "config": config.path, "error": None, "warnings": list(config.warnings),
+                    "channels": list(config.channels)})
+        return 0
     for warning in config.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     print(f"{config.path or 'defaults'}: ok ({len(config.channels)} channel(s))")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-__all__ = ["format_status", "format_jobs", "format_cluster", "status_summary", "fmt_bytes"]
+__all__ = ["format_status", "format_jobs", "format_cluster", "format_explain", "status_summary", "fmt_bytes"]
 
 
 def status_summary(status: dict[str, Any]) -> str:
@@ -100,6 +100,90 @@ def format_jobs(jobs: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def format_page(body: dict[str, Any]) -> str | None:
+    """The line under a page of ``/jobs`` that is not the whole table, or None."""
+    jobs, total, offset = body.get("jobs", []), body.get("total"), int(body.get("offset") or 0)
+    if not isinstance(total, int) or (offset == 0 and len(jobs) >= total):
+        return None
+    shown = f"{offset + 1}-{offset + len(jobs)}" if jobs else "none"
+    more = f"; more with --offset {body['next_offset']}" if body.get("next_offset") is not None else ""
+    return f"showing {shown} of {total}{more}"
+
+
+def format_explain(answer: dict[str, Any]) -> str:
+    """``smoosh explain``: the key's state and reason, then one block per channel of its kind."""
+    lines = [str(answer.get("key")), f"  state:      {answer.get('state')}"
+             + (f" in {answer['channel']}" if answer.get("channel") else ""),
+             f"  reason:     {answer.get('reason')}"]
+    if answer.get("state") == "rejected":
+        return "\n".join(lines)
+    sizes = answer.get("sizes")
+    if sizes:
+        lines.append(f"  sizes:      file {sizes['file_bytes']} bytes, live {sizes['active_bytes']} bytes"
+                     f" ({'exact' if sizes.get('exact') else 'estimate'})"
+                     + (f", {sizes['changes']} changes" if sizes.get("changes") is not None else ""))
+    stale = answer.get("stale_until")
+    lines.append(f"  stale:      {'until ' + _utc(stale) if stale else 'no'}")
+    lines.append(f"  ignored:    {'yes ([smoosh.ignore])' if answer.get('ignored') else 'no'}")
+    if answer.get("forced"):
+        lines.append("  forced:     yes (until its run ends)")
+    crashes = answer.get("crashes")
+    if crashes:
+        retry = f", retry at {_utc(crashes['retry_at'])}" if crashes.get("retry_at") else ""
+        lines.append(f"  crashes:    {crashes['consecutive']} consecutive, {crashes['error_count']} in all{retry};"
+                     f" last error: {crashes.get('last_error')}")
+    else:
+        lines.append("  crashes:    none")
+    busy = answer.get("busy")
+    if busy:
+        starved = f", starved since {_utc(busy['starved_since'])}" if busy.get("starved_since") else ""
+        lines.append(f"  busy:       {busy['count']} time(s) in a row{starved}")
+    slots = answer.get("max_jobs") or {}
+    lines.append(f"  max_jobs:   {slots.get('busy')} of {slots.get('limit')} busy")
+    for name, ch in (answer.get("channels") or {}).items():
+        lines.append("")
+        lines.append(f"  {name}: {_channel_head(ch)}")
+        why = f" ({ch['reason']})" if ch.get("reason") else ""
+        lines.append(f"    gives it:   priority {format_priority(ch.get('priority'))}{why}")
+        t = ch.get("thresholds") or {}
+        match = f", match {','.join(t['match'])}" if t.get("match") else ""
+        lines.append(f"    thresholds: {t.get('priority')}, min_priority {format_priority(t.get('min_priority'))},"
+                     f" max_priority {format_priority(t.get('max_priority'))}, min_size {t.get('min_size')} bytes,"
+                     f" max_size {format_priority(t.get('max_size'))}, min_changes {t.get('min_changes')}{match}")
+        window = ch.get("window")
+        if window != "always":
+            state = "open" if ch.get("in_window") else f"closed, opens {_utc(ch.get('next_open'))}"
+            lines.append(f"    window:     {window}, {state}")
+        if ch.get("suspended"):
+            lines.append("    suspended:  yes")
+        for hold in ch.get("holds") or []:
+            lines.append(f"    held back:  {hold}")
+    return "\n".join(lines)
+
+
+def _channel_head(ch: dict[str, Any]) -> str:
+    state, place = ch.get("state"), ch.get("place")
+    if place in ("queue", "benched", "deferred"):
+        words = f"{state} at priority {format_priority(ch.get('queued_priority'))}"
+        if ch.get("position"):
+            words += f", position {ch['position']}"
+        if ch.get("forced"):
+            words += ", forced"
+        if ch.get("not_before"):
+            words += f", not before {_utc(ch['not_before'])}"
+        return words
+    if place == "starting":
+        return f"{state} (its job waits for a worker)"
+    return str(state)
+
+
+def _utc(at: Any) -> str:
+    """A unix time as ``2026-11-24T19:20:00Z`` (the daemon's reasons use the same form), or ``?``."""
+    if not isinstance(at, (int, float)):
+        return "?"
+    return datetime.datetime.fromtimestamp(at, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def format_cluster(nodes: dict[str, Any]) -> str:
     """Every node's status record, stale ones marked."""
     if not nodes:
@@ -122,7 +206,7 @@ def _fmt_time(at: Any) -> str:
 
 def format_priority(value: Any) -> str:
     """A priority as the table shows it: ``inf``, ``2.5``, ``16``."""
-    if value == "infinity":
+    if value == "infinity" or value == float("inf"):
         return "inf"
     if isinstance(value, float):
         return f"{value:g}"

@@ -1,4 +1,4 @@
-"""``smoosh jobs [--store URL] list [--type T] | show TYPE ID``: look at the job layer's rows.
+"""``smoosh jobs [--store URL] list [--type T] [--state S] [--limit N] [--json] | show TYPE ID``: the job layer's rows.
 
 The lead wires :func:`add_jobs_parser` into ``smoosh/cli.py``; the parser's ``func`` default
 is :func:`jobs_command`, which returns the exit code (0 ok, 1 operational error).
@@ -19,6 +19,8 @@ from smoosh.jobs.layer import JobInfo, Jobs
 
 #: Column titles of ``jobs list``.
 LIST_HEADER = ("TYPE", "ID", "STATE", "SCHEDULED")
+#: The states of a job-layer row (DESIGN §5.5), what ``jobs list --state`` takes.
+JOB_LAYER_STATES = ("pending", "running", "finished")
 
 
 def add_jobs_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -36,9 +38,15 @@ def add_jobs_parser(subparsers: Any) -> argparse.ArgumentParser:
     commands.required = True
     list_parser = commands.add_parser("list", help="list jobs: type, id, state, scheduled time")
     list_parser.add_argument("--type", dest="job_type", metavar="T", help="only jobs of this type")
+    list_parser.add_argument("--state", choices=JOB_LAYER_STATES, action="append",
+                             help="only jobs in this state (repeatable)")
+    list_parser.add_argument("--limit", metavar="N", type=_positive_int, help="at most N jobs")
+    list_parser.add_argument("--json", action="store_true",
+                             help='print {"jobs": [{"type", "id", "state", "scheduled_time", "resubmit", "data"}]}')
     show_parser = commands.add_parser("show", help="show one job's state and data as JSON")
     show_parser.add_argument("job_type", metavar="TYPE", help="the job's type, e.g. smoosh:NODE")
     show_parser.add_argument("job_id", metavar="ID", help="the job's id (for smoosh: the database's path)")
+    show_parser.add_argument("--json", action="store_true", help="accepted for symmetry: show always prints JSON")
     parser.set_defaults(func=jobs_command)
     return parser
 
@@ -71,7 +79,8 @@ def jobs_command(args: argparse.Namespace, *, stdout: TextIO | None = None, stde
     try:
         with Jobs(store, monitors=False) as jobs:
             if args.jobs_command == "list":
-                return _list(jobs, getattr(args, "job_type", None), out)
+                return _list(jobs, getattr(args, "job_type", None), out, states=getattr(args, "state", None),
+                             limit=getattr(args, "limit", None), as_json=bool(getattr(args, "json", False)))
             return _show(jobs, args.job_type, args.job_id, out, err)
     except SmooshError as e:
         print(f"smoosh jobs: {e}", file=err)
@@ -93,9 +102,21 @@ def _store_from_config(args: argparse.Namespace, err: TextIO) -> str | None:
         return None
 
 
-def _list(jobs: Jobs, job_type: str | None, out: TextIO) -> int:
-    rows = [LIST_HEADER]
+def _list(jobs: Jobs, job_type: str | None, out: TextIO, *, states: list[str] | None = None,
+          limit: int | None = None, as_json: bool = False) -> int:
+    infos: list[JobInfo] = []
     for info in jobs.iter_jobs(job_type):
+        if states and info.state not in states:
+            continue
+        if limit is not None and len(infos) >= limit:
+            break
+        infos.append(info)
+    if as_json:
+        print(json.dumps({"jobs": [_job_json(info) for info in infos]}, indent=2, sort_keys=True, allow_nan=False),
+              file=out)
+        return 0
+    rows = [LIST_HEADER]
+    for info in infos:
         rows.append((_type_text(info.type), info.id, info.state, _time_text(info.scheduled_time)))
     if len(rows) == 1:
         where = f" of type {job_type}" if job_type else ""
@@ -138,6 +159,16 @@ def _json_safe(value: Any) -> Any:
         return [_json_safe(v) for v in value]
     if isinstance(value, bytes):
         return value.hex()
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be at least 1")
     return value
 
 

@@ -64,6 +64,8 @@ STARVED = "starved"
 PENDING = "pending"
 #: Events that end a row of busy results: the run ended some other way, or never started.
 _ENDS_BUSY_ROW = frozenset({FINISHED, REPLACED, CRASHED, BLOCKED, DROPPED})
+#: Every state a key's record can be in, as ``GET /jobs`` shows it (and filters on: ``?state=``).
+RECORD_STATES = (PENDING, "running", "crashing", STARVED, "finished", "dropped")
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The admin HTTP API (DESIGN §4.2): status, jobs, enqueue, suspend/resume/flush, metrics.
+"""The admin HTTP API (DESIGN §4.2): status, jobs, explain, enqueue, suspend/resume/flush, metrics.
 
 Loopback by default. Bound anywhere else, every POST needs ``Authorization: Bearer <token>``,
 compared in constant time. Handlers only read published snapshots, so a slow or stuck
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, cast
 
 import smoosh.jsonutil as jsonutil
 from smoosh.config.address import is_loopback_host, split_host_port
+from smoosh.daemon.history import RECORD_STATES
 from smoosh.daemon.http_conns import MAX_HANDLER_THREADS, MAX_OPEN_CONNECTIONS, ConnectionLoop, RequestReader
 from smoosh.errors import InvalidKey, SmooshError, UnknownChannel
 
@@ -55,6 +56,44 @@ def parse_address(address: str) -> tuple[str, int]:
 def is_loopback(host: str) -> bool:
     """Whether ``host`` names only the loopback interface."""
     return is_loopback_host(host)
+
+
+def parse_jobs_query(query: dict[str, list[str]]) -> tuple[frozenset[str] | None, int | None, int]:
+    """``state``, ``limit`` and ``offset`` of ``GET /jobs``, checked.
+
+    ``state`` may repeat and may list several states separated by commas.
+
+    Returns:
+        ``(states or None for all, limit or None for all, offset)``.
+
+    Raises:
+        ValueError: an unknown parameter or state, or a limit or offset that is not a whole
+            number in range; the message names the value.
+    """
+    unknown = sorted(set(query) - {"state", "limit", "offset"})
+    if unknown:
+        raise ValueError(f"unknown parameter {unknown[0]!r}: /jobs takes state, limit and offset")
+    states = None
+    if "state" in query:
+        wanted = [part.strip() for value in query["state"] for part in value.split(",")]
+        for state in wanted:
+            if state not in RECORD_STATES:
+                raise ValueError(f"unknown state {state!r}: one of {', '.join(RECORD_STATES)}")
+        states = frozenset(wanted)
+    limit = _whole("limit", query.get("limit"), minimum=1)
+    offset = _whole("offset", query.get("offset"), minimum=0)
+    return states, limit, offset or 0
+
+
+def _whole(name: str, values: list[str] | None, *, minimum: int) -> int | None:
+    if values is None:
+        return None
+    if len(values) > 1:
+        raise ValueError(f"{name} given {len(values)} times; give it once")
+    text = values[0]
+    if not text.isascii() or not text.isdigit() or int(text) < minimum:
+        raise ValueError(f"{name} must be a whole number of at least {minimum}, not {text!r}")
+    return int(text)
 
 
 #: ``AdminServer(token=...)`` default: the token of the server's config in force (a reload applies).
@@ -203,7 +242,9 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/status":
             self._send(HTTPStatus.OK, smoosh.status())
         elif path == "/jobs":
-            self._send(HTTPStatus.OK, {"jobs": smoosh.jobs_table()})
+            self._jobs()
+        elif path == "/explain":
+            self._explain()
         elif path == "/metrics":
             self._send_metrics()
         elif path in ("/enqueue", "/suspend", "/resume", "/flush"):
@@ -215,7 +256,7 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         if path not in ("/enqueue", "/suspend", "/resume", "/flush"):
             self._drain()
-            if path in ("/status", "/jobs", "/metrics"):
+            if path in ("/status", "/jobs", "/explain", "/metrics"):
                 self._send(HTTPStatus.METHOD_NOT_ALLOWED, {"error": f"{path} takes GET"})
             else:
                 self._send(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint: {path}"})
@@ -257,10 +298,14 @@ class _Handler(BaseHTTPRequestHandler):
             if len(key.encode("utf-8", "surrogatepass")) > MAX_ENQUEUE_KEY_BYTES:
                 self._send(HTTPStatus.BAD_REQUEST, {"error": f"'keys'[{i}] is longer than {MAX_ENQUEUE_KEY_BYTES} bytes"})
                 return
+        force = body.get("force", False)
+        if not isinstance(force, bool):
+            self._send(HTTPStatus.BAD_REQUEST, {"error": f"'force' must be true or false, not {json.dumps(force)}"})
+            return
         smoosh = self.admin.smoosh
         if urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query).get("wait") == ["1"]:
             # Answers after routing, one result per key (DESIGN §4.2, §11).
-            verdicts = smoosh.enqueue_and_wait(keys)
+            verdicts = smoosh.enqueue_and_wait(keys, force=force)
             smoosh.counters.enqueue_rejected += sum(v.outcome == "rejected" for v in verdicts)
             self._send(HTTPStatus.OK, {"results": [v.as_json() for v in verdicts]})
             return
@@ -269,12 +314,36 @@ class _Handler(BaseHTTPRequestHandler):
         with smoosh.intake.admitting():
             for key in keys:
                 try:
-                    smoosh.enqueue(key, require_file=True)
+                    smoosh.enqueue(key, require_file=True, force=force)
                     accepted += 1
                 except InvalidKey as e:
                     rejected.append({"key": key, "reason": e.reason})
         smoosh.counters.enqueue_rejected += len(rejected)
         self._send(HTTPStatus.ACCEPTED, {"accepted": accepted, "rejected": rejected})
+
+    def _jobs(self) -> None:
+        """``GET /jobs[?state=S[,S...]&limit=N&offset=N]``: a page of the per-key table, most recent first."""
+        try:
+            states, limit, offset = parse_jobs_query(self._query())
+        except ValueError as e:
+            self._send(HTTPStatus.BAD_REQUEST, {"error": str(e)})
+            return
+        rows, total = self.admin.smoosh.jobs_page(states=states, limit=limit, offset=offset)
+        end = offset + len(rows)
+        self._send(HTTPStatus.OK, {"jobs": rows, "total": total, "offset": offset,
+                                   "next_offset": end if end < total else None})
+
+    def _explain(self) -> None:
+        """``GET /explain?key=KEY``: why the key is or is not queued, per channel (changes nothing)."""
+        keys = self._query().get("key", [])
+        if len(keys) != 1 or not keys[0]:
+            self._send(HTTPStatus.BAD_REQUEST, {"error": "name one key: /explain?key=/path/to/db"})
+            return
+        self._send(HTTPStatus.OK, self.admin.smoosh.explain(keys[0]))
+
+    def _query(self) -> dict[str, list[str]]:
+        """The request's query parameters (blank values kept, so ``state=`` can be refused by name)."""
+        return urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query, keep_blank_values=True)
 
     def _control(self, action: str, body: Any) -> None:
         if body is None:
@@ -287,12 +356,15 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(HTTPStatus.BAD_REQUEST, {"error": "'channel' must be a string"})
             return
         try:
-            getattr(self.admin.smoosh, action)(channel)
+            result = getattr(self.admin.smoosh, action)(channel)
         except SmooshError as e:
             status = HTTPStatus.NOT_FOUND if isinstance(e, UnknownChannel) else HTTPStatus.INTERNAL_SERVER_ERROR
             self._send(status, {"error": str(e)})
             return
-        self._send(HTTPStatus.OK, {"ok": True, "action": action, "channel": channel})
+        answer: dict[str, Any] = {"ok": True, "action": action, "channel": channel}
+        if action == "flush":
+            answer["dropped"] = result  # waiting keys dropped, their staleness forgotten
+        self._send(HTTPStatus.OK, answer)
 
     def _send_metrics(self) -> None:
         try:

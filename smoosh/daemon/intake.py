@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import threading
 from dataclasses import dataclass
@@ -33,7 +34,9 @@ from smoosh.daemon.keypool import KeyPool
 from smoosh.daemon.measurement import Measurement, signature
 from smoosh.daemon.router import CLEANUP_PREFIX, EXACT_DUE, Router, db_path
 from smoosh.daemon.staleness import AccessTable
-from smoosh.daemon.verdicts import NOT_QUEUED, QUEUED, Verdict, Waiter, file_problem, stale_reason, why_zero
+from smoosh.daemon.verdicts import (
+    NOT_QUEUED, QUEUED, Verdict, Waiter, below_reason, file_problem, not_measured_reason, stale_reason,
+)
 from smoosh.errors import InvalidKey
 from smoosh.paths import canonical_path, inside, refused_at_use
 from smoosh.priority import quantize
@@ -57,12 +60,14 @@ class _InFlight:
     """A key waiting for or in its examination (one per key: a fleet has many).
 
     ``dirty`` asks for one more run after the one in progress; ``debounced`` reports the
-    outcome to the debouncer (the key came from the watcher's events).
+    outcome to the debouncer (the key came from the watcher's events); ``force`` routes it
+    past the thresholds (``enqueue --force``).
     """
 
     started: bool = False
     dirty: bool = False
     debounced: bool = False
+    force: bool = False
 
 
 #: Longest an examination waits for a batch being admitted (see Intake.admitting): a steady
@@ -77,8 +82,9 @@ class Intake:
         config_of: the config in force (read anew for every decision: reloads apply at once).
         router: measures keys and prices them per channel.
         access: the staleness table (the hot path).
-        offer: ``offer(key, channel_names, config, priority_of, sizes)``: hand the key to the
-            first of the channels that takes it; true when one took it (an
+        offer: ``offer(key, channel_names, config, priority_of, sizes, force=False)``: hand the
+            key to the first of the channels that takes it (with ``force``, to the first that
+            considers it, whatever its priority); true when one took it (an
             :class:`~smoosh.daemon.verdicts.Offered` says which, or why it does not wait there).
         own_paths: smoosh's own files (state_dir, the store), never keys.
         clock: wall-clock seconds (the debouncer's).
@@ -90,7 +96,7 @@ class Intake:
         config_of: Callable[[], Config],
         router: Router,
         access: AccessTable,
-        offer: Callable[[str, tuple[str, ...], Config, Callable[[Any], float], Sizes | None], Any],
+        offer: Callable[..., Any],
         own_paths: tuple[str, ...],
         clock: Callable[[], float],
         counters: Any,
@@ -116,6 +122,9 @@ class Intake:
         # from the job store): sized on demand for the status table, never routed. Under _lock.
         self._sizers: KeyPool[str] = KeyPool(self._size_only, 1, "smoosh-size")
         self._sizing: set[str] = set()
+        # Keys an operator forced, until their run ends: the re-check before the start lets
+        # them through whatever their priority. Under _lock.
+        self._forced: set[str] = set()
         self._stopped = False
         #: Asks the owner's loop to tick the intake soon (its debounce has a new due time).
         self.wake: Callable[[], None] = lambda: None
@@ -151,7 +160,8 @@ class Intake:
 
     # -- the way in --------------------------------------------------------------------------
 
-    def enqueue(self, key: str, *, require_file: bool = False, waiter: Waiter | None = None) -> None:
+    def enqueue(self, key: str, *, require_file: bool = False, waiter: Waiter | None = None,
+                force: bool = False) -> None:
         """Consider ``key`` for compaction; returns at once (the examination runs elsewhere).
 
         Parameters:
@@ -160,18 +170,21 @@ class Intake:
                 file, a directory or another kind of file is rejected. The watcher and the
                 Python API leave that to the examination (priority 0, no error).
             waiter: filled with what becomes of the key once its examination ends.
+            force: compact it now (``enqueue --force``): staleness, thresholds, a crash's
+                backoff and the channel's start-up pause do not count; the roots, the file
+                check, ``[smoosh.ignore]``, suspension, the window and ``max_jobs`` still do.
 
         Raises:
             InvalidKey: the key is not a usable key for this daemon (the reason says why).
         """
-        if self.access.is_fresh(key):
+        if not force and self.access.is_fresh(key):
             # The hot path (a repeated event): a dict lookup and a counter, nothing more.
             self.counters.enqueue_stale += 1
             if waiter is not None:
                 self._stale(key, waiter)
             return
         canonical = self.canonical_key(key)
-        if canonical != key and self.access.is_fresh(canonical):
+        if not force and canonical != key and self.access.is_fresh(canonical):
             self.counters.enqueue_stale += 1
             if waiter is not None:
                 self._stale(canonical, waiter)
@@ -181,7 +194,7 @@ class Intake:
             problem = file_problem(canonical, self.router.compactor_for(canonical))
             if problem is not None:
                 raise InvalidKey(canonical, problem)
-        self.submit(canonical, waiter=waiter)
+        self.submit(canonical, waiter=waiter, force=force)
 
     def _stale(self, key: str, waiter: Waiter) -> None:
         waiter.resolve(Verdict(waiter.key, NOT_QUEUED, reason=stale_reason(self.access.fresh_for_s(key), self._clock())))
@@ -281,10 +294,11 @@ class Intake:
 
     # -- examination (pool threads) ------------------------------------------------------------
 
-    def submit(self, key: str, debounced: bool = False, waiter: Waiter | None = None) -> None:
+    def submit(self, key: str, debounced: bool = False, waiter: Waiter | None = None, force: bool = False) -> None:
         """Examine ``key`` off this thread; a second request while it runs marks it dirty.
 
-        ``waiter``, when given, hears what became of the key after its examination ends.
+        ``waiter``, when given, hears what became of the key after its examination ends;
+        ``force`` routes it past the thresholds (it sticks until the examination ends).
         """
         with self._lock:
             if waiter is not None:
@@ -296,8 +310,9 @@ class Intake:
                 # One still waiting for a thread will read the file anyway.
                 state.dirty = state.started
                 state.debounced = state.debounced or debounced
+                state.force = state.force or force
                 return
-            self._inflight[key] = _InFlight(debounced=debounced)
+            self._inflight[key] = _InFlight(debounced=debounced, force=force)
         if not self._examiners.submit(key):  # stopped: the daemon is stopping
             with self._lock:
                 self._inflight.pop(key, None)
@@ -342,7 +357,7 @@ class Intake:
             try:
                 if defer_exact:
                     self.counters.enqueue_examined += 1
-                outcome = self._route(key, defer_exact)
+                outcome = self._route(key, defer_exact, force=state.force)
             except Exception as exc:
                 log.exception("examining %r failed", key)
                 self._verdicts[key] = Verdict(key, NOT_QUEUED, reason=f"examining it failed: {exc}")
@@ -369,12 +384,13 @@ class Intake:
             except Exception:
                 log.exception("debouncer result for %r failed", key)
 
-    def _route(self, key: str, defer_exact: bool = False) -> Any:
+    def _route(self, key: str, defer_exact: bool = False, force: bool = False) -> Any:
         """Offer ``key`` to its channels in configured order; True when one queued it.
 
         With ``defer_exact``: :data:`EXACT_DUE` when no channel took the cheap sizes and an
-        exact measurement is due (the caller hands the key to a measurer thread). While a
-        caller waits for the key, the verdict is kept in ``_verdicts`` for it.
+        exact measurement is due (the caller hands the key to a measurer thread). With
+        ``force``: the first channel that considers the key takes it if none prices it above
+        0. While a caller waits for the key, the verdict is kept in ``_verdicts`` for it.
         """
         cfg = self._config_of()
         explain = key in self._waiters  # the words cost nothing on the fleet's path
@@ -387,11 +403,17 @@ class Intake:
             self._feed_cleanup(key)
         before = signature(db_path(key))
         verdict = None
-        for offer in self.router.offers(key, cfg, defer_exact=defer_exact):
+        for offer in self.router.offers(key, cfg, defer_exact=defer_exact, force=force):
             if offer is EXACT_DUE:
                 return EXACT_DUE
             names, sizes, priority_of, exact = offer
-            offered = self._offer(key, tuple(names), cfg, priority_of, sizes)
+            if force:
+                # Marked before any channel has it: its start may come before this returns.
+                with self._lock:
+                    self._forced.add(key)
+            offered = self._offer(key, tuple(names), cfg, priority_of, sizes, force=force)
+            if force and not offered:
+                self.unforce(key)
             if offered:
                 if sizes is not None:
                     self.measurements[key] = Measurement(sizes, before, exact)
@@ -400,13 +422,15 @@ class Intake:
                 if explain:
                     reason = getattr(offered, "reason", None)
                     self._verdicts[key] = Verdict(key, NOT_QUEUED, reason=reason) if reason else Verdict(
-                        key, QUEUED, channel=getattr(offered, "channel", None), priority=getattr(offered, "priority", None))
+                        key, QUEUED, channel=getattr(offered, "channel", None), priority=getattr(offered, "priority", None),
+                        reason=getattr(offered, "note", None))
                 return True
             if explain:
-                reason = getattr(offered, "reason", None) or self._below(key, names, cfg, sizes, priority_of)
+                reason = getattr(offered, "reason", None) or below_reason(
+                    key, names, cfg, sizes, priority_of, self.router.compactor_for(key))
                 verdict = Verdict(key, NOT_QUEUED, reason=reason)
         if explain:
-            self._verdicts[key] = verdict or Verdict(key, NOT_QUEUED, reason=self._not_measured(key, cfg))
+            self._verdicts[key] = verdict or Verdict(key, NOT_QUEUED, reason=not_measured_reason(key))
         return False
 
     def _feed_cleanup(self, key: str) -> None:
@@ -422,34 +446,6 @@ class Intake:
             return
         log.debug("%r has a WAL past wal_max_size; examining %r", key, cleanup)
         self.submit(cleanup)
-
-    def _below(self, key: str, names: Any, cfg: Config, sizes: Sizes | None,
-               priority_of: Callable[[Any], float]) -> str:
-        """Why no channel took the key: each channel's threshold, with the numbers."""
-        compactor = self.router.compactor_for(key)
-        parts = []
-        for name in names:
-            ch = cfg.channels.get(name)
-            if ch is None:
-                continue
-            if not ch.matches(key):
-                parts.append(f"{name}: outside its match patterns")
-            elif sizes is None:
-                parts.append(f"{name}: nothing to clean up")
-            elif not priority_of(ch):
-                needs = ch.priority == "upgrade" and bool(compactor.needs_upgrade(key))
-                parts.append(f"{name}: {why_zero(ch, sizes, needs)}")
-        if not parts:
-            return "no channel takes it"
-        what = "" if sizes is None else f" (file {sizes.file_bytes} bytes, live {sizes.active_bytes} bytes)"
-        return f"below every channel's threshold{what}: " + "; ".join(parts)
-
-    @staticmethod
-    def _not_measured(key: str, cfg: Config) -> str:
-        """Why a key got no measurement at all: its file is gone, or was just compacted."""
-        if not os.path.lexists(db_path(key)):
-            return "no such file"
-        return "compacted less than exact_size_interval ago and not grown since"
 
     def _resolve(self, key: str, waiters: list[Waiter] | None) -> None:
         verdict = self._verdicts.pop(key, None)
@@ -481,6 +477,9 @@ class Intake:
             refused(db_path(key), reason)  # logged: a path changed under smoosh
             return 0
         compactor = self.router.compactor_for(key)
+        if self.is_forced(key):
+            # Forced by an operator: thresholds do not count, but the file must still be one.
+            return 0 if compactor.sizes(key) is None else math.inf
         if key.startswith(CLEANUP_PREFIX):
             return float(compactor.cleanup_priority(key))
         carried = self.measurements.get(key)
@@ -501,6 +500,24 @@ class Intake:
     def forget(self, key: str) -> None:
         """Drop what is known of ``key`` (it was compacted, or left every channel)."""
         self.measurements.pop(key, None)
+
+    def forget_flushed(self, key: str) -> None:
+        """An operator flushed ``key`` out of its channel: its staleness goes with it (any thread).
+
+        Otherwise the key, enqueued again within ``staleness``, would be answered "stale" and
+        dropped while no channel holds it any more. A force goes too.
+        """
+        self.access.forget(key)
+        self.unforce(key)
+
+    def is_forced(self, key: str) -> bool:
+        """Whether an operator forced ``key`` and its run has not ended yet (any thread)."""
+        return key in self._forced
+
+    def unforce(self, key: str) -> None:
+        """``key``'s forced run ended (or never started): its thresholds count again (any thread)."""
+        with self._lock:
+            self._forced.discard(key)
 
     def reclaimable(self, keys: Mapping[str, Any] | set[str]) -> int:
         """Bytes the measured keys among ``keys`` would give back (file - active).

@@ -71,7 +71,7 @@ class Router:
         path = db_path(key)
         return any(path == pattern or fnmatch.fnmatchcase(path, pattern) for pattern in cfg.ignore)
 
-    def offers(self, key: str, cfg: Config, *, defer_exact: bool = False) -> Iterator[Offer]:
+    def offers(self, key: str, cfg: Config, *, defer_exact: bool = False, force: bool = False) -> Iterator[Offer]:
         """The ways to offer ``key`` to its channels, cheapest measurement first.
 
         Yields nothing for a missing database or one compacted recently that has not grown. For
@@ -80,6 +80,8 @@ class Router:
         estimate is a lower bound and may not qualify where the truth does. With
         ``defer_exact``, a due exact measurement is not taken: :data:`EXACT_DUE` is yielded
         in its place, for the caller to hand the key to a thread that may take its time.
+        With ``force`` (``enqueue --force``: thresholds do not count) the cheap estimate is
+        the only offer, and a database compacted recently is offered all the same.
         """
         compactor = self.compactor_for(key)
         if compactor is None:
@@ -89,9 +91,11 @@ class Router:
             yield cfg.cleanup_channels, None, lambda ch: priority, False
             return
         sizes = compactor.sizes(key)
-        if sizes is None or self.freshly_compacted(key, sizes.file_bytes, cfg):
+        if sizes is None or (not force and self.freshly_compacted(key, sizes.file_bytes, cfg)):
             return
         yield cfg.db_channels, sizes, lambda ch: self.priority(ch, key, sizes, compactor), False
+        if force:
+            return
         exact_due = getattr(compactor, "exact_size_due", None)
         if exact_due is not None and exact_due(key):
             if defer_exact:
@@ -128,12 +132,13 @@ class Router:
             while len(self._compacted) > MAX_COMPACTED_KEYS:
                 self._compacted.popitem(last=False)
 
-    def freshly_compacted(self, key: str, file_bytes: int, cfg: Config) -> bool:
+    def freshly_compacted(self, key: str, file_bytes: int, cfg: Config, *, forget_expired: bool = True) -> bool:
         """Whether ``key`` was compacted within ``exact_size_interval`` and its file has not grown since.
 
         Such a file holds nothing a new compaction could reclaim, whatever its measured sizes
         say: rows rarely fill pages completely, so even a freshly vacuumed file shows payload
         well below its size, and without this rule it would be compacted again and again.
+        ``forget_expired=False`` leaves the memory as it is (``explain`` changes nothing).
         """
         with self._lock:
             done = self._compacted.get(key)
@@ -142,6 +147,8 @@ class Router:
         size_after_bytes, at = done
         age_s = self._clock() - at
         if age_s >= cfg.exact_size_interval_s or file_bytes > size_after_bytes:
+            if not forget_expired:
+                return False
             with self._lock:
                 self._compacted.pop(key, None)
             return False

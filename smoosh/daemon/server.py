@@ -21,22 +21,25 @@ its own docstring: the intake (its pools), the history table (its lock), a chann
 from __future__ import annotations
 
 import logging
+import math
 import time
+from datetime import datetime, timezone
 from typing import Any, Callable
 
 from channels import Channel
-from channels.ports import Outcome
+from channels.ports import Outcome, RunEvent
 from smoosh.compactors import load_compactors
 from smoosh.config import ChannelConfig, Config
 from smoosh.daemon import control
 from smoosh.daemon.cluster_holds import ClusterHolds, Hold, covering
+from smoosh.daemon.explain import Sources, explain as explain_key
 from smoosh.daemon.history import ADDED, HistoryTable
 from smoosh.daemon.housekeeping import Housekeeping, Parts
 from smoosh.daemon.instance_lock import InstanceLock, prepare_state_dir
 from smoosh.daemon.intake import Intake
 from smoosh.daemon.measurement import own_paths
 from smoosh.daemon.live_config import CALL_TIMEOUT_S, LiveConfig
-from smoosh.daemon.verdicts import WAIT_S, Offered, Verdict, enqueue_and_wait
+from smoosh.daemon.verdicts import WAIT_S, Offered, Verdict, enqueue_and_wait, forced_note, hold_reasons
 from smoosh.daemon.outcomes import Counters, Outcomes
 from smoosh.daemon.registry import ChannelRegistry
 from smoosh.daemon.router import Router
@@ -172,7 +175,7 @@ class Server(LiveConfig):
         self._jobs.set_type_timeout(self.job_type, cfg.job_timeout_s)
         self._scheduler = JobScheduler(
             self._jobs, self.job_type, recheck=self.intake.recheck, post=self._loop.post,
-            deliver=self._outcomes.deliver, clock=self._clock,
+            deliver=self._deliver, clock=self._clock,
         )
         self._suspension.load()
         # Before any channel opens: a channel the cluster holds never starts a run first.
@@ -292,24 +295,32 @@ class Server(LiveConfig):
 
     # ------------------------------------------------------------------ the way in
 
-    def enqueue(self, key: str, *, require_file: bool = False) -> None:
+    def enqueue(self, key: str, *, require_file: bool = False, force: bool = False) -> None:
         """Ask smoosh to consider ``key`` for compaction; returns at once.
 
         ``require_file`` (HTTP and the CLI) rejects a db key that names no database file.
+        ``force`` compacts it now (``smoosh enqueue --force``): staleness, the channels'
+        thresholds, a crash's backoff and the channel's start-up pause do not count; the
+        roots, ``[smoosh.ignore]``, operator suspension, the window, the channel's
+        concurrency and ``max_jobs`` still do (the key then waits at the top of its channel).
 
         Raises:
             InvalidKey: the key is not a usable key for this daemon (the reason says why).
         """
-        self.intake.enqueue(key, require_file=require_file)
+        self.intake.enqueue(key, require_file=require_file, force=force)
 
-    def enqueue_and_wait(self, keys: list[str], timeout_s: float = WAIT_S) -> list[Verdict]:
+    def enqueue_and_wait(self, keys: list[str], timeout_s: float = WAIT_S, *, force: bool = False) -> list[Verdict]:
         """Enqueue ``keys`` as HTTP does and say what became of each (``POST /enqueue?wait=1``).
+
+        ``force``: as :meth:`enqueue`; a forced key's ``queued`` result has the reason
+        ``forced``, followed by what holds it back, if anything does.
 
         Returns:
             One :class:`~smoosh.daemon.verdicts.Verdict` per key, in order, within ``timeout_s``.
         """
-        return enqueue_and_wait(lambda key, waiter: self.intake.enqueue(key, require_file=True, waiter=waiter),
-                                keys, timeout_s)
+        return enqueue_and_wait(
+            lambda key, waiter: self.intake.enqueue(key, require_file=True, waiter=waiter, force=force),
+            keys, timeout_s)
 
     def canonical_key(self, key: object) -> str:
         """The key's identity (see :meth:`Intake.canonical_key`)."""
@@ -320,36 +331,76 @@ class Server(LiveConfig):
         self.intake.validate(key)
 
     def _offer(self, key: str, names: tuple[str, ...], cfg: Config, priority_of: Callable[[ChannelConfig], float],
-               sizes: Any) -> Offered:
-        """Hand ``key`` to the first of ``names`` that prices it above 0 (an intake thread); true when queued."""
+               sizes: Any, *, force: bool = False) -> Offered:
+        """Hand ``key`` to the first of ``names`` that prices it above 0 (an intake thread); true when queued.
+
+        With ``force`` a key no channel prices above 0 goes to the first channel that
+        considers it (its ``match``), preferring one that is not an upgrade channel (an
+        upgrade channel's priority says whether the database needs one, not how urgently).
+        """
         channels = self._registry.current
+        considered: list[str] = []
         for name in names:
             ch_cfg = cfg.channels.get(name)
             channel = channels.get(name)
             if ch_cfg is None or channel is None or not ch_cfg.matches(key):
                 continue
+            considered.append(name)
             priority = priority_of(ch_cfg)
-            if not priority:
-                continue
-            scheduler = self._scheduler
-            run = scheduler.run_of(key) if scheduler is not None else None
-            if run is not None:  # one key, one job: it runs (or is starting) already
-                return Offered(reason=f"already running in channel {run.channel}")
-            quantized = quantize(priority)
-            if not channel.enqueue(key, quantized):
-                # Taken all the same (the key is not offered elsewhere), but it does not wait here.
-                return Offered(name, quantized, f"already running in channel {name}" if key in channel.in_flight()
-                               else f"channel {name} is full and its priority {quantized!r} is the lowest")
-            now = self._clock()
-            rec = self._history.get(key)
-            if rec is not None and rec.retry_at is not None and rec.retry_at > now:
-                # Crashing (or busy) still: it waits out its backoff in the channel.
-                channel.defer(key, quantized, rec.retry_at)
-            else:
-                self._history.record(key, ADDED, now, channel=name)
-            log.debug("%r queued in %s at priority %r", key, name, priority)
-            return Offered(name, quantized)
+            if priority:
+                return self._take(key, name, channel, quantize(priority), force=force)
+        if force and considered:
+            name = next((n for n in considered if cfg.channels[n].priority != "upgrade"), considered[0])
+            channel = channels.get(name)
+            if channel is not None:
+                return self._take(key, name, channel, 0.0, force=True)
         return Offered()
+
+    def _take(self, key: str, name: str, channel: Channel, quantized: float, *, force: bool) -> Offered:
+        """Queue ``key`` in ``channel`` (forced: at its top, out of any backoff), unless it runs already."""
+        scheduler = self._scheduler
+        run = scheduler.run_of(key) if scheduler is not None else None
+        if run is not None:  # one key, one job: it runs (or is starting) already
+            return Offered(reason=f"already running in channel {run.channel}")
+        taken = channel.force(key) if force else channel.enqueue(key, quantized)
+        if not taken:
+            # Taken all the same (the key is not offered elsewhere), but it does not wait here.
+            return Offered(name, quantized, f"already running in channel {name}" if key in channel.in_flight()
+                           else f"channel {name} is full and its priority {quantized!r} is the lowest")
+        now = self._clock()
+        if force:
+            self._history.record(key, ADDED, now, channel=name, reason="forced")
+            log.info("%r forced into %s", key, name)
+            return Offered(name, math.inf, note=forced_note(self.holds(name, forced=True)))
+        rec = self._history.get(key)
+        if rec is not None and rec.retry_at is not None and rec.retry_at > now:
+            # Crashing (or busy) still: it waits out its backoff in the channel.
+            channel.defer(key, quantized, rec.retry_at)
+        else:
+            self._history.record(key, ADDED, now, channel=name)
+        log.debug("%r queued in %s at priority %r", key, name, quantized)
+        return Offered(name, quantized)
+
+    def holds(self, name: str, *, forced: bool = False) -> list[str]:
+        """What keeps channel ``name`` from starting its next key now, in words (any thread).
+
+        ``forced``: for a forced key, which the start-up pause does not hold back.
+        """
+        channel = self._registry.current.get(name)
+        if channel is None:
+            return [f"channel {name} is closed"]
+        ch_cfg = self._config.channels.get(name)
+        window = getattr(ch_cfg, "window", None)
+        status = channel.status()
+        next_open = None
+        if window is not None and not status.get("in_window", True):
+            now = self._clock()
+            next_open = window.next_open(datetime.fromtimestamp(now, timezone.utc)).timestamp()
+        return hold_reasons(
+            name, status, window=window, next_open=next_open,
+            paused_until=None if forced else channel.paused_until,
+            slots_busy=self._slots.busy, max_jobs=self._slots.limit, dry_run=self.dry_run,
+        )
 
     # ------------------------------------------------------------------ the channels' host (loop thread)
 
@@ -386,8 +437,15 @@ class Server(LiveConfig):
             scheduler.background(lambda: control.set_hold(store, self.node, channel, held))
 
     def on_outcome(self, channel: str, key: str, outcome: Outcome, now: float) -> float | None:
-        """Record how a run ended (see :meth:`Outcomes.on_outcome`)."""
+        """Record how a run ended (see :meth:`Outcomes.on_outcome`); a force ends with its run."""
+        self.intake.unforce(key)
         return self._outcomes.on_outcome(channel, key, outcome, now)
+
+    def _deliver(self, channel: str, event: RunEvent) -> Any:
+        """A run event reaches its channel (see :meth:`Outcomes.deliver`); a dropped run ends a force."""
+        if event.kind == "dropped":
+            self.intake.unforce(event.key)
+        return self._outcomes.deliver(channel, event)
 
     def _claimed_run(self, key: str) -> bool:
         """Whether ``key``'s run is this process's worker's, claimed by it (no store request to clear)."""
@@ -464,18 +522,29 @@ class Server(LiveConfig):
 
         self._loop.call(run, CALL_TIMEOUT_S)
 
-    def flush(self, channel: str | None = None) -> None:
+    def flush(self, channel: str | None = None) -> int:
         """Empty the waiting queue of one channel or all (running jobs go on).
+
+        The dropped keys' staleness is forgotten with them: enqueued again, a key is examined
+        afresh (kept, it would be dropped as stale by a queue that no longer holds it).
+        Their crash backoff stays: a crashing key enqueued again still waits it out.
+
+        Returns:
+            How many waiting keys were dropped.
 
         Raises:
             UnknownChannel: ``channel`` is not configured.
         """
-        def run() -> None:
+        def run() -> int:
+            dropped = 0
             for ch in self._registry.targets(channel):
-                ch.flush()
+                for key in ch.flush():
+                    self.intake.forget_flushed(key)
+                    dropped += 1
             self._operator_acted()
+            return dropped
 
-        self._loop.call(run, CALL_TIMEOUT_S)
+        return self._loop.call(run, CALL_TIMEOUT_S)
 
     def _operator_acted(self) -> None:
         if self._housekeeping is not None:
@@ -487,9 +556,27 @@ class Server(LiveConfig):
         """The status table: CouchDB's ``_smoosh/status`` shape plus smoosh's fields. Never blocks on a channel."""
         return build_status(self)
 
+    def explain(self, key: object) -> dict[str, Any]:
+        """Why ``key`` is or is not queued, per channel (``smoosh explain``, ``GET /explain``).
+
+        Changes nothing: no enqueue, no exact measurement. See :mod:`smoosh.daemon.explain`
+        for the answer's shape.
+        """
+        return explain_key(Sources(
+            intake=self.intake, history=self._history, channels=self._registry.current, config=self._config,
+            holds=lambda name, forced: self.holds(name, forced=forced),
+            slots=(self._slots.busy, self._slots.limit), clock=self._clock,
+        ), key)
+
     def jobs_table(self) -> list[dict[str, Any]]:
-        """Per-key state, progress, error count, last error and history (``GET /jobs``)."""
-        return jobs_table(self._history, self._worker)
+        """Per-key state, progress, error count, last error and history (``GET /jobs``), most recent first."""
+        return jobs_table(self._history, self._worker)[0]
+
+    def jobs_page(
+        self, *, states: frozenset[str] | None = None, limit: int | None = None, offset: int = 0,
+    ) -> tuple[list[dict[str, Any]], int]:
+        """A page of :meth:`jobs_table`: only ``states``, ``limit`` rows after ``offset``; with the matching total."""
+        return jobs_table(self._history, self._worker, states=states, limit=limit, offset=offset)
 
     def crashing_jobs(self) -> dict[str, int]:
         """Keys in crash backoff now, per channel (``smoosh_crashing_jobs``); any thread."""

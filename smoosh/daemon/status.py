@@ -116,19 +116,30 @@ def read_node_statuses(store: Store, now: float | None = None) -> dict[str, dict
     return nodes
 
 
-def jobs_table(history: Any, worker: Any) -> list[dict[str, Any]]:
-    """Per-key state, progress, error count, last error and history (``GET /jobs``).
+def jobs_table(
+    history: Any, worker: Any, *, states: frozenset[str] | None = None, limit: int | None = None, offset: int = 0,
+) -> tuple[list[dict[str, Any]], int]:
+    """Per-key state, progress, error count, last error and history (``GET /jobs``), most recent first.
 
-    ``history`` is the server's history table; ``worker`` its in-process worker (or None),
-    asked for the progress of what it runs now.
+    Parameters:
+        history: the server's history table.
+        worker: its in-process worker (or None), asked for the progress of what it runs now.
+        states: only records in these states (None: all).
+        limit: at most this many rows (None: all).
+        offset: rows of the matching list to skip first (paging).
+
+    Returns:
+        ``(rows, total)``: the page, and how many records match in all.
     """
     progress = {}
     if worker is not None:
         progress = {r["key"]: r["progress"] for r in worker.status()}
+    matching = [rec for rec in history.records() if states is None or rec.state in states]
+    page = matching[offset:] if limit is None else matching[offset:offset + limit]
     rows = []
-    for rec in history.records():
+    for rec in page:
         row = rec.to_json()
         if row["state"] == "running" and rec.key in progress:
             row["progress"] = progress[rec.key]
         rows.append(row)
-    return rows
+    return rows, len(matching)

@@ -25,7 +25,8 @@ from smoosh.priority import DEFAULT_MIN_PRIORITY
 
 __all__ = [
     "QUEUED", "NOT_QUEUED", "REJECTED", "STILL_EXAMINING", "Verdict", "Offered", "Waiter",
-    "file_problem", "why_zero", "stale_reason", "enqueue_and_wait", "WAIT_S",
+    "file_problem", "why_zero", "stale_reason", "enqueue_and_wait", "WAIT_S", "hold_reasons", "forced_note",
+    "utc_text", "channel_phrase", "below_reason", "not_measured_reason",
 ]
 
 QUEUED = "queued"
@@ -58,12 +59,14 @@ class Offered:
     """The answer of the server's offer to a key's channels: true when a channel queued it.
 
     ``reason`` says why none did, when the channels' priorities were not the cause (the key
-    runs already, a full queue evicted it at once).
+    runs already, a full queue evicted it at once). ``note`` goes with a key that was queued
+    (a forced key, and what holds it back).
     """
 
     channel: str | None = None
     priority: float | None = None
     reason: str | None = None
+    note: str | None = None
 
     def __bool__(self) -> bool:
         return self.channel is not None
@@ -153,8 +156,7 @@ def file_problem(path: str, compactor: Any) -> str | None:
 
 def stale_reason(left_s: float, now: float) -> str:
     """``stale until 2026-11-24T19:20:00Z``: a channel took the key less than ``staleness`` ago."""
-    until = datetime.datetime.fromtimestamp(now + left_s, datetime.timezone.utc)
-    return f"stale until {until.strftime('%Y-%m-%dT%H:%M:%SZ')} (a channel took it less than staleness ago)"
+    return f"stale until {utc_text(now + left_s)} (a channel took it less than staleness ago)"
 
 
 def why_zero(ch: ChannelConfig, sizes: Any, needs_upgrade: bool) -> str:
@@ -185,6 +187,121 @@ def why_zero(ch: ChannelConfig, sizes: Any, needs_upgrade: bool) -> str:
     if value <= min_priority:
         return f"{name} {_number(value)} <= min_priority {_number(min_priority)}"
     return f"{name} {_number(value)} > max_priority {_number(ch.max_priority)}"
+
+
+def utc_text(at: float) -> str:
+    """A unix time as ``2026-11-24T19:20:00Z``, the form every reason uses."""
+    return datetime.datetime.fromtimestamp(at, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def hold_reasons(
+    name: str,
+    status: dict[str, Any],
+    *,
+    window: Any,
+    next_open: float | None,
+    paused_until: float | None,
+    slots_busy: int,
+    max_jobs: int,
+    dry_run: bool,
+) -> list[str]:
+    """What keeps channel ``name`` from starting a waiting key now, in words; empty when nothing does.
+
+    Parameters:
+        name: the channel.
+        status: its published status (``suspended``, ``held``, ``in_window``, ``active``,
+            ``starting``, ``concurrency``).
+        window: its window (printed), or None.
+        next_open: when its window opens next (unix seconds), when it is closed.
+        paused_until: when its start-up pause ends, or None (a forced key ignores it: pass None).
+        slots_busy, max_jobs: the node's global slots taken, and their number.
+        dry_run: the daemon starts nothing at all.
+
+    Returns:
+        Phrases such as ``channel big_dbs is outside its window 23:30-05:00 UTC (it opens at
+        2026-11-24T23:30:00Z)``, most lasting first.
+    """
+    holds = []
+    if dry_run:
+        holds.append("dry run: nothing starts")
+    if status.get("suspended"):
+        holds.append(f"channel {name} is suspended (it starts when resumed)")
+    held = status.get("held")
+    if held:
+        by = f" set by {held.get('by')}" if isinstance(held, dict) and held.get("by") else ""
+        holds.append(f"channel {name} is held by a cluster hold{by} (it starts when `smoosh resume --store` clears it)")
+    if not status.get("in_window", True):
+        opens = f" (it opens at {utc_text(next_open)})" if next_open is not None else ""
+        holds.append(f"channel {name} is outside its window {window}{opens}")
+    if paused_until is not None:
+        holds.append(f"channel {name} is in its start-up pause until {utc_text(paused_until)}")
+    concurrency = int(status.get("concurrency", 1))
+    running = int(status.get("active", 0)) + int(status.get("starting", 0))
+    if concurrency == 0:
+        holds.append(f"channel {name} has concurrency 0 (it starts nothing)")
+    elif running >= concurrency:
+        holds.append(f"channel {name} is at its concurrency ({running} running)")
+    if slots_busy >= max_jobs:
+        holds.append(f"all {max_jobs} max_jobs slots are busy")
+    return holds
+
+
+def forced_note(holds: list[str]) -> str:
+    """The reason of a forced key's ``queued`` result: ``forced``, and what holds it back if anything does."""
+    return "forced" if not holds else "forced; held back: " + "; ".join(holds)
+
+
+def channel_phrase(ch: ChannelConfig, key: str, sizes: Any, priority: float, compactor: Any) -> str | None:
+    """Why channel ``ch`` does not take ``key``, or None when it does (its ``priority`` is above 0).
+
+    Parameters:
+        ch: the channel's settings.
+        key: a canonical key.
+        sizes: the database's ``Sizes``, or None (a cleanup key, or nothing measured).
+        priority: what the channel gives the key.
+        compactor: the compactor that claims it (asked whether it needs an upgrade).
+
+    Returns:
+        ``outside its match patterns``, ``nothing to clean up``, or :func:`why_zero`'s phrase.
+    """
+    if not ch.matches(key):
+        return "outside its match patterns"
+    if priority:
+        return None
+    if sizes is None:
+        return "nothing to clean up"
+    needs = ch.priority == "upgrade" and bool(compactor.needs_upgrade(key))
+    return why_zero(ch, sizes, needs)
+
+
+def below_reason(key: str, names: Iterable[str], cfg: Any, sizes: Any, priority_of: Callable[[Any], float],
+                 compactor: Any) -> str:
+    """Why no channel took ``key``: each channel's threshold, with the numbers (``?wait=1``, ``explain``).
+
+    Returns:
+        ``below every channel's threshold (file N bytes, live M bytes): ratio_dbs: ratio 1.25
+        <= min_priority 2.0; ...``, or ``no channel takes it`` when no channel of its kind exists.
+    """
+    parts = []
+    for name in names:
+        ch = cfg.channels.get(name)
+        if ch is None:
+            continue
+        phrase = channel_phrase(ch, key, sizes, priority_of(ch) if ch.matches(key) else 0.0, compactor)
+        if phrase is not None:
+            parts.append(f"{name}: {phrase}")
+    if not parts:
+        return "no channel takes it"
+    what = "" if sizes is None else f" (file {sizes.file_bytes} bytes, live {sizes.active_bytes} bytes)"
+    return f"below every channel's threshold{what}: " + "; ".join(parts)
+
+
+def not_measured_reason(key: str) -> str:
+    """Why a key got no measurement at all: its file is gone, or was just compacted."""
+    path = key[len("cleanup:"):] if key.startswith("cleanup:") else key
+    if not os.path.lexists(path):
+        return "no such file"
+    return "compacted less than exact_size_interval ago and not grown since"
 
 
 def _number(value: float) -> str:

@@ -81,3 +81,13 @@ def test_unopenable_store_exits_1(tmp_path: Path) -> None:
 def test_default_function_is_jobs_command() -> None:
     args = parse(["jobs", "list"])
     assert args.func is jobs_command
+
+
+def test_list_filters_by_state_limits_and_prints_json(store_url: str) -> None:
+    code, out, _ = run(parse(["jobs", "--store", store_url, "list", "--state", "running"]))
+    assert code == 0 and [line.split()[1] for line in out.splitlines()[1:]] == ["/data/b.db"]
+    code, out, _ = run(parse(["jobs", "--store", store_url, "list", "--limit", "1", "--json"]))
+    assert code == 0
+    (job,) = json.loads(out)["jobs"]
+    assert (job["id"], job["state"], job["scheduled_time"]) == ("/data/a.db", "pending", 1_700_000_000)
+    assert job["data"] == {"channel": "slack_dbs", "priority": 3.5}

@@ -72,7 +72,7 @@ def test_reset_store_moves_the_corrupt_store_aside_and_starts_empty(tmp_path: Pa
     daemons.append(d)
     d.wait_ready()
     # Then it serves, on a new, healthy store, with no jobs
-    assert d.get("/jobs") == {"jobs": []}
+    assert d.get("/jobs") == {"jobs": [], "total": 0, "offset": 0, "next_offset": None}
     assert corruption(str(store)) is None
     # And the damaged file was renamed with the time, byte for byte, not deleted
     aside = [p for p in store.parent.iterdir() if re.fullmatch(r"jobs\.db\.corrupt-\d+", p.name)]

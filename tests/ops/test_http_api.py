@@ -66,7 +66,8 @@ def test_suspend_and_resume_show_in_the_status_read_right_after_the_answer(pause
 
 def test_flush_empties_the_queue_before_answering(paused: PausedDaemon) -> None:
     assert request(paused.url + "/status").json()["channels"]["slack_dbs"]["waiting"]["size"] == 1
-    assert request(paused.url + "/flush", "POST", {"channel": "slack_dbs"}).status == 200
+    reply = request(paused.url + "/flush", "POST", {"channel": "slack_dbs"})
+    assert (reply.status, reply.json()) == (200, {"ok": True, "action": "flush", "channel": "slack_dbs", "dropped": 1})
     waiting = request(paused.url + "/status").json()["channels"]["slack_dbs"]["waiting"]
     assert waiting == {"size": 0, "min": 0, "max": 0}
 

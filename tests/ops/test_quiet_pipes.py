@@ -35,7 +35,7 @@ def run_with_reader_gone(*args: str, cwd: Path | None = None) -> tuple[int, str]
 
 @pytest.mark.parametrize("args", [
     ("status",), ("status", "--json"), ("status", "--jobs"), ("status", "--jobs", "--json"),
-    ("status", "--watch"),
+    ("status", "--watch"), ("status", "--state", "pending", "--limit", "1"),
 ], ids=lambda a: " ".join(a))
 def test_status_ends_quietly_when_its_reader_goes_away(paused: PausedDaemon, args: tuple[str, ...]) -> None:
     code, stderr = run_with_reader_gone(*args, "--url", paused.url)
@@ -51,9 +51,15 @@ def test_enqueue_ends_quietly_with_its_usual_code_when_its_reader_goes_away(paus
     assert code == 1
 
 
+@pytest.mark.parametrize("json_flag", [(), ("--json",)], ids=["text", "json"])
+def test_explain_ends_quietly_when_its_reader_goes_away(paused: PausedDaemon, json_flag: tuple[str, ...]) -> None:
+    assert run_with_reader_gone("explain", *json_flag, "--url", paused.url, paused.fresh) == (0, "")
+
+
 def test_config_check_and_help_end_quietly_when_their_reader_goes_away(tmp_path: Path) -> None:
     config = write_config(tmp_path, port=5986)
     assert run_with_reader_gone("config", "check", "--config", str(config)) == (0, "")
+    assert run_with_reader_gone("config", "check", "--json", "--config", str(config)) == (0, "")
     assert run_with_reader_gone("--help") == (0, "")
     assert run_with_reader_gone("run", "--help") == (0, "")
 

@@ -289,3 +289,16 @@ def test_random_operations_match_a_reference_model() -> None:
         assert len(q) == len(model)
     assert q.evicted == model.evicted
     assert q.items() == model.items()
+
+
+def test_rank_counts_the_pops_before_a_key_across_many_chunks() -> None:
+    # Given enough keys for many chunks, with ties among them
+    rng = random.Random(14)
+    q = PriorityQueue(capacity=100_000)
+    for i in range(5000):
+        q.push(f"k{i}", rng.choice([0.5, 1, 2.0, 3, math.inf]))
+    # When every key is ranked, then each rank is its place in the pop order
+    expected = {key: place for place, (key, _) in enumerate(q.items())}
+    assert {key: q.rank(key) for key in expected} == expected
+    assert q.rank("absent") is None
+    assert len(q) == 5000  # ranking changes nothing

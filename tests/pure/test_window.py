@@ -174,3 +174,24 @@ def test_window_built_directly_is_validated() -> None:
         Window(0, 1441)
     with pytest.raises(ValueError, match="unknown timezone"):
         Window(0, 60, "Nowhere/Land")
+
+
+@pytest.mark.parametrize(
+    ("from_", "to", "expected"),
+    [
+        ("02:30", "04:30", AT_0330),  # open now: now
+        ("3:35", "3:50", datetime(2024, 5, 17, 3, 35, tzinfo=UTC)),  # later today
+        ("1:20", "3:29", datetime(2024, 5, 18, 1, 20, tzinfo=UTC)),  # closed for today: tomorrow
+        ("23:30", "3:29", datetime(2024, 5, 17, 23, 30, tzinfo=UTC)),  # wraps midnight, opens tonight
+    ],
+)
+def test_next_open_is_now_inside_else_the_next_from(from_: str, to: str, expected: datetime) -> None:
+    opening = Window.parse(from_, to).next_open(AT_0330)
+    assert opening == expected
+    assert Window.parse(from_, to).is_open(opening)
+
+
+def test_next_open_counts_in_the_windows_zone() -> None:
+    # 03:30 UTC is 05:30 in Berlin (summer): a 06:00-07:00 Berlin window opens at 04:00 UTC
+    opening = Window.parse("06:00", "07:00", "Europe/Berlin").next_open(AT_0330)
+    assert opening.astimezone(UTC) == datetime(2024, 5, 17, 4, 0, tzinfo=UTC)

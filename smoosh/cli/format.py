@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-__all__ = ["format_status", "format_jobs", "format_cluster", "status_summary", "fmt_bytes"]
+__all__ = ["format_status", "format_io_budget", "format_jobs", "format_cluster", "status_summary", "fmt_bytes"]
 
 
 def status_summary(status: dict[str, Any]) -> str:
@@ -44,6 +44,9 @@ def format_status(body: dict[str, Any]) -> str:
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
     lines.append(f"node {body.get('node')}: {fmt_bytes(body.get('reclaimable_bytes', 0))} reclaimable"
                  + (" (dry run)" if body.get("dry_run") else ""))
+    budget = body.get("io_budget")
+    if isinstance(budget, dict):
+        lines.append(format_io_budget(budget))
     if body.get("dry_run"):
         for name, ch in body.get("channels", {}).items():
             for position, (key, priority) in enumerate(ch.get("would_run") or [], 1):
@@ -53,6 +56,22 @@ def format_status(body: dict[str, Any]) -> str:
     if body.get("restart_required"):
         lines.append(f"restart required for: {', '.join(body['restart_required'])}")
     return "\n".join(lines)
+
+
+def format_io_budget(budget: dict[str, Any]) -> str:
+    """One line: ``I/O budget: 20.0 MiB/s, 1.2 GiB charged, in debt 0.4 s (1 chunk paused; waiting: ratio_dbs)``."""
+    rate = budget.get("max_io_rate")
+    text = "unlimited" if rate in (None, "infinity") else f"{fmt_bytes(rate)}/s"
+    line = f"I/O budget: {text}, {fmt_bytes(budget.get('charged_bytes', 0))} charged"
+    debt_s = budget.get("debt_s") or 0
+    if debt_s:
+        details = []
+        if budget.get("paused"):
+            details.append(f"{budget['paused']} chunk(s) paused")
+        if budget.get("waiting_channels"):
+            details.append("waiting: " + ", ".join(budget["waiting_channels"]))
+        line += f", in debt {debt_s:g} s" + (f" ({'; '.join(details)})" if details else "")
+    return line
 
 
 def format_jobs(jobs: list[dict[str, Any]]) -> str:

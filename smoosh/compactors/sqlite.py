@@ -47,6 +47,7 @@ from smoosh.compactors.sqlite_file import (
 )
 from smoosh.compactors.sqlite_identity import FileIdentity, replaced_error
 from smoosh.compactors.sqlite_open import canonical_roots, close_quietly, pragma, run
+from smoosh.io_budget import IoBudget
 
 __all__ = ["SqliteCompactor", "CLEANUP_PREFIX", "DEFAULT_WAL_MAX_SIZE_BYTES", "DEFAULT_EXACT_SIZE_INTERVAL_S"]
 
@@ -83,6 +84,8 @@ class SqliteCompactor:
         clock: monotonic seconds, for the exact-size bookkeeping.
         temp_dir: where VACUUM's temporary database goes (for the free space check only; SQLite
             picks it from ``SQLITE_TMPDIR``/``TMPDIR``, which is also the default here).
+        io_budget: the process's I/O budget, charged what compactions write (see
+            :mod:`~smoosh.compactors.sqlite_compact`); None charges nothing.
     """
 
     name = "sqlite"
@@ -96,7 +99,9 @@ class SqliteCompactor:
         exact_size_interval_s: float = DEFAULT_EXACT_SIZE_INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
         temp_dir: str | None = None,
+        io_budget: IoBudget | None = None,
     ) -> None:
+        self.io_budget = io_budget
         self.page_size: int | None = None
         self.auto_vacuum: str | None = None
         self.incremental_chunk_pages = DEFAULT_INCREMENTAL_CHUNK_PAGES
@@ -138,6 +143,13 @@ class SqliteCompactor:
             self.wal_max_size_bytes = wal_max_size_bytes
         if exact_size_interval_s is not None:
             self.exact_size_interval_s = exact_size_interval_s
+
+    def set_io_budget(self, budget: IoBudget | None) -> None:
+        """Charge what compactions write to ``budget`` (the process's ``max_io_rate``); None: charge nothing.
+
+        Owned by one caller (the server, once, before any compaction runs).
+        """
+        self.io_budget = budget
 
     # ------------------------------------------------------------------ roots
 
@@ -385,13 +397,13 @@ class SqliteCompactor:
                 sqlite_compact.upgrade(
                     conn, path, state, ctx, page_size=self.page_size, auto_vacuum=self.auto_vacuum,
                     busy_timeout_s=self.busy_timeout_s, temp_dir=self._temp_dir, rate=self._tick_rate,
-                    identity=identity,
+                    identity=identity, budget=self.io_budget,
                 )
             elif state.auto_vacuum == 2 and state.freelist_count > 0:
-                sqlite_compact.incremental(conn, path, ctx, self.incremental_chunk_pages, identity)
+                sqlite_compact.incremental(conn, path, ctx, self.incremental_chunk_pages, identity, self.io_budget)
             else:
                 sqlite_compact.check_space(path, state.file_bytes, self._temp_dir)
-                sqlite_compact.vacuum(conn, path, state, ctx, self._tick_rate, identity)
+                sqlite_compact.vacuum(conn, path, state, ctx, self._tick_rate, identity, self.io_budget)
             if not cleanup and pragma(conn, "journal_mode") == "wal":
                 sqlite_compact.truncate_wal(conn, path, required=False)
         except Replaced:

@@ -25,6 +25,12 @@ SQLite are in bench/RESULTS.md):
   journal_mode=DELETE for the VACUUM and WAL again afterwards; leaving WAL needs exclusive
   access, so a database someone holds open gives :class:`Busy` ("needs exclusive access").
 
+With an I/O budget (``max_io_rate``, :class:`~smoosh.io_budget.IoBudget`), an incremental
+chunk is charged its freed pages' bytes as it commits, and ``ctx.checkpoint()`` (the worker's
+chunk boundary) waits until the budget is out of debt before the next chunk; a VACUUM is
+charged the file's size as it ends (the part it got through, estimated, when it is stopped),
+a debt the next start waits out.
+
 Afterwards a WAL database gets ``wal_checkpoint(TRUNCATE)`` (:func:`truncate_wal`): in WAL
 mode the file only shrinks when the log is checkpointed. ``cleanup:<path>`` jobs do only that
 checkpoint (:func:`cleanup`).
@@ -53,6 +59,7 @@ from smoosh.compactors.base import (
 )
 from smoosh.compactors.sqlite_file import DbState, sqlite_temp_dir
 from smoosh.compactors.sqlite_identity import FileIdentity
+from smoosh.io_budget import IoBudget
 from smoosh.compactors.sqlite_open import (
     SQLITE_BUSY,
     SQLITE_CANTOPEN,
@@ -208,13 +215,15 @@ def check_space(path: str, file_bytes: int, temp_dir: str | None) -> None:
 
 def vacuum(
     conn: apsw.Connection, path: str, state: DbState, ctx: CompactionContext, rate: TickRate,
-    identity: FileIdentity | None = None,
+    identity: FileIdentity | None = None, budget: IoBudget | None = None,
 ) -> None:
     """Run an in-place ``VACUUM``, reporting an estimated progress and stopping when ``ctx`` cancels.
 
     Parameters:
         identity: the file being compacted; checked every :data:`REPLACEMENT_CHECK_TICKS`
             ticks, and a path that names another file interrupts the VACUUM at once.
+        budget: charged the file's size as the VACUUM ends (only the estimated part it got
+            through when it stopped early: a VACUUM that never got the lock wrote nothing).
 
     Raises:
         Busy: locked beyond the busy timeout.
@@ -245,9 +254,11 @@ def vacuum(
     if cancelled.is_set():  # cancelled before the statement started: interrupt() was a no-op
         raise Interrupted(f"compaction of {path} was interrupted before it started")
     conn.set_progress_handler(on_progress, PROGRESS_HANDLER_INSTRUCTIONS)
+    written_fraction = 1.0
     try:
         run(conn, "VACUUM")
     except apsw.Error as exc:
+        written_fraction = min(1.0, ticks / expected_ticks)
         rollback_quietly(conn)
         if replaced.is_set() and identity is not None:
             identity.check()
@@ -255,17 +266,22 @@ def vacuum(
         raise
     finally:
         conn.set_progress_handler(None)
+        if budget is not None:
+            budget.charge(int(state.file_bytes * written_fraction))
     rate.learn(ticks, state.page_count)
 
 
 def incremental(
     conn: apsw.Connection, path: str, ctx: CompactionContext, chunk_pages: int, identity: FileIdentity | None = None,
+    budget: IoBudget | None = None,
 ) -> None:
     """Free the database's free pages in chunks of ``chunk_pages``, one write transaction each.
 
     Parameters:
         identity: the file being compacted; checked before every chunk (no journal exists
             then), so a path renamed over ends the compaction before it writes again.
+        budget: charged each chunk's freed pages (bytes) as it commits; the pacing itself
+            is the wait in ``ctx.checkpoint()`` before the next chunk.
 
     Raises:
         Busy: a chunk stayed locked beyond the busy timeout.
@@ -275,6 +291,7 @@ def incremental(
     # No on_cancel callback: interrupting a chunk would only waste it; the worker's stop
     # and hold both act at the next ctx.checkpoint(), at most one short chunk away.
     start_free = pragma(conn, "freelist_count")
+    page_bytes = int(pragma(conn, "page_size") or 0) if budget is not None else 0
     freed = 0
     ctx.progress(0.0)
     script = f"BEGIN IMMEDIATE; PRAGMA incremental_vacuum({chunk_pages}); COMMIT;"
@@ -295,6 +312,8 @@ def incremental(
         if free_after >= free_before:
             break  # nothing moved (should not happen): never loop forever
         freed += free_before - free_after
+        if budget is not None:
+            budget.charge((free_before - free_after) * page_bytes)
         ctx.progress(min(1.0, freed / start_free))
 
 
@@ -310,6 +329,7 @@ def upgrade(
     temp_dir: str | None,
     rate: TickRate,
     identity: FileIdentity | None = None,
+    budget: IoBudget | None = None,
 ) -> None:
     """Set the target ``page_size`` / ``auto_vacuum`` (None: leave it) and VACUUM to apply them.
 
@@ -334,7 +354,7 @@ def upgrade(
             run(conn, f"PRAGMA page_size={int(page_size)}")
         if auto_vacuum is not None:
             run(conn, f"PRAGMA auto_vacuum={auto_vacuum.upper()}")
-        vacuum(conn, path, state, ctx, rate, identity)
+        vacuum(conn, path, state, ctx, rate, identity, budget)
     finally:
         if leave_wal:
             _restore_wal(conn, path, busy_timeout_s)

@@ -16,6 +16,7 @@ from smoosh.errors import ConfigError
 from smoosh.loop import quietly
 
 if TYPE_CHECKING:
+    from smoosh.daemon.budget_gate import BudgetGate
     from smoosh.daemon.history import HistoryTable
     from smoosh.daemon.housekeeping import Housekeeping
     from smoosh.daemon.intake import Intake
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from smoosh.daemon.scheduler import JobScheduler
     from smoosh.daemon.slots import SlotGate
     from smoosh.daemon.staleness import AccessTable
+    from smoosh.io_budget import IoBudget
     from smoosh.jobs import Jobs
     from smoosh.loop import Loop
 
@@ -42,6 +44,8 @@ class LiveConfig:
     _config_error: str | None
     _restart_required: list[str]
     _slots: SlotGate
+    io_budget: IoBudget
+    _budget_gate: BudgetGate
     _history: HistoryTable
     _access: AccessTable
     _compactors: list[Any]
@@ -77,6 +81,10 @@ class LiveConfig:
         self._config = new
         self._config_error = None
         self._slots.limit = new.max_jobs
+        if new.max_io_rate_bytes_per_s != old.max_io_rate_bytes_per_s:
+            # Bytes still owed are re-priced at the new rate; paused chunks and waiting starts look again.
+            self.io_budget.set_rate(new.max_io_rate_bytes_per_s)
+            self._budget_gate.rate_changed()
         self._history.configure(
             max_history=new.max_history,
             health_threshold_s=new.health_threshold_s,

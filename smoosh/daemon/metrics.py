@@ -138,6 +138,16 @@ class SmooshCollector(Collector):
         config_error.add_metric([], 1 if status.get("config_error") else 0)
         yield config_error
 
+        budget = server.io_budget
+        rate = GaugeMetricFamily(
+            "smoosh_io_budget_bytes_per_second", "The I/O budget in force (max_io_rate); +Inf when unlimited.")
+        rate.add_metric([], float("inf") if budget.rate_bytes_per_s is None else budget.rate_bytes_per_s)
+        yield rate
+        charged = CounterMetricFamily(
+            "smoosh_io_charged_bytes", "Bytes compactions of this process charged to the I/O budget (written).")
+        charged.add_metric([], budget.charged_bytes)
+        yield charged
+
 
 def _number(value: Any) -> float:
     """A sample value from a status field (missing or non-numeric fields count as 0)."""

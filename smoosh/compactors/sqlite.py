@@ -65,6 +65,8 @@ DBSTAT_QUERY = "SELECT SUM(pgsize - unused) FROM dbstat"
 DEFAULT_INCREMENTAL_CHUNK_PAGES = 1000
 #: How long a compaction waits for another connection's lock before giving up (seconds).
 DEFAULT_BUSY_TIMEOUT_S = 1.0
+#: Longest a full VACUUM holds the write lock of a database another process has open (seconds).
+DEFAULT_MAX_LOCK_HOLD_S = 1.0
 #: Exact sizes remembered at most for this many keys (oldest forgotten first), bounding memory.
 EXACT_MEMORY_MAX_KEYS = 100_000
 
@@ -74,14 +76,15 @@ class SqliteCompactor:
 
     Parameters:
         settings: an object with ``page_size`` (int | None), ``auto_vacuum`` ("none" | "full" |
-            "incremental" | None), ``incremental_chunk_pages`` and ``busy_timeout_s``
-            (smoosh's ``SqliteConfig`` fits); None gives the defaults (no upgrade targets).
+            "incremental" | None), ``incremental_chunk_pages``, ``busy_timeout_s`` and
+            ``max_lock_hold_s`` (smoosh's ``SqliteConfig`` fits; a missing one takes its
+            default); None gives the defaults (no upgrade targets).
         roots: directories every database path must be one of or lie below, re-checked at
             every open (see :meth:`set_roots`); None (the default, for library use) means no
             roots restriction. Symlinks are refused either way.
         wal_max_size_bytes: a ``-wal`` larger than this makes the cleanup key's priority 1.
         exact_size_interval_s: how often the exact ``dbstat`` size of one key may be taken.
-        clock: monotonic seconds, for the exact-size bookkeeping.
+        clock: monotonic seconds, for the exact-size bookkeeping and a VACUUM's ``max_lock_hold``.
         temp_dir: where VACUUM's temporary database goes (for the free space check only; SQLite
             picks it from ``SQLITE_TMPDIR``/``TMPDIR``, which is also the default here).
         io_budget: the process's I/O budget, charged what compactions write (see
@@ -106,6 +109,7 @@ class SqliteCompactor:
         self.auto_vacuum: str | None = None
         self.incremental_chunk_pages = DEFAULT_INCREMENTAL_CHUNK_PAGES
         self.busy_timeout_s = DEFAULT_BUSY_TIMEOUT_S
+        self.max_lock_hold_s = DEFAULT_MAX_LOCK_HOLD_S
         self.configure(settings, wal_max_size_bytes=wal_max_size_bytes, exact_size_interval_s=exact_size_interval_s)
         self._clock = clock
         self._temp_dir = temp_dir
@@ -139,6 +143,8 @@ class SqliteCompactor:
         self.incremental_chunk_pages = int(getattr(settings, "incremental_chunk_pages", None) or DEFAULT_INCREMENTAL_CHUNK_PAGES)
         busy = getattr(settings, "busy_timeout_s", None)
         self.busy_timeout_s = float(DEFAULT_BUSY_TIMEOUT_S if busy is None else busy)
+        hold = getattr(settings, "max_lock_hold_s", None)
+        self.max_lock_hold_s = float(DEFAULT_MAX_LOCK_HOLD_S if hold is None else hold)
         if wal_max_size_bytes is not None:
             self.wal_max_size_bytes = wal_max_size_bytes
         if exact_size_interval_s is not None:
@@ -397,13 +403,15 @@ class SqliteCompactor:
                 sqlite_compact.upgrade(
                     conn, path, state, ctx, page_size=self.page_size, auto_vacuum=self.auto_vacuum,
                     busy_timeout_s=self.busy_timeout_s, temp_dir=self._temp_dir, rate=self._tick_rate,
-                    identity=identity, budget=self.io_budget,
+                    identity=identity, budget=self.io_budget, max_lock_hold_s=self.max_lock_hold_s,
+                    clock=self._clock,
                 )
             elif state.auto_vacuum == 2 and state.freelist_count > 0:
                 sqlite_compact.incremental(conn, path, ctx, self.incremental_chunk_pages, identity, self.io_budget)
             else:
                 sqlite_compact.check_space(path, state.file_bytes, self._temp_dir)
-                sqlite_compact.vacuum(conn, path, state, ctx, self._tick_rate, identity, self.io_budget)
+                sqlite_compact.vacuum(conn, path, state, ctx, self._tick_rate, identity, self.io_budget,
+                                      self.max_lock_hold_s, self._clock)
             if not cleanup and pragma(conn, "journal_mode") == "wal":
                 sqlite_compact.truncate_wal(conn, path, required=False)
         except Replaced:

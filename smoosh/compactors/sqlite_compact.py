@@ -59,7 +59,9 @@ from smoosh.compactors.base import (
 )
 from smoosh.compactors.sqlite_file import DbState, sqlite_temp_dir
 from smoosh.compactors.sqlite_identity import FileIdentity
+from smoosh.compactors.sqlite_openers import others_have_open
 from smoosh.io_budget import IoBudget
+from smoosh.units import format_duration
 from smoosh.compactors.sqlite_open import (
     SQLITE_BUSY,
     SQLITE_CANTOPEN,
@@ -216,6 +218,7 @@ def check_space(path: str, file_bytes: int, temp_dir: str | None) -> None:
 def vacuum(
     conn: apsw.Connection, path: str, state: DbState, ctx: CompactionContext, rate: TickRate,
     identity: FileIdentity | None = None, budget: IoBudget | None = None,
+    max_lock_hold_s: float = 0.0, clock: Callable[[], float] = time.monotonic,
 ) -> None:
     """Run an in-place ``VACUUM``, reporting an estimated progress and stopping when ``ctx`` cancels.
 
@@ -224,9 +227,13 @@ def vacuum(
             ticks, and a path that names another file interrupts the VACUUM at once.
         budget: charged the file's size as the VACUUM ends (only the estimated part it got
             through when it stopped early: a VACUUM that never got the lock wrote nothing).
+        max_lock_hold_s: when another process has the database open (seen in WAL mode:
+            :mod:`~smoosh.compactors.sqlite_openers`), the VACUUM is interrupted once it has
+            run this long, so its writers never wait past their busy timeout (0: no limit).
+            Counted on ``clock`` from the start of the statement.
 
     Raises:
-        Busy: locked beyond the busy timeout.
+        Busy: locked beyond the busy timeout, or stopped at ``max_lock_hold_s`` (rolled back).
         Interrupted: cancelled (before or during the statement); SQLite rolled it back.
         Replaced, Gone: the path names another file, or none, now; SQLite rolled it back.
         apsw.Error: anything else SQLite reports.
@@ -240,6 +247,11 @@ def vacuum(
 
     ticks = 0
     expected_ticks = rate.expected(state.page_count)
+    overdue = threading.Event()
+    # One VACUUM statement holds the write lock from its start to its end: an application
+    # writer meanwhile waits in its busy handler, invisible to smoosh, and fails after its busy
+    # timeout. Where another process has the database open, smoosh gives up first.
+    deadline = clock() + max_lock_hold_s if max_lock_hold_s > 0 and others_have_open(path) else None
 
     def on_progress() -> bool:
         nonlocal ticks
@@ -247,6 +259,9 @@ def vacuum(
         ctx.progress(min(MAX_ESTIMATED_PROGRESS, ticks / expected_ticks))
         if identity is not None and ticks % REPLACEMENT_CHECK_TICKS == 0 and not identity.same():
             replaced.set()
+            return True
+        if deadline is not None and clock() >= deadline:
+            overdue.set()
             return True
         return cancelled.is_set()  # True aborts the statement (apsw.InterruptError)
 
@@ -262,6 +277,13 @@ def vacuum(
         rollback_quietly(conn)
         if replaced.is_set() and identity is not None:
             identity.check()
+        if overdue.is_set() and not cancelled.is_set():
+            raise Busy(
+                f"{path} is open in another process and its VACUUM would hold the write lock longer than "
+                f"max_lock_hold ({format_duration(max_lock_hold_s)}): rolled back before its writers' busy timeout "
+                "(give it a window when the application is closed, raise [smoosh.sqlite] max_lock_hold, "
+                "or use auto_vacuum = INCREMENTAL)"
+            ) from exc
         raise_mapped(exc, path)
         raise
     finally:
@@ -330,6 +352,8 @@ def upgrade(
     rate: TickRate,
     identity: FileIdentity | None = None,
     budget: IoBudget | None = None,
+    max_lock_hold_s: float = 0.0,
+    clock: Callable[[], float] = time.monotonic,
 ) -> None:
     """Set the target ``page_size`` / ``auto_vacuum`` (None: leave it) and VACUUM to apply them.
 
@@ -354,7 +378,7 @@ def upgrade(
             run(conn, f"PRAGMA page_size={int(page_size)}")
         if auto_vacuum is not None:
             run(conn, f"PRAGMA auto_vacuum={auto_vacuum.upper()}")
-        vacuum(conn, path, state, ctx, rate, identity, budget)
+        vacuum(conn, path, state, ctx, rate, identity, budget, max_lock_hold_s, clock)
     finally:
         if leave_wal:
             _restore_wal(conn, path, busy_timeout_s)

@@ -93,6 +93,7 @@ SQLITE_LIVE: dict[str, tuple[str, Callable[[Server], bool]]] = {
     "auto_vacuum": live("incremental", lambda s: sqlite_compactor(s).auto_vacuum == "incremental"),
     "incremental_chunk_pages": live("77", lambda s: sqlite_compactor(s).incremental_chunk_pages == 77),
     "busy_timeout": live("3s", lambda s: sqlite_compactor(s).busy_timeout_s == 3),
+    "max_lock_hold": live("250ms", lambda s: sqlite_compactor(s).max_lock_hold_s == 0.25),
 }
 
 

@@ -3,9 +3,11 @@
 One VACUUM statement holds the write lock from start to end; an application writer waits in its
 own busy handler, invisible to smoosh, and fails at its busy timeout. Where another process has
 the WAL database open (its lock on the ``-shm`` file, in ``/proc/locks``), the VACUUM is rolled
-back once it has held the lock ``max_lock_hold``, and the database is reported busy. The
-compactor's clock is injected: here each reading moves it on, so the limit is reached after a
-known number of progress ticks, without sleeping.
+back as soon as it could no longer end within ``max_lock_hold`` of taking the lock, and the
+database is reported busy. Its last phase (the copy back over the file) never calls out, so the
+ticking phase gets ``max_lock_hold / (1 + copy_back_ratio)`` (2.0 until VACUUMs have finished).
+The compactor's clock is injected: here each reading moves it on, so the limit is reached after
+a known number of progress ticks, without sleeping.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ def compactor(max_lock_hold_s: float, clock: SteppingClock) -> SqliteCompactor:
 @pytest.fixture
 def db(tmp_path: Path) -> str:
     path = str(tmp_path / "app.db")
-    make_bloated_db(path, rows=4000, journal_mode="wal")
+    make_bloated_db(path, rows=8000, journal_mode="wal")  # a VACUUM of well over 5 progress ticks
     return path
 
 
@@ -58,10 +60,13 @@ def test_a_vacuum_of_a_database_another_process_has_open_gives_up_at_max_lock_ho
     rows = row_count(db)
     with ChildConnection(db) as app:
         app.execute("SELECT count(*) FROM docs")
-        # When smoosh VACUUMs it with max_lock_hold = 1 s and a clock moving 0.5 s per tick
+        # When smoosh VACUUMs it with max_lock_hold = 1 s and a clock moving 0.1 s per tick
+        ctx = RecordingContext()
         with pytest.raises(Busy) as caught:
-            compactor(1.0, SteppingClock(0.5)).compact(db, RecordingContext())
-        # Then it gave up, saying why and what the operator can do, and the application writes at once
+            compactor(1.0, SteppingClock(0.1)).compact(db, ctx)
+        # Then it gave up at the first tick 1 / (1 + 2.0) s after the first one: the 5th
+        assert len(ctx.fractions) == 5
+        # ... saying why and what the operator can do, and the application writes at once
         assert str(caught.value) == (
             f"{db} is open in another process and its VACUUM would hold the write lock longer than "
             "max_lock_hold (1s): rolled back before its writers' busy timeout (give it a window when the "

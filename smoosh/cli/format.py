@@ -42,11 +42,11 @@ def format_status(body: dict[str, Any]) -> str:
         ))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
-    lines.append(f"node {body.get('node')}: {fmt_bytes(body.get('reclaimable_bytes', 0))} reclaimable"
-                 + (" (dry run)" if body.get("dry_run") else ""))
     budget = body.get("io_budget")
     if isinstance(budget, dict):
         lines.append(format_io_budget(budget))
+    lines.append(f"node {body.get('node')}: {fmt_bytes(body.get('reclaimable_bytes', 0))} reclaimable"
+                 + (" (dry run)" if body.get("dry_run") else ""))
     if body.get("dry_run"):
         for name, ch in body.get("channels", {}).items():
             for position, (key, priority) in enumerate(ch.get("would_run") or [], 1):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-__all__ = ["format_status", "format_jobs", "format_cluster", "format_explain", "status_summary", "fmt_bytes"]
+__all__ = ["format_status", "format_io_budget", "format_jobs", "format_cluster", "format_explain", "status_summary", "fmt_bytes"]
 
 
 def status_summary(status: dict[str, Any]) -> str:
@@ -54,6 +54,9 @@ def format_status(body: dict[str, Any]) -> str:
         ))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+    budget = body.get("io_budget")
+    if isinstance(budget, dict):
+        lines.append(format_io_budget(budget))
     lines.append(f"node {body.get('node')}: {fmt_bytes(body.get('reclaimable_bytes', 0))} reclaimable"
                  + (" (dry run)" if body.get("dry_run") else ""))
     starved = [f"{name} {ch['starved']}" for name, ch in body.get("channels", {}).items() if ch.get("starved")]
@@ -80,6 +83,22 @@ def _held_scope(held: dict[str, Any]) -> str:
     """A cluster hold's scope in words (as :meth:`smoosh.daemon.cluster_holds.Hold.scope`)."""
     channels = "every channel" if held.get("channel") is None else f"channel {held['channel']}"
     return f"{channels} of {'every node' if held.get('node') is None else 'node ' + str(held['node'])}"
+
+
+def format_io_budget(budget: dict[str, Any]) -> str:
+    """One line: ``I/O budget: 20.0 MiB/s, 1.2 GiB charged, in debt 0.4 s (1 chunk paused; waiting: ratio_dbs)``."""
+    rate = budget.get("max_io_rate")
+    text = "unlimited" if rate in (None, "infinity") else f"{fmt_bytes(rate)}/s"
+    line = f"I/O budget: {text}, {fmt_bytes(budget.get('charged_bytes', 0))} charged"
+    debt_s = budget.get("debt_s") or 0
+    if debt_s:
+        details = []
+        if budget.get("paused"):
+            details.append(f"{budget['paused']} chunk(s) paused")
+        if budget.get("waiting_channels"):
+            details.append("waiting: " + ", ".join(budget["waiting_channels"]))
+        line += f", in debt {debt_s:g} s" + (f" ({'; '.join(details)})" if details else "")
+    return line
 
 
 def format_jobs(jobs: list[dict[str, Any]]) -> str:

@@ -68,7 +68,7 @@ def load_compactors(sqlite_settings: Any = None, *, roots: Iterable[str] | None 
             config's ``roots``); None for no roots restriction. Change them live with
             :meth:`SqliteCompactor.set_roots`. Plugins are not told: they get no arguments.
         **kw: passed to :class:`SqliteCompactor` (``wal_max_size_bytes``,
-            ``exact_size_interval_s``, ``clock``, ``temp_dir``).
+            ``exact_size_interval_s``, ``clock``, ``temp_dir``, ``io_budget``).
 
     Returns:
         The compactors, built-in first, plugins in entry point order.

@@ -60,6 +60,7 @@ from smoosh.compactors.sqlite_file import (
 )
 from smoosh.compactors.sqlite_identity import FileIdentity, replaced_error
 from smoosh.compactors.sqlite_open import canonical_roots, close_quietly, pragma, refusal, run
+from smoosh.io_budget import IoBudget
 
 __all__ = ["SqliteCompactor", "CLEANUP_PREFIX", "DEFAULT_WAL_MAX_SIZE_BYTES", "DEFAULT_EXACT_SIZE_INTERVAL_S"]
 
@@ -77,6 +78,8 @@ DBSTAT_QUERY = "SELECT SUM(pgsize - unused) FROM dbstat"
 DEFAULT_INCREMENTAL_CHUNK_PAGES = 1000
 #: How long a compaction waits for another connection's lock before giving up (seconds).
 DEFAULT_BUSY_TIMEOUT_S = 1.0
+#: Longest a full VACUUM holds the write lock of a database another process has open (seconds).
+DEFAULT_MAX_LOCK_HOLD_S = 1.0
 #: Exact sizes remembered at most for this many keys (oldest forgotten first), bounding memory.
 EXACT_MEMORY_MAX_KEYS = 100_000
 #: The file change counter is a 32-bit big-endian integer that wraps: differences are modulo this.
@@ -92,16 +95,18 @@ class SqliteCompactor:
         settings: an object with ``page_size`` (int | None), ``auto_vacuum`` ("none" | "full" |
             "incremental" | None), ``incremental_chunk_pages``, ``busy_timeout_s`` and
             optionally ``analyze`` (``PRAGMA optimize`` after each successful compaction; off
-            when missing) (smoosh's ``SqliteConfig`` fits); None gives the defaults (no
-            upgrade targets, no analyze).
+            when missing) and ``max_lock_hold_s`` (a missing one takes its default) (smoosh's
+            ``SqliteConfig`` fits); None gives the defaults (no upgrade targets, no analyze).
         roots: directories every database path must be one of or lie below, re-checked at
             every open (see :meth:`set_roots`); None (the default, for library use) means no
             roots restriction. Symlinks are refused either way.
         wal_max_size_bytes: a ``-wal`` larger than this makes the cleanup key's priority 1.
         exact_size_interval_s: how often the exact ``dbstat`` size of one key may be taken.
-        clock: monotonic seconds, for the exact-size bookkeeping.
+        clock: monotonic seconds, for the exact-size bookkeeping and a VACUUM's ``max_lock_hold``.
         temp_dir: where VACUUM's temporary database goes (for the free space check only; SQLite
             picks it from ``SQLITE_TMPDIR``/``TMPDIR``, which is also the default here).
+        io_budget: the process's I/O budget, charged what compactions write (see
+            :mod:`~smoosh.compactors.sqlite_compact`); None charges nothing.
     """
 
     name = "sqlite"
@@ -115,12 +120,15 @@ class SqliteCompactor:
         exact_size_interval_s: float = DEFAULT_EXACT_SIZE_INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
         temp_dir: str | None = None,
+        io_budget: IoBudget | None = None,
     ) -> None:
+        self.io_budget = io_budget
         self.page_size: int | None = None
         self.auto_vacuum: str | None = None
         self.incremental_chunk_pages = DEFAULT_INCREMENTAL_CHUNK_PAGES
         self.busy_timeout_s = DEFAULT_BUSY_TIMEOUT_S
         self.analyze = False
+        self.max_lock_hold_s = DEFAULT_MAX_LOCK_HOLD_S
         self.configure(settings, wal_max_size_bytes=wal_max_size_bytes, exact_size_interval_s=exact_size_interval_s)
         self._clock = clock
         self._temp_dir = temp_dir
@@ -158,10 +166,19 @@ class SqliteCompactor:
         busy = getattr(settings, "busy_timeout_s", None)
         self.busy_timeout_s = float(DEFAULT_BUSY_TIMEOUT_S if busy is None else busy)
         self.analyze = bool(getattr(settings, "analyze", False))
+        hold = getattr(settings, "max_lock_hold_s", None)
+        self.max_lock_hold_s = float(DEFAULT_MAX_LOCK_HOLD_S if hold is None else hold)
         if wal_max_size_bytes is not None:
             self.wal_max_size_bytes = wal_max_size_bytes
         if exact_size_interval_s is not None:
             self.exact_size_interval_s = exact_size_interval_s
+
+    def set_io_budget(self, budget: IoBudget | None) -> None:
+        """Charge what compactions write to ``budget`` (the process's ``max_io_rate``); None: charge nothing.
+
+        Owned by one caller (the server, once, before any compaction runs).
+        """
+        self.io_budget = budget
 
     # ------------------------------------------------------------------ roots
 
@@ -517,13 +534,15 @@ class SqliteCompactor:
                 sqlite_compact.upgrade(
                     conn, path, state, ctx, page_size=self.page_size, auto_vacuum=self.auto_vacuum,
                     busy_timeout_s=self.busy_timeout_s, temp_dir=self._temp_dir, rate=self._tick_rate,
-                    identity=identity,
+                    identity=identity, budget=self.io_budget, max_lock_hold_s=self.max_lock_hold_s,
+                    clock=self._clock,
                 )
             elif state.auto_vacuum == 2 and state.freelist_count > 0:
-                sqlite_compact.incremental(conn, path, ctx, self.incremental_chunk_pages, identity)
+                sqlite_compact.incremental(conn, path, ctx, self.incremental_chunk_pages, identity, self.io_budget)
             else:
                 sqlite_compact.check_space(path, state.file_bytes, self._temp_dir)
-                sqlite_compact.vacuum(conn, path, state, ctx, self._tick_rate, identity)
+                sqlite_compact.vacuum(conn, path, state, ctx, self._tick_rate, identity, self.io_budget,
+                                      self.max_lock_hold_s, self._clock)
             if not cleanup and self.analyze:
                 # Before the checkpoint: the statistics it writes go back into the file with the rest.
                 sqlite_compact.optimize(conn, path)

@@ -25,9 +25,15 @@ SQLite are in bench/RESULTS.md):
   journal_mode=DELETE for the VACUUM and WAL again afterwards; leaving WAL needs exclusive
   access, so a database someone holds open gives :class:`Busy` ("needs exclusive access").
 
+With an I/O budget (``max_io_rate``, :class:`~smoosh.io_budget.IoBudget`), an incremental
+chunk is charged its freed pages' bytes as it commits, and ``ctx.checkpoint()`` (the worker's
+chunk boundary) waits until the budget is out of debt before the next chunk; a VACUUM is
+charged the file's size as it ends (the part it got through, estimated, when it is stopped),
+a debt the next start waits out.
+
 Afterwards, with ``analyze = true``, ``PRAGMA optimize`` refreshes the query planner's
-statistics (:func:`optimize`), and a WAL database gets ``wal_checkpoint(TRUNCATE)``
-(:func:`truncate_wal`): in WAL mode the file only shrinks when the log is checkpointed. ``cleanup:<path>`` jobs do only that
+statistics (:func:`optimize`), and a WAL database gets ``wal_checkpoint(TRUNCATE)`` (:func:`truncate_wal`): in WAL
+mode the file only shrinks when the log is checkpointed. ``cleanup:<path>`` jobs do only that
 checkpoint (:func:`cleanup`).
 
 SQLite errors that mean "locked", "interrupted" or "read-only" become :class:`Busy`,
@@ -45,6 +51,7 @@ import os
 import shutil
 import threading
 import time
+from typing import Callable
 
 import apsw
 
@@ -53,6 +60,9 @@ from smoosh.compactors.base import (
 )
 from smoosh.compactors.sqlite_file import DbState, sqlite_temp_dir
 from smoosh.compactors.sqlite_identity import FileIdentity
+from smoosh.compactors.sqlite_openers import others_have_open
+from smoosh.io_budget import IoBudget
+from smoosh.units import format_duration
 from smoosh.compactors.sqlite_open import (
     SQLITE_BUSY,
     SQLITE_CANTOPEN,
@@ -91,6 +101,10 @@ PROGRESS_HANDLER_INSTRUCTIONS = 1000
 #: Starting guess of progress-handler ticks per page for the VACUUM progress estimate; it is
 #: learned from finished VACUUMs (the true figure varies a hundredfold with the row size).
 INITIAL_TICKS_PER_PAGE = 0.1
+#: Starting guess of a VACUUM's copy-back time over its ticking time (measured near 1.5 on
+#: the benchmark machine; learned from finished VACUUMs): it decides how early ``max_lock_hold``
+#: must give up, since the copy-back cannot be interrupted.
+INITIAL_COPY_BACK_RATIO = 2.0
 #: The estimated VACUUM progress never claims more than this before the VACUUM returns.
 MAX_ESTIMATED_PROGRESS = 0.99
 #: The extended code of a write refused because the database file was renamed or unlinked.
@@ -112,14 +126,25 @@ WAL_RESTORE_ATTEMPTS = 10
 
 
 class TickRate:
-    """Progress-handler ticks per page of a VACUUM, learned from the VACUUMs that finished.
+    """Progress-handler ticks per page of a VACUUM, and how long its silent copy-back takes, learned from the VACUUMs that finished.
 
-    One per compactor, shared by its concurrent compactions: it is one float, read when a
-    VACUUM starts and folded in when one ends, so a race only blurs an estimate.
+    A VACUUM first copies the database into a temporary one (the progress handler ticks), then
+    copies that back over the file in one piece of C code that never calls out
+    (``sqlite3BtreeCopyFile``): ``copy_back_ratio`` is the second phase's time over the
+    first's, so the first phase tells when the whole statement will end.
+
+    One per compactor, shared by its concurrent compactions: two floats, read when a VACUUM
+    starts and folded in when one ends, so a race only blurs an estimate.
     """
 
-    def __init__(self, per_page: float = INITIAL_TICKS_PER_PAGE) -> None:
+    def __init__(self, per_page: float = INITIAL_TICKS_PER_PAGE, copy_back_ratio: float = INITIAL_COPY_BACK_RATIO) -> None:
         self.per_page = per_page
+        self.copy_back_ratio = copy_back_ratio
+
+    def learn_copy_back(self, ticking_s: float, silent_s: float) -> None:
+        """Fold a finished VACUUM's two phases (seconds with ticks, seconds after the last one) into the ratio."""
+        if ticking_s > 0 and silent_s >= 0:
+            self.copy_back_ratio = 0.5 * self.copy_back_ratio + 0.5 * silent_s / ticking_s
 
     def expected(self, page_count: int) -> float:
         """The ticks a VACUUM of ``page_count`` pages is expected to take (at least 1)."""
@@ -217,16 +242,25 @@ def check_space(path: str, file_bytes: int, temp_dir: str | None) -> None:
 
 def vacuum(
     conn: apsw.Connection, path: str, state: DbState, ctx: CompactionContext, rate: TickRate,
-    identity: FileIdentity | None = None,
+    identity: FileIdentity | None = None, budget: IoBudget | None = None,
+    max_lock_hold_s: float = 0.0, clock: Callable[[], float] = time.monotonic,
 ) -> None:
     """Run an in-place ``VACUUM``, reporting an estimated progress and stopping when ``ctx`` cancels.
 
     Parameters:
         identity: the file being compacted; checked every :data:`REPLACEMENT_CHECK_TICKS`
             ticks, and a path that names another file interrupts the VACUUM at once.
+        budget: charged the file's size as the VACUUM ends (only the estimated part it got
+            through when it stopped early: a VACUUM that never got the lock wrote nothing).
+        max_lock_hold_s: when another process has the database open (seen in WAL mode:
+            :mod:`~smoosh.compactors.sqlite_openers`), the VACUUM gives up (rolls back) as soon
+            as it cannot end within this time of taking the write lock, so its writers never
+            wait past their busy timeout (0: no limit). Its copy-back phase cannot be stopped,
+            so the ticking phase gets ``max_lock_hold_s / (1 + rate.copy_back_ratio)``, counted
+            on ``clock`` from the first tick (the lock is taken just before it).
 
     Raises:
-        Busy: locked beyond the busy timeout.
+        Busy: locked beyond the busy timeout, or stopped at ``max_lock_hold_s`` (rolled back).
         Interrupted: cancelled (before or during the statement); SQLite rolled it back.
         Replaced, Gone: the path names another file, or none, now; SQLite rolled it back.
         apsw.Error: anything else SQLite reports.
@@ -240,13 +274,26 @@ def vacuum(
 
     ticks = 0
     expected_ticks = rate.expected(state.page_count)
+    overdue = threading.Event()
+    # One VACUUM statement holds the write lock from its start to its end: an application
+    # writer meanwhile waits in its busy handler, invisible to smoosh, and fails after its busy
+    # timeout. Where another process has the database open, smoosh gives up first.
+    limited = max_lock_hold_s > 0 and others_have_open(path) is True
+    ticking_budget_s = max_lock_hold_s / (1.0 + rate.copy_back_ratio)
+    first_tick = last_tick = 0.0
 
     def on_progress() -> bool:
-        nonlocal ticks
+        nonlocal ticks, first_tick, last_tick
         ticks += 1
+        last_tick = clock()
+        if ticks == 1:
+            first_tick = last_tick
         ctx.progress(min(MAX_ESTIMATED_PROGRESS, ticks / expected_ticks))
         if identity is not None and ticks % REPLACEMENT_CHECK_TICKS == 0 and not identity.same():
             replaced.set()
+            return True
+        if limited and last_tick - first_tick >= ticking_budget_s:
+            overdue.set()  # ending now, the silent copy-back would still outlast max_lock_hold
             return True
         return cancelled.is_set()  # True aborts the statement (apsw.InterruptError)
 
@@ -255,17 +302,30 @@ def vacuum(
         raise Interrupted(f"compaction of {path} was interrupted before it started")
     run(conn, f"PRAGMA cache_size={vacuum_cache_pages(state)}")
     conn.set_progress_handler(on_progress, PROGRESS_HANDLER_INSTRUCTIONS)
+    written_fraction = 1.0
     try:
         run(conn, "VACUUM")
     except apsw.Error as exc:
+        written_fraction = min(1.0, ticks / expected_ticks)
         rollback_quietly(conn)
         if replaced.is_set() and identity is not None:
             identity.check()
+        if overdue.is_set() and not cancelled.is_set():
+            raise Busy(
+                f"{path} is open in another process and its VACUUM would hold the write lock longer than "
+                f"max_lock_hold ({format_duration(max_lock_hold_s)}): rolled back before its writers' busy timeout "
+                "(give it a window when the application is closed, raise [smoosh.sqlite] max_lock_hold, "
+                "or use auto_vacuum = INCREMENTAL)"
+            ) from exc
         raise_mapped(exc, path)
         raise
     finally:
         conn.set_progress_handler(None)
+        if budget is not None:
+            budget.charge(int(state.file_bytes * written_fraction))
     rate.learn(ticks, state.page_count)
+    if ticks > 1:
+        rate.learn_copy_back(last_tick - first_tick, clock() - last_tick)
 
 
 def vacuum_cache_pages(state: DbState) -> int:
@@ -282,12 +342,15 @@ def vacuum_cache_pages(state: DbState) -> int:
 
 def incremental(
     conn: apsw.Connection, path: str, ctx: CompactionContext, chunk_pages: int, identity: FileIdentity | None = None,
+    budget: IoBudget | None = None,
 ) -> None:
     """Free the database's free pages in chunks of ``chunk_pages``, one write transaction each.
 
     Parameters:
         identity: the file being compacted; checked before every chunk (no journal exists
             then), so a path renamed over ends the compaction before it writes again.
+        budget: charged each chunk's freed pages (bytes) as it commits; the pacing itself
+            is the wait in ``ctx.checkpoint()`` before the next chunk.
 
     Raises:
         Busy: a chunk stayed locked beyond the busy timeout.
@@ -297,6 +360,7 @@ def incremental(
     # No on_cancel callback: interrupting a chunk would only waste it; the worker's stop
     # and hold both act at the next ctx.checkpoint(), at most one short chunk away.
     start_free = pragma(conn, "freelist_count")
+    page_bytes = int(pragma(conn, "page_size") or 0) if budget is not None else 0
     freed = 0
     ctx.progress(0.0)
     script = f"BEGIN IMMEDIATE; PRAGMA incremental_vacuum({chunk_pages}); COMMIT;"
@@ -317,6 +381,8 @@ def incremental(
         if free_after >= free_before:
             break  # nothing moved (should not happen): never loop forever
         freed += free_before - free_after
+        if budget is not None:
+            budget.charge((free_before - free_after) * page_bytes)
         ctx.progress(min(1.0, freed / start_free))
 
 
@@ -332,6 +398,9 @@ def upgrade(
     temp_dir: str | None,
     rate: TickRate,
     identity: FileIdentity | None = None,
+    budget: IoBudget | None = None,
+    max_lock_hold_s: float = 0.0,
+    clock: Callable[[], float] = time.monotonic,
 ) -> None:
     """Set the target ``page_size`` / ``auto_vacuum`` (None: leave it) and VACUUM to apply them.
 
@@ -356,7 +425,7 @@ def upgrade(
             run(conn, f"PRAGMA page_size={int(page_size)}")
         if auto_vacuum is not None:
             run(conn, f"PRAGMA auto_vacuum={auto_vacuum.upper()}")
-        vacuum(conn, path, state, ctx, rate, identity)
+        vacuum(conn, path, state, ctx, rate, identity, budget, max_lock_hold_s, clock)
     finally:
         if leave_wal:
             _restore_wal(conn, path, busy_timeout_s)

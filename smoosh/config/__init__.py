@@ -34,7 +34,7 @@ from smoosh.config.defaults import (
     DEFAULT_HEALTH_THRESHOLD_S, DEFAULT_BACKOFF_BASE_S, DEFAULT_BUSY_RETRIES, DEFAULT_MAX_HISTORY,
     DEFAULT_JOB_TIMEOUT_S, DEFAULT_MAX_JOBS, DEFAULT_INTERVAL_S, DEFAULT_MAX_CHURN, DEFAULT_RECHECK_INTERVAL_S,
     DEFAULT_EXACT_SIZE_INTERVAL_S, DEFAULT_RESCAN_INTERVAL_S, DEFAULT_WAL_MAX_SIZE_BYTES,
-    GLOBAL_KEYS, COUCHDB_ONLY_KEYS, RESTART_KEYS,
+    DEFAULT_MAX_IO_RATE, DEFAULT_IO_PRIORITY, GLOBAL_KEYS, COUCHDB_ONLY_KEYS, RESTART_KEYS,
 )
 from smoosh.config.ini import ini_parser, read_sections
 from smoosh.config.sections import CHANNEL_KEYS, SQLITE_KEYS, ChannelConfig, SqliteConfig, parse_ignore
@@ -45,6 +45,8 @@ from smoosh.config.values import (
     parse_duration_at_least,
     parse_http,
     parse_int,
+    parse_io_priority,
+    parse_io_rate,
     parse_list,
     parse_names,
     parse_threshold_size,
@@ -112,6 +114,8 @@ class Config:
     exact_size_interval_s: float
     rescan_interval_s: float
     wal_max_size_bytes: int
+    max_io_rate_bytes_per_s: float | None
+    io_priority: str
     channels: dict[str, ChannelConfig] = field(compare=True)
     busy_retries: int = DEFAULT_BUSY_RETRIES
     ignore: tuple[str, ...] = ()
@@ -227,6 +231,8 @@ class Config:
                                     DEFAULT_RESCAN_INTERVAL_S),
             wal_max_size_bytes=int(r.get("wal_max_size", parse_threshold_size(allow_infinity=False),
                                          DEFAULT_WAL_MAX_SIZE_BYTES)),
+            max_io_rate_bytes_per_s=r.get("max_io_rate", parse_io_rate, DEFAULT_MAX_IO_RATE),
+            io_priority=r.get("io_priority", parse_io_priority, DEFAULT_IO_PRIORITY),
             channels=channels,
             ignore=parse_ignore(sections.get(f"{GLOBAL_SECTION}.ignore", {}), path=where, cwd=cwd),
             sqlite=SqliteConfig.from_section(sections.get(f"{GLOBAL_SECTION}.sqlite", {}), path=where,
@@ -269,6 +275,8 @@ class Config:
             f" staleness={format_duration(self.staleness_s)} persist={'on' if self.persist else 'off'}"
             f" state_dir={self.state_dir} ignore={len(self.ignore)}"
             f" wal_max_size={format_size(self.wal_max_size_bytes)}"
+            f" max_io_rate={'infinity' if self.max_io_rate_bytes_per_s is None else format_size(self.max_io_rate_bytes_per_s) + '/s'}"
+            f" io_priority={self.io_priority}"
         )
 
 

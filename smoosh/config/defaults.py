@@ -45,6 +45,8 @@ __all__ = [
     "DEFAULT_EXACT_SIZE_INTERVAL_S",
     "DEFAULT_RESCAN_INTERVAL_S",
     "DEFAULT_WAL_MAX_SIZE_BYTES",
+    "DEFAULT_MAX_IO_RATE",
+    "DEFAULT_IO_PRIORITY",
     "GLOBAL_KEYS",
     "COUCHDB_ONLY_KEYS",
     "RESTART_KEYS",
@@ -154,6 +156,12 @@ DEFAULT_RESCAN_INTERVAL_S = 600.0
 #: A ``-wal`` file past this size makes its database eligible, in bytes (64 MiB).
 DEFAULT_WAL_MAX_SIZE_BYTES = 64 * 1024 * 1024
 
+#: Bytes per second all compactions of one process may write together; None = unlimited.
+DEFAULT_MAX_IO_RATE: float | None = None
+
+#: I/O class of the threads that run compactions: ``normal`` or ``idle`` (Linux only).
+DEFAULT_IO_PRIORITY = "normal"
+
 #: ini key -> Config field for ``[smoosh]`` (also checked against conf/smoosh.ini's docs).
 GLOBAL_KEYS: dict[str, str] = {
     "db_channels": "db_channels",
@@ -185,6 +193,8 @@ GLOBAL_KEYS: dict[str, str] = {
     "exact_size_interval": "exact_size_interval_s",
     "rescan_interval": "rescan_interval_s",
     "wal_max_size": "wal_max_size_bytes",
+    "max_io_rate": "max_io_rate_bytes_per_s",
+    "io_priority": "io_priority",
 }
 
 #: CouchDB ``[smoosh]`` keys smoosh accepts without using: a pasted config stays quiet.

@@ -80,6 +80,9 @@ DEFAULT_INCREMENTAL_CHUNK_PAGES = 1000
 
 #: How long a compaction waits for a database lock before reporting "busy", in seconds.
 DEFAULT_BUSY_TIMEOUT_S = 1.0
+#: Longest a full VACUUM may hold the write lock of a database another process has open,
+#: in seconds (0: no limit): smoosh gives up before the application's writers would.
+DEFAULT_MAX_LOCK_HOLD_S = 1.0
 
 #: Run ``PRAGMA optimize`` (the query planner's statistics) after each successful compaction.
 DEFAULT_ANALYZE = False
@@ -117,6 +120,7 @@ SQLITE_KEYS: dict[str, str] = {
     "incremental_chunk_pages": "incremental_chunk_pages",
     "busy_timeout": "busy_timeout_s",
     "analyze": "analyze",
+    "max_lock_hold": "max_lock_hold_s",
 }
 
 
@@ -327,6 +331,7 @@ class SqliteConfig:
     incremental_chunk_pages: int = DEFAULT_INCREMENTAL_CHUNK_PAGES
     busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S
     analyze: bool = DEFAULT_ANALYZE
+    max_lock_hold_s: float = DEFAULT_MAX_LOCK_HOLD_S
 
     @classmethod
     def from_section(cls, values: Mapping[str, str], *, path: str, warnings: list[str]) -> SqliteConfig:
@@ -357,6 +362,7 @@ class SqliteConfig:
             incremental_chunk_pages=r.get("incremental_chunk_pages", parse_int(1), DEFAULT_INCREMENTAL_CHUNK_PAGES),
             busy_timeout_s=r.get("busy_timeout", parse_duration_at_least(1.0, 0.0), DEFAULT_BUSY_TIMEOUT_S),
             analyze=r.get("analyze", parse_bool, DEFAULT_ANALYZE),
+            max_lock_hold_s=r.get("max_lock_hold", parse_duration_at_least(1.0, 0.0), DEFAULT_MAX_LOCK_HOLD_S),
         )
         for key in r.unknown_keys():
             warnings.append(unknown_key_warning(path, "smoosh.sqlite", key, SQLITE_KEYS,

@@ -31,6 +31,8 @@ __all__ = [
     "parse_ratio",
     "parse_threshold_size",
     "parse_duration_at_least",
+    "parse_io_rate",
+    "parse_io_priority",
     "parse_http",
     "is_loopback_host",
     "resolve_path",
@@ -276,6 +278,30 @@ def parse_duration_at_least(bare_unit_s: float, minimum_s: float, *, strict: boo
         return value
 
     return parse
+
+
+def parse_io_rate(text: str) -> float | None:
+    """``max_io_rate``: bytes per second (``20MiB``, ``20MiB/s``, ``5000000``) > 0; ``infinity`` is None (unlimited)."""
+    value = text.strip()
+    if value.lower().endswith("/s"):
+        value = value[:-2]
+    try:
+        rate = parse_size(value, allow_infinity=True)
+    except ValueError:
+        rate = 0
+    if rate == math.inf:
+        return None
+    if not rate:
+        raise ValueError("must be a rate in bytes per second > 0 (e.g. 20MiB, 50MB/s) or infinity")
+    return float(rate)
+
+
+def parse_io_priority(text: str) -> str:
+    """``io_priority``: ``normal`` or ``idle`` (any case)."""
+    value = text.strip().lower()
+    if value not in ("normal", "idle"):
+        raise ValueError("must be normal or idle")
+    return value
 
 
 # ---------------------------------------------------------------- http

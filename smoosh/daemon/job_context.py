@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from smoosh.compactors import Interrupted
+from smoosh.io_budget import IoBudget
 
 __all__ = ["JobContext", "Running", "ROTATED", "STOPPING", "HALTED"]
 
@@ -29,9 +30,14 @@ class JobContext:
     Three outside events reach a running compaction through it: a hold (``set_held``: the
     next ``checkpoint`` waits; cancel callbacks run, so a full VACUUM stops), a stop or halt
     (``stop``: callbacks run and every later ``checkpoint`` raises ``Interrupted``).
+
+    Parameters:
+        io_budget: the process's I/O budget: a chunk boundary also waits while it is in debt
+            (``max_io_rate`` paces the chunks); a stop ends that wait at once. None: no pacing.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, io_budget: IoBudget | None = None) -> None:
+        self._io_budget = io_budget
         self._cond = threading.Condition()
         self._fraction = 0.0
         self._cancel_fns: list[Callable[[], None]] = []
@@ -48,13 +54,21 @@ class JobContext:
                 self._fraction = fraction
 
     def checkpoint(self) -> None:
-        """Wait while held; raise :class:`Interrupted` once stopped."""
-        with self._cond:
-            self._checkpointed = True
-            while self._held and self.stop_reason is None:
-                self._cond.wait()  # set_held(False) and stop() both notify
-            if self.stop_reason is not None:
-                raise Interrupted(self.stop_reason)
+        """Wait while held or while the I/O budget is in debt; raise :class:`Interrupted` once stopped."""
+        budget = self._io_budget
+        while True:
+            with self._cond:
+                self._checkpointed = True
+                while self._held and self.stop_reason is None:
+                    self._cond.wait()  # set_held(False) and stop() both notify
+                if self.stop_reason is not None:
+                    raise Interrupted(self.stop_reason)
+            if budget is None or not budget.in_debt():
+                return
+            # Outside our lock: stop() sets the reason under it, then wakes the budget, so
+            # the waiter either sees the reason before it sleeps or is woken after.
+            budget.wait(lambda: self.stop_reason is not None)
+            # Paid (or stopped): look at the hold and the stop again before the next chunk.
 
     def on_cancel(self, fn: Callable[[], None]) -> None:
         """Register ``fn`` to run when the job must stop now; runs at once if it already must."""
@@ -102,6 +116,7 @@ class JobContext:
                 return False
             self.stop_reason = ROTATED
             self._cond.notify_all()
+        self._wake_budget()
         return True
 
     def set_held(self, held: bool) -> None:
@@ -123,8 +138,14 @@ class JobContext:
             self.stop_reason = reason
             fns = list(self._cancel_fns)
             self._cond.notify_all()
+        self._wake_budget()
         for fn in fns:
             self._call(fn)
+
+    def _wake_budget(self) -> None:
+        """A stop must not wait out the I/O budget's debt: the waiter re-reads the stop now."""
+        if self._io_budget is not None:
+            self._io_budget.wake()
 
     @staticmethod
     def _call(fn: Callable[[], None]) -> None:

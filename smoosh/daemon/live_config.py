@@ -17,6 +17,7 @@ from smoosh.errors import ConfigError
 from smoosh.loop import quietly
 
 if TYPE_CHECKING:
+    from smoosh.daemon.budget_gate import BudgetGate
     from smoosh.daemon.history import HistoryTable
     from smoosh.daemon.housekeeping import Housekeeping
     from smoosh.daemon.intake import Intake
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from smoosh.daemon.scheduler import JobScheduler
     from smoosh.daemon.slots import SlotGate
     from smoosh.daemon.staleness import AccessTable
+    from smoosh.io_budget import IoBudget
     from smoosh.jobs import Jobs
     from smoosh.loop import Loop
 
@@ -43,6 +45,8 @@ class LiveConfig:
     _config_error: str | None
     _restart_required: list[str]
     _slots: SlotGate
+    io_budget: IoBudget
+    _budget_gate: BudgetGate
     _history: HistoryTable
     _access: AccessTable
     _compactors: list[Any]
@@ -81,6 +85,10 @@ class LiveConfig:
             # Only the handler `smoosh run` installed changes; an embedding application's stays.
             logs.set_format(new.log_format)
         self._slots.limit = new.max_jobs
+        if new.max_io_rate_bytes_per_s != old.max_io_rate_bytes_per_s:
+            # Bytes still owed are re-priced at the new rate; paused chunks and waiting starts look again.
+            self.io_budget.set_rate(new.max_io_rate_bytes_per_s)
+            self._budget_gate.rate_changed()
         self._history.configure(
             max_history=new.max_history,
             health_threshold_s=new.health_threshold_s,

@@ -148,6 +148,16 @@ class SmooshCollector(Collector):
         build.add_metric([__version__], 1)
         yield build
 
+        budget = server.io_budget
+        rate = GaugeMetricFamily(
+            "smoosh_io_budget_bytes_per_second", "The I/O budget in force (max_io_rate); +Inf when unlimited.")
+        rate.add_metric([], float("inf") if budget.rate_bytes_per_s is None else budget.rate_bytes_per_s)
+        yield rate
+        charged = CounterMetricFamily(
+            "smoosh_io_charged_bytes", "Bytes compactions of this process charged to the I/O budget (written).")
+        charged.add_metric([], budget.charged_bytes)
+        yield charged
+
 
 def _compaction_families(server: Server, counters: Counters, channels: list[str]) -> Iterator[Metric]:
     """The families of finished compactions: counts, durations, bytes, last success, crashing keys.

@@ -31,6 +31,7 @@ from channels.ports import Outcome, RunEvent
 from smoosh.compactors import load_compactors
 from smoosh.config import ChannelConfig, Config
 from smoosh.daemon import control
+from smoosh.daemon.budget_gate import BudgetGate
 from smoosh.daemon.cluster_holds import ClusterHolds, Hold, covering
 from smoosh.daemon.explain import Sources, explain as explain_key
 from smoosh.daemon.history import ADDED, HistoryTable
@@ -50,6 +51,7 @@ from smoosh.daemon.startup import take_over_jobs
 from smoosh.daemon.status import build_status, jobs_table
 from smoosh.daemon.suspension import Suspension
 from smoosh.errors import UnknownChannel
+from smoosh.io_budget import IoBudget
 from smoosh.jobs import Jobs
 from smoosh.loop import Loop, quietly
 from smoosh.priority import quantize
@@ -109,6 +111,10 @@ class Server(LiveConfig):
             settings_of=lambda name: self._config.channels.get(name) if self._started else None,
         )
         self._slots = SlotGate(config.max_jobs)
+        # One I/O budget for the process (max_io_rate): compactions charge it, starts wait for it.
+        self.io_budget = IoBudget(config.max_io_rate_bytes_per_s, clock=clock)
+        self._budget_gate = BudgetGate(self.io_budget, wake_channel=self.wake,
+                                       rearm=lambda: self._loop.wake(self._budget_gate))
         self._history = HistoryTable(
             max_history=config.max_history,
             health_threshold_s=config.health_threshold_s,
@@ -123,6 +129,10 @@ class Server(LiveConfig):
             exact_size_interval_s=config.exact_size_interval_s,
         )
         self._set_compactor_roots(config.roots)
+        for compactor in self._compactors:
+            set_io_budget = getattr(compactor, "set_io_budget", None)
+            if set_io_budget is not None:
+                set_io_budget(self.io_budget)
         self._router = Router(self._compactors, clock=clock)
         self._suspension = Suspension(config.state_dir)
         #: The cluster holds in the store as last read (owner: the loop; see _apply_cluster_holds).
@@ -200,6 +210,7 @@ class Server(LiveConfig):
                 self._jobs, self._store, self.job_type, self._compactors, node=self.node,
                 job_timeout_s=cfg.job_timeout_s, concurrency=self._workers_n, signals="direct",
                 listener=self._scheduler, clock=self._clock, roots=lambda: self._config.roots,
+                io_budget=self.io_budget, io_priority=lambda: self._config.io_priority,
             )
             self._worker.start()
             self._scheduler.local = self._worker
@@ -214,6 +225,7 @@ class Server(LiveConfig):
         self.intake.wake = lambda: self._loop.wake(self.intake)
         self._loop.add(self.intake, "the intake")
         self._loop.add(self._housekeeping, "housekeeping")
+        self._loop.add(self._budget_gate, "the I/O budget gate", due=None)
         self._housekeeping.start()
         self._loop.start()
         self._started = True
@@ -405,8 +417,15 @@ class Server(LiveConfig):
     # ------------------------------------------------------------------ the channels' host (loop thread)
 
     def acquire_slot(self, channel: str, *, force: bool = False) -> bool:
-        """A global slot for ``channel`` (see :class:`~channels.ports.Host`); none once the server stops."""
+        """A global slot for ``channel`` (see :class:`~channels.ports.Host`); none once the server stops.
+
+        None either while the I/O budget is in debt: the channel is woken when it is paid
+        (:class:`~smoosh.daemon.budget_gate.BudgetGate`). ``force`` (a run that runs already)
+        skips both.
+        """
         if self._stopping and not force:
+            return False
+        if not force and not self._budget_gate.admits(channel):
             return False
         return self._slots.acquire(channel, force=force)
 

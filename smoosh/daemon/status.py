@@ -69,6 +69,21 @@ def build_status(server: Any) -> dict[str, Any]:
         "config_error": server._config_error,
         "restart_required": list(server._restart_required),
         "scan": housekeeping.scan_status() if housekeeping is not None else {},
+        "io_budget": io_budget_status(server),
+    }
+
+
+def io_budget_status(server: Any) -> dict[str, Any]:
+    """The I/O budget as ``/status`` shows it: the rate in force (``"infinity"`` when unlimited),
+    bytes charged since start, seconds of debt left, chunks paused on it, channels whose start waits."""
+    budget = server.io_budget
+    rate = budget.rate_bytes_per_s
+    return {
+        "max_io_rate": "infinity" if rate is None else (int(rate) if rate.is_integer() else rate),
+        "charged_bytes": budget.charged_bytes,
+        "debt_s": round(budget.debt_s(), 3),
+        "paused": budget.waiting(),
+        "waiting_channels": server._budget_gate.waiting(),
     }
 
 

@@ -38,6 +38,8 @@ from smoosh.daemon.compaction import compact
 from smoosh.daemon.keypool import DEFAULT_IDLE_EXIT_S, KeyPool
 from smoosh.daemon.job_context import HALTED, STOPPING, JobContext, Running
 from smoosh.daemon.startup import DAEMON_WORKER
+from smoosh.io_budget import START, IoBudget
+from smoosh.ioprio import apply_io_priority
 from smoosh.jobs import AcceptInterrupt, JobHalted, NotFound
 
 __all__ = ["Worker", "JobContext", "RunListener", "DEFAULT_JOB_TIMEOUT_S", "DEFAULT_HOLD_POLL_S", "STOP_TIMEOUT_S"]
@@ -83,6 +85,10 @@ class Worker:
             restriction. A database outside them, or reached through a symbolic link, is
             refused (ends ``gone``) unopened.
         accept_timeout_s: kept for callers of the old worker; ignored (accept is interrupted on stop).
+        io_budget: the process's I/O budget (``max_io_rate``): no job is accepted while it is
+            in debt, and every chunk boundary of a running compaction waits for it. None: no pacing.
+        io_priority: read at every start: ``"idle"`` puts the compaction thread in the idle
+            I/O class for that compaction (:mod:`smoosh.ioprio`), ``"normal"`` leaves it.
     """
 
     def __init__(
@@ -101,6 +107,8 @@ class Worker:
         clock: Callable[[], float] = time.time,
         roots: Callable[[], Sequence[str] | None] = lambda: None,
         accept_timeout_s: float | None = None,
+        io_budget: IoBudget | None = None,
+        io_priority: Callable[[], str] = lambda: "normal",
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, not {concurrency!r}")
@@ -116,6 +124,8 @@ class Worker:
         self.hold_poll_s = hold_poll_s
         self._clock = clock
         self._roots = roots
+        self.io_budget = io_budget
+        self._io_priority = io_priority
         self._cond = threading.Condition()
         self._running: set[Running] = set()
         # Keys of the jobs running now, for lock-free membership tests from other threads.
@@ -158,6 +168,8 @@ class Worker:
             running = list(self._running)
             self._cond.notify_all()
         self._interrupt.interrupt()
+        if self.io_budget is not None:
+            self.io_budget.wake()  # a dispatcher waiting for the budget sees the stop now
         for r in running:
             r.ctx.stop(STOPPING)
         deadline = time.monotonic() + timeout_s
@@ -272,6 +284,17 @@ class Worker:
                     if len(self._running) + self._reserved >= self.concurrency:
                         self._cond.wait()  # a run ends, a claim gives its slot back, or a stop
                         continue
+                budget = self.io_budget
+                if budget is not None and budget.in_debt():
+                    # No job is taken while the I/O budget is in debt: a timed wait until it is
+                    # paid (stop() wakes it), then look at the slots and the stop again.
+                    budget.wait(lambda: self._stopping, kind=START)
+                    continue
+                with self._cond:
+                    if self._stopping:
+                        return
+                    if len(self._running) + self._reserved >= self.concurrency:
+                        continue
                     self._reserved += 1  # the slot it accepts into
                 try:
                     job, data = self.jobs.accept(self.job_type, interrupt=self._interrupt)
@@ -361,7 +384,7 @@ class Worker:
 
     def _admit(self, job: Any, data: dict[str, Any], *, reserved: bool, claimed: bool) -> Running:
         """Register a job as running here (its slot, its heartbeats, its holds)."""
-        ctx = JobContext()
+        ctx = JobContext(self.io_budget)
         running = Running(
             job=job, data=dict(data), ctx=ctx, started_at=self._clock(), claimed=claimed,
             # The daemon's own worker sends no heartbeat at once: a short compaction (most of
@@ -431,9 +454,12 @@ class Worker:
         return finished
 
     def _compact(self, running: Running, started: float) -> Outcome:
+        # On the compaction thread itself: Linux keeps the I/O class per thread.
+        restore_io_priority = apply_io_priority(self._io_priority())
         try:
             return compact(running.key, running.data, running.ctx, self.compactors, self._roots(), started, self._clock)
         finally:
+            restore_io_priority()
             with running.lock:
                 running.done = True
 

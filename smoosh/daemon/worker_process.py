@@ -23,7 +23,8 @@ def run_worker_process(config: Any, store_url: str | None = None, concurrency: i
 
     Parameters:
         config: smoosh's ``Config`` (``node``, ``job_timeout_s``, ``sqlite``, ``store``,
-            ``roots``, ``wal_max_size_bytes``, ``exact_size_interval_s``).
+            ``roots``, ``wal_max_size_bytes``, ``exact_size_interval_s``, ``max_io_rate_bytes_per_s``,
+            ``io_priority``; read once: this process does not reload its config).
         store_url: the store (default: the config's ``store``).
         concurrency: jobs at once (default 1).
 
@@ -33,6 +34,7 @@ def run_worker_process(config: Any, store_url: str | None = None, concurrency: i
     import signal
 
     from smoosh.compactors import load_compactors
+    from smoosh.io_budget import IoBudget
     from smoosh.jobs import Jobs
     from smoosh.store import open_store
 
@@ -49,10 +51,15 @@ def run_worker_process(config: Any, store_url: str | None = None, concurrency: i
         for name in ("wal_max_size_bytes", "exact_size_interval_s"):
             if getattr(config, name, None) is not None:
                 kw[name] = getattr(config, name)
-        compactors = load_compactors(getattr(config, "sqlite", None), roots=getattr(config, "roots", None), **kw)
+        # This process's own budget: max_io_rate is per process (DESIGN §11).
+        io_budget = IoBudget(getattr(config, "max_io_rate_bytes_per_s", None))
+        io_priority = str(getattr(config, "io_priority", "normal"))
+        compactors = load_compactors(getattr(config, "sqlite", None), roots=getattr(config, "roots", None),
+                                     io_budget=io_budget, **kw)
         roots = tuple(getattr(config, "roots", ()) or ()) or None
         worker = Worker(jobs, store, job_type, compactors, node=node, job_timeout_s=job_timeout_s,
-                        concurrency=concurrency or 1, signals="store", roots=lambda: roots)
+                        concurrency=concurrency or 1, signals="store", roots=lambda: roots,
+                        io_budget=io_budget, io_priority=lambda: io_priority)
 
         def on_signal(signum: int, frame: Any) -> None:
             stop.set()

@@ -23,7 +23,7 @@ def rows(text: str) -> dict[str, list[str]]:
     """The table's rows by channel name, each split into its columns."""
     lines = text.splitlines()
     assert lines[0].split() == HEADER
-    return {line.split()[0]: line.split() for line in lines[1:] if line and not line.startswith(("node ", "no ", "config", "restart"))}
+    return {line.split()[0]: line.split() for line in lines[1:] if line and not line.startswith(("node ", "no ", "config", "restart", "I/O budget"))}
 
 
 def test_status_prints_one_row_per_channel_with_counts_priorities_window_and_pause(paused: PausedDaemon) -> None:

@@ -88,6 +88,8 @@ LIVE: dict[str, tuple[str, Callable[[Server], bool]]] = {
     "exact_size_interval": live("2m", lambda s: sqlite_compactor(s).exact_size_interval_s == 120),
     "rescan_interval": live("30s", lambda s: s._housekeeping.watcher._rescan_interval_s == 30),
     "wal_max_size": live("1MiB", lambda s: sqlite_compactor(s).wal_max_size_bytes == 1 << 20),
+    "max_io_rate": live("5MiB", lambda s: s.io_budget.rate_bytes_per_s == 5 << 20),
+    "io_priority": live("idle", lambda s: worker(s)._io_priority() == "idle"),  # read at every start
     "ignore": live("", lambda s: True),  # not a [smoosh] key in files: skipped below
 }
 SQLITE_LIVE: dict[str, tuple[str, Callable[[Server], bool]]] = {
@@ -96,6 +98,7 @@ SQLITE_LIVE: dict[str, tuple[str, Callable[[Server], bool]]] = {
     "incremental_chunk_pages": live("77", lambda s: sqlite_compactor(s).incremental_chunk_pages == 77),
     "busy_timeout": live("3s", lambda s: sqlite_compactor(s).busy_timeout_s == 3),
     "analyze": live("true", lambda s: sqlite_compactor(s).analyze is True),
+    "max_lock_hold": live("250ms", lambda s: sqlite_compactor(s).max_lock_hold_s == 0.25),
 }
 
 

@@ -1,0 +1,194 @@
+"""Incremental chunks paced by the I/O budget: the real SQLite compactor, the worker's JobContext, a stepped clock.
+
+With ``max_io_rate = R`` and chunks of ``C`` pages, each chunk is charged ``C * page_size``
+bytes as it commits, and the next one starts at the clock time that debt is paid: never
+earlier, and with the clock stepped to that moment, at once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from types import SimpleNamespace
+from typing import Any, Callable
+
+import pytest
+
+from compactor.dbfactory import db_stats, integrity, make_bloated_db
+from smoosh.compactors import Interrupted, SqliteCompactor
+from smoosh.daemon.job_context import JobContext
+from smoosh.io_budget import IoBudget
+
+CHUNK_PAGES = 50
+#: Bytes per second: slow enough that every chunk leaves a debt of a fraction of a second.
+RATE = 1_000_000.0
+#: Upper bound for any wait on the compaction thread (seconds); a pass takes milliseconds.
+WAIT_S = 15.0
+
+
+class FakeClock:
+    def __init__(self, now: float = 10_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class ChunkStarts:
+    """The worker's context, recording the clock each time a chunk is let go (its start time)."""
+
+    def __init__(self, ctx: JobContext, clock: FakeClock) -> None:
+        self.ctx = ctx
+        self.clock = clock
+        self.starts: list[float] = []
+
+    def progress(self, fraction: float) -> None:
+        self.ctx.progress(fraction)
+
+    def on_cancel(self, fn: Callable[[], None]) -> None:
+        self.ctx.on_cancel(fn)
+
+    def checkpoint(self) -> None:
+        self.ctx.checkpoint()
+        self.starts.append(self.clock())
+
+
+def wait_until(predicate: Callable[[], Any]) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.002)
+
+
+def settings() -> SimpleNamespace:
+    return SimpleNamespace(page_size=None, auto_vacuum=None, incremental_chunk_pages=CHUNK_PAGES, busy_timeout_s=0.5)
+
+
+def run_in_thread(compactor: SqliteCompactor, key: str, ctx: Any) -> tuple[threading.Thread, list[Any]]:
+    outcome: list[Any] = []
+
+    def body() -> None:
+        try:
+            outcome.append(compactor.compact(key, ctx))
+        except Exception as exc:  # handed to the test
+            outcome.append(exc)
+
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+@pytest.fixture
+def db(tmp_path: Any) -> str:
+    path = str(tmp_path / "inc.db")
+    stats = make_bloated_db(path, auto_vacuum="incremental")
+    assert stats["freelist_count"] > 4 * CHUNK_PAGES  # several chunks to pace
+    return path
+
+
+def test_each_chunk_starts_exactly_when_the_previous_chunks_debt_is_paid(db: str) -> None:
+    # Given a budget of RATE bytes/s and a clock that moves only when the test steps it
+    clock = FakeClock()
+    t0 = clock.now
+    budget = IoBudget(RATE, clock=clock)
+    page_bytes, free_pages = db_stats(db)["page_size"], db_stats(db)["freelist_count"]
+    compactor = SqliteCompactor(settings(), io_budget=budget)
+    ctx = ChunkStarts(JobContext(budget), clock)
+    thread, outcome = run_in_thread(compactor, db, ctx)
+
+    # When the compaction runs, the test steps the clock to just before each paid moment, then to it
+    steps = 0
+    while True:
+        wait_until(lambda: budget.waiting() == 1 or not thread.is_alive())
+        if not thread.is_alive():
+            break
+        paid_at = budget.paid_at()
+        assert paid_at is not None
+        started = len(ctx.starts)
+        clock.now = paid_at - 0.001
+        budget.wake()
+        wait_until(lambda: budget.waiting() == 1)  # it looked at the new time and went back to sleep
+        assert len(ctx.starts) == started, "a chunk started before its debt was paid"
+        clock.now = paid_at
+        budget.wake()
+        steps += 1
+        assert steps < 100
+    thread.join(WAIT_S)
+
+    # Then every full chunk owed C * page_size bytes, and chunk k+1 started when chunk k's debt was paid
+    assert not isinstance(outcome[0], Exception), outcome
+    assert len(ctx.starts) >= 5
+    chunk_s = CHUNK_PAGES * page_bytes / RATE
+    expected = [t0 + k * chunk_s for k in range(len(ctx.starts))]
+    assert ctx.starts == pytest.approx(expected, abs=1e-6)
+    assert budget.charged_bytes == free_pages * page_bytes
+    assert db_stats(db)["freelist_count"] == 0 and integrity(db) == "ok"
+
+
+def test_a_stop_during_a_wait_ends_the_compaction_at_once(db: str) -> None:
+    # Given a budget so slow that the first chunk's debt would take days
+    budget = IoBudget(1.0, clock=FakeClock())
+    compactor = SqliteCompactor(settings(), io_budget=budget)
+    ctx = JobContext(budget)
+    thread, outcome = run_in_thread(compactor, db, ctx)
+    wait_until(lambda: budget.waiting() == 1)
+    # When the worker stops the job while it waits
+    ctx.stop("worker stopping")
+    # Then the compaction ends now, interrupted at the chunk boundary, the file intact
+    thread.join(WAIT_S)
+    assert not thread.is_alive()
+    assert isinstance(outcome[0], Interrupted) and str(outcome[0]) == "worker stopping"
+    assert integrity(db) == "ok"
+
+
+def test_an_unlimited_budget_never_waits_and_still_counts_what_was_written(db: str) -> None:
+    budget = IoBudget(None, clock=FakeClock())  # the clock never moves: any wait would hang
+    page_bytes = db_stats(db)["page_size"]
+    freed = db_stats(db)["freelist_count"]
+    compactor = SqliteCompactor(settings(), io_budget=budget)
+    thread, outcome = run_in_thread(compactor, db, JobContext(budget))
+    thread.join(WAIT_S)
+    assert not thread.is_alive() and not isinstance(outcome[0], Exception), outcome
+    assert budget.charged_bytes == freed * page_bytes
+    assert budget.waiting() == 0 and db_stats(db)["freelist_count"] == 0
+
+
+def test_a_worker_takes_no_job_while_the_budget_is_in_debt_and_takes_it_when_paid(db: str) -> None:
+    # Given a stand-alone worker whose process budget owes 5 s, and a job pending for it
+    from smoosh.daemon.worker import Worker
+    from smoosh.jobs import Jobs
+    from smoosh.store import open_store
+
+    clock = FakeClock()
+    budget = IoBudget(RATE, clock=clock)
+    budget.charge(int(5 * RATE))
+    store = open_store("memory:")
+    jobs = Jobs(store)
+    jobs.set_type_timeout("smoosh:n", 30)
+    worker = Worker(jobs, store, "smoosh:n", [SqliteCompactor(settings(), io_budget=budget)], node="n",
+                    io_budget=budget, clock=clock)
+    try:
+        jobs.add("smoosh:n", db, {"channel": "c", "key": db, "priority": 5.0, "progress": 0.0})
+        worker.start()
+        # When the worker looks: it waits for the budget, the job stays pending
+        wait_until(lambda: budget.waiting(kind="start") == 1)
+        assert jobs.get_job_state("smoosh:n", db) == "pending"
+        # Then once the clock reaches the paid moment, it takes the job and compacts it (its
+        # chunks paced in turn: the test moves the clock to each paid moment)
+        clock.now += 5.0
+        budget.wake()
+
+        def done() -> bool:
+            return jobs.get_job_state("smoosh:n", db) == "finished"
+
+        while not done():
+            wait_until(lambda: budget.waiting() == 1 or done())
+            paid_at = budget.paid_at()
+            if paid_at is not None:
+                clock.now = paid_at
+            budget.wake()
+        assert jobs.get_job_data("smoosh:n", db)["result"] == "ok"
+    finally:
+        worker.stop(5)
+        jobs.close()
+        store.close()

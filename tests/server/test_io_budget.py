@@ -1,0 +1,225 @@
+"""The I/O budget in the server: a start waits for it holding no slot, and becomes eligible exactly when the debt is paid.
+
+A real server with an in-process worker compacts real SQLite files; the clock is injected and
+stepped by hand (it does not move during a compaction, so each VACUUM ends at a known time).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from compactor.dbfactory import integrity, make_bloated_db
+from helpers.daemon import wait_for
+from smoosh import Server
+from smoosh.cli.format import format_status
+from smoosh.config import parse_config
+from smoosh.daemon.metrics import render
+from smoosh.ioprio import IOPRIO_CLASS_IDLE, get_thread_ioprio
+
+MiB = 1 << 20
+#: The budget of these tests: a ~2 MB VACUUM leaves a debt of about 2 s.
+RATE = MiB
+
+
+class FakeClock:
+    def __init__(self, now: float) -> None:
+        self._now = now
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self._lock:
+            return self._now
+
+    def set(self, now: float) -> None:
+        with self._lock:
+            self._now = now
+
+
+def config_text(tmp_path: Path, extra: str = "") -> str:
+    return f"""[smoosh]
+watch =
+roots = {tmp_path / 'dbs'}
+state_dir = {tmp_path / 'state'}
+store = memory:
+node = t
+wait_secs = 0
+db_channels = ratio_dbs
+{extra}
+
+[smoosh.ratio_dbs]
+min_size = 64KiB
+concurrency = 1
+"""
+
+
+@pytest.fixture
+def dbs(tmp_path: Path) -> tuple[str, str]:
+    (tmp_path / "dbs").mkdir()
+    first, second = str(tmp_path / "dbs" / "first.db"), str(tmp_path / "dbs" / "second.db")
+    make_bloated_db(first, delete_fraction=0.8)  # ratio ~5: compacted first
+    make_bloated_db(second, delete_fraction=0.6)  # ratio ~2.5
+    return first, second
+
+
+@pytest.fixture
+def started(tmp_path: Path) -> Iterator[Any]:
+    servers: list[Server] = []
+
+    def start(extra: str, clock: FakeClock, **kw: Any) -> Server:
+        config = parse_config(config_text(tmp_path, extra), str(tmp_path / "smoosh.ini"))
+        server = Server(config, workers=1, watch_config=False, clock=clock, **kw)
+        server.start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def sample(server: Server, name: str) -> float:
+    """The value of the unlabelled sample ``name`` in a scrape of ``/metrics``'s body."""
+    for family in text_string_to_metric_families(render(server)[0].decode()):
+        for s in family.samples:
+            if s.name == name:
+                return float(s.value)
+    raise AssertionError(f"{name} is not in /metrics")
+
+
+def state_of(server: Server, key: str) -> str | None:
+    return {j["key"]: j["state"] for j in server.jobs_table()}.get(key)
+
+
+def waiting_on_the_budget(server: Server) -> bool:
+    status = server.status()
+    ch = status["channels"]["ratio_dbs"]
+    return (ch["waiting"]["size"], ch["active"], ch["starting"]) == (1, 0, 0) and \
+        status["io_budget"]["waiting_channels"] == ["ratio_dbs"]
+
+
+def test_a_full_vacuum_delays_the_next_start_by_its_size_over_the_rate(started: Any, dbs: tuple[str, str]) -> None:
+    # Given max_io_rate = 1MiB, a clock frozen at T, and two bloated databases queued
+    first, second = dbs
+    size_first, size_second = os.path.getsize(first), os.path.getsize(second)
+    clock = FakeClock(1_800_000_000.0)
+    t = clock()
+    server = started("max_io_rate = 1MiB", clock)
+    server.suspend("ratio_dbs")  # both queued before either starts: the bloated one goes first
+    server.enqueue(first)
+    server.enqueue(second)
+    wait_for(lambda: server.status()["channels"]["ratio_dbs"]["waiting"]["size"] == 2, 10, what="both queued")
+    server.resume("ratio_dbs")
+
+    # When the first VACUUM ends (charged its file size)
+    wait_for(lambda: state_of(server, first) == "finished", 30, what="the first VACUUM")
+    assert server.io_budget.charged_bytes == size_first
+    paid_at = t + size_first / RATE
+    assert server.io_budget.paid_at() == pytest.approx(paid_at)
+
+    # Then the second waits queued, holding neither a channel slot nor a max_jobs slot
+    wait_for(lambda: waiting_on_the_budget(server), 10, what="the second start to wait on the budget")
+    assert server._slots.busy == 0
+    budget = server.status()["io_budget"]
+    assert budget["max_io_rate"] == RATE and budget["charged_bytes"] == size_first
+    assert budget["debt_s"] == pytest.approx(size_first / RATE, abs=0.001)
+    assert f"I/O budget: 1.0 MiB/s, {size_first / MiB:.1f} MiB charged, in debt" in format_status(server.status())
+    assert sample(server, "smoosh_io_budget_bytes_per_second") == RATE
+    assert sample(server, "smoosh_io_charged_bytes_total") == size_first
+
+    # ... not a moment before the debt is paid ...
+    clock.set(paid_at - 0.01)
+    server.tick()
+    server.tick()
+    assert waiting_on_the_budget(server) and state_of(server, second) == "pending"
+
+    # ... and at once when it is: the gate's timer is due exactly then
+    clock.set(paid_at)
+    server.tick()
+    server.tick()
+    wait_for(lambda: state_of(server, second) == "finished", 30, what="the second VACUUM")
+    assert server.io_budget.charged_bytes == size_first + size_second
+    assert integrity(first) == integrity(second) == "ok"
+
+
+def test_a_reload_to_a_higher_rate_brings_the_waiting_start_forward(started: Any, dbs: tuple[str, str], tmp_path: Path) -> None:
+    first, second = dbs
+    size_first = os.path.getsize(first)
+    clock = FakeClock(1_800_000_000.0)
+    t = clock()
+    server = started("max_io_rate = 1MiB", clock)
+    server.suspend("ratio_dbs")
+    server.enqueue(first)
+    server.enqueue(second)
+    wait_for(lambda: server.status()["channels"]["ratio_dbs"]["waiting"]["size"] == 2, 10, what="both queued")
+    server.resume("ratio_dbs")
+    wait_for(lambda: state_of(server, first) == "finished", 30, what="the first VACUUM")
+    wait_for(lambda: waiting_on_the_budget(server), 10, what="the second start to wait on the budget")
+
+    # When the rate is raised to 4MiB by a live reload
+    server.apply_config(parse_config(config_text(tmp_path, "max_io_rate = 4MiB"), str(tmp_path / "smoosh.ini")))
+
+    # Then the bytes still owed are re-priced: the start comes a quarter of the time after the VACUUM
+    assert server.status()["io_budget"]["max_io_rate"] == 4 * MiB
+    assert server.io_budget.paid_at() == pytest.approx(t + size_first / (4 * RATE))
+    clock.set(t + size_first / (4 * RATE))
+    server.tick()
+    server.tick()
+    wait_for(lambda: state_of(server, second) == "finished", 30, what="the second VACUUM")
+
+
+def test_an_unlimited_budget_never_holds_a_start_back(started: Any, dbs: tuple[str, str]) -> None:
+    first, second = dbs
+    clock = FakeClock(1_800_000_000.0)  # never moved: a start waiting on the budget would never come
+    server = started("", clock)
+    server.enqueue(first)
+    server.enqueue(second)
+    wait_for(lambda: state_of(server, first) == state_of(server, second) == "finished", 30, what="both VACUUMs")
+    budget = server.status()["io_budget"]
+    assert budget["max_io_rate"] == "infinity" and budget["debt_s"] == 0 and budget["charged_bytes"] > 0
+    assert sample(server, "smoosh_io_budget_bytes_per_second") == math.inf
+
+
+class RecordsIoPriority:
+    """The real SQLite compactor, noting the I/O class of the thread that runs each compaction."""
+
+    def __init__(self, settings: Any) -> None:
+        from smoosh.compactors.sqlite import SqliteCompactor
+
+        self.inner = SqliteCompactor(settings)
+        self.name = self.inner.name
+        self.seen: list[tuple[int, int]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def compact(self, key: str, ctx: Any) -> Any:
+        self.seen.append(get_thread_ioprio())
+        return self.inner.compact(key, ctx)
+
+
+@pytest.mark.skipif(not os.uname().sysname == "Linux", reason="ioprio_set is Linux only")
+def test_io_priority_idle_puts_the_compaction_thread_in_the_idle_class_for_that_compaction(
+    started: Any, dbs: tuple[str, str], tmp_path: Path,
+) -> None:
+    first, second = dbs
+    clock = FakeClock(1_800_000_000.0)
+    config = parse_config(config_text(tmp_path, "io_priority = idle"), str(tmp_path / "smoosh.ini"))
+    recorder = RecordsIoPriority(config.sqlite)
+    server = started("io_priority = idle", clock, compactors=[recorder])
+    server.enqueue(first)
+    wait_for(lambda: state_of(server, first) == "finished", 30, what="the first compaction")
+    assert recorder.seen[0][0] == IOPRIO_CLASS_IDLE
+
+    # A reload back to normal applies to the next compaction, on the same pooled thread
+    server.apply_config(parse_config(config_text(tmp_path, "io_priority = normal"), str(tmp_path / "smoosh.ini")))
+    server.enqueue(second)
+    wait_for(lambda: state_of(server, second) == "finished", 30, what="the second compaction")
+    assert recorder.seen[1][0] != IOPRIO_CLASS_IDLE
+    assert get_thread_ioprio()[0] != IOPRIO_CLASS_IDLE  # the rest of the process never changed class

@@ -27,7 +27,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
 
-from smoosh.compactors.base import Sizes, refused
+from smoosh.compactors.base import refused
 from smoosh.config import Config
 from smoosh.daemon.debounce import Debouncer
 from smoosh.daemon.keypool import KeyPool

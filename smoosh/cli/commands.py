@@ -98,7 +98,11 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    """``smoosh explain KEY``: why the daemon has, or has not, queued the key, channel by channel."""
+    """``smoosh explain KEY``: why the daemon has, or has not, queued the key, channel by channel.
+
+    Exits 1 for a key the daemon rejects (outside the roots, no such file, not SQLite), as
+    ``smoosh enqueue`` does: a script asking about a mistyped path hears of it.
+    """
     target = daemon_target(args)
     key = urllib.parse.quote(absolute_key(args.key), safe="/:")
     answer = http_request("GET", f"{target.url}/explain?key={key}")
@@ -106,7 +110,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         print_json(answer)
     else:
         print(format_explain(answer))
-    return 0
+    return 1 if isinstance(answer, dict) and answer.get("state") == "rejected" else 0
 
 
 def format_result(result: dict[str, Any]) -> str:

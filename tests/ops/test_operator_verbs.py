@@ -114,6 +114,7 @@ def test_explain_of_a_rejected_key_and_a_missing_parameter(fleet: Fleet, tmp_pat
     out = fleet.cli("explain", "missing.db")
     assert out.stdout.splitlines() == [str(fleet.dbs / "missing.db"), "  state:      rejected",
                                        "  reason:     no such file"]
+    assert out.returncode == 1  # as `smoosh enqueue` for a rejected key
     reply = request(f"{fleet.url}/explain")
     assert (reply.status, reply.json()) == (400, {"error": "name one key: /explain?key=/path/to/db"})
     assert request(f"{fleet.url}/explain", "POST", {}).status == 405

@@ -13,7 +13,7 @@ Results (one vocabulary everywhere: job data, ``/jobs``, metrics, logs):
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 __all__ = [
@@ -77,11 +77,16 @@ class Outcome:
 
         ``rotated`` and ``stopping`` appear only when set: most outcomes are neither.
         """
-        data = asdict(self)
+        # Field by field: dataclasses.asdict deep-copies recursively, a cost paid per compaction.
+        data: dict[str, Any] = {
+            "result": self.result, "error": self.error, "size_before_bytes": self.size_before_bytes,
+            "size_after_bytes": self.size_after_bytes, "duration_s": self.duration_s, "progress": self.progress,
+        }
         data["reclaimed_bytes"] = self.reclaimed_bytes
-        for flag in ("rotated", "stopping"):
-            if not data[flag]:
-                del data[flag]
+        if self.rotated:
+            data["rotated"] = True
+        if self.stopping:
+            data["stopping"] = True
         return data
 
     @classmethod

@@ -70,8 +70,8 @@ class _InFlight:
     force: bool = False
 
 
-#: Longest an examination waits for a batch being admitted (see Intake.admitting): a steady
-#: stream of batches must not starve the examination.
+#: Longest the examination waits for one spell of admission (see Intake.admitting); after
+#: that it goes on beside it: a steady stream of batches must not starve the examination.
 ADMISSION_PAUSE_MAX_S = 0.1
 
 
@@ -132,6 +132,10 @@ class Intake:
         self._admitted = threading.Event()
         self._admitted.set()
         self._admitting = 0
+        # Spells of admission (batches in, none between) so far, and the one the examination
+        # already waited out: it waits once per spell, not once per key.
+        self._admission_spell = 0
+        self._waited_spell = -1
 
     def start(self) -> None:
         """Accept keys."""
@@ -326,9 +330,11 @@ class Intake:
         Admission checks each key's file (system calls, each releasing the GIL); beside an
         examination thread running Python, every one of them waits to get the GIL back. The
         caller is waiting for its answer, the examination is not: it pauses (at most
-        :data:`ADMISSION_PAUSE_MAX_S` per key) until the batch is in.
+        :data:`ADMISSION_PAUSE_MAX_S` for one spell of batches that overlap) until the batch is in.
         """
         with self._lock:
+            if not self._admitting:
+                self._admission_spell += 1
             self._admitting += 1
             self._admitted.clear()
         try:
@@ -340,7 +346,9 @@ class Intake:
                     self._admitted.set()
 
     def _examine_cheap(self, key: str) -> None:
-        self._admitted.wait(ADMISSION_PAUSE_MAX_S)
+        spell = self._admission_spell
+        if spell != self._waited_spell and not self._admitted.wait(ADMISSION_PAUSE_MAX_S):
+            self._waited_spell = spell  # this spell outlasted the pause: no more waiting for it
         self._examine(key, defer_exact=True)
 
     def _examine_exact(self, key: str) -> None:

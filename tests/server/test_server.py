@@ -457,11 +457,19 @@ def test_keys_wait_to_be_examined_while_a_batch_is_admitted_and_no_longer(
     assert server.counters.enqueue_examined == 1
 
 
-def test_a_stream_of_batches_does_not_starve_the_examination(tmp_path: Path, running: Any, dbs: Path) -> None:
-    db = dbs / "a.db"
-    make_bloated_db(str(db))
+def test_a_stream_of_batches_does_not_starve_the_examination(
+    tmp_path: Path, running: Any, dbs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import smoosh.daemon.intake as intake_module
+
+    monkeypatch.setattr(intake_module, "ADMISSION_PAUSE_MAX_S", 2.0)
+    paths = []
+    for i in range(5):
+        paths.append(str(dbs / f"k{i}.db"))
+        make_bloated_db(paths[-1])
     server = running(make_config(tmp_path), workers=0, dry_run=True)
-    with server.intake.admitting():
-        server.enqueue(str(db), require_file=True)
-        # Then the key is examined though admission never ends (a pause per key is bounded)
-        wait_for(lambda: server.status()["channels"]["ratio_dbs"]["waiting"]["size"] == 1, 10, what="queued meanwhile")
+    with server.intake.admitting():  # one spell of admission that never ends
+        for path in paths:
+            server.enqueue(path, require_file=True)
+        # Then the examination waits once for the spell (2 s), not once per key (10 s)
+        wait_for(lambda: server.status()["channels"]["ratio_dbs"]["waiting"]["size"] == 5, 6, what="all queued meanwhile")

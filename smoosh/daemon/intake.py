@@ -133,7 +133,8 @@ class Intake:
         self._admitted.set()
         self._admitting = 0
         # Spells of admission (batches in, none between) so far, and the one the examination
-        # already waited out: it waits once per spell, not once per key.
+        # already waited out (the examination threads alone write it): it waits once per
+        # spell, not once per key.
         self._admission_spell = 0
         self._waited_spell = -1
 

@@ -18,7 +18,6 @@ from typing import Any, Callable
 
 from watchdog.events import (
     DirMovedEvent,
-    FileClosedEvent,
     FileCreatedEvent,
     FileModifiedEvent,
     FileMovedEvent,
@@ -40,7 +39,9 @@ STOP_TIMEOUT_S = 5.0
 #: errno values meaning the inotify limits are exhausted: ENOSPC (watches), EMFILE (instances).
 INOTIFY_LIMIT_ERRNOS = frozenset({errno.ENOSPC, errno.EMFILE})
 #: The watchdog events the watcher asks for; also narrows the inotify mask (fewer queued events).
-EVENT_FILTER = [FileCreatedEvent, FileModifiedEvent, FileMovedEvent, FileClosedEvent, DirMovedEvent]
+#: Not "closed": a file written and closed has sent "modified" already (a truncation too), so
+#: a close would only add an event per descriptor, smoosh's own compactions' included.
+EVENT_FILTER = [FileCreatedEvent, FileModifiedEvent, FileMovedEvent, DirMovedEvent]
 
 
 class WatchedRoots:

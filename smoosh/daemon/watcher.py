@@ -38,7 +38,6 @@ import weakref
 from typing import Any, Callable, Iterable, Sequence
 
 from watchdog.events import (
-    EVENT_TYPE_CLOSED,
     EVENT_TYPE_CREATED,
     EVENT_TYPE_MODIFIED,
     EVENT_TYPE_MOVED,
@@ -78,7 +77,7 @@ THREAD_TICK_S = 1.0
 SCAN_RETRY_S = 30.0
 #: Seconds ``stop()`` waits for each thread it joins.
 STOP_TIMEOUT_S = 5.0
-_WANTED_EVENT_TYPES = frozenset({EVENT_TYPE_CREATED, EVENT_TYPE_MODIFIED, EVENT_TYPE_MOVED, EVENT_TYPE_CLOSED})
+_WANTED_EVENT_TYPES = frozenset({EVENT_TYPE_CREATED, EVENT_TYPE_MODIFIED, EVENT_TYPE_MOVED})
 #: Seconds between two of smoosh's warnings about inotify overflows (each one still rescans).
 OVERFLOW_WARNING_INTERVAL_S = 60.0
 #: The loggers through which watchdog reports a kernel queue overflow, and the message prefix.

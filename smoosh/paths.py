@@ -17,7 +17,15 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
-__all__ = ["canonical_path", "inside", "refusal", "refused_at_use", "NOT_CANONICAL", "THROUGH_SYMLINK", "NO_ROOTS"]
+__all__ = [
+    "canonical_path", "inside", "refusal", "refused_at_use", "NOT_CANONICAL", "THROUGH_SYMLINK", "NO_ROOTS",
+    "CLEANUP_PREFIX",
+]
+
+#: Prefix of a cleanup key, ``cleanup:<db path>``: the job truncates the database's WAL, or
+#: removes what a deleted database left behind. Match patterns, ignore entries and roots
+#: apply to the path after it.
+CLEANUP_PREFIX = "cleanup:"
 
 _O_PATH = getattr(os, "O_PATH", 0)
 _PROC_FD = "/proc/self/fd/"

@@ -47,6 +47,7 @@ from typing import Any, Callable, Iterable
 import apsw
 
 import smoosh.compactors.sqlite_compact as sqlite_compact
+from smoosh.paths import CLEANUP_PREFIX
 from smoosh.compactors.base import CompactionContext, CompactionResult, Gone, Refused, Replaced, Sizes
 from smoosh.compactors.sqlite_file import (
     AUTO_VACUUM_CODES,
@@ -66,8 +67,6 @@ __all__ = ["SqliteCompactor", "CLEANUP_PREFIX", "DEFAULT_WAL_MAX_SIZE_BYTES", "D
 
 log = logging.getLogger(__name__)
 
-#: Prefix of the keys whose job is to truncate a database's WAL (and remove smoosh leftovers).
-CLEANUP_PREFIX = "cleanup:"
 #: A ``-wal`` file larger than this (bytes) makes a cleanup key worth a job.
 DEFAULT_WAL_MAX_SIZE_BYTES = 64 * 1024 * 1024
 #: The exact ``dbstat`` payload of a key is taken at most this often (seconds).
@@ -86,6 +85,34 @@ EXACT_MEMORY_MAX_KEYS = 100_000
 CHANGE_COUNTER_MODULUS = 1 << 32
 #: The files SQLite keeps beside a database, named after it.
 SIDE_SUFFIXES = ("-wal", "-shm", "-journal")
+#: The first bytes of each kind of side file SQLite writes: a WAL's header magic (either
+#: checksum byte order), a hot rollback journal's magic, and the wal-index's version number
+#: (3007000, in the writer's byte order). A file named like a side file without them is
+#: somebody else's, never removed.
+SIDE_FILE_MAGIC: dict[str, tuple[bytes, ...]] = {
+    "-wal": (bytes.fromhex("377f0682"), bytes.fromhex("377f0683")),
+    "-journal": (bytes.fromhex("d9d505f920a163d7"),),
+    "-shm": ((3007000).to_bytes(4, "little"), (3007000).to_bytes(4, "big")),
+}
+
+
+def side_file_is_sqlites(path: str, suffix: str) -> bool:
+    """Whether ``path`` starts as SQLite writes a ``suffix`` side file (see :data:`SIDE_FILE_MAGIC`).
+
+    An empty one is not: an empty WAL or journal holds nothing that could harm a new database,
+    and an empty file named so may be anything of anyone's.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        head = os.read(fd, 8)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return any(head.startswith(magic) for magic in SIDE_FILE_MAGIC[suffix])
 
 
 class SqliteCompactor:
@@ -395,7 +422,7 @@ class SqliteCompactor:
                 st = os.lstat(path + suffix)
             except OSError:
                 continue
-            if stat.S_ISREG(st.st_mode):
+            if stat.S_ISREG(st.st_mode) and side_file_is_sqlites(path + suffix, suffix):
                 found.append(path + suffix)
         return found
 

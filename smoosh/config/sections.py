@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from smoosh.paths import CLEANUP_PREFIX
 from smoosh.config.defaults import GLOBAL_KEYS
 from smoosh.config.values import (
     SectionReader,
@@ -93,8 +94,6 @@ AUTO_VACUUM_MODES: dict[str, str] = {
     "0": "none", "1": "full", "2": "incremental",
 }
 
-#: Prefix of a cleanup key; match patterns and ignore entries apply to the path after it.
-CLEANUP_PREFIX = "cleanup:"
 
 #: ini key -> dataclass field, for the per-channel section (also checked against the docs).
 CHANNEL_KEYS: dict[str, str] = {

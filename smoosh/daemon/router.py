@@ -14,14 +14,13 @@ import time
 from collections import OrderedDict
 from typing import Any, Callable, Iterator, Sequence
 
+from smoosh.paths import CLEANUP_PREFIX
 from smoosh.compactors import compactor_for
 from smoosh.config import ChannelConfig, Config
 from smoosh.priority import compute
 
 log = logging.getLogger(__name__)
 
-#: Prefix of cleanup keys: ``cleanup:<db path>``.
-CLEANUP_PREFIX = "cleanup:"
 #: Keys whose last compaction is remembered (to not compact an unchanged file again).
 MAX_COMPACTED_KEYS = 100_000
 

@@ -26,6 +26,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO, Callable, Iterable, Sequence
 
+from smoosh.paths import CLEANUP_PREFIX
+
 __all__ = [
     "SQLITE_HEADER",
     "SIDE_SUFFIXES",
@@ -275,14 +277,21 @@ def _walk(
                 warn(f"cannot read directory {directory}: {e.strerror or e}")
                 continue
             candidates: list[str] = []
+            names: set[str] = set()
+            sides: list[str] = []
             with it:
                 for dirent in it:
+                    names.add(dirent.name)
                     try:
                         if dirent.is_dir(follow_symlinks=False):
                             if recursive:
                                 stack.append(dirent.path)
                             continue
-                        if dirent.name.endswith(SIDE_SUFFIXES) or not dirent.is_file():
+                        if dirent.name.endswith(SIDE_SUFFIXES):
+                            if dirent.is_file(follow_symlinks=False):
+                                sides.append(dirent.name)
+                            continue
+                        if not dirent.is_file():
                             continue
                         # The root is canonical and directory symlinks are not followed, so
                         # only a symlinked file needs resolving.
@@ -296,7 +305,28 @@ def _walk(
                 if ok:
                     emit(path)
                     count += 1
+            for key in orphans(directory, names, sides, entries):
+                emit(key)  # not counted: a database's leftovers, not a database
     return count
+
+
+def orphans(directory: str, names: set[str], sides: list[str], entries: Sequence[WatchEntry]) -> list[str]:
+    """The ``cleanup:`` keys of the databases in ``directory`` that are gone but left side files.
+
+    A ``-wal``, ``-journal`` or ``-shm`` whose database is not in the listing (``names``: every
+    entry of the directory) was left by an application that crashed before its database was
+    deleted; nothing else would ever remove it. The cleanup compactor checks again, before
+    each removal, that the database is still absent.
+    """
+    gone: list[str] = []
+    for name in sides:
+        db = main_db_path(name)
+        if db in names:
+            continue
+        key = CLEANUP_PREFIX + os.path.join(directory, db)
+        if key not in gone and accepts(entries, os.path.join(directory, db)):
+            gone.append(key)
+    return gone
 
 
 def _write(stream: IO[bytes], record: bytes) -> None:

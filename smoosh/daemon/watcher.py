@@ -19,7 +19,8 @@ What ``on_path`` receives, and where the SQLite header is checked:
   key and then examines it through SQLite (the compactor's ``sizes`` is None for a file that
   is not a database), once per burst instead of once per event.
 * Scans: only files whose 16-byte header says SQLite (``is_sqlite_file``), never the
-  ``-wal``/``-shm``/``-journal`` side files.
+  ``-wal``/``-shm``/``-journal`` side files; and ``cleanup:X`` for side files whose database
+  ``X`` is gone (their only way to the cleanup channel: no event comes for them).
 
 No header read happens inside the daemon process: closing any descriptor of a database
 drops the POSIX locks our own compactions hold on it (see ``smoosh.daemon.scan``). Events need only
@@ -46,7 +47,7 @@ from watchdog.events import (
 )
 
 from smoosh.daemon.debounce import Debouncer
-from smoosh.paths import canonical_path
+from smoosh.paths import CLEANUP_PREFIX, canonical_path
 from smoosh.daemon.observers import ROOT_CHECK_INTERVAL_S, WatchedRoots
 from smoosh.daemon.scan_helper import run_scan_helper
 from smoosh.daemon.scan import WatchEntry, accepts, is_sqlite_file, main_db_path, resolve_watch, watch_roots
@@ -414,13 +415,15 @@ class Watcher:
                                started=started, stop=self._stop)
 
     def _on_scan_path(self, path: str) -> bool:
-        if self._exclude(path):
+        # A cleanup key is a vanished database's leftovers (scan.orphans): reported, not counted.
+        orphan = path.startswith(CLEANUP_PREFIX)
+        if self._exclude(path[len(CLEANUP_PREFIX):] if orphan else path):
             return False
         try:
             self._on_scanned(path)
         except Exception:
             log.exception("on_scanned callback failed for %r", path)
-        return True
+        return not orphan
 
     # ------------------------------------------------------------------ events
 

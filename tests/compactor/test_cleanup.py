@@ -17,6 +17,9 @@ from smoosh.compactors.base import Sizes
 
 import pytest
 
+#: The first bytes of a wal-index as SQLite writes it on a little-endian machine (version 3007000).
+SHM_HEADER = (3007000).to_bytes(4, "little")
+
 
 def settings(**kw: object) -> SimpleNamespace:
     base = {"page_size": None, "auto_vacuum": None, "incremental_chunk_pages": 1000, "busy_timeout_s": 0.2}
@@ -90,13 +93,29 @@ def test_a_side_file_that_is_not_a_regular_file_is_no_leftover(tmp_path) -> None
     outside.write_bytes(b"x" * 4096)
     os.symlink(outside, path + "-wal")
     os.mkdir(path + "-journal")
-    (tmp_path / "t.db-shm").write_bytes(b"\0" * 32768)
+    (tmp_path / "t.db-shm").write_bytes(SHM_HEADER + b"\0" * (32768 - len(SHM_HEADER)))
     c = SqliteCompactor(settings(), roots=[str(tmp_path)])
     assert c.leftovers(path) == [path + "-shm"]
     c.compact("cleanup:" + path, RecordingContext())
     assert os.path.islink(path + "-wal") and outside.read_bytes() == b"x" * 4096
     assert os.path.isdir(path + "-journal")
     assert not os.path.exists(path + "-shm")
+
+
+def test_a_file_merely_named_like_a_side_file_is_no_leftover(tmp_path) -> None:
+    # Another application's files, named like side files of a database that does not exist
+    path = str(tmp_path / "server")
+    (tmp_path / "server-journal").write_text("2026-11-24 a log line\n")
+    (tmp_path / "server-wal").write_bytes(b"")
+    (tmp_path / "server-shm").write_bytes(b"\0" * 32768)
+    c = SqliteCompactor(settings(), roots=[str(tmp_path)])
+    assert c.leftovers(path) == []
+    with pytest.raises(Gone):  # nothing of SQLite's here: no database, no leftovers
+        c.compact("cleanup:" + path, RecordingContext())
+    assert sorted(os.listdir(tmp_path)) == ["server-journal", "server-shm", "server-wal"]
+    # while what SQLite itself leaves is recognised by its first bytes
+    (tmp_path / "server-wal").write_bytes(bytes.fromhex("377f0682") + b"\0" * 28)
+    assert c.leftovers(path) == [path + "-wal"]
 
 
 def test_a_name_that_still_exists_has_no_leftovers_even_as_a_dangling_symlink(tmp_path) -> None:

@@ -16,6 +16,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from compactor.dbfactory import integrity, make_bloated_db, row_count
 from helpers.daemon import Daemon, free_port, wait_for, write_config
 from helpers.locks import ChildConnection
@@ -77,12 +79,9 @@ def test_a_wal_past_wal_max_size_is_truncated_and_counted_like_a_compaction(tmp_
     assert integrity(str(db)) == "ok" and row_count(str(db)) == 2000
 
 
-def test_the_leftovers_of_a_deleted_database_are_removed_by_its_cleanup_key(tmp_path: Path, daemons: list[Daemon]) -> None:
-    base = Path(os.path.realpath(tmp_path))
-    config = write_config(base, port=free_port())
-    db = base / "dbs" / "gone.db"
+def _crash_then_delete(db: Path) -> list[Path]:
+    """An application that crashed with commits in its WAL, and its database then deleted alone."""
     make_bloated_db(str(db), delete_fraction=0.0)
-    # Given an application that crashed with commits in its WAL, and its database then deleted alone
     with ChildConnection(db) as app:
         app.execute("PRAGMA wal_autocheckpoint=0")
         app.execute("UPDATE docs SET body = randomblob(1000)")
@@ -91,13 +90,27 @@ def test_the_leftovers_of_a_deleted_database_are_removed_by_its_cleanup_key(tmp_
     db.unlink()
     leftovers = [Path(str(db) + "-wal"), Path(str(db) + "-shm")]
     assert all(p.exists() for p in leftovers)
+    return leftovers
+
+
+@pytest.mark.parametrize("fed_by", ["enqueue", "start-up scan"])
+def test_the_leftovers_of_a_deleted_database_are_removed_by_its_cleanup_key(
+    tmp_path: Path, daemons: list[Daemon], fed_by: str
+) -> None:
+    base = Path(os.path.realpath(tmp_path))
+    config = write_config(base, port=free_port())
+    db = base / "dbs" / "gone.db"
+    # Given a crashed application's leftovers, their database deleted
+    leftovers = _crash_then_delete(db)
     d = Daemon(config)
     daemons.append(d)
     d.wait_ready()
 
-    # When an operator enqueues its cleanup key
-    status, body = d.post("/enqueue", {"keys": [f"cleanup:{db}"]})
-    assert (status, body["accepted"]) == (202, 1)
+    if fed_by == "enqueue":
+        # When an operator enqueues its cleanup key
+        status, body = d.post("/enqueue", {"keys": [f"cleanup:{db}"]})
+        assert (status, body["accepted"]) == (202, 1)
+    # (otherwise nobody does: the daemon's start-up scan finds them; no file event ever would)
 
     # Then the leftovers are removed, and the run counted like a compaction
     wait_for(lambda: not any(p.exists() for p in leftovers), 20, what="the leftovers removed", daemon=d)

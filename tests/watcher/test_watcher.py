@@ -182,7 +182,27 @@ def test_scan_reports_databases_in_nested_dirs_and_nothing_else(watched: Path) -
     seen = Seen()
     w = Watcher([str(watched)], seen)
     assert w.scan() == 3
-    assert sorted(seen.paths) == sorted(os.path.realpath(p) for p in dbs)
+    # (the side file's database is gone: its cleanup key is reported, not counted)
+    cleanup = "cleanup:" + os.path.realpath(watched / "copy.db")
+    assert sorted(seen.paths) == sorted([*(os.path.realpath(p) for p in dbs), cleanup])
+
+
+def test_scan_reports_the_cleanup_key_of_a_vanished_database_once_and_never_of_a_present_one(
+    watched: Path
+) -> None:
+    present = make_db(watched / "present.db", "wal")
+    (watched / "present.db-wal").write_bytes(b"x" * 64)  # beside its database: not a leftover
+    (watched / "gone.db-wal").write_bytes(b"x" * 64)  # a crashed application's, database deleted
+    (watched / "gone.db-shm").write_bytes(b"x" * 64)
+    (watched / "sub").mkdir()
+    (watched / "sub" / "old.db-journal").write_bytes(b"x" * 64)
+    (watched / "linked.db-wal").symlink_to(watched / "gone.db-wal")  # a symlink is nobody's leftover
+    seen = Seen()
+    assert Watcher([str(watched)], seen).scan() == 1
+    real = os.path.realpath(watched)
+    assert sorted(seen.paths) == sorted([
+        os.path.realpath(present), f"cleanup:{real}/gone.db", f"cleanup:{real}/sub/old.db",
+    ])
 
 
 def test_glob_entries_filter_scans_and_events(watched: Path, running: Running) -> None:

@@ -130,7 +130,7 @@ def test_no_instance_left_fails_and_a_short_queue_warns(tmp_path: Path) -> None:
                                     proc_dir=limits(tmp_path, 8192, instances=8, queued=1024))
     assert statuses(findings) == [OK, FAIL, WARN]
     assert findings[1].fix == "sysctl -w fs.inotify.max_user_instances=1024"
-    assert "the rescan (every 10m)" in findings[2].finding
+    assert "each overflow costs a rescan of what changed" in findings[2].finding
 
 
 def test_a_system_without_inotify_has_nothing_to_check(tmp_path: Path) -> None:

@@ -113,10 +113,10 @@ def check_inotify(s: Survey, *, usage: tuple[int, int] | None, rescan_interval_s
     rescan = format_duration(rescan_interval_s)
     if max_queued < DEFAULT_MAX_QUEUED_EVENTS:
         findings.append(Finding(WARN, "inotify queue", f"max_queued_events {max_queued} is below the kernel's default "
-                                f"{DEFAULT_MAX_QUEUED_EVENTS}: a burst of writes overflows it, and the databases it "
-                                f"drops wait for the rescan (every {rescan})",
+                                f"{DEFAULT_MAX_QUEUED_EVENTS}: a burst of writes overflows it, and each overflow "
+                                f"costs a rescan of what changed",
                                 f"sysctl -w fs.inotify.max_queued_events={DEFAULT_MAX_QUEUED_EVENTS}"))
     else:
-        findings.append(Finding(OK, "inotify queue", f"max_queued_events {max_queued}; an overflow is caught by the "
-                                f"rescan every {rescan}"))
+        findings.append(Finding(OK, "inotify queue", f"max_queued_events {max_queued}; an overflow is caught at "
+                                f"once by a rescan of what changed (and by the rescan every {rescan})"))
     return findings

@@ -3,8 +3,8 @@
 DESIGN §7: watchdog events are mapped from ``X-wal`` / ``X-journal`` / ``X-shm`` to ``X``
 (under WAL a commit touches only the ``-wal`` file; peers_perf §4.6), moves count by their
 destination (atomic saves arrive as ``moved``, never ``modified``), and the watched trees are
-rescanned every ``rescan_interval`` because inotify drops events silently when its queue
-overflows. The start-up scan (and one after a config change) reports every database; a
+rescanned every ``rescan_interval`` because inotify drops events when its queue overflows
+(and at once, for what changed, when watchdog reports an overflow: ``_OverflowFilter``). The start-up scan (and one after a config change) reports every database; a
 periodic rescan reports only the databases whose file or ``-wal`` changed (mtime or ctime:
 a rename sets the ctime) since the previous scan started, less ``RESCAN_MARGIN_S``. An
 unchanged database has nothing new to say, and re-examining a million of them every ten

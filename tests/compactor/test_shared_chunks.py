@@ -1,8 +1,8 @@
 """Incremental chunks give the lock away while another process has the database open.
 
 A writer waiting for the lock sleeps in its busy handler and wakes at moments of its own;
-1000-page chunks run back to back left it almost no chance to find the lock free (its p99
-rose by ~100 ms and a 250 ms busy timeout ran out: ``bench/writer.py``). While another
+1000-page chunks run back to back left it almost no chance to find the lock free (what it
+cost the writer is in bench/RESULTS.md, from ``bench/writer.py``). While another
 process has the database open, each chunk is sized to hold the lock about
 ``SHARED_CHUNK_LOCK_MAX_S`` and is followed by a gap several times as long.
 """

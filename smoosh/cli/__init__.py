@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Sequence
 
+from smoosh.cli.argtypes import non_negative_int, positive_int
 from smoosh.cli.client import CliError
 from smoosh.cli.commands import cmd_config_check, cmd_control, cmd_demo, cmd_enqueue, cmd_explain, cmd_status
 from smoosh.cli.pipes import quiet_pipes
@@ -79,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--store", metavar="URL", help="job store: memory:, sqlite:PATH, fdb:[CLUSTER_FILE]")
     p.add_argument("--http", metavar="HOST:PORT", help="admin API address (\"\" to disable)")
     p.add_argument("--watch", metavar="DIR", action="append", help="directory to watch (repeatable)")
-    p.add_argument("--workers", metavar="N", type=_non_negative_int, help="in-process workers (default: max_jobs)")
+    p.add_argument("--workers", metavar="N", type=non_negative_int, help="in-process workers (default: max_jobs)")
     p.add_argument("--dry-run", action="store_true", help="route and queue, but start no compaction")
     p.add_argument("--reset-store", action="store_true",
                    help="move a corrupt SQLite job store aside (renamed .corrupt-<time>) and start with an empty one")
@@ -89,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     with_config(p)
     p.add_argument("--store", metavar="URL",
                    help="the job store the daemon uses: sqlite:PATH or fdb:[CLUSTER_FILE] (default: the config's store)")
-    p.add_argument("--concurrency", metavar="N", type=_positive_int, default=1,
+    p.add_argument("--concurrency", metavar="N", type=positive_int, default=1,
                    help="compactions this process runs at once (default: 1)")
     p.set_defaults(func=cmd_worker)
 
@@ -102,9 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", action="store_true", help="per-key state, progress and history (GET /jobs)")
     p.add_argument("--state", metavar="STATE", action="append",
                    help=f"with --jobs (implied): only keys in this state ({JOB_STATES_HELP}); repeatable")
-    p.add_argument("--limit", metavar="N", type=_positive_int,
+    p.add_argument("--limit", metavar="N", type=positive_int,
                    help="with --jobs (implied): at most N keys, most recently updated first")
-    p.add_argument("--offset", metavar="N", type=_non_negative_int, default=0,
+    p.add_argument("--offset", metavar="N", type=non_negative_int, default=0,
                    help="with --jobs (implied): skip the first N keys (the next page)")
     p.add_argument("--watch", action="store_true",
                    help="on a terminal, redraw the table and running compactions every second until Ctrl-C")
@@ -190,20 +191,3 @@ def _node_name(text: str) -> str:
     if not text or any(ch.isspace() or not ch.isprintable() for ch in text):
         raise argparse.ArgumentTypeError(f"{text!r}: a node name has no spaces or control characters")
     return text
-
-
-def _positive_int(text: str) -> int:
-    value = _non_negative_int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be at least 1")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be 0 or more")
-    return value

@@ -13,6 +13,7 @@ import math
 import sys
 from typing import Any, TextIO
 
+from smoosh.cli.argtypes import positive_int
 from smoosh.errors import SmooshError
 from smoosh.jobs.errors import NotFound
 from smoosh.jobs.layer import JobInfo, Jobs
@@ -40,7 +41,7 @@ def add_jobs_parser(subparsers: Any) -> argparse.ArgumentParser:
     list_parser.add_argument("--type", dest="job_type", metavar="T", help="only jobs of this type")
     list_parser.add_argument("--state", choices=JOB_LAYER_STATES, action="append",
                              help="only jobs in this state (repeatable)")
-    list_parser.add_argument("--limit", metavar="N", type=_positive_int, help="at most N jobs")
+    list_parser.add_argument("--limit", metavar="N", type=positive_int, help="at most N jobs")
     list_parser.add_argument("--json", action="store_true",
                              help='print {"jobs": [{"type", "id", "state", "scheduled_time", "resubmit", "data"}]}')
     show_parser = commands.add_parser("show", help="show one job's state and data as JSON")
@@ -159,16 +160,6 @@ def _json_safe(value: Any) -> Any:
         return [_json_safe(v) for v in value]
     if isinstance(value, bytes):
         return value.hex()
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be at least 1")
     return value
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator
 
+import pytest
+
 from opslib import smoosh_cli
 
 from smoosh.cli import build_parser
@@ -44,3 +46,17 @@ def test_top_level_help_names_the_environment_variables() -> None:
     out = smoosh_cli("--help").stdout
     for name in ("SMOOSH_CONFIG", "SMOOSH_TOKEN", "SMOOSH_LOG_LEVEL"):
         assert name in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["worker", "--concurrency", "0"], "'0': must be at least 1"),
+    (["worker", "--concurrency", "-3"], "'-3': must be at least 1"),
+    (["jobs", "list", "--limit", "0"], "'0': must be at least 1"),
+    (["run", "--workers", "-1"], "'-1': must be 0 or more"),
+    (["status", "--offset", "x"], "'x' is not an integer"),
+])
+def test_numeric_options_name_the_bad_value(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(argv)
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err

@@ -10,20 +10,13 @@ from typing import Callable
 
 import pytest
 
+from helpers.clocks import FakeClock
 from smoosh.io_budget import IoBudget
 from smoosh.ioprio import IOPRIO_CLASS_IDLE, apply_io_priority, get_thread_ioprio
 
 MiB = 1 << 20
 #: Upper bound for any wait on another thread (seconds); a pass takes milliseconds.
 WAIT_S = 10.0
-
-
-class FakeClock:
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def wait_until(predicate: Callable[[], bool]) -> None:

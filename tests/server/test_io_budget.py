@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import math
 import os
-import threading
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from compactor.dbfactory import integrity, make_bloated_db
+from helpers.clocks import FakeClock
 from helpers.daemon import wait_for
 from smoosh import Server
 from smoosh.cli.format import format_status
@@ -26,20 +26,6 @@ from smoosh.ioprio import IOPRIO_CLASS_IDLE, get_thread_ioprio
 MiB = 1 << 20
 #: The budget of these tests: a ~2 MB VACUUM leaves a debt of about 2 s.
 RATE = MiB
-
-
-class FakeClock:
-    def __init__(self, now: float) -> None:
-        self._now = now
-        self._lock = threading.Lock()
-
-    def __call__(self) -> float:
-        with self._lock:
-            return self._now
-
-    def set(self, now: float) -> None:
-        with self._lock:
-            self._now = now
 
 
 def config_text(tmp_path: Path, extra: str = "") -> str:
@@ -69,19 +55,14 @@ def dbs(tmp_path: Path) -> tuple[str, str]:
 
 
 @pytest.fixture
-def started(tmp_path: Path) -> Iterator[Any]:
-    servers: list[Server] = []
+def started(tmp_path: Path, running: Any) -> Any:
+    """Start a server with one worker on this file's config plus ``extra``, on ``clock``."""
 
     def start(extra: str, clock: FakeClock, **kw: Any) -> Server:
         config = parse_config(config_text(tmp_path, extra), str(tmp_path / "smoosh.ini"))
-        server = Server(config, workers=1, watch_config=False, clock=clock, **kw)
-        server.start()
-        servers.append(server)
-        return server
+        return running(config, workers=1, clock=clock, **kw)
 
-    yield start
-    for server in servers:
-        server.stop()
+    return start
 
 
 def sample(server: Server, name: str) -> float:

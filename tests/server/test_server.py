@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from helpers.clocks import FakeClock
 from helpers.daemon import config_text, wait_for
 from compactor.dbfactory import integrity, make_bloated_db
 from smoosh import InvalidKey
@@ -18,22 +19,6 @@ from smoosh.compactors.base import Busy, CompactionResult, Sizes
 from smoosh.config import parse_config
 from smoosh.errors import ConfigError
 from smoosh.errors import UnknownChannel
-
-
-class FakeClock:
-    """A wall clock the test moves by hand; thread-safe."""
-
-    def __init__(self, now: float = 1_700_000_000.0) -> None:
-        self._now = now
-        self._lock = threading.Lock()
-
-    def __call__(self) -> float:
-        with self._lock:
-            return self._now
-
-    def advance(self, seconds: float) -> None:
-        with self._lock:
-            self._now += seconds
 
 
 def make_config(tmp_path: Path, extra: str = "", channels: str = "", roots: Path | None = None) -> Any:
@@ -245,7 +230,7 @@ class FailingCompactor:
 
 
 def test_a_compaction_that_keeps_failing_backs_off_exponentially(tmp_path: Path, running: Any, dbs: Path) -> None:
-    clock = FakeClock()
+    clock = FakeClock(1_700_000_000.0)
     compactor = FailingCompactor(RuntimeError("disk I/O error"))
     server = running(make_config(tmp_path), workers=1, clock=clock, compactors=[compactor])
     key = str(dbs / "x.db")
@@ -271,7 +256,7 @@ def test_a_compaction_that_keeps_failing_backs_off_exponentially(tmp_path: Path,
 
 
 def test_a_busy_database_is_retried_and_not_counted_as_a_crash(tmp_path: Path, running: Any, dbs: Path) -> None:
-    clock = FakeClock()
+    clock = FakeClock(1_700_000_000.0)
     compactor = FailingCompactor(Busy("database is locked"))
     server = running(make_config(tmp_path), workers=1, clock=clock, compactors=[compactor])
     key = str(dbs / "x.db")
@@ -349,7 +334,7 @@ class CountingCompactor(FailingCompactor):
 
 
 def test_a_compacted_file_that_has_not_grown_is_not_compacted_again(tmp_path: Path, running: Any, dbs: Path) -> None:
-    clock = FakeClock()
+    clock = FakeClock(1_700_000_000.0)
     compactor = CountingCompactor()
     config = make_config(tmp_path, extra="staleness = 0\nexact_size_interval = 1h")
     server = running(config, workers=1, clock=clock, compactors=[compactor])

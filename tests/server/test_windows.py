@@ -6,32 +6,18 @@ The channels' clock is injected and moved by hand; the worker compacts a real SQ
 from __future__ import annotations
 
 import datetime as dt
-import threading
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
 from compactor.dbfactory import db_stats, integrity, make_bloated_db
+from helpers.clocks import FakeClock
 from helpers.daemon import wait_for
 from helpers.locks import other_process_write
 from helpers.slow import SlowChunks
 from smoosh import Server
 from smoosh.config import parse_config
-
-
-class FakeClock:
-    def __init__(self, now: float) -> None:
-        self._now = now
-        self._lock = threading.Lock()
-
-    def __call__(self) -> float:
-        with self._lock:
-            return self._now
-
-    def set(self, now: float) -> None:
-        with self._lock:
-            self._now = now
 
 
 def at(day: int, hour: int, minute: int = 0) -> float:

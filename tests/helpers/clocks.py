@@ -8,7 +8,10 @@ import threading
 class FakeClock:
     """Seconds that move only when the test says; thread-safe (servers read it from their threads)."""
 
-    def __init__(self, now: float = 1000.0) -> None:
+    #: Where a clock starts unless told: a plausible wall-clock time (November 2023).
+    START = 1_700_000_000.0
+
+    def __init__(self, now: float = START) -> None:
         self._now = now
         self._lock = threading.Lock()
 

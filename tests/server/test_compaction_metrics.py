@@ -12,8 +12,9 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from helpers.clocks import FakeClock
 from helpers.daemon import wait_for
-from server.test_server import FailingCompactor, FakeClock, make_config
+from server.test_server import FailingCompactor, make_config
 from smoosh.compactors.base import CompactionResult, Interrupted
 from smoosh.daemon.metrics import render
 

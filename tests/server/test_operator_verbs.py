@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from compactor.dbfactory import make_bloated_db
+from helpers.clocks import FakeClock
 from helpers.daemon import wait_for
-from server.test_server import FailingCompactor, FakeClock, make_config
+from server.test_server import FailingCompactor, make_config
 from smoosh.compactors.base import Busy
 from smoosh.daemon.cluster_holds import ClusterHolds
 from smoosh.daemon.verdicts import utc_text

@@ -21,9 +21,10 @@ from typing import Any
 
 import pytest
 from compactor.dbfactory import integrity, make_bloated_db
+from helpers.clocks import FakeClock
 from helpers.daemon import wait_for
 from helpers.slow import SlowChunks
-from server.test_server import FailingCompactor, FakeClock, make_config
+from server.test_server import FailingCompactor, make_config
 
 import channels.channel as channel_module
 from persist import read_checkpoint, write_checkpoint

@@ -230,7 +230,7 @@ class FailingCompactor:
 
 
 def test_a_compaction_that_keeps_failing_backs_off_exponentially(tmp_path: Path, running: Any, dbs: Path) -> None:
-    clock = FakeClock(1_700_000_000.0)
+    clock = FakeClock()
     compactor = FailingCompactor(RuntimeError("disk I/O error"))
     server = running(make_config(tmp_path), workers=1, clock=clock, compactors=[compactor])
     key = str(dbs / "x.db")
@@ -256,7 +256,7 @@ def test_a_compaction_that_keeps_failing_backs_off_exponentially(tmp_path: Path,
 
 
 def test_a_busy_database_is_retried_and_not_counted_as_a_crash(tmp_path: Path, running: Any, dbs: Path) -> None:
-    clock = FakeClock(1_700_000_000.0)
+    clock = FakeClock()
     compactor = FailingCompactor(Busy("database is locked"))
     server = running(make_config(tmp_path), workers=1, clock=clock, compactors=[compactor])
     key = str(dbs / "x.db")
@@ -334,7 +334,7 @@ class CountingCompactor(FailingCompactor):
 
 
 def test_a_compacted_file_that_has_not_grown_is_not_compacted_again(tmp_path: Path, running: Any, dbs: Path) -> None:
-    clock = FakeClock(1_700_000_000.0)
+    clock = FakeClock()
     compactor = CountingCompactor()
     config = make_config(tmp_path, extra="staleness = 0\nexact_size_interval = 1h")
     server = running(config, workers=1, clock=clock, compactors=[compactor])

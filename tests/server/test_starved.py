@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 
 from compactor.dbfactory import make_bloated_db
+from helpers.clocks import FakeClock
 from helpers.daemon import wait_for
 from helpers.locks import ChildConnection
-from server.test_server import FakeClock, make_config
+from server.test_server import make_config
 from smoosh.daemon.history import BUSY_RETRY_S
 from smoosh.daemon.metrics import SmooshCollector
 

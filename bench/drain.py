@@ -112,7 +112,7 @@ min_size = 0
 
 #: Seconds between two looks at the daemon's counters: often enough to notice the end soon,
 #: rarely enough that answering them costs the daemon nothing it would not spend anyway.
-POLL_S = 0.1
+POLL_S = 0.5
 
 
 def _get(daemon: Daemon, path: str) -> str:

@@ -110,8 +110,8 @@ class GroupCommitter:
         writer: the store's write connection, schema created; closed by :meth:`close`.
         store: the store, for its watch registry and its retention of the conflict log.
         path: the store's file, for log lines.
-        on_watches_armed: called by the leader after a commit that leaves watches armed:
-            the store's poller must run to see other processes' commits.
+        on_watches_armed: called by the leader after a commit that armed watches (and left
+            some armed): the store's poller must run to see other processes' commits.
         on_committed: told each commit version once its COMMIT succeeded (never before).
         arm_lock: held from a commit's watch reads to its check after COMMIT; the store holds
             it while a read-only transaction arms and checks its watches.
@@ -315,7 +315,9 @@ class GroupCommitter:
         self.stats.sqlite_commits += 1
         self.stats.store_commits += len(committed)
         self.stats.max_group = max(self.stats.max_group, len(committed))
-        if watches.has_armed():
+        # Only a commit that armed a watch wakes the poller: waking it after every commit made
+        # it re-read the commit counter once per commit of this process, which it then skips.
+        if armed and watches.has_armed():
             self._on_watches_armed()
         _finish_ok(batch)
 

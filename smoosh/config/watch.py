@@ -166,7 +166,8 @@ class ConfigWatcher:
             None starts one of its own.
         """
         from watchdog.events import FileSystemEventHandler
-        from watchdog.observers import Observer
+
+        from smoosh.daemon.inotify import new_observer
 
         watcher = self
 
@@ -180,7 +181,7 @@ class ConfigWatcher:
             self._thread = threading.Thread(target=self._run, name="smoosh-config-watch", daemon=True)
             self._thread.start()
         shared = observer is not None
-        observer = observer if shared else Observer()
+        observer = observer if shared else new_observer()
         try:
             self._watch = observer.schedule(_Handler(), self.directory, recursive=False)
             if not shared:

@@ -97,9 +97,9 @@ class Housekeeping:
         parts = self.parts
         cfg = parts.config_of()
         if cfg.watch or self._watch_config:
-            from watchdog.observers import Observer
+            from smoosh.daemon.inotify import new_observer
 
-            self._observer = Observer()
+            self._observer = new_observer()
             self._observer.start()
         if cfg.watch:
             self._start_watcher(cfg)
@@ -158,9 +158,9 @@ class Housekeeping:
                 self.watcher = None
             if new.watch:
                 if self._observer is None:
-                    from watchdog.observers import Observer
+                    from smoosh.daemon.inotify import new_observer
 
-                    self._observer = Observer()
+                    self._observer = new_observer()
                     self._observer.start()
                 self._start_watcher(new)
         elif self.watcher is not None and new.rescan_interval_s != old.rescan_interval_s:

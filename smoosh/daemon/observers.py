@@ -153,14 +153,17 @@ class WatchedRoots:
             from watchdog.observers.polling import PollingObserver
 
             return PollingObserver(timeout=POLL_INTERVAL_S)
-        from watchdog.observers import Observer
+        from smoosh.daemon.inotify import new_observer
 
-        return Observer()
+        return new_observer()
 
     def _watch_alive(self, root: str, recursive: bool) -> bool:
         watch = self._watches.get(root)
         if watch is None or watch.is_recursive != recursive:
             return False
+        is_watching = getattr(self._observer, "is_watching", None)
+        if is_watching is not None:  # smoosh's inotify observer
+            return bool(is_watching(watch))
         return any(e.watch == watch and e.is_alive() for e in list(self._observer.emitters))
 
     def _schedule(self, root: str, recursive: bool) -> None:

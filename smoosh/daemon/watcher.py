@@ -116,11 +116,12 @@ for _name in _WATCHDOG_OVERFLOW_LOGGERS:
 
 
 class _Handler(FileSystemEventHandler):
-    """Forwards every watchdog event to the watcher (kept tiny: it runs on watchdog's thread)."""
+    """Forwards every event to the watcher (kept tiny: it runs on the observer's thread)."""
 
-    def __init__(self, on_event: Callable[[FileSystemEvent], None]) -> None:
+    def __init__(self, on_event: Callable[[FileSystemEvent], None], on_overflow: Callable[[], None]) -> None:
         super().__init__()
         self._on_event = on_event
+        self.on_overflow = on_overflow  # smoosh's inotify observer calls it when the kernel dropped events
 
     def dispatch(self, event: FileSystemEvent) -> None:
         self._on_event(event)
@@ -172,7 +173,7 @@ class Watcher:
         self._lock = threading.RLock()
         self._scan_lock = threading.Lock()
         self._entries: tuple[WatchEntry, ...] = tuple(resolve_watch(s) for s in self._specs)
-        self._roots = WatchedRoots(_Handler(self._on_event), polling=polling, shared_observer=observer)
+        self._roots = WatchedRoots(_Handler(self._on_event, self.overflowed), polling=polling, shared_observer=observer)
         self._next_scan_at = clock() + self._rescan_interval_s
         self._next_root_check_at = float("-inf")
         self._thread: threading.Thread | None = None

@@ -1,0 +1,488 @@
+"""A watchdog-compatible observer over Linux inotify: one thread, events dispatched as read.
+
+watchdog's inotify observer runs two threads per watched directory tree (a reader that
+pairs moves through a delayed queue, an emitter that builds and queues events) and one
+more that dispatches them. Every write smoosh's own compactions make passes through all
+three before the watcher drops it. This observer reads the inotify descriptor on one
+thread and calls each handler there, with the same event classes (``watchdog.events``), so
+the file watcher and the config watcher take either observer unchanged. The PollingObserver
+(network filesystems, inotify exhausted) stays watchdog's.
+
+What it does, as watchdog's observer does for the events smoosh asks for:
+
+* ``schedule(handler, path, recursive, event_filter)``: the inotify mask is narrowed to the
+  event classes asked for; a recursive watch covers every directory below ``path``, and a
+  directory that appears inside it (made, or moved in) is watched at once and every file
+  already in it reported as created (it may have been written before its watch existed).
+* moves are paired by cookie within one read; a ``moved_to`` without its ``moved_from``
+  (moved in from outside) is reported as created, a ``moved_from`` alone as deleted.
+* a watched root deleted or moved away ends its watch: :meth:`is_watching` turns False and
+  the owner (``WatchedRoots``) watches the path again when a directory is back there.
+* a kernel queue overflow calls ``on_overflow()`` on every handler that has one.
+
+Owner: whoever made it (the daemon's housekeeping, a watcher or a config watcher); any
+thread may schedule and unschedule, under the observer's lock. Handlers run on the
+observer's thread, outside that lock.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import select
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirModifiedEvent,
+    DirMovedEvent,
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+)
+
+__all__ = ["InotifyObserver", "inotify_available", "new_observer"]
+
+log = logging.getLogger("smoosh.daemon.watcher")  # the watcher's lines, one logger
+
+# inotify(7) constants (linux/inotify.h); inotify_simple only wraps the system calls.
+IN_MODIFY = 0x00000002
+IN_ATTRIB = 0x00000004
+IN_CLOSE_WRITE = 0x00000008
+IN_MOVED_FROM = 0x00000040
+IN_MOVED_TO = 0x00000080
+IN_CREATE = 0x00000100
+IN_DELETE = 0x00000200
+IN_DELETE_SELF = 0x00000400
+IN_MOVE_SELF = 0x00000800
+IN_Q_OVERFLOW = 0x00004000
+IN_IGNORED = 0x00008000
+IN_ONLYDIR = 0x01000000
+IN_DONT_FOLLOW = 0x02000000
+IN_EXCL_UNLINK = 0x04000000
+IN_ISDIR = 0x40000000
+IN_MOVE = IN_MOVED_FROM | IN_MOVED_TO
+
+#: The inotify bits behind each watchdog event class (``modified`` includes attribute
+#: changes, as in watchdog; a file moved in from outside is ``created``, one moved out
+#: ``deleted``, so those need the move bits too).
+_CLASS_MASKS: dict[type, int] = {
+    FileCreatedEvent: IN_CREATE | IN_MOVED_TO, DirCreatedEvent: IN_CREATE | IN_MOVED_TO,
+    FileModifiedEvent: IN_MODIFY | IN_ATTRIB, DirModifiedEvent: IN_MODIFY | IN_ATTRIB,
+    FileMovedEvent: IN_MOVE, DirMovedEvent: IN_MOVE,
+    FileDeletedEvent: IN_DELETE | IN_MOVED_FROM, DirDeletedEvent: IN_DELETE | IN_MOVED_FROM,
+    FileClosedEvent: IN_CLOSE_WRITE,
+}
+#: What a schedule without a filter receives (everything above; not opens or reads).
+_ALL_EVENTS = IN_CREATE | IN_MODIFY | IN_ATTRIB | IN_MOVE | IN_DELETE | IN_CLOSE_WRITE
+#: Always asked of the kernel: the end of a watched directory (its watch is then gone).
+_SELF_EVENTS = IN_DELETE_SELF | IN_MOVE_SELF
+#: A recursive watch also needs to hear of directories appearing, moving and going.
+_TREE_EVENTS = IN_CREATE | IN_MOVE
+#: Flags of every inotify_add_watch: never through a symlink, directories only, and no
+#: events for files already unlinked but still open (a deleted journal's last writes).
+_ADD_FLAGS = IN_DONT_FOLLOW | IN_ONLYDIR | IN_EXCL_UNLINK
+#: Seconds ``stop()`` waits for the observer's thread, unless told otherwise.
+STOP_TIMEOUT_S = 5.0
+
+
+def inotify_available() -> bool:
+    """Whether this observer can run here (Linux, with ``inotify_simple`` importable)."""
+    if not os.uname().sysname == "Linux":
+        return False
+    try:
+        import inotify_simple  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def new_observer() -> Any:
+    """The observer for the daemon's watches: this one on Linux, watchdog's elsewhere."""
+    if inotify_available():
+        return InotifyObserver()
+    from watchdog.observers import Observer
+
+    return Observer()
+
+
+@dataclass(eq=False)
+class Watch:
+    """One scheduled watch (what :meth:`InotifyObserver.schedule` returns).
+
+    Attributes:
+        path: the watched directory, as given.
+        is_recursive: whether the directories below it are watched too.
+    """
+
+    path: str
+    is_recursive: bool
+    handler: Any = field(repr=False)
+    #: The inotify bits this watch's handler receives.
+    mask: int = field(repr=False, default=_ALL_EVENTS)
+    #: False once its root is gone (deleted, moved away) or unscheduled.
+    alive: bool = field(repr=False, default=True)
+
+    def covers(self, directory: str) -> bool:
+        """Whether events in ``directory`` belong to this watch."""
+        if directory == self.path:
+            return True
+        return self.is_recursive and directory.startswith(self.path.rstrip("/") + "/")
+
+
+def _mask_of(event_filter: Iterable[type] | None) -> int:
+    if event_filter is None:
+        return _ALL_EVENTS
+    mask = 0
+    for cls in event_filter:
+        mask |= _CLASS_MASKS.get(cls, 0)
+    return mask
+
+
+class InotifyObserver:
+    """watchdog's observer interface (the part smoosh uses) over one inotify descriptor.
+
+    The descriptor is opened by the first :meth:`schedule` (so running out of inotify
+    instances shows there, as with watchdog: ``OSError`` with ``EMFILE``); its thread
+    starts with :meth:`start`.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._inotify: Any = None
+        self._watches: list[Watch] = []
+        self._wd_dir: dict[int, str] = {}
+        self._dir_wd: dict[str, int] = {}
+        #: wd -> the live watches covering its directory (rebuilt when watches change).
+        self._covering: dict[int, tuple[Watch, ...]] = {}
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+
+    # -- watchdog's interface -------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the thread that reads events and calls the handlers."""
+        with self._lock:
+            if self._thread is not None:
+                return
+            self._thread = threading.Thread(target=self._run, name="smoosh-inotify", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Stop reading: the thread ends at once (events not yet read are dropped)."""
+        with self._lock:
+            self._stopping = True
+        self._wake()
+        if self._thread is None:
+            self._close()
+
+    def join(self, timeout: float | None = STOP_TIMEOUT_S) -> None:
+        """Wait for the thread to end."""
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def is_alive(self) -> bool:
+        """Whether the thread runs."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def schedule(
+        self, event_handler: Any, path: str, recursive: bool = False, event_filter: Sequence[type] | None = None
+    ) -> Watch:
+        """Watch ``path`` (and, if ``recursive``, every directory below it) for ``event_handler``.
+
+        Parameters:
+            event_handler: has ``dispatch(event)``; optionally ``on_overflow()``.
+            path: an existing directory.
+            recursive: watch the tree below it too.
+            event_filter: the watchdog event classes wanted (None: created, modified,
+                moved, deleted and closed, files and directories).
+
+        Raises:
+            OSError: the directory cannot be watched (missing; inotify's limits: ENOSPC for
+                watches, EMFILE for instances).
+        """
+        watch = Watch(path=os.fsdecode(path), is_recursive=recursive, handler=event_handler, mask=_mask_of(event_filter))
+        with self._lock:
+            if self._inotify is None:
+                from inotify_simple import INotify
+
+                self._inotify = INotify(nonblocking=True)
+                self._wake()  # the thread, if started, polls the new descriptor from now on
+            self._watches.append(watch)
+            try:
+                self._add_tree(watch.path, recursive)
+            except OSError:
+                self._watches.remove(watch)
+                self._refresh_covering()
+                raise
+            self._refresh_covering()
+        return watch
+
+    def unschedule(self, watch: Any) -> None:
+        """Stop delivering ``watch``'s events; directories no watch covers any more are dropped.
+
+        Raises:
+            KeyError: ``watch`` is not scheduled here (as watchdog raises).
+        """
+        with self._lock:
+            if watch not in self._watches:
+                raise KeyError(watch)
+            self._watches.remove(watch)
+            watch.alive = False
+            self._drop_uncovered()
+            self._refresh_covering()
+
+    def unschedule_all(self) -> None:
+        """Unschedule every watch."""
+        with self._lock:
+            for watch in self._watches:
+                watch.alive = False
+            self._watches.clear()
+            self._drop_uncovered()
+            self._refresh_covering()
+
+    def is_watching(self, watch: Any) -> bool:
+        """Whether ``watch`` is scheduled and its root still watched (not deleted or moved away)."""
+        with self._lock:
+            return watch in self._watches and watch.alive
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass  # already woken (the pipe is full) or closed: the thread ends or reads anyway
+
+    def is_watching_dir(self, directory: str) -> bool:
+        """Whether ``directory`` (a path as events name it) has a watch of its own now."""
+        with self._lock:
+            return directory in self._dir_wd
+
+    # -- watches (under the lock) ---------------------------------------------------------
+
+    def _mask_for(self, directory: str) -> int:
+        mask = _SELF_EVENTS
+        for watch in self._watches:
+            if watch.alive and watch.covers(directory):
+                mask |= watch.mask | (_TREE_EVENTS if watch.is_recursive else 0)
+        return mask
+
+    def _add_dir(self, directory: str) -> int:
+        wd: int = self._inotify.add_watch(directory, self._mask_for(directory) | _ADD_FLAGS)
+        old = self._wd_dir.get(wd)
+        if old is not None and old != directory:
+            self._dir_wd.pop(old, None)  # the same directory, reached by a new name
+        self._wd_dir[wd] = directory
+        self._dir_wd[directory] = wd
+        return wd
+
+    def _add_tree(self, root: str, recursive: bool) -> list[str]:
+        """Watch ``root`` (and, recursively, its subdirectories); the files found below it."""
+        self._add_dir(root)
+        files: list[str] = []
+        if not recursive:
+            return files
+        for dirpath, dirnames, filenames in os.walk(root, onerror=None, followlinks=False):
+            files.extend(os.path.join(dirpath, name) for name in filenames)
+            for name in dirnames:
+                sub = os.path.join(dirpath, name)
+                try:
+                    self._add_dir(sub)
+                except OSError as e:
+                    if e.errno not in (errno.ENOENT, errno.ENOTDIR, errno.EACCES):
+                        raise
+        return files
+
+    def _forget_tree(self, directory: str) -> None:
+        prefix = directory.rstrip("/") + "/"
+        for path in [p for p in self._dir_wd if p == directory or p.startswith(prefix)]:
+            wd = self._dir_wd.pop(path)
+            self._wd_dir.pop(wd, None)
+            try:
+                self._inotify.rm_watch(wd)
+            except OSError:
+                pass  # already gone with its directory
+        self._refresh_covering()
+
+    def _drop_uncovered(self) -> None:
+        for path in list(self._dir_wd):
+            if not any(w.alive and w.covers(path) for w in self._watches):
+                wd = self._dir_wd.pop(path)
+                self._wd_dir.pop(wd, None)
+                try:
+                    self._inotify.rm_watch(wd)
+                except OSError:
+                    pass
+
+    def _refresh_covering(self) -> None:
+        self._covering = {
+            wd: tuple(w for w in self._watches if w.alive and w.covers(d)) for wd, d in self._wd_dir.items()
+        }
+
+    # -- the thread -------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        poller = select.poll()
+        poller.register(self._wake_r, select.POLLIN)
+        registered = False
+        try:
+            while True:
+                with self._lock:
+                    if self._stopping:
+                        return
+                    inotify = self._inotify
+                if inotify is not None and not registered:
+                    poller.register(inotify.fileno(), select.POLLIN)
+                    registered = True
+                # Blocks until events or a wake-up (a stop, the first schedule): an idle
+                # daemon's watches cost no wakeups.
+                poller.poll()
+                try:
+                    os.read(self._wake_r, 64)
+                except BlockingIOError:
+                    pass
+                if inotify is None:
+                    continue
+                try:
+                    events = inotify.read(timeout=0)
+                except OSError as e:
+                    log.error("reading inotify events failed: %s; relying on rescans", e)
+                    continue
+                try:
+                    self._handle(events)
+                except Exception:
+                    log.exception("handling inotify events failed")
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        with self._lock:
+            inotify, self._inotify = self._inotify, None
+            self._wd_dir.clear()
+            self._dir_wd.clear()
+            self._covering = {}
+        if inotify is not None:
+            inotify.close()
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._wake_r = self._wake_w = -1
+
+    def _handle(self, events: Sequence[Any]) -> None:
+        """Turn one read's events into watchdog events, then dispatch them outside the lock."""
+        out: list[tuple[Watch, FileSystemEvent]] = []
+        overflow = False
+        with self._lock:
+            moves: dict[int, tuple[str, bool]] = {}  # cookie -> (source path, is a directory)
+            for ev in events:
+                mask = ev.mask
+                if mask & IN_Q_OVERFLOW:
+                    overflow = True
+                    continue
+                directory = self._wd_dir.get(ev.wd)
+                if directory is None:
+                    continue  # a watch removed since the kernel queued this
+                if mask & (IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF):
+                    self._lost_dir(ev.wd, directory, moved=bool(mask & IN_MOVE_SELF))
+                    continue
+                path = os.path.join(directory, ev.name) if ev.name else directory
+                is_dir = bool(mask & IN_ISDIR)
+                watches = self._covering.get(ev.wd, ())
+                if mask & IN_MOVED_FROM:
+                    moves[ev.cookie] = (path, is_dir)
+                    if is_dir:
+                        self._forget_tree(path)  # watched again under its new name, if that is inside
+                    continue
+                src = moves.pop(ev.cookie, None) if mask & IN_MOVED_TO else None
+                # What a watch must have asked for to get it: a move whose source is unknown
+                # is a creation here.
+                wanted = (IN_MOVE | IN_CREATE if src is not None else IN_CREATE) if mask & IN_MOVED_TO else mask
+                if is_dir and mask & (IN_CREATE | IN_MOVED_TO):
+                    # Its files may have been written before its watch existed: report them.
+                    for f in self._appeared_dir(path):
+                        out.extend((w, FileCreatedEvent(f)) for w in self._covering_dir(path) if w.mask & IN_CREATE)
+                for w in watches:
+                    if not wanted & w.mask:
+                        continue
+                    if src is not None and w.mask & IN_MOVE == IN_MOVE:
+                        out.append((w, (DirMovedEvent if is_dir else FileMovedEvent)(src[0], path)))
+                    elif src is not None:  # asked for creations only: renamed into place is one
+                        out.append((w, (DirCreatedEvent if is_dir else FileCreatedEvent)(path)))
+                    else:
+                        event = _event(mask, is_dir, path)
+                        if event is not None:
+                            out.append((w, event))
+            for src_path, is_dir in moves.values():  # moved out of every watched directory
+                for w in self._covering_dir(os.path.dirname(src_path)):
+                    if w.mask & IN_DELETE:
+                        out.append((w, (DirDeletedEvent if is_dir else FileDeletedEvent)(src_path)))
+            handlers = {id(w.handler): w.handler for w in self._watches} if overflow else {}
+        for watch, event in out:
+            if not watch.alive:
+                continue
+            try:
+                watch.handler.dispatch(event)
+            except Exception:
+                log.exception("a file-system event handler failed on %r", event)
+        for handler in handlers.values():
+            on_overflow = getattr(handler, "on_overflow", None)
+            if on_overflow is not None:
+                try:
+                    on_overflow()
+                except Exception:
+                    log.exception("an overflow handler failed")
+
+    def _covering_dir(self, directory: str) -> tuple[Watch, ...]:
+        return tuple(w for w in self._watches if w.alive and w.covers(directory))
+
+    def _appeared_dir(self, path: str) -> list[str]:
+        """A directory appeared inside the watched trees: watch it if a recursive watch covers it."""
+        if not any(w.alive and w.is_recursive and w.covers(path) for w in self._watches):
+            return []
+        try:
+            found = self._add_tree(path, True)
+        except OSError as e:
+            self._refresh_covering()
+            if e.errno in (errno.ENOSPC, errno.EMFILE):
+                # Out of watches: the trees covering it are no longer watched whole. Their
+                # owner sees is_watching() False and schedules again (falling back to polling).
+                log.error("cannot watch new directory %s: %s", path, e)
+                for w in self._covering_dir(path):
+                    w.alive = False
+                self._refresh_covering()
+            return []
+        self._refresh_covering()
+        return found
+
+    def _lost_dir(self, wd: int, directory: str, *, moved: bool) -> None:
+        """A watched directory was deleted or moved away: its watch (and a root's) ends."""
+        for w in self._watches:
+            if w.alive and w.path == directory:
+                w.alive = False  # the owner re-watches the path when a directory is back there
+        if moved:
+            self._forget_tree(directory)  # the kernel would go on watching it under its new name
+        elif self._dir_wd.get(directory) == wd:
+            del self._dir_wd[directory]
+        self._wd_dir.pop(wd, None)
+        self._refresh_covering()
+
+
+def _event(mask: int, is_dir: bool, path: str) -> FileSystemEvent | None:
+    if mask & (IN_CREATE | IN_MOVED_TO):  # moved in from outside the watched trees: new here
+        return DirCreatedEvent(path) if is_dir else FileCreatedEvent(path)
+    if mask & (IN_MODIFY | IN_ATTRIB):
+        return DirModifiedEvent(path) if is_dir else FileModifiedEvent(path)
+    if mask & IN_DELETE:
+        return DirDeletedEvent(path) if is_dir else FileDeletedEvent(path)
+    if mask & IN_CLOSE_WRITE:
+        return None if is_dir else FileClosedEvent(path)
+    return None

@@ -1,0 +1,202 @@
+"""smoosh's one-thread inotify observer against real directories and real file operations.
+
+Waiting for an event uses a bounded poll (up to 5 s, every 20 ms): the kernel delivers it,
+not a timer of the observer's. Only the queue overflow is handed to the observer as the
+kernel's record would be: a test cannot make the kernel drop events without changing a
+system-wide limit.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+from inotify_simple import Event
+from watchdog.events import (
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+)
+
+from smoosh.daemon.inotify import IN_Q_OVERFLOW, InotifyObserver, inotify_available
+
+pytestmark = pytest.mark.skipif(not inotify_available(), reason="needs Linux inotify")
+
+EVENT_WAIT_S = 5.0
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float = EVENT_WAIT_S) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return condition()
+
+
+class Recorder:
+    """A handler recording (event type, src, dest) triples; thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.events: list[tuple[str, str, str]] = []
+        self.overflows = 0
+
+    def dispatch(self, event: FileSystemEvent) -> None:
+        with self._lock:
+            self.events.append((event.event_type, os.fsdecode(event.src_path), os.fsdecode(event.dest_path)))
+
+    def on_overflow(self) -> None:
+        with self._lock:
+            self.overflows += 1
+
+    def saw(self, kind: str, src: Path | str, dest: Path | str = "") -> bool:
+        with self._lock:
+            return (kind, str(src), str(dest)) in self.events
+
+    def paths(self) -> set[str]:
+        with self._lock:
+            return {e[1] for e in self.events} | {e[2] for e in self.events if e[2]}
+
+
+@pytest.fixture
+def observer() -> Iterator[InotifyObserver]:
+    obs = InotifyObserver()
+    obs.start()
+    yield obs
+    obs.stop()
+    obs.join(5)
+
+
+WANTED = [FileCreatedEvent, FileModifiedEvent, FileMovedEvent]
+
+
+def test_writes_creates_and_moves_in_a_directory_are_reported(tmp_path: Path, observer: InotifyObserver) -> None:
+    rec = Recorder()
+    observer.schedule(rec, str(tmp_path), recursive=False, event_filter=WANTED)
+    # When a file is made, written, and renamed inside the watched directory
+    f = tmp_path / "a.db"
+    f.write_bytes(b"x")
+    with open(f, "ab") as fh:
+        fh.write(b"more")
+    f.rename(tmp_path / "b.db")
+    # Then each arrives as watchdog's event, the move paired with its source
+    assert wait_for(lambda: rec.saw("moved", f, tmp_path / "b.db"))
+    assert rec.saw("created", f) and rec.saw("modified", f)
+    # And kinds not asked for (deleted) are not delivered
+    (tmp_path / "b.db").unlink()
+    time.sleep(0.1)  # nothing should arrive; a short look for an event that must not come
+    assert not any(kind == "deleted" for kind, _, _ in rec.events)
+
+
+def test_a_file_moved_in_from_outside_is_created_and_one_moved_out_is_deleted(tmp_path: Path, observer: InotifyObserver) -> None:
+    watched, outside = tmp_path / "w", tmp_path / "out"
+    watched.mkdir()
+    outside.mkdir()
+    rec = Recorder()
+    observer.schedule(rec, str(watched), recursive=True, event_filter=[FileCreatedEvent, FileDeletedEvent])
+    (outside / "in.db").write_bytes(b"x")
+    (outside / "in.db").rename(watched / "in.db")
+    (watched / "stay.db").write_bytes(b"x")
+    (watched / "stay.db").rename(outside / "gone.db")
+    assert wait_for(lambda: rec.saw("created", watched / "in.db") and rec.saw("deleted", watched / "stay.db"))
+    assert str(outside / "gone.db") not in rec.paths()
+
+
+def test_a_recursive_watch_follows_new_and_moved_in_directories(tmp_path: Path, observer: InotifyObserver) -> None:
+    watched, outside = tmp_path / "w", tmp_path / "out"
+    watched.mkdir()
+    (outside / "deep").mkdir(parents=True)
+    (outside / "deep" / "t1.db").write_bytes(b"x")
+    rec = Recorder()
+    observer.schedule(rec, str(watched), recursive=True, event_filter=WANTED)
+    # A directory made inside the tree is watched at once: a file written in it is seen
+    (watched / "new").mkdir()
+    assert wait_for(lambda: observer.is_watching_dir(str(watched / "new")))
+    (watched / "new" / "n.db").write_bytes(b"x")
+    assert wait_for(lambda: rec.saw("created", watched / "new" / "n.db"))
+    # A tree moved in reports the files already in it, and is watched from then on
+    outside.rename(watched / "moved")
+    assert wait_for(lambda: rec.saw("created", watched / "moved" / "deep" / "t1.db"))
+    with open(watched / "moved" / "deep" / "t1.db", "ab") as fh:
+        fh.write(b"y")
+    assert wait_for(lambda: rec.saw("modified", watched / "moved" / "deep" / "t1.db"))
+
+
+def test_a_directory_moved_out_is_no_longer_reported_under_its_old_name(tmp_path: Path, observer: InotifyObserver) -> None:
+    watched, outside = tmp_path / "w", tmp_path / "out"
+    (watched / "sub").mkdir(parents=True)
+    outside.mkdir()
+    rec = Recorder()
+    observer.schedule(rec, str(watched), recursive=True, event_filter=WANTED)
+    (watched / "sub").rename(outside / "sub")
+    assert wait_for(lambda: not observer.is_watching_dir(str(watched / "sub")))
+    (outside / "sub" / "late.db").write_bytes(b"x")
+    (watched / "marker.db").write_bytes(b"x")  # an event that must come after any stray one
+    assert wait_for(lambda: rec.saw("created", watched / "marker.db"))
+    assert not any("late.db" in p for p in rec.paths())
+
+
+def test_a_deleted_root_ends_its_watch(tmp_path: Path, observer: InotifyObserver) -> None:
+    root = tmp_path / "w"
+    root.mkdir()
+    watch = observer.schedule(Recorder(), str(root), recursive=True, event_filter=WANTED)
+    assert observer.is_watching(watch)
+    root.rmdir()
+    assert wait_for(lambda: not observer.is_watching(watch))
+    # The owner schedules again once a directory is back (WatchedRoots' root check)
+    root.mkdir()
+    rec = Recorder()
+    again = observer.schedule(rec, str(root), recursive=True, event_filter=WANTED)
+    (root / "x.db").write_bytes(b"x")
+    assert wait_for(lambda: rec.saw("created", root / "x.db"))
+    assert observer.is_watching(again)
+
+
+def test_two_watches_on_one_directory_each_get_their_own_kinds(tmp_path: Path, observer: InotifyObserver) -> None:
+    files, closes = Recorder(), Recorder()
+    observer.schedule(files, str(tmp_path), recursive=True, event_filter=[FileCreatedEvent])
+    w2 = observer.schedule(closes, str(tmp_path), recursive=False, event_filter=[FileClosedEvent])
+    (tmp_path / "c.ini").write_text("x")
+    assert wait_for(lambda: files.saw("created", tmp_path / "c.ini") and closes.saw("closed", tmp_path / "c.ini"))
+    assert {k for k, _, _ in files.events} == {"created"}
+    assert {k for k, _, _ in closes.events} == {"closed"}
+    # Unscheduling one leaves the other working
+    observer.unschedule(w2)
+    (tmp_path / "d.ini").write_text("x")
+    assert wait_for(lambda: files.saw("created", tmp_path / "d.ini"))
+    assert not closes.saw("closed", tmp_path / "d.ini")
+    with pytest.raises(KeyError):
+        observer.unschedule(w2)
+
+
+def test_a_queue_overflow_tells_every_handler_that_listens_for_it(tmp_path: Path, observer: InotifyObserver) -> None:
+    a, b = Recorder(), Recorder()
+    observer.schedule(a, str(tmp_path), event_filter=WANTED)
+    observer.schedule(b, str(tmp_path), event_filter=WANTED)
+    plain = object()  # a handler without on_overflow is simply not told
+    observer.schedule(plain, str(tmp_path), event_filter=[FileClosedEvent])
+    # The kernel's record of an overflow (wd -1), as the observer's thread reads it
+    observer._handle([Event(-1, IN_Q_OVERFLOW, 0, "")])
+    assert (a.overflows, b.overflows) == (1, 1)
+
+
+def test_missing_directory_raises_and_stop_releases_thread_and_descriptors(tmp_path: Path) -> None:
+    fds_before = set(os.listdir("/proc/self/fd"))
+    obs = InotifyObserver()
+    obs.start()
+    with pytest.raises(FileNotFoundError):
+        obs.schedule(Recorder(), str(tmp_path / "missing"))
+    obs.schedule(Recorder(), str(tmp_path), recursive=True)
+    assert obs.is_alive()
+    obs.stop()
+    obs.join(5)
+    assert not obs.is_alive()
+    assert set(os.listdir("/proc/self/fd")) <= fds_before

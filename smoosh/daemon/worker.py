@@ -126,7 +126,13 @@ class Worker:
         self._roots = roots
         self.io_budget = io_budget
         self._io_priority = io_priority
-        self._cond = threading.Condition()
+        lock = threading.RLock()
+        self._cond = threading.Condition(lock)
+        # The heartbeat thread waits on a condition of its own (same lock), woken only when a
+        # run needs it sooner than it planned to wake: not once per start and end of a run.
+        self._beat_cond = threading.Condition(lock)
+        #: When the heartbeat thread will next look (monotonic seconds); under the lock.
+        self._beat_at = float("inf")
         self._running: set[Running] = set()
         # Keys of the jobs running now, for lock-free membership tests from other threads.
         self._running_keys: frozenset[str] = frozenset()
@@ -167,6 +173,7 @@ class Worker:
             self._stopping = True
             running = list(self._running)
             self._cond.notify_all()
+            self._beat_cond.notify_all()
         self._interrupt.interrupt()
         if self.io_budget is not None:
             self.io_budget.wake()  # a dispatcher waiting for the budget sees the stop now
@@ -323,12 +330,15 @@ class Worker:
                 # meanwhile is either seen here or finds no thread and starts one. With no
                 # job running it lingers a while first: a fleet's next job comes soon.
                 if not self._running and not self._stopping:
-                    self._cond.wait(DEFAULT_IDLE_EXIT_S)
+                    self._beat_at = time.monotonic() + DEFAULT_IDLE_EXIT_S
+                    self._beat_cond.wait(DEFAULT_IDLE_EXIT_S)
                 if self._stopping or not self._running:
                     self._heartbeat = None
+                    self._beat_at = float("inf")
                     return
                 if next_due is not None:
-                    self._cond.wait(max(0.0, next_due - time.monotonic()))
+                    self._beat_at = next_due
+                    self._beat_cond.wait(max(0.0, next_due - time.monotonic()))
 
     def _send_due(self, now: float) -> float | None:
         """Heartbeats (and store signals) that are due; returns when the next one is."""
@@ -399,7 +409,9 @@ class Worker:
                 self._reserved = max(0, self._reserved - 1)  # the promised slot is taken now
             self._running.add(running)
             self._running_keys = frozenset(r.key for r in self._running)
-            self._cond.notify_all()  # a lingering heartbeat thread times this job's heartbeats
+            due = running.next_update if self.signals == "direct" else min(running.next_update, self._next_poll)
+            if due < self._beat_at:
+                self._beat_cond.notify_all()  # this run's heartbeat (or signal poll) is due sooner
             if self._heartbeat is None:
                 self._heartbeat = threading.Thread(target=self._beat, name="smoosh-heartbeat", daemon=True)
                 self._heartbeat.start()

@@ -10,6 +10,9 @@ lie in a watched directory. Measured, each on fresh copies:
   ``/metrics`` counts every file compacted ok. Budget: at most 3x the bare loop.
 * **smoosh, concurrency = 2** (the ratio channel runs two at once): budget at most 1.0x the
   bare loop: two cores should beat one loop.
+* **the floors**: the bare loop with a durable job per file (a claim and a finish, each a
+  ``synchronous=FULL`` commit), and both on two threads: what any daemon that runs two
+  compactions at once, and records each as a job that survives a crash, cannot beat here.
 
 The daemon runs with ``min_size = 0``, ``wait_secs = 0`` and ``staleness = 0`` (so every
 file qualifies and nothing waits on the start-up pause); everything else is the default.
@@ -58,22 +61,42 @@ for p in paths:
 print(time.perf_counter() - t0)
 """
 
-#: The same loop, plus what a durable job costs: a claim and a finish, each a commit of a
-#: WAL, synchronous=FULL database (the floor under any job layer that survives a crash).
-BARE_DURABLE_LOOP = """
-import os, sqlite3, sys, time
-paths = sys.argv[2:]
-jobs = sqlite3.connect(sys.argv[1], isolation_level=None)
-jobs.execute("PRAGMA journal_mode=WAL")
-jobs.execute("PRAGMA synchronous=FULL")
-jobs.execute("CREATE TABLE IF NOT EXISTS job(key TEXT PRIMARY KEY, state TEXT)")
-t0 = time.perf_counter()
-for p in paths:
-    jobs.execute("INSERT OR REPLACE INTO job VALUES (?, 'running')", (p,))
+#: The floors under any daemon: the same VACUUM on ``threads`` threads, and optionally a
+#: durable job per file (a claim and a finish, each a commit of a WAL, synchronous=FULL
+#: database: the floor under any job layer that survives a crash), each thread with its own
+#: connection to it. Arguments: threads, the jobs database (or "-" for none), the paths.
+BARE_POOL = """
+import sqlite3, sys, threading, time
+from concurrent.futures import ThreadPoolExecutor
+threads, jobs_path, paths = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+if jobs_path != "-":
+    setup = sqlite3.connect(jobs_path, isolation_level=None)
+    setup.execute("PRAGMA journal_mode=WAL")
+    setup.execute("CREATE TABLE IF NOT EXISTS job(key TEXT PRIMARY KEY, state TEXT)")
+    setup.close()
+local = threading.local()
+
+def one(p):
+    jobs = None
+    if jobs_path != "-":
+        jobs = getattr(local, "jobs", None)
+        if jobs is None:
+            jobs = local.jobs = sqlite3.connect(jobs_path, isolation_level=None, timeout=60, check_same_thread=False)
+            jobs.execute("PRAGMA synchronous=FULL")
+        jobs.execute("INSERT OR REPLACE INTO job VALUES (?, 'running')", (p,))
     c = sqlite3.connect(p, isolation_level=None)
     c.execute("VACUUM")
     c.close()
-    jobs.execute("DELETE FROM job WHERE key = ?", (p,))
+    if jobs is not None:
+        jobs.execute("DELETE FROM job WHERE key = ?", (p,))
+
+t0 = time.perf_counter()
+if threads == 1:
+    for p in paths:
+        one(p)
+else:
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(one, paths))
 print(time.perf_counter() - t0)
 """
 
@@ -168,15 +191,19 @@ def drain_daemon(template: str, count: int, concurrency: int) -> float:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def drain_bare(template: str, count: int, *, durable_jobs: bool = False) -> float:
-    """Seconds a bare single-threaded VACUUM loop takes over ``count`` copies.
+def drain_bare(template: str, count: int, *, durable_jobs: bool = False, threads: int = 1) -> float:
+    """Seconds a bare VACUUM loop takes over ``count`` copies (one thread: the tool a user writes).
 
     ``durable_jobs``: each file is also a durable job (a claim and a finish committed).
+    ``threads``: that many files at once (a thread pool), the floor for ``concurrency``.
     """
     base = Path(tempfile.mkdtemp(prefix="smoosh-bench-bare-"))
     try:
         paths = copies(template, base / "dbs", count)
-        script = [BARE_DURABLE_LOOP, str(base / "jobs.db")] if durable_jobs else [BARE_LOOP]
+        if threads == 1 and not durable_jobs:
+            script = [BARE_LOOP]
+        else:
+            script = [BARE_POOL, str(threads), str(base / "jobs.db") if durable_jobs else "-"]
         out = subprocess.run([sys.executable, "-c", *script, *paths], check=True, capture_output=True, text=True)
         return float(out.stdout.strip())
     finally:
@@ -236,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
             return {
                 "bare": drain_bare(template, count),
                 "bare_durable": drain_bare(template, count, durable_jobs=True),
+                "bare_two": drain_bare(template, count, threads=2),
+                "bare_two_durable": drain_bare(template, count, durable_jobs=True, threads=2),
                 "default": drain_daemon(template, count, 1),
                 "two": drain_daemon(template, count, 2),
             }
@@ -250,6 +279,10 @@ def main(argv: list[str] | None = None) -> int:
         Metric(f"bare VACUUM loop, {count} files", "s", res["bare"], higher_is_better=False),
         Metric(f"bare VACUUM loop + a durable job per file (2 commits), {count} files", "s", res["bare_durable"],
                higher_is_better=False, reference=bare, reference_name="bare loop"),
+        Metric(f"bare VACUUM on 2 threads, {count} files", "s", res["bare_two"], higher_is_better=False,
+               reference=bare, reference_name="bare loop"),
+        Metric(f"bare VACUUM on 2 threads + a durable job per file (2 commits), {count} files", "s",
+               res["bare_two_durable"], higher_is_better=False, reference=bare, reference_name="bare loop"),
         Metric(f"smoosh run, default config, {count} files", "s", res["default"], higher_is_better=False,
                budget=3 * bare, budget_text=f"<= 3x bare ({3 * bare:.2f} s)", reference=bare,
                reference_name="bare loop"),

@@ -32,6 +32,7 @@ import logging
 import os
 import select
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
@@ -89,6 +90,10 @@ _TREE_EVENTS = IN_CREATE | IN_MOVE
 #: Flags of every inotify_add_watch: never through a symlink, directories only, and no
 #: events for files already unlinked but still open (a deleted journal's last writes).
 _ADD_FLAGS = IN_DONT_FOLLOW | IN_ONLYDIR | IN_EXCL_UNLINK
+#: Seconds the thread lets events gather after the first one arrives, before it reads them:
+#: one read then takes a compaction's worth of events instead of one each (and the kernel
+#: merges repeats of an event not yet read). Every event is debounced downstream anyway.
+READ_DELAY_S = 0.0005
 #: Seconds ``stop()`` waits for the observer's thread, unless told otherwise.
 STOP_TIMEOUT_S = 5.0
 
@@ -350,6 +355,7 @@ class InotifyObserver:
                     pass
                 if inotify is None:
                     continue
+                time.sleep(READ_DELAY_S)
                 try:
                     events = inotify.read(timeout=0)
                 except OSError as e:

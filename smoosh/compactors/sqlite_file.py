@@ -214,7 +214,7 @@ _in_use_lock = threading.Lock()
 @contextlib.contextmanager
 def in_use(path: str) -> Iterator[None]:
     """Mark ``path`` as held by a connection of this process for the duration of the block."""
-    real = os.path.realpath(path)
+    real = canonical_path(path)  # realpath's answer, in three system calls instead of one per component
     with _in_use_lock:
         _in_use[real] = _in_use.get(real, 0) + 1
     try:
@@ -230,7 +230,7 @@ def in_use(path: str) -> Iterator[None]:
 
 def is_in_use(path: str) -> bool:
     """Whether a connection of this process holds ``path`` (raw descriptors must not touch it)."""
-    real = os.path.realpath(path)
+    real = canonical_path(path)
     with _in_use_lock:
         return real in _in_use
 

@@ -47,6 +47,8 @@ from typing import Any, Callable, Iterable
 import apsw
 
 import smoosh.compactors.sqlite_compact as sqlite_compact
+import smoosh.compactors.sqlite_incremental as sqlite_incremental
+import smoosh.compactors.sqlite_wal as sqlite_wal
 from smoosh.paths import CLEANUP_PREFIX
 from smoosh.compactors.base import CompactionContext, CompactionResult, Gone, Refused, Replaced, Sizes
 from smoosh.compactors.sqlite_file import (
@@ -554,9 +556,9 @@ class SqliteCompactor:
         try:
             identity.check()  # the connection opened the file the identity was taken of
             if not cleanup:
-                sqlite_compact.refuse_pinned_wal(conn, path)
+                sqlite_wal.refuse_pinned_wal(conn, path)
             if cleanup:
-                sqlite_compact.cleanup(conn, path, ctx)
+                sqlite_wal.cleanup(conn, path, ctx)
             elif self._upgrade_needed(state):
                 sqlite_compact.upgrade(
                     conn, path, state, ctx, page_size=self.page_size, auto_vacuum=self.auto_vacuum,
@@ -565,7 +567,7 @@ class SqliteCompactor:
                     clock=self._clock,
                 )
             elif state.auto_vacuum == 2 and state.freelist_count > 0:
-                sqlite_compact.incremental(conn, path, ctx, self.incremental_chunk_pages, identity, self.io_budget)
+                sqlite_incremental.incremental(conn, path, ctx, self.incremental_chunk_pages, identity, self.io_budget)
             else:
                 sqlite_compact.check_space(path, state.file_bytes, self._temp_dir)
                 sqlite_compact.vacuum(conn, path, state, ctx, self._tick_rate, identity, self.io_budget,
@@ -574,9 +576,9 @@ class SqliteCompactor:
                 # Before the checkpoint: the statistics it writes go back into the file with the rest.
                 sqlite_compact.optimize(conn, path)
             if not cleanup and pragma(conn, "journal_mode") == "wal":
-                sqlite_compact.truncate_wal(conn, path, required=False)
+                sqlite_wal.truncate_wal(conn, path, required=False)
         except Replaced:
-            sqlite_compact.empty_moved_wal(conn, path)
+            sqlite_wal.empty_moved_wal(conn, path)
             raise
         finally:
             close_quietly(conn)

@@ -1,11 +1,15 @@
-"""Compacting one open SQLite database: VACUUM, incremental chunks, an upgrade, a WAL truncation.
+"""Compacting one open SQLite database: VACUUM and an upgrade (incremental chunks and the WAL beside).
+
+Incremental chunks live in :mod:`~smoosh.compactors.sqlite_incremental`, the WAL's checkpoint
+and the ``cleanup:`` job in :mod:`~smoosh.compactors.sqlite_wal`; both use this module's
+:func:`raise_mapped`.
 
 This module owns the ways a database is compacted once it is open; which way a database
 gets, the settings and the roots belong to :class:`~smoosh.compactors.sqlite.SqliteCompactor`,
 which passes each function what it needs. Three ways to compact (their costs beside bare
 SQLite are in bench/RESULTS.md):
 
-* ``auto_vacuum = INCREMENTAL`` with free pages (:func:`incremental`): chunks of
+* ``auto_vacuum = INCREMENTAL`` with free pages (:func:`~smoosh.compactors.sqlite_incremental.incremental`): chunks of
   ``PRAGMA incremental_vacuum(N)``, each its own short ``BEGIN IMMEDIATE`` write transaction,
   with a chunk boundary (``ctx.checkpoint()``) between chunks where no lock is held. Progress
   is exact (pages freed / starting freelist). The pragma frees one page per ``sqlite3_step``,
@@ -32,9 +36,9 @@ charged the file's size as it ends (the part it got through, estimated, when it 
 a debt the next start waits out.
 
 Afterwards, with ``analyze = true``, ``PRAGMA optimize`` refreshes the query planner's
-statistics (:func:`optimize`), and a WAL database gets ``wal_checkpoint(TRUNCATE)`` (:func:`truncate_wal`): in WAL
+statistics (:func:`optimize`), and a WAL database gets ``wal_checkpoint(TRUNCATE)`` (:func:`~smoosh.compactors.sqlite_wal.truncate_wal`): in WAL
 mode the file only shrinks when the log is checkpointed. ``cleanup:<path>`` jobs do only that
-checkpoint (:func:`cleanup`).
+checkpoint (:func:`~smoosh.compactors.sqlite_wal.cleanup`).
 
 SQLite errors that mean "locked", "interrupted" or "read-only" become :class:`Busy`,
 :class:`Interrupted` and :class:`Blocked` (:func:`raise_mapped`); a failed statement is rolled
@@ -84,14 +88,9 @@ __all__ = [
     "raise_mapped",
     "check_space",
     "vacuum",
-    "incremental",
     "upgrade",
-    "cleanup",
     "optimize",
-    "truncate_wal",
-    "wal_bytes",
-    "empty_moved_wal",
-    "refuse_pinned_wal",
+    "interrupt_quietly",
 ]
 
 log = logging.getLogger(__name__)
@@ -121,12 +120,6 @@ REPLACEMENT_CHECK_TICKS = 64
 #: writes the journal, then the file, in two runs that merge. The cap bounds the memory of a
 #: VACUUM of a large database, whose events may still alternate once the cache is full.
 VACUUM_CACHE_MAX_BYTES = 64 * 1024 * 1024
-#: Longest an incremental chunk holds the write lock of a database another process has open
-#: (DESIGN §9 aims at 10 ms per chunk at p99.9; the commit's own sync comes on top).
-SHARED_CHUNK_LOCK_MAX_S = 0.005
-#: After such a chunk, the lock stays free this many times as long as the chunk held it: a
-#: writer sleeping in its busy handler then finds it free at most of its wake-ups.
-SHARED_CHUNK_GAP_FACTOR = 4
 #: Times the switch back to WAL is tried after a page-size upgrade (each waits the busy timeout).
 WAL_RESTORE_ATTEMPTS = 10
 
@@ -276,7 +269,7 @@ def vacuum(
 
     def cancel() -> None:
         cancelled.set()
-        _interrupt(conn)
+        interrupt_quietly(conn)
 
     ticks = 0
     expected_ticks = rate.expected(state.page_count)
@@ -344,97 +337,6 @@ def vacuum_cache_pages(state: DbState) -> int:
     # A quarter more for the b-tree pages VACUUM rebuilds and the schema; never below SQLite's default.
     want_pages = max(2000, live_pages + live_pages // 4)
     return max(1, min(want_pages, VACUUM_CACHE_MAX_BYTES // state.page_size))
-
-
-def incremental(
-    conn: apsw.Connection, path: str, ctx: CompactionContext, chunk_pages: int, identity: FileIdentity | None = None,
-    budget: IoBudget | None = None,
-) -> None:
-    """Free the database's free pages in chunks of ``chunk_pages``, one write transaction each.
-
-    While another process has the database open (WAL mode, seen in ``/proc/locks``), a chunk
-    also ends after holding the write lock :data:`SHARED_CHUNK_LOCK_MAX_S`, and the next one
-    starts only after :data:`SHARED_CHUNK_GAP_FACTOR` times as long: the application's
-    writers get the lock between chunks instead of waiting out a run of them.
-
-    Parameters:
-        identity: the file being compacted; checked before every chunk (no journal exists
-            then), so a path renamed over ends the compaction before it writes again.
-        budget: charged each chunk's freed pages (bytes) as it commits; the pacing itself
-            is the wait in ``ctx.checkpoint()`` before the next chunk.
-
-    Raises:
-        Busy: a chunk stayed locked beyond the busy timeout.
-        Replaced, Gone: the path names another file, or none, now.
-        apsw.Error: anything else SQLite reports.
-    """
-    # No on_cancel callback: interrupting a chunk would only waste it; the worker's stop
-    # and hold both act at the next ctx.checkpoint(), at most one short chunk away.
-    start_free = pragma(conn, "freelist_count")
-    page_bytes = int(pragma(conn, "page_size") or 0) if budget is not None else 0
-    freed = 0
-    pages = chunk_pages
-    ctx.progress(0.0)
-    while freed < start_free:
-        ctx.checkpoint()  # no transaction is open here: a hold waits holding no lock
-        if identity is not None:
-            identity.check()
-        free_before = pragma(conn, "freelist_count")
-        if free_before == 0:
-            break
-        # Shared: another process has the database open and may want to write. Its writer
-        # sleeps in its busy handler while a chunk holds the lock, and wakes at moments of
-        # its own: chunks back to back leave it almost no chance to find the lock free.
-        shared = others_have_open(path) is True
-        held_s = _chunk(conn, path, pages if shared else chunk_pages, SHARED_CHUNK_LOCK_MAX_S if shared else None)
-        free_after = pragma(conn, "freelist_count")
-        if free_after >= free_before:
-            break  # nothing moved (should not happen): never loop forever
-        freed += free_before - free_after
-        if budget is not None:
-            budget.charge((free_before - free_after) * page_bytes)
-        ctx.progress(min(1.0, freed / start_free))
-        if shared and freed < start_free:
-            # Most of a chunk's hold is its commit writing the pages it moved, which stepping
-            # cannot cut short: the next chunk is sized from this one's hold instead.
-            pages = max(1, min(chunk_pages, int(pages * SHARED_CHUNK_LOCK_MAX_S / max(held_s, 1e-6))))
-            # The lock is free for SHARED_CHUNK_GAP_FACTOR times as long as the chunk held it.
-            _pause(held_s * SHARED_CHUNK_GAP_FACTOR)
-
-
-def _pause(seconds: float) -> None:
-    """Sleep between two chunks, holding no lock (a few milliseconds; a stop acts at the next chunk)."""
-    time.sleep(seconds)
-
-
-def _chunk(conn: apsw.Connection, path: str, chunk_pages: int, lock_max_s: float | None) -> float:
-    """One chunk: up to ``chunk_pages`` pages freed in one write transaction; the seconds it held the lock.
-
-    With ``lock_max_s``, the chunk ends early once it has held the write lock that long: the
-    pragma frees one page per step (module docstring), so stepping stops and the pages freed
-    so far commit.
-    """
-    started = time.monotonic()
-    try:
-        if lock_max_s is None:
-            run(conn, f"BEGIN IMMEDIATE; PRAGMA incremental_vacuum({chunk_pages}); COMMIT;")
-        else:
-            run(conn, "BEGIN IMMEDIATE")
-            started = time.monotonic()  # the lock is held from here
-            deadline = started + lock_max_s
-            cursor = conn.execute(f"PRAGMA incremental_vacuum({chunk_pages})")
-            try:
-                for _ in cursor:
-                    if time.monotonic() >= deadline:
-                        break
-            finally:
-                cursor.close()
-            run(conn, "COMMIT")
-    except apsw.Error as exc:
-        rollback_quietly(conn)
-        raise_mapped(exc, path)
-        raise
-    return time.monotonic() - started
 
 
 def upgrade(
@@ -512,111 +414,7 @@ def optimize(conn: apsw.Connection, path: str) -> None:
         log.info("PRAGMA optimize after compacting %r did not complete: %s", path, exc)
 
 
-def cleanup(conn: apsw.Connection, path: str, ctx: CompactionContext) -> None:
-    """A ``cleanup:`` job on an existing database: truncate its WAL (never delete a side file of it).
-
-    Raises:
-        Busy: the WAL checkpoint could not complete (readers or a writer hold the log).
-        Interrupted: cancelled through ``ctx``.
-    """
-    cancelled = threading.Event()
-
-    def cancel() -> None:
-        cancelled.set()
-        _interrupt(conn)
-
-    ctx.on_cancel(cancel)
-    if cancelled.is_set():
-        raise Interrupted(f"cleanup of {path} was interrupted before it started")
-    if pragma(conn, "journal_mode") == "wal":
-        truncate_wal(conn, path, required=True)
-
-
-def truncate_wal(conn: apsw.Connection, path: str, *, required: bool) -> None:
-    """``PRAGMA wal_checkpoint(TRUNCATE)``: the only way a WAL database's footprint shrinks.
-
-    Parameters:
-        required: a cleanup job, which exists for this checkpoint, so a blocked or failed one
-            raises :class:`Busy`; after a compaction, frames a reader keeps in the log mean the
-            compaction gave nothing back yet (the new pages are all in the WAL), which is
-            :class:`Blocked`, while a checkpoint that only could not truncate is logged.
-
-    Raises:
-        Busy: ``required`` and the checkpoint could not complete.
-        Blocked: not ``required``, and frames stayed in the WAL (a reader's snapshot pins them).
-        apsw.Error: ``required`` and SQLite reported anything else.
-    """
-    try:
-        rows = run(conn, "PRAGMA wal_checkpoint(TRUNCATE)")
-    except apsw.Error as exc:
-        if not required:
-            log.debug("WAL checkpoint of %r failed after compaction.", path, exc_info=True)
-            return
-        raise_mapped(exc, path, busy_message=f"WAL checkpoint of {path} could not complete: {exc}")
-        raise
-    row = rows[0] if rows else None
-    if row and row[0]:
-        if required:
-            raise Busy(f"WAL checkpoint of {path} could not complete: readers or a writer hold the log")
-        log_frames, done_frames = int(row[1]), int(row[2])
-        if log_frames > done_frames:
-            # The database file shrinks only once every frame is copied back: until then the
-            # compacted pages sit in the WAL beside the old file, and the footprint grew.
-            raise Blocked(f"a reader holds the WAL: {wal_bytes(path)} bytes still in {path}-wal")
-        log.debug("WAL checkpoint of %r after compaction could not truncate the log; it shrinks later.", path)
-
-
-def refuse_pinned_wal(conn: apsw.Connection, path: str) -> None:
-    """Before compacting a WAL database: end :class:`Blocked` when a reader still pins a whole rewrite in its log.
-
-    A compaction blocked by a reader leaves its pages in the WAL; compacting again while the
-    reader stays would append another copy of the database to the log at every retry. A
-    passive checkpoint (it waits for nobody) copies back what it can; when the frames it could
-    not copy are at least as many as the database has pages, a whole rewrite is still pinned,
-    and this run would only add another.
-
-    Raises:
-        Blocked: as after a compaction whose checkpoint a reader blocked.
-    """
-    try:
-        if pragma(conn, "journal_mode") != "wal":
-            return
-        rows = run(conn, "PRAGMA wal_checkpoint(PASSIVE)")
-        page_count = int(pragma(conn, "page_count") or 0)
-    except apsw.Error:
-        return  # busy or locked: the compaction itself meets it and says so
-    if not rows or rows[0][1] is None or int(rows[0][1]) < 0:
-        return
-    pinned_frames = int(rows[0][1]) - int(rows[0][2])
-    if pinned_frames > 0 and pinned_frames >= page_count:
-        raise Blocked(f"a reader holds the WAL: {wal_bytes(path)} bytes still in {path}-wal")
-
-
-def empty_moved_wal(conn: apsw.Connection, path: str) -> None:
-    """Empty the ``-wal`` of a WAL database whose path now names another file, before closing it.
-
-    SQLite opens any non-empty ``-wal`` it finds beside a database, whatever the database's
-    header says, and it leaves the old file's log in place when a connection to a moved file
-    closes. Left as it is, that log would be read as the new file's. Checkpointed (into the old
-    inode, through the connection's own descriptors) and truncated, it is empty and harmless.
-    Failing that, the risk is said in the ERROR line of the ``replaced`` result.
-    """
-    try:
-        if pragma(conn, "journal_mode") == "wal":
-            run(conn, "PRAGMA wal_checkpoint(TRUNCATE)")
-    except apsw.Error:
-        log.debug("Emptying the WAL of %r, renamed over, failed.", path, exc_info=True)
-
-
-def wal_bytes(path: str) -> int:
-    """The size of ``path``'s ``-wal`` file, 0 when there is none."""
-    try:
-        return os.stat(path + "-wal").st_size
-    except OSError:
-        return 0
-
-
-def _interrupt(conn: apsw.Connection) -> None:
+def interrupt_quietly(conn: apsw.Connection) -> None:
     """``conn.interrupt()``, a no-op once the connection is closed.
 
     Cancel callbacks stay registered after the compaction returns, so a stop that comes later

@@ -13,7 +13,7 @@ import math
 
 import pytest
 
-import smoosh.compactors.sqlite_compact as sqlite_compact
+import smoosh.compactors.sqlite_incremental as sqlite_incremental
 from compactor.contexts import RecordingContext
 from compactor.dbfactory import db_stats, make_bloated_db
 from compactor.test_sqlite_compactor import settings
@@ -25,7 +25,7 @@ def test_alone_the_chunks_keep_their_size_and_run_back_to_back(tmp_path, monkeyp
     path = str(tmp_path / "alone.db")
     stats = make_bloated_db(path, auto_vacuum="incremental", journal_mode="wal")
     slept: list[float] = []
-    monkeypatch.setattr(sqlite_compact, "_pause", slept.append)
+    monkeypatch.setattr(sqlite_incremental, "_pause", slept.append)
     ctx = RecordingContext()
     SqliteCompactor(settings(incremental_chunk_pages=100)).compact(path, ctx)
     assert db_stats(path)["freelist_count"] == 0
@@ -39,9 +39,9 @@ def test_beside_an_application_the_chunks_shrink_to_the_lock_budget_and_leave_ga
     path = str(tmp_path / "shared.db")
     stats = make_bloated_db(path, auto_vacuum="incremental", journal_mode="wal")
     # A budget no chunk of 100 pages can keep, whatever the disk: chunks shrink to a page or so.
-    monkeypatch.setattr(sqlite_compact, "SHARED_CHUNK_LOCK_MAX_S", 1e-6)
+    monkeypatch.setattr(sqlite_incremental, "SHARED_CHUNK_LOCK_MAX_S", 1e-6)
     slept: list[float] = []
-    monkeypatch.setattr(sqlite_compact, "_pause", slept.append)
+    monkeypatch.setattr(sqlite_incremental, "_pause", slept.append)
     with ChildConnection(path) as app:  # the application: a WAL connection in another process
         app.execute("SELECT count(*) FROM docs")
         ctx = RecordingContext()

@@ -1,0 +1,121 @@
+"""Incremental compaction: ``PRAGMA incremental_vacuum`` in chunks, each its own write transaction.
+
+For a database with ``auto_vacuum = INCREMENTAL`` and free pages (see
+:mod:`~smoosh.compactors.sqlite_compact` for how the pragma must be stepped). While another
+process has the database open, chunks are sized to hold the write lock about
+:data:`SHARED_CHUNK_LOCK_MAX_S` and each is followed by a gap :data:`SHARED_CHUNK_GAP_FACTOR`
+times as long, so the application's writers get the lock between them.
+"""
+
+from __future__ import annotations
+
+import time
+
+import apsw
+
+from smoosh.compactors.base import CompactionContext
+from smoosh.compactors.sqlite_compact import raise_mapped
+from smoosh.compactors.sqlite_identity import FileIdentity
+from smoosh.compactors.sqlite_open import pragma, rollback_quietly, run
+from smoosh.compactors.sqlite_openers import others_have_open
+from smoosh.io_budget import IoBudget
+
+__all__ = ["incremental", "SHARED_CHUNK_LOCK_MAX_S", "SHARED_CHUNK_GAP_FACTOR"]
+
+#: Longest an incremental chunk holds the write lock of a database another process has open
+#: (DESIGN §9 aims at 10 ms per chunk at p99.9; the commit's own sync comes on top).
+SHARED_CHUNK_LOCK_MAX_S = 0.005
+#: After such a chunk, the lock stays free this many times as long as the chunk held it: a
+#: writer sleeping in its busy handler then finds it free at most of its wake-ups.
+SHARED_CHUNK_GAP_FACTOR = 4
+
+
+def incremental(
+    conn: apsw.Connection, path: str, ctx: CompactionContext, chunk_pages: int, identity: FileIdentity | None = None,
+    budget: IoBudget | None = None,
+) -> None:
+    """Free the database's free pages in chunks of ``chunk_pages``, one write transaction each.
+
+    While another process has the database open (WAL mode, seen in ``/proc/locks``), a chunk
+    also ends after holding the write lock :data:`SHARED_CHUNK_LOCK_MAX_S`, and the next one
+    starts only after :data:`SHARED_CHUNK_GAP_FACTOR` times as long: the application's
+    writers get the lock between chunks instead of waiting out a run of them.
+
+    Parameters:
+        identity: the file being compacted; checked before every chunk (no journal exists
+            then), so a path renamed over ends the compaction before it writes again.
+        budget: charged each chunk's freed pages (bytes) as it commits; the pacing itself
+            is the wait in ``ctx.checkpoint()`` before the next chunk.
+
+    Raises:
+        Busy: a chunk stayed locked beyond the busy timeout.
+        Replaced, Gone: the path names another file, or none, now.
+        apsw.Error: anything else SQLite reports.
+    """
+    # No on_cancel callback: interrupting a chunk would only waste it; the worker's stop
+    # and hold both act at the next ctx.checkpoint(), at most one short chunk away.
+    start_free = pragma(conn, "freelist_count")
+    page_bytes = int(pragma(conn, "page_size") or 0) if budget is not None else 0
+    freed = 0
+    pages = chunk_pages
+    ctx.progress(0.0)
+    while freed < start_free:
+        ctx.checkpoint()  # no transaction is open here: a hold waits holding no lock
+        if identity is not None:
+            identity.check()
+        free_before = pragma(conn, "freelist_count")
+        if free_before == 0:
+            break
+        # Shared: another process has the database open and may want to write. Its writer
+        # sleeps in its busy handler while a chunk holds the lock, and wakes at moments of
+        # its own: chunks back to back leave it almost no chance to find the lock free.
+        shared = others_have_open(path) is True
+        held_s = _chunk(conn, path, pages if shared else chunk_pages, SHARED_CHUNK_LOCK_MAX_S if shared else None)
+        free_after = pragma(conn, "freelist_count")
+        if free_after >= free_before:
+            break  # nothing moved (should not happen): never loop forever
+        freed += free_before - free_after
+        if budget is not None:
+            budget.charge((free_before - free_after) * page_bytes)
+        ctx.progress(min(1.0, freed / start_free))
+        if shared and freed < start_free:
+            # Most of a chunk's hold is its commit writing the pages it moved, which stepping
+            # cannot cut short: the next chunk is sized from this one's hold instead.
+            pages = max(1, min(chunk_pages, int(pages * SHARED_CHUNK_LOCK_MAX_S / max(held_s, 1e-6))))
+            # The lock is free for SHARED_CHUNK_GAP_FACTOR times as long as the chunk held it.
+            _pause(held_s * SHARED_CHUNK_GAP_FACTOR)
+
+
+def _pause(seconds: float) -> None:
+    """Sleep between two chunks, holding no lock (a few milliseconds; a stop acts at the next chunk)."""
+    time.sleep(seconds)
+
+
+def _chunk(conn: apsw.Connection, path: str, chunk_pages: int, lock_max_s: float | None) -> float:
+    """One chunk: up to ``chunk_pages`` pages freed in one write transaction; the seconds it held the lock.
+
+    With ``lock_max_s``, the chunk ends early once it has held the write lock that long: the
+    pragma frees one page per step (module docstring), so stepping stops and the pages freed
+    so far commit.
+    """
+    started = time.monotonic()
+    try:
+        if lock_max_s is None:
+            run(conn, f"BEGIN IMMEDIATE; PRAGMA incremental_vacuum({chunk_pages}); COMMIT;")
+        else:
+            run(conn, "BEGIN IMMEDIATE")
+            started = time.monotonic()  # the lock is held from here
+            deadline = started + lock_max_s
+            cursor = conn.execute(f"PRAGMA incremental_vacuum({chunk_pages})")
+            try:
+                for _ in cursor:
+                    if time.monotonic() >= deadline:
+                        break
+            finally:
+                cursor.close()
+            run(conn, "COMMIT")
+    except apsw.Error as exc:
+        rollback_quietly(conn)
+        raise_mapped(exc, path)
+        raise
+    return time.monotonic() - started

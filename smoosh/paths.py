@@ -18,7 +18,7 @@ import os
 from typing import Sequence
 
 __all__ = [
-    "canonical_path", "inside", "refusal", "refused_at_use", "NOT_CANONICAL", "THROUGH_SYMLINK", "NO_ROOTS",
+    "canonical_path", "SIDE_SUFFIXES", "inside", "refusal", "refused_at_use", "NOT_CANONICAL", "THROUGH_SYMLINK", "NO_ROOTS",
     "CLEANUP_PREFIX",
 ]
 
@@ -26,6 +26,9 @@ __all__ = [
 #: removes what a deleted database left behind. Match patterns, ignore entries and roots
 #: apply to the path after it.
 CLEANUP_PREFIX = "cleanup:"
+#: The files SQLite keeps beside a database, named after it: the write-ahead log, its index,
+#: the rollback journal. Events on them are the database's; they move with it.
+SIDE_SUFFIXES = ("-wal", "-shm", "-journal")
 
 _O_PATH = getattr(os, "O_PATH", 0)
 _PROC_FD = "/proc/self/fd/"

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import logging
 import os
-import stat
 import threading
 import time
 from typing import Any, Callable, Iterable
@@ -48,6 +47,7 @@ import apsw
 
 import smoosh.compactors.sqlite_compact as sqlite_compact
 import smoosh.compactors.sqlite_incremental as sqlite_incremental
+import smoosh.compactors.sqlite_leftovers as sqlite_leftovers
 import smoosh.compactors.sqlite_wal as sqlite_wal
 from smoosh.paths import CLEANUP_PREFIX
 from smoosh.compactors.base import CompactionContext, CompactionResult, Gone, Refused, Replaced, Sizes
@@ -62,7 +62,7 @@ from smoosh.compactors.sqlite_file import (
     read_state,
 )
 from smoosh.compactors.sqlite_identity import FileIdentity, replaced_error
-from smoosh.compactors.sqlite_open import canonical_roots, close_quietly, pragma, refusal, run
+from smoosh.compactors.sqlite_open import canonical_roots, close_quietly, pragma, run
 from smoosh.io_budget import IoBudget
 
 __all__ = ["SqliteCompactor", "CLEANUP_PREFIX", "DEFAULT_WAL_MAX_SIZE_BYTES", "DEFAULT_EXACT_SIZE_INTERVAL_S"]
@@ -85,38 +85,6 @@ DEFAULT_MAX_LOCK_HOLD_S = 1.0
 EXACT_MEMORY_MAX_KEYS = 100_000
 #: The file change counter is a 32-bit big-endian integer that wraps: differences are modulo this.
 CHANGE_COUNTER_MODULUS = 1 << 32
-#: The files SQLite keeps beside a database, named after it.
-SIDE_SUFFIXES = ("-wal", "-shm", "-journal")
-#: The first bytes of each kind of side file SQLite writes: a WAL's header magic (either
-#: checksum byte order), a hot rollback journal's magic, and the wal-index's version number
-#: (3007000, in the writer's byte order). A file named like a side file without them is
-#: somebody else's, never removed.
-SIDE_FILE_MAGIC: dict[str, tuple[bytes, ...]] = {
-    "-wal": (bytes.fromhex("377f0682"), bytes.fromhex("377f0683")),
-    "-journal": (bytes.fromhex("d9d505f920a163d7"),),
-    "-shm": ((3007000).to_bytes(4, "little"), (3007000).to_bytes(4, "big")),
-}
-
-
-def side_file_is_sqlites(path: str, suffix: str) -> bool:
-    """Whether ``path`` starts as SQLite writes a ``suffix`` side file (see :data:`SIDE_FILE_MAGIC`).
-
-    An empty one is not: an empty WAL or journal holds nothing that could harm a new database,
-    and an empty file named so may be anything of anyone's.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError:
-        return False
-    try:
-        head = os.read(fd, 8)
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
-    return any(head.startswith(magic) for magic in SIDE_FILE_MAGIC[suffix])
-
-
 class SqliteCompactor:
     """Compacts SQLite database files in place; never corrupts one (SQLite's own transactions do the work).
 
@@ -400,33 +368,8 @@ class SqliteCompactor:
         return self.auto_vacuum is not None and state.auto_vacuum != AUTO_VACUUM_CODES[self.auto_vacuum]
 
     def leftovers(self, path: str) -> list[str]:
-        """Side files (``-wal``, ``-shm``, ``-journal``) left beside a database that no longer exists.
-
-        Only those may be removed: beside an existing database a ``-wal`` or a hot ``-journal``
-        holds transactions the database needs, so while anything (a file, a dangling symlink)
-        bears the database's name, nothing is a leftover. A side file that is not a regular
-        file (a symlink, a directory) is never one either. Without its database an old
-        ``-wal`` is a hazard: SQLite would read it as the log of a new database created under
-        the same name.
-
-        Parameters:
-            path: the database path (canonical).
-
-        Returns:
-            The leftover paths, in suffix order; empty while the database exists, or when the
-            path is refused (outside the roots, not canonical).
-        """
-        if refusal(path, self._roots) is not None or os.path.lexists(path):
-            return []
-        found = []
-        for suffix in SIDE_SUFFIXES:
-            try:
-                st = os.lstat(path + suffix)
-            except OSError:
-                continue
-            if stat.S_ISREG(st.st_mode) and side_file_is_sqlites(path + suffix, suffix):
-                found.append(path + suffix)
-        return found
+        """Side files left beside a database that no longer exists (see :func:`sqlite_leftovers.leftovers`)."""
+        return sqlite_leftovers.leftovers(path, self._roots)
 
     def cleanup_key(self, key: str) -> str | None:
         """The cleanup key a database's state calls for now: its ``-wal`` outgrew ``wal_max_size_bytes``.
@@ -468,27 +411,6 @@ class SqliteCompactor:
             return 1.0 if self.leftovers(path) else 0.0
         return 1.0 if file_size(path + "-wal") > self.wal_max_size_bytes else 0.0
 
-    def _remove_leftovers(self, path: str) -> CompactionResult | None:
-        """Remove the side files of a database that no longer exists; None when there were none.
-
-        The database's absence is checked again right before each removal: an application
-        creating a new database under the name meanwhile keeps whatever side files it has.
-        """
-        found = self.leftovers(path)
-        if not found:
-            return None
-        before = sum(file_size(f) for f in found)
-        for leftover in found:
-            if os.path.lexists(path):
-                break
-            try:
-                os.remove(leftover)
-            except FileNotFoundError:
-                pass
-            log.info("removed %r: its database %r no longer exists", leftover, path)
-        after = sum(file_size(f) for f in found)
-        return CompactionResult(size_before_bytes=before, size_after_bytes=after)
-
     # ------------------------------------------------------------------ compacting
 
     def compact(self, key: str, ctx: CompactionContext) -> CompactionResult:
@@ -520,7 +442,7 @@ class SqliteCompactor:
         roots = self._roots  # one compaction, one set of roots, even across a reload
         state = read_state(path, self.busy_timeout_s, roots=roots)
         if state is None:
-            removed = self._remove_leftovers(path) if cleanup else None
+            removed = sqlite_leftovers.remove_leftovers(path, roots) if cleanup else None
             if removed is not None:
                 ctx.progress(1.0)
                 return removed

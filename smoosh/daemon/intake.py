@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import os
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
@@ -30,6 +29,7 @@ from typing import Any, Callable, Iterator, Mapping
 from smoosh.compactors.base import refused
 from smoosh.config import Config
 from smoosh.daemon.debounce import Debouncer
+from smoosh.daemon.keys import MAX_KEY_BYTES, canonical_key, check_key
 from smoosh.daemon.keypool import KeyPool
 from smoosh.daemon.measurement import Measurement, signature
 from smoosh.daemon.router import CLEANUP_PREFIX, EXACT_DUE, Router, db_path
@@ -38,15 +38,13 @@ from smoosh.daemon.verdicts import (
     NOT_QUEUED, QUEUED, Verdict, Waiter, below_reason, file_problem, not_measured_reason, stale_reason,
 )
 from smoosh.errors import InvalidKey
-from smoosh.paths import canonical_path, inside, refused_at_use
+from smoosh.paths import inside, refused_at_use
 from smoosh.priority import quantize
 
 __all__ = ["Intake", "Measurement", "MAX_KEY_BYTES", "inside"]
 
 log = logging.getLogger(__name__)
 
-#: Longest key accepted, in bytes of UTF-8 (PATH_MAX on Linux).
-MAX_KEY_BYTES = 4096
 #: Threads computing priorities from cheap sizes (a header read each). One: the work is
 #: Python under the GIL, and more threads only convoy on it.
 EXAMINE_THREADS = 1
@@ -244,27 +242,12 @@ class Intake:
         return self.debouncer.next_due()
 
     def canonical_key(self, key: object) -> str:
-        """The key's identity: the realpath of an absolute path (``cleanup:`` kept as a prefix).
+        """The key's identity (see :func:`smoosh.daemon.keys.canonical_key`).
 
         Raises:
             InvalidKey: not a string, empty, too long, a NUL byte, or not an absolute path.
         """
-        if not isinstance(key, str):
-            raise InvalidKey(repr(key), "a key must be a string")
-        if not key:
-            raise InvalidKey(key, "empty key")
-        if "\x00" in key:
-            raise InvalidKey(key, "contains a NUL byte")
-        try:
-            size_bytes = len(key.encode("utf-8"))
-        except UnicodeEncodeError:
-            raise InvalidKey(key, "not valid UTF-8") from None
-        if size_bytes > MAX_KEY_BYTES:
-            raise InvalidKey(key[:80] + "...", f"longer than {MAX_KEY_BYTES} bytes")
-        prefix, path = (CLEANUP_PREFIX, key[len(CLEANUP_PREFIX):]) if key.startswith(CLEANUP_PREFIX) else ("", key)
-        if not os.path.isabs(path):
-            raise InvalidKey(key, "not an absolute path")
-        return prefix + canonical_path(path)
+        return canonical_key(key)
 
     def validate(self, key: str) -> None:
         """Check a canonical key: claimed by a compactor, inside ``roots``, not smoosh's own file.
@@ -272,16 +255,7 @@ class Intake:
         Raises:
             InvalidKey: naming the key and the reason.
         """
-        if self.router.compactor_for(key) is None:
-            raise InvalidKey(key, "no compactor claims it")
-        path = db_path(key)
-        roots = self._config_of().roots
-        if not roots:
-            raise InvalidKey(key, "no roots configured: set [smoosh] roots or watch")
-        if not any(inside(path, root) for root in roots):
-            raise InvalidKey(key, f"outside roots ({', '.join(roots)})")
-        if any(inside(path, own) for own in self.own_paths):
-            raise InvalidKey(key, "smoosh's own file")
+        check_key(key, self.router, self._config_of().roots, self.own_paths)
 
     def admits(self, key: str) -> bool:
         """Whether a key found in a checkpoint or the job store may stay: validated like a new one.

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO, Callable, Iterable, Sequence
 
-from smoosh.paths import CLEANUP_PREFIX
+from smoosh.paths import CLEANUP_PREFIX, SIDE_SUFFIXES
 
 __all__ = [
     "SQLITE_HEADER",
@@ -44,7 +44,6 @@ __all__ = [
 #: The first 16 bytes of every SQLite 3 database file (sqlite.org/fileformat.html §1.3).
 SQLITE_HEADER = b"SQLite format 3\x00"
 #: Side files SQLite keeps next to database X; an event on one of them is an event on X.
-SIDE_SUFFIXES = ("-wal", "-journal", "-shm")
 _GLOB_MAGIC = re.compile(r"[*?[]")
 #: Threads reading headers in the scan helper. At start-up the headers are rarely in the page
 #: cache, and one reader waits for each 4 KiB read in turn; several keep the disk busy.

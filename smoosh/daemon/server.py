@@ -21,9 +21,7 @@ its own docstring: the intake (its pools), the history table (its lock), a chann
 from __future__ import annotations
 
 import logging
-import math
 import time
-from datetime import datetime, timezone
 from typing import Any, Callable
 
 from channels import Channel
@@ -34,13 +32,14 @@ from smoosh.daemon import control
 from smoosh.daemon.budget_gate import BudgetGate
 from smoosh.daemon.cluster_holds import ClusterHolds, Hold, covering
 from smoosh.daemon.explain import Sources, explain as explain_key
-from smoosh.daemon.history import ADDED, HistoryTable
+from smoosh.daemon.history import HistoryTable
 from smoosh.daemon.housekeeping import Housekeeping, Parts
 from smoosh.daemon.instance_lock import InstanceLock, prepare_state_dir
 from smoosh.daemon.intake import Intake
 from smoosh.daemon.measurement import own_paths
+from smoosh.daemon.offers import Offers
 from smoosh.daemon.live_config import CALL_TIMEOUT_S, LiveConfig
-from smoosh.daemon.verdicts import WAIT_S, Offered, Verdict, enqueue_and_wait, forced_note, hold_reasons
+from smoosh.daemon.verdicts import WAIT_S, Verdict, enqueue_and_wait
 from smoosh.daemon.outcomes import Counters, Outcomes
 from smoosh.daemon.registry import ChannelRegistry
 from smoosh.daemon.router import Router
@@ -54,7 +53,6 @@ from smoosh.errors import UnknownChannel
 from smoosh.io_budget import IoBudget
 from smoosh.jobs import Jobs
 from smoosh.loop import Loop, quietly
-from smoosh.priority import quantize
 from smoosh.daemon.store_reset import open_job_store
 from smoosh.store import Store
 
@@ -144,9 +142,14 @@ class Server(LiveConfig):
         self._state_dir_ok = False
         # channel -> (reclaimable bytes, would-run list) last computed: shown while it is busy.
         self._last_estimates: dict[str, tuple[int, list[list[Any]]]] = {}
+        self._offers = Offers(
+            channels=lambda: self._registry.current, config_of=lambda: self._config,
+            scheduler_of=lambda: self._scheduler, history=self._history, slots=self._slots,
+            clock=clock, dry_run=dry_run,
+        )
         self.intake = Intake(
             config_of=lambda: self._config, router=self._router, access=self._access,
-            offer=self._offer, own_paths=(), clock=clock, counters=self.counters,
+            offer=self._offers.offer, own_paths=(), clock=clock, counters=self.counters,
         )
         self._jobs: Jobs | None = None
         self._scheduler: JobScheduler | None = None
@@ -342,77 +345,9 @@ class Server(LiveConfig):
         """Check a canonical key (see :meth:`Intake.validate`)."""
         self.intake.validate(key)
 
-    def _offer(self, key: str, names: tuple[str, ...], cfg: Config, priority_of: Callable[[ChannelConfig], float],
-               sizes: Any, *, force: bool = False) -> Offered:
-        """Hand ``key`` to the first of ``names`` that prices it above 0 (an intake thread); true when queued.
-
-        With ``force`` a key no channel prices above 0 goes to the first channel that
-        considers it (its ``match``), preferring one that is not an upgrade channel (an
-        upgrade channel's priority says whether the database needs one, not how urgently).
-        """
-        channels = self._registry.current
-        considered: list[str] = []
-        for name in names:
-            ch_cfg = cfg.channels.get(name)
-            channel = channels.get(name)
-            if ch_cfg is None or channel is None or not ch_cfg.matches(key):
-                continue
-            considered.append(name)
-            priority = priority_of(ch_cfg)
-            if priority:
-                return self._take(key, name, channel, quantize(priority), force=force)
-        if force and considered:
-            name = next((n for n in considered if cfg.channels[n].priority != "upgrade"), considered[0])
-            channel = channels.get(name)
-            if channel is not None:
-                return self._take(key, name, channel, 0.0, force=True)
-        return Offered()
-
-    def _take(self, key: str, name: str, channel: Channel, quantized: float, *, force: bool) -> Offered:
-        """Queue ``key`` in ``channel`` (forced: at its top, out of any backoff), unless it runs already."""
-        scheduler = self._scheduler
-        run = scheduler.run_of(key) if scheduler is not None else None
-        if run is not None:  # one key, one job: it runs (or is starting) already
-            return Offered(reason=f"already running in channel {run.channel}")
-        taken = channel.force(key) if force else channel.enqueue(key, quantized)
-        if not taken:
-            # Taken all the same (the key is not offered elsewhere), but it does not wait here.
-            return Offered(name, quantized, f"already running in channel {name}" if key in channel.in_flight()
-                           else f"channel {name} is full and its priority {quantized!r} is the lowest")
-        now = self._clock()
-        if force:
-            self._history.record(key, ADDED, now, channel=name, reason="forced")
-            log.info("%r forced into %s", key, name)
-            return Offered(name, math.inf, note=forced_note(self.holds(name, forced=True)))
-        rec = self._history.get(key)
-        if rec is not None and rec.retry_at is not None and rec.retry_at > now:
-            # Crashing (or busy) still: it waits out its backoff in the channel.
-            channel.defer(key, quantized, rec.retry_at)
-        else:
-            self._history.record(key, ADDED, now, channel=name)
-        log.debug("%r queued in %s at priority %r", key, name, quantized)
-        return Offered(name, quantized)
-
     def holds(self, name: str, *, forced: bool = False) -> list[str]:
-        """What keeps channel ``name`` from starting its next key now, in words (any thread).
-
-        ``forced``: for a forced key, which the start-up pause does not hold back.
-        """
-        channel = self._registry.current.get(name)
-        if channel is None:
-            return [f"channel {name} is closed"]
-        ch_cfg = self._config.channels.get(name)
-        window = getattr(ch_cfg, "window", None)
-        status = channel.status()
-        next_open = None
-        if window is not None and not status.get("in_window", True):
-            now = self._clock()
-            next_open = window.next_open(datetime.fromtimestamp(now, timezone.utc)).timestamp()
-        return hold_reasons(
-            name, status, window=window, next_open=next_open,
-            paused_until=None if forced else channel.paused_until,
-            slots_busy=self._slots.busy, max_jobs=self._slots.limit, dry_run=self.dry_run,
-        )
+        """What keeps channel ``name`` from starting its next key now, in words (see :meth:`Offers.holds`)."""
+        return self._offers.holds(name, forced=forced)
 
     # ------------------------------------------------------------------ the channels' host (loop thread)
 

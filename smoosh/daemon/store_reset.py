@@ -23,6 +23,7 @@ import urllib.parse
 from typing import Callable
 
 from smoosh.errors import CorruptStore
+from smoosh.paths import SIDE_SUFFIXES
 from smoosh.store import Store, open_store
 from smoosh.store.errors import StoreUnavailable
 
@@ -35,9 +36,6 @@ RESET_FLAG = "--reset-store"
 #: SQLite's primary result codes for a damaged file.
 _SQLITE_CORRUPT = 11
 _SQLITE_NOTADB = 26
-#: Side files SQLite keeps beside a database; they move with it (a stale -wal applied to a
-#: new file would damage that one too).
-_SIDE_SUFFIXES = ("-wal", "-shm", "-journal")
 
 
 def _sqlite_path(url: str) -> str | None:
@@ -96,11 +94,11 @@ def set_aside(path: str, now: float) -> str:
     stamp = int(now)
     target = f"{path}.corrupt-{stamp}"
     n = 0
-    while any(os.path.lexists(target + s) for s in ("",) + _SIDE_SUFFIXES):
+    while any(os.path.lexists(target + s) for s in ("",) + SIDE_SUFFIXES):
         n += 1
         target = f"{path}.corrupt-{stamp}-{n}"
     os.rename(path, target)
-    for suffix in _SIDE_SUFFIXES:
+    for suffix in SIDE_SUFFIXES:
         if os.path.lexists(path + suffix):
             os.rename(path + suffix, target + suffix)
     fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)

@@ -1,0 +1,61 @@
+"""What makes a key a key: its canonical form, and the checks every way in applies.
+
+Every key that reaches a channel came through :func:`canonical_key` (its identity: the
+realpath of an absolute path, ``cleanup:`` kept as a prefix) and :func:`check_key` (a compactor
+claims it, it lies inside the roots, it is not smoosh's own file): from HTTP, the CLI, the
+watcher, a checkpoint and the job store alike.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterable, Sequence
+
+from smoosh.daemon.router import Router, db_path
+from smoosh.errors import InvalidKey
+from smoosh.paths import CLEANUP_PREFIX, canonical_path, inside
+
+__all__ = ["MAX_KEY_BYTES", "canonical_key", "check_key"]
+
+#: Longest key accepted, in bytes of UTF-8 (PATH_MAX on Linux).
+MAX_KEY_BYTES = 4096
+
+
+def canonical_key(key: object) -> str:
+    """The key's identity: the realpath of an absolute path (``cleanup:`` kept as a prefix).
+
+    Raises:
+        InvalidKey: not a string, empty, too long, a NUL byte, or not an absolute path.
+    """
+    if not isinstance(key, str):
+        raise InvalidKey(repr(key), "a key must be a string")
+    if not key:
+        raise InvalidKey(key, "empty key")
+    if "\x00" in key:
+        raise InvalidKey(key, "contains a NUL byte")
+    try:
+        size_bytes = len(key.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidKey(key, "not valid UTF-8") from None
+    if size_bytes > MAX_KEY_BYTES:
+        raise InvalidKey(key[:80] + "...", f"longer than {MAX_KEY_BYTES} bytes")
+    prefix, path = (CLEANUP_PREFIX, key[len(CLEANUP_PREFIX):]) if key.startswith(CLEANUP_PREFIX) else ("", key)
+    if not os.path.isabs(path):
+        raise InvalidKey(key, "not an absolute path")
+    return prefix + canonical_path(path)
+
+def check_key(key: str, router: Router, roots: Sequence[str], own_paths: Iterable[str]) -> None:
+    """Check a canonical key: claimed by a compactor, inside ``roots``, not smoosh's own file.
+
+    Raises:
+        InvalidKey: naming the key and the reason.
+    """
+    if router.compactor_for(key) is None:
+        raise InvalidKey(key, "no compactor claims it")
+    path = db_path(key)
+    if not roots:
+        raise InvalidKey(key, "no roots configured: set [smoosh] roots or watch")
+    if not any(inside(path, root) for root in roots):
+        raise InvalidKey(key, f"outside roots ({', '.join(roots)})")
+    if any(inside(path, own) for own in own_paths):
+        raise InvalidKey(key, "smoosh's own file")

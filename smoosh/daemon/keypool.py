@@ -35,15 +35,21 @@ class KeyPool(Generic[T]):
         threads: how many items are worked on at once, at most.
         name: thread name prefix.
         idle_exit_s: seconds a thread waits for an item before it ends.
+        on_idle: called (outside the pool's lock) by a thread that found no item; returns
+            the seconds after which to call it again if still no item comes, or None.
     """
 
-    def __init__(self, fn: Callable[[T], None], threads: int, name: str, *, idle_exit_s: float = DEFAULT_IDLE_EXIT_S) -> None:
+    def __init__(
+        self, fn: Callable[[T], None], threads: int, name: str, *, idle_exit_s: float = DEFAULT_IDLE_EXIT_S,
+        on_idle: Callable[[], float | None] | None = None,
+    ) -> None:
         if threads < 1:
             raise ValueError(f"threads must be >= 1, not {threads!r}")
         self._fn = fn
         self._n = threads
         self._name = name
         self._idle_exit_s = idle_exit_s
+        self._on_idle = on_idle
         self._items: deque[T] = deque()
         self._cond = threading.Condition()
         self._stopped = False
@@ -119,18 +125,22 @@ class KeyPool(Generic[T]):
 
     def _run(self) -> None:
         while True:
+            # Unlocked look: a wrong guess costs one call, or one more wait below.
+            again_s = self._on_idle() if self._on_idle is not None and not self._items else None
             with self._cond:
-                while not self._items and not self._stopped:
+                if not self._items and not self._stopped:
                     if self._draining:
                         self._running -= 1
                         self._cond.notify_all()
                         return
                     self._idle += 1
-                    woken = self._cond.wait(self._idle_exit_s)
+                    woken = self._cond.wait(self._idle_exit_s if again_s is None else min(again_s, self._idle_exit_s))
                     self._idle -= 1
-                    if not woken and not self._items:
-                        self._running -= 1
-                        return
+                    if not self._items and not self._stopped:
+                        if not woken and again_s is None:
+                            self._running -= 1
+                            return
+                        continue  # woken with nothing to take, or time to call on_idle again
                 if self._stopped:
                     self._running -= 1
                     self._cond.notify_all()

@@ -244,7 +244,8 @@ class JobScheduler:
         if data is None:
             return None
         try:
-            claimed = self.jobs.transact(lambda tr: self._add_claimed(tr, run, data))
+            # The commit that claims this run also finishes the runs that just ended.
+            claimed = self.local.claim_transact(run.key, lambda tr: self._add_claimed(tr, run, data))
         except Exception as exc:
             log.warning("Could not add the job of %r: %s", run.key, exc, exc_info=log.isEnabledFor(logging.DEBUG))
             self._emit(run, "dropped", reason=f"its job could not be added: {exc}")

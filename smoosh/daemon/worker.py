@@ -35,6 +35,7 @@ from channels.ports import FAILED, INTERRUPTED, Outcome
 from smoosh.compactors import Compactor
 from smoosh.daemon import control
 from smoosh.daemon.compaction import compact
+from smoosh.daemon.finishes import DeferredFinishes
 from smoosh.daemon.keypool import DEFAULT_IDLE_EXIT_S, KeyPool
 from smoosh.daemon.job_context import HALTED, STOPPING, JobContext, Running
 from smoosh.daemon.startup import DAEMON_WORKER
@@ -138,7 +139,11 @@ class Worker:
         self._running_keys: frozenset[str] = frozenset()
         # Compactions run on these threads; they stay while work keeps coming (a thread per
         # job would cost its start on every compaction of a fleet of small files).
-        self._pool: KeyPool[Any] = KeyPool(self._run_thread, concurrency, "smoosh-compact")
+        # A claimed run's finish waits for the next claim's commit (one commit per compaction);
+        # an idle compaction thread commits it alone when no claim comes soon.
+        self.finishes = DeferredFinishes(jobs)
+        self._pool: KeyPool[Any] = KeyPool(self._run_thread, concurrency, "smoosh-compact",
+                                           on_idle=self.finishes.flush_if_due)
         self._pool.start()
         self._held: set[str] = set()  # channels held now (direct signals)
         # Slots promised but not running yet: to claimed jobs on their way in, and one to the
@@ -187,6 +192,7 @@ class Worker:
             dispatcher, self._dispatcher = self._dispatcher, None
             heartbeat = self._heartbeat
         self._pool.stop()
+        self.finishes.flush()  # the runs that ended: their jobs finished before the stop returns
         for t in (heartbeat, dispatcher):
             if t is not None:
                 t.join(max(0.0, deadline - time.monotonic()))
@@ -229,6 +235,11 @@ class Worker:
         with self._cond:
             self._reserved = max(0, self._reserved - 1)
             self._cond.notify_all()
+
+    def claim_transact(self, key: str, body: Callable[[Any], Any]) -> Any:
+        """Run a claim's ``body`` in the transaction that also finishes the runs that ended (see
+        :class:`~smoosh.daemon.finishes.DeferredFinishes`); its result."""
+        return self.finishes.transact(key, body)
 
     def run_claimed(self, claim: Callable[[], tuple[Any, dict[str, Any]] | None]) -> None:
         """Claim and run a job in the slot :meth:`reserve` promised, all on a compaction thread.
@@ -418,6 +429,8 @@ class Worker:
         return running
 
     def _run_thread(self, item: Running | Callable[[], tuple[Any, dict[str, Any]] | None]) -> None:
+        if not callable(item):
+            self.finishes.flush_if_due()  # a pool busy with runs of other workers' jobs: not forever
         if callable(item):
             try:
                 claimed = item()
@@ -480,15 +493,9 @@ class Worker:
         try:
             with running.lock:
                 if running.claimed:
-                    # Its channel is in this process and hears the end directly: the row
-                    # goes in the same commit (one commit instead of finish + remove).
-                    job = running.job
-
-                    def finish_and_remove(tr: Any) -> None:
-                        self.jobs.finish(job, data, tx=tr)
-                        self.jobs.remove(job.type, job.id, tx=tr)
-
-                    self.jobs.transact(finish_and_remove)
+                    # Its channel is in this process and hears the end directly: the job is
+                    # finished and removed in the next claim's commit (smoosh.daemon.finishes).
+                    self.finishes.add(running.key, running.job, data)
                 else:
                     self.jobs.finish(running.job, data)
         except JobHalted:

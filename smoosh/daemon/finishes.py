@@ -1,0 +1,166 @@
+"""A claimed run's finish, carried by the next claim's commit: one durable commit per compaction.
+
+A run of this process's worker is claimed in one commit (the job added already accepted)
+and, when it ends, finished and removed in another. Both are ``synchronous=FULL`` commits, so
+a fleet of small databases paid two fsyncs per compaction beside the VACUUM's own. When a
+run ends, its channel hears the outcome at once and its finish waits here; the claim of the
+next run, which its channel starts in the same loop iteration, writes it in its own commit.
+When no claim comes within :data:`FINISH_MERGE_WAIT_S`, an idle compaction thread commits it
+alone, and a stop commits whatever waits.
+
+What a crash meanwhile leaves: the run's job still running in the store, as after a crash
+during its compaction; the next start takes it back (``smoosh.daemon.startup``) and the key
+is examined afresh. The finish never waits past a stop.
+
+Owner: the worker; any compaction thread calls it, under one lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable, TypeVar
+
+from smoosh.jobs import JobHalted, Jobs
+from smoosh.store import Transaction
+
+__all__ = ["DeferredFinishes", "FINISH_MERGE_WAIT_S"]
+
+log = logging.getLogger("smoosh.daemon.worker")  # the worker's lines, one logger
+
+T = TypeVar("T")
+
+#: Longest a finished run's job waits for the next claim's commit before it is committed on
+#: its own (seconds). The next claim comes within a loop iteration (well under a millisecond)
+#: while its channel has work; when the channel has none, this is how late the store learns.
+FINISH_MERGE_WAIT_S = 0.005
+#: Seconds a claim waits, at most, for another commit carrying its key's last finish.
+COMMIT_WAIT_S = 5.0
+
+
+class DeferredFinishes:
+    """Finishes of claimed runs waiting for a commit to carry them (see the module docstring).
+
+    Parameters:
+        jobs: the job layer the runs' jobs live in.
+        clock: monotonic seconds.
+    """
+
+    def __init__(self, jobs: Jobs, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._jobs = jobs
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._waiting: list[tuple[str, Any, dict[str, Any]]] = []  # (key, job, data)
+        self._since = 0.0  # when the oldest waiting finish was added
+        self._committing: dict[str, int] = {}  # key -> commits under way carrying its finish
+
+    def add(self, key: str, job: Any, data: dict[str, Any]) -> None:
+        """The run of ``key`` ended: its job is to be finished (with ``data``) and removed."""
+        with self._cond:
+            if not self._waiting:
+                self._since = self._clock()
+            self._waiting.append((key, job, data))
+
+    def waiting(self) -> int:
+        """How many finishes wait for a commit."""
+        with self._cond:
+            return len(self._waiting)
+
+    def flush_if_due(self) -> float | None:
+        """Commit the waiting finishes once the oldest has waited :data:`FINISH_MERGE_WAIT_S`.
+
+        The compaction pool calls it when a thread finds no work (and before each run).
+
+        Returns:
+            Seconds until they are due, when some wait and are not due yet; else None.
+        """
+        with self._cond:
+            if not self._waiting:
+                return None
+            due_in = self._since + FINISH_MERGE_WAIT_S - self._clock()
+            if due_in > 0:
+                return due_in
+            taken = self._take_locked()
+        self._commit(taken)
+        return None
+
+    def flush(self) -> None:
+        """Commit every waiting finish now (a stop)."""
+        with self._cond:
+            taken = self._take_locked()
+        if taken:
+            self._commit(taken)
+
+    def transact(self, key: str, body: Callable[[Transaction], T]) -> T:
+        """Run ``body`` in one transaction that also finishes every waiting run (a claim's commit).
+
+        A finish of ``key`` itself that another commit carries now is waited for first: the
+        claim reads whether a job of the key runs, and must not find the one that ended.
+
+        Raises:
+            Whatever the transaction raises; the finishes it took wait again then.
+        """
+        with self._cond:
+            deadline = self._clock() + COMMIT_WAIT_S
+            while key in self._committing and self._clock() < deadline:
+                self._cond.wait(max(0.0, deadline - self._clock()))
+            taken = self._take_locked()
+        try:
+            return self._jobs.transact(lambda tr: self._carry(tr, taken, body))
+        except BaseException:
+            self._restore(taken)
+            raise
+        finally:
+            self._done(taken)
+
+    # -- under the lock, and the commits -----------------------------------------------------------
+
+    def _take_locked(self) -> list[tuple[str, Any, dict[str, Any]]]:
+        taken, self._waiting = self._waiting, []
+        for key, _, _ in taken:
+            self._committing[key] = self._committing.get(key, 0) + 1
+        return taken
+
+    def _done(self, taken: list[tuple[str, Any, dict[str, Any]]]) -> None:
+        if not taken:
+            return
+        with self._cond:
+            for key, _, _ in taken:
+                left = self._committing.get(key, 0) - 1
+                if left > 0:
+                    self._committing[key] = left
+                else:
+                    self._committing.pop(key, None)
+            self._cond.notify_all()
+
+    def _restore(self, taken: list[tuple[str, Any, dict[str, Any]]]) -> None:
+        if not taken:
+            return
+        with self._cond:
+            if not self._waiting:
+                self._since = self._clock()
+            self._waiting = taken + self._waiting
+
+    def _carry(self, tr: Transaction, taken: list[tuple[str, Any, dict[str, Any]]], body: Callable[[Transaction], T]) -> T:
+        self._apply(tr, taken)
+        return body(tr)
+
+    def _apply(self, tr: Transaction, taken: list[tuple[str, Any, dict[str, Any]]]) -> None:
+        for key, job, data in taken:
+            try:
+                self._jobs.finish(job, data, tx=tr)
+                self._jobs.remove(job.type, job.id, tx=tr)
+            except JobHalted:
+                # Removed (its crash record was written with the removal) or re-enqueued
+                # since it ran: nothing of this run to finish. finish() reads before it writes.
+                log.debug("Job %r was halted before it could be finished.", key)
+
+    def _commit(self, taken: list[tuple[str, Any, dict[str, Any]]]) -> None:
+        try:
+            self._jobs.transact(lambda tr: self._apply(tr, taken))
+        except Exception:
+            # The jobs stay running in the store; their activity timeout re-enqueues them.
+            log.exception("Finishing the jobs of %s failed.", ", ".join(repr(k) for k, _, _ in taken))
+        finally:
+            self._done(taken)

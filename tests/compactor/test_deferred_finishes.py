@@ -1,0 +1,164 @@
+"""A claimed run's finish rides on the next claim's commit (smoosh/daemon/finishes.py).
+
+Real job layer over the memory and SQLite stores; the hold-off is stepped with an injected
+clock. What is asserted is what the store shows: a finished run's job is gone after the
+commit that carried it, never before, and no finish is lost when that commit fails.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Iterator
+
+import pytest
+
+from helpers.clocks import FakeClock
+from smoosh.daemon.finishes import FINISH_MERGE_WAIT_S, DeferredFinishes
+from smoosh.jobs import Jobs, NotFound
+from smoosh.store import open_store
+
+JOB_TYPE = "smoosh:n1"
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def jobs(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Jobs]:
+    store = open_store("memory:" if request.param == "memory" else f"sqlite:{tmp_path / 'jobs.db'}")
+    layer = Jobs(store)
+    layer.set_type_timeout(JOB_TYPE, 30)
+    yield layer
+    layer.close()
+    store.close()
+
+
+def state(jobs: Jobs, key: str) -> str | None:
+    try:
+        return jobs.get_job(JOB_TYPE, key).state
+    except NotFound:
+        return None
+
+
+def claimed(jobs: Jobs, key: str) -> Any:
+    return jobs.add_claimed(JOB_TYPE, key, {"key": key})
+
+
+def test_the_next_claim_commits_the_finish_with_its_own_job(jobs: Jobs) -> None:
+    clock = FakeClock(100.0)
+    finishes = DeferredFinishes(jobs, clock=clock)
+    # Given a run that ended: its finish waits, its job still running in the store
+    finishes.add("/db/a", claimed(jobs, "/db/a"), {"result": "ok"})
+    assert state(jobs, "/db/a") == "running"
+    # When the next run of the channel is claimed
+    job_b = finishes.transact("/db/b", lambda tr: jobs.add_claimed(JOB_TYPE, "/db/b", {"key": "/db/b"}, tx=tr))
+    # Then the one commit added b and finished and removed a
+    assert state(jobs, "/db/a") is None
+    assert state(jobs, "/db/b") == "running" and job_b.id == "/db/b"
+    assert finishes.waiting() == 0
+
+
+def test_a_finish_no_claim_takes_is_committed_once_it_has_waited(jobs: Jobs) -> None:
+    clock = FakeClock(100.0)
+    finishes = DeferredFinishes(jobs, clock=clock)
+    finishes.add("/db/a", claimed(jobs, "/db/a"), {"result": "ok"})
+    # Not due yet: the idle thread is told when to look again, and nothing is written
+    assert finishes.flush_if_due() == pytest.approx(FINISH_MERGE_WAIT_S)
+    assert state(jobs, "/db/a") == "running"
+    clock.advance(FINISH_MERGE_WAIT_S)
+    assert finishes.flush_if_due() is None
+    assert state(jobs, "/db/a") is None
+    assert finishes.flush_if_due() is None  # nothing waits: nothing to look at again
+
+
+def test_a_failed_claim_leaves_the_finish_waiting_and_a_stop_commits_it(jobs: Jobs) -> None:
+    finishes = DeferredFinishes(jobs, clock=FakeClock(100.0))
+    finishes.add("/db/a", claimed(jobs, "/db/a"), {"result": "ok"})
+
+    def failing(tr: Any) -> None:
+        raise ValueError("the claim failed")
+
+    with pytest.raises(ValueError, match="the claim failed"):
+        finishes.transact("/db/b", failing)
+    # Nothing of that transaction was written, and the finish was not lost
+    assert state(jobs, "/db/a") == "running"
+    assert finishes.waiting() == 1
+    finishes.flush()
+    assert state(jobs, "/db/a") is None
+
+
+def test_a_job_removed_meanwhile_does_not_fail_the_claim_that_carries_its_finish(jobs: Jobs) -> None:
+    finishes = DeferredFinishes(jobs, clock=FakeClock(100.0))
+    finishes.add("/db/a", claimed(jobs, "/db/a"), {"result": "ok"})
+    jobs.remove(JOB_TYPE, "/db/a")  # e.g. with its crash record, by the scheduler
+    finishes.transact("/db/b", lambda tr: jobs.add_claimed(JOB_TYPE, "/db/b", {"key": "/db/b"}, tx=tr))
+    assert state(jobs, "/db/a") is None and state(jobs, "/db/b") == "running"
+
+
+def test_a_claim_of_the_same_key_waits_for_the_commit_carrying_its_last_finish(jobs: Jobs) -> None:
+    finishes = DeferredFinishes(jobs)
+    finishes.add("/db/a", claimed(jobs, "/db/a"), {"result": "ok"})
+    inside, release = threading.Event(), threading.Event()
+    seen: list[str | None] = []
+
+    def slow_claim(tr: Any) -> None:
+        inside.set()
+        assert release.wait(10)
+
+    # One thread's claim (of another key) carries a's finish and is still committing
+    first = threading.Thread(target=lambda: finishes.transact("/db/b", slow_claim))
+    first.start()
+    assert inside.wait(10)
+
+    def claim_a_again(tr: Any) -> None:
+        seen.append(state(jobs, "/db/a"))  # outside the transaction: what is committed now
+
+    second = threading.Thread(target=lambda: finishes.transact("/db/a", claim_a_again))
+    second.start()
+    second.join(0.2)  # a short look: it must still be waiting for the first commit
+    assert second.is_alive() and seen == []
+    release.set()
+    first.join(10)
+    second.join(10)
+    # The claim of a ran only once the old run of a was finished and removed
+    assert seen == [None]
+
+
+# -- the daemon: a drain leaves no job behind --------------------------------------------------
+
+
+def test_a_drained_fleet_leaves_no_job_in_the_store_idle_or_stopped(tmp_path: Any) -> None:
+    from compactor.dbfactory import make_bloated_db
+    from helpers.daemon import wait_for
+    from server.test_server import make_config
+    from smoosh import Server
+
+    config = make_config(tmp_path, extra=f"store = sqlite:{tmp_path / 'state' / 'jobs.db'}\nstaleness = 0")
+    keys = []
+    for i in range(6):
+        path = tmp_path / "dbs" / f"t{i}.db"
+        make_bloated_db(str(path), delete_fraction=0.8)
+        keys.append(str(path))
+    for stop_at_once in (False, True):
+        server = Server(config, workers=1, watch_config=False)
+        server.start()
+        try:
+            for key in keys:
+                server.enqueue(key, force=True)
+
+            def compacted() -> int:
+                return sum(n for (_, result), n in server.counters.compactions.items() if result == "ok")
+
+            wait_for(lambda: compacted() >= len(keys), 30, what="the fleet compacted")
+            if not stop_at_once:
+                # Idle: the last run's finish is committed on its own within the hold-off
+                wait_for(lambda: server.jobs.list_jobs() == [], 10, what="every job finished and removed")
+        finally:
+            server.stop()
+        if stop_at_once:
+            # Stopped right after the last run ended: the stop committed what waited
+            reopened = open_store(f"sqlite:{tmp_path / 'state' / 'jobs.db'}")
+            layer = Jobs(reopened)
+            try:
+                assert layer.list_jobs() == []
+            finally:
+                layer.close()
+                reopened.close()
+        # The second round forces the same files again (compact now, but forced runs run).

@@ -180,8 +180,11 @@ class Intake:
         Raises:
             InvalidKey: the key is not a usable key for this daemon (the reason says why).
         """
-        if not force and self.access.is_fresh(key):
-            # The hot path (a repeated event): a dict lookup and a counter, nothing more.
+        access = self.access
+        accepted_at = access.accepted.get(key)
+        if accepted_at is not None and not force and access.clock() - accepted_at < access.staleness_s:
+            # The hot path (a repeated event): a dict lookup, the clock and a counter, inline
+            # (AccessTable.is_fresh's test: each call frame costs a sixth of the path).
             self.counters.enqueue_stale += 1
             if waiter is not None:
                 self._stale(key, waiter)

@@ -60,11 +60,16 @@ class AccessTable:
     ) -> None:
         if max_size < 0:
             raise ValueError(f"access table max_size must be >= 0, got {max_size!r}")
-        self._accepted: dict[str, float] = {}
-        self._staleness_s = 0.0
+        # Read by the enqueue hot path directly (Intake.enqueue: no call frame between an
+        # event and its drop); written only here.
+        #: key -> when a channel last accepted it (``clock`` seconds).
+        self.accepted: dict[str, float] = {}
+        #: The staleness in force (seconds); changed by :meth:`set_staleness`.
+        self.staleness_s = 0.0
         self.set_staleness(staleness_s)
         self._max_size = max_size
-        self._clock = clock
+        #: Monotonic seconds (injected in tests).
+        self.clock = clock
         self._rng = rng or random.Random()
         self._next_clean_at: float | None = None
         self._stop = threading.Event()
@@ -84,10 +89,10 @@ class AccessTable:
         Returns:
             True when the key is fresh and the event can be dropped.
         """
-        accepted_at = self._accepted.get(key)
+        accepted_at = self.accepted.get(key)
         if accepted_at is None:
             return False
-        return (self._clock() if now is None else now) - accepted_at < self._staleness_s
+        return (self.clock() if now is None else now) - accepted_at < self.staleness_s
 
     def fresh_for_s(self, key: str) -> float:
         """Seconds until ``key`` is no longer fresh; 0 when it is not fresh now (not the hot path).
@@ -98,10 +103,10 @@ class AccessTable:
         Returns:
             The seconds left, or 0.0.
         """
-        accepted_at = self._accepted.get(key)
+        accepted_at = self.accepted.get(key)
         if accepted_at is None:
             return 0.0
-        return max(0.0, accepted_at + self._staleness_s - self._clock())
+        return max(0.0, accepted_at + self.staleness_s - self.clock())
 
     # ------------------------------------------------------------------ updates
 
@@ -116,13 +121,13 @@ class AccessTable:
             True if the key is now recorded; False when the table is full and the key is new,
             or the throttle is off (staleness 0).
         """
-        if self._staleness_s <= 0:
+        if self.staleness_s <= 0:
             # Nothing can be fresh, so remembering keys would only cost memory.
             return False
-        accepted = self._accepted
+        accepted = self.accepted
         if key not in accepted and len(accepted) >= self._max_size:
             return False
-        accepted[key] = self._clock() if now is None else now
+        accepted[key] = self.clock() if now is None else now
         return True
 
     def forget(self, key: str) -> None:
@@ -131,7 +136,7 @@ class AccessTable:
         Parameters:
             key: the key to forget; unknown keys are ignored.
         """
-        self._accepted.pop(key, None)
+        self.accepted.pop(key, None)
 
     def clean(self, now: float | None = None) -> int:
         """Drop every expired entry.
@@ -142,9 +147,9 @@ class AccessTable:
         Returns:
             The number of entries dropped.
         """
-        now = self._clock() if now is None else now
-        staleness_s = self._staleness_s
-        accepted = self._accepted
+        now = self.clock() if now is None else now
+        staleness_s = self.staleness_s
+        accepted = self.accepted
         dropped = 0
         # Iterate over a snapshot: record() may add keys from other threads meanwhile.
         for key, accepted_at in accepted.copy().items():
@@ -168,9 +173,9 @@ class AccessTable:
         """
         if staleness_s < 0:
             raise ValueError(f"staleness must be >= 0 seconds, got {staleness_s!r}")
-        self._staleness_s = float(staleness_s)
-        if self._staleness_s == 0:
-            self._accepted.clear()
+        self.staleness_s = float(staleness_s)
+        if self.staleness_s == 0:
+            self.accepted.clear()
 
     def set_max_size(self, max_size: int) -> None:
         """Change the most entries the table records (config reload); entries over it stay until they expire.
@@ -183,17 +188,12 @@ class AccessTable:
         self._max_size = max_size
 
     @property
-    def staleness_s(self) -> float:
-        """The current staleness in seconds."""
-        return self._staleness_s
-
-    @property
     def max_size(self) -> int:
         """The most entries the table records."""
         return self._max_size
 
     def __len__(self) -> int:
-        return len(self._accepted)
+        return len(self.accepted)
 
     # ------------------------------------------------------------------ cleaner
 
@@ -242,14 +242,14 @@ class AccessTable:
         return CLEAN_INTERVAL_S + self._rng.random() * CLEAN_JITTER_S
 
     def _run(self) -> None:
-        self.tick(self._clock())
+        self.tick(self.clock())
         while True:
             next_at = self._next_clean_at
-            delay_s = CLEAN_INTERVAL_S if next_at is None else max(0.0, next_at - self._clock())
+            delay_s = CLEAN_INTERVAL_S if next_at is None else max(0.0, next_at - self.clock())
             if self._stop.wait(delay_s):
                 return
             try:
-                dropped = self.tick(self._clock())
+                dropped = self.tick(self.clock())
                 if dropped:
                     log.debug("access table cleaner dropped %d expired keys", dropped)
             except Exception:

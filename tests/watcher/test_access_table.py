@@ -170,7 +170,7 @@ def test_concurrent_records_during_clean_never_raise() -> None:
         thread.join()
     assert errors == []
     assert dropped >= 20_000
-    assert not any(k.startswith("old") for k in list(table._accepted))
+    assert not any(k.startswith("old") for k in list(table.accepted))
 
 
 def test_is_fresh_does_no_io_and_reads_only_the_clock() -> None:

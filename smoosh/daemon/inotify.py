@@ -225,7 +225,9 @@ class InotifyObserver:
             try:
                 self._add_tree(watch.path, recursive)
             except OSError:
+                # The directories it did watch go too (out of watches: they count against the limit).
                 self._watches.remove(watch)
+                self._drop_uncovered()
                 self._refresh_covering()
                 raise
             self._refresh_covering()

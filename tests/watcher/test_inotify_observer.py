@@ -200,3 +200,29 @@ def test_missing_directory_raises_and_stop_releases_thread_and_descriptors(tmp_p
     obs.join(5)
     assert not obs.is_alive()
     assert set(os.listdir("/proc/self/fd")) <= fds_before
+
+
+def test_running_out_of_watches_mid_tree_raises_and_keeps_no_half_watched_tree(tmp_path: Path, observer: InotifyObserver) -> None:
+    import errno
+
+    for i in range(4):
+        (tmp_path / f"d{i}").mkdir()
+    observer.schedule(Recorder(), str(tmp_path))  # some watch first, so the descriptor exists
+    inotify = observer._inotify
+    real_add = inotify.add_watch
+    calls = []
+
+    def add_watch(path: str, mask: int) -> int:
+        calls.append(path)
+        if len(calls) > 2:  # the kernel's fs.inotify.max_user_watches, reached mid-walk
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return int(real_add(path, mask))
+
+    inotify.add_watch = add_watch
+    with pytest.raises(OSError) as raised:
+        observer.schedule(Recorder(), str(tmp_path), recursive=True)
+    assert raised.value.errno == errno.ENOSPC  # WatchedRoots falls back to polling on it
+    inotify.add_watch = real_add
+    # Only the first watch's directory stays watched: the subdirectories it reached are dropped
+    assert observer.is_watching_dir(str(tmp_path))
+    assert not any(observer.is_watching_dir(str(tmp_path / f"d{i}")) for i in range(4))

@@ -11,10 +11,12 @@ connection that must stay open belongs in another process (``helpers.locks.Child
 
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import Any
+from typing import Any, Iterator
 
 import apsw
+from helpers.locks import ChildConnection
 
 __all__ = ["make_bloated_db", "db_stats", "integrity", "row_count", "DEFAULT_ROWS", "DEFAULT_ROW_BYTES"]
 
@@ -130,3 +132,16 @@ def row_count(path: str) -> int:
         return _value(conn, "SELECT count(*) FROM docs")
     finally:
         conn.close()
+
+
+@contextlib.contextmanager
+def app_with_grown_wal(path: str) -> Iterator[int]:
+    """A WAL database whose application rewrote every row and holds it open, never checkpointing.
+
+    Yields the size of its ``-wal`` (bytes) while the application's process keeps it open.
+    """
+    make_bloated_db(path, delete_fraction=0.0)
+    with ChildConnection(path) as app:
+        app.execute("PRAGMA wal_autocheckpoint=0")
+        app.execute("UPDATE docs SET body = randomblob(1000)")
+        yield os.path.getsize(path + "-wal")

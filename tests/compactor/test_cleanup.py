@@ -10,7 +10,7 @@ import os
 from types import SimpleNamespace
 
 from compactor.contexts import RecordingContext
-from compactor.dbfactory import integrity, make_bloated_db, row_count
+from compactor.dbfactory import app_with_grown_wal, integrity, make_bloated_db, row_count
 from helpers.locks import ChildConnection
 from smoosh.compactors import Gone, SqliteCompactor
 from smoosh.compactors.base import Sizes
@@ -142,11 +142,7 @@ def test_leftovers_outside_the_roots_are_not_touched(tmp_path) -> None:
 
 def test_a_database_asks_for_its_cleanup_key_only_when_its_wal_outgrew_wal_max_size(tmp_path) -> None:
     path = str(tmp_path / "w.db")
-    make_bloated_db(path, delete_fraction=0.0)
-    with ChildConnection(path) as app:
-        app.execute("PRAGMA wal_autocheckpoint=0")
-        app.execute("UPDATE docs SET body = randomblob(1000)")
-        wal_bytes = os.path.getsize(path + "-wal")
+    with app_with_grown_wal(path) as wal_bytes:
         assert SqliteCompactor(settings(), wal_max_size_bytes=wal_bytes - 1).cleanup_key(path) == "cleanup:" + path
         assert SqliteCompactor(settings(), wal_max_size_bytes=wal_bytes).cleanup_key(path) is None
         assert SqliteCompactor(settings(), wal_max_size_bytes=1).cleanup_key("cleanup:" + path) is None

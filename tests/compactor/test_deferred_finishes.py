@@ -12,7 +12,11 @@ from typing import Any, Iterator
 
 import pytest
 
+from compactor.dbfactory import make_bloated_db
 from helpers.clocks import FakeClock
+from helpers.daemon import wait_for
+from server.test_server import make_config
+from smoosh import Server
 from smoosh.daemon.finishes import FINISH_MERGE_WAIT_S, DeferredFinishes
 from smoosh.jobs import Jobs, NotFound
 from smoosh.store import open_store
@@ -125,11 +129,6 @@ def test_a_claim_of_the_same_key_waits_for_the_commit_carrying_its_last_finish(j
 
 
 def test_a_drained_fleet_leaves_no_job_in_the_store_idle_or_stopped(tmp_path: Any) -> None:
-    from compactor.dbfactory import make_bloated_db
-    from helpers.daemon import wait_for
-    from server.test_server import make_config
-    from smoosh import Server
-
     config = make_config(tmp_path, extra=f"store = sqlite:{tmp_path / 'state' / 'jobs.db'}\nstaleness = 0")
     keys = []
     for i in range(6):

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from compactor.contexts import RecordingContext
-from compactor.dbfactory import db_stats, integrity, make_bloated_db, row_count
+from compactor.dbfactory import app_with_grown_wal, db_stats, integrity, make_bloated_db, row_count
 from helpers.locks import ChildConnection
 from smoosh.compactors import Busy, Gone, InsufficientSpace, Interrupted, SqliteCompactor, compactor_for, load_compactors
 from smoosh.compactors.base import Compactor, Sizes
@@ -313,11 +313,7 @@ def test_no_upgrade_targets_means_no_upgrade(tmp_path) -> None:
 
 def test_cleanup_key_truncates_a_big_wal(tmp_path) -> None:
     path = str(tmp_path / "w.db")
-    make_bloated_db(path, delete_fraction=0.0)
-    with ChildConnection(path) as app:
-        app.execute("PRAGMA wal_autocheckpoint=0")
-        app.execute("UPDATE docs SET body = randomblob(1000)")
-        wal_bytes = os.path.getsize(path + "-wal")
+    with app_with_grown_wal(path) as wal_bytes:
         c = SqliteCompactor(settings(), wal_max_size_bytes=wal_bytes // 2)
         key = "cleanup:" + path
         assert c.cleanup_priority(key) == 1.0
@@ -332,10 +328,7 @@ def test_cleanup_key_truncates_a_big_wal(tmp_path) -> None:
 
 def test_cleanup_blocked_by_a_reader_is_busy(tmp_path) -> None:
     path = str(tmp_path / "w.db")
-    make_bloated_db(path, delete_fraction=0.0)
-    with ChildConnection(path) as app, ChildConnection(path) as reader:
-        app.execute("PRAGMA wal_autocheckpoint=0")
-        app.execute("UPDATE docs SET body = randomblob(1000)")
+    with app_with_grown_wal(path), ChildConnection(path) as reader:
         reader.execute("BEGIN")
         reader.execute("SELECT count(*) FROM docs")
         with pytest.raises(Busy):

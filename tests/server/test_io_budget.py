@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from compactor.dbfactory import integrity, make_bloated_db
 from helpers.clocks import FakeClock
 from helpers.daemon import wait_for
+from helpers.jobs_table import state_of
 from smoosh import Server
 from smoosh.cli.format import format_status
 from smoosh.config import parse_config
@@ -72,10 +73,6 @@ def sample(server: Server, name: str) -> float:
             if s.name == name:
                 return float(s.value)
     raise AssertionError(f"{name} is not in /metrics")
-
-
-def state_of(server: Server, key: str) -> str | None:
-    return {j["key"]: j["state"] for j in server.jobs_table()}.get(key)
 
 
 def waiting_on_the_budget(server: Server) -> bool:

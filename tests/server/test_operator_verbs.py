@@ -11,6 +11,7 @@ from typing import Any
 from compactor.dbfactory import make_bloated_db
 from helpers.clocks import FakeClock
 from helpers.daemon import wait_for
+from helpers.jobs_table import record_of
 from server.test_server import FailingCompactor, make_config
 from smoosh.compactors.base import Busy
 from smoosh.daemon.cluster_holds import ClusterHolds
@@ -57,10 +58,6 @@ def test_a_flush_of_another_channel_keeps_the_staleness_of_keys_it_did_not_drop(
 
 
 # -- enqueue --force (DESIGN §11) ---------------------------------------------------------------------
-
-
-def record_of(server: Any, key: str) -> dict[str, Any]:
-    return {j["key"]: j for j in server.jobs_table()}.get(key, {})
 
 
 def test_a_forced_database_below_every_threshold_is_compacted_during_the_start_up_pause(

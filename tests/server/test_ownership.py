@@ -23,6 +23,7 @@ import pytest
 from compactor.dbfactory import integrity, make_bloated_db
 from helpers.clocks import FakeClock
 from helpers.daemon import wait_for
+from helpers.jobs_table import record_of
 from helpers.slow import SlowChunks
 from server.test_server import FailingCompactor, make_config
 
@@ -46,16 +47,12 @@ def warnings_naming(caplog: pytest.LogCaptureFixture, key: str) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and key in r.getMessage()]
 
 
-def record(server: Server, key: str) -> dict[str, Any]:
-    return {j["key"]: j for j in server.jobs_table()}.get(key, {})
-
-
 def ratio(server: Server) -> dict[str, Any]:
     return server.status()["channels"][RATIO]
 
 
 def finished(server: Server, key: str) -> bool:
-    return record(server, key).get("state") == "finished"
+    return record_of(server, key).get("state") == "finished"
 
 
 def holds(server: Server) -> tuple[int, int, int]:
@@ -137,7 +134,7 @@ def test_a_queued_key_whose_path_becomes_a_symlink_out_of_the_roots_touches_noth
     server.resume(RATIO)
     # Then the key leaves its channel without anything outside being opened
     wait_for(lambda: holds(server) == (0, 0, 0), 10, what="the key to leave its channel")
-    assert record(server, key).get("state") != "running"
+    assert record_of(server, key).get("state") != "running"
     assert not in_any_channel(server, key)
     assert [job_id for _t, job_id, _s, _d in server.jobs.list_jobs()] == []
     assert warnings_naming(caplog, key) == [
@@ -160,8 +157,8 @@ def test_a_crashing_key_keeps_its_error_count_and_retry_time_across_a_restart(tm
     first.start()
     try:
         first.enqueue(key)
-        wait_for(lambda: record(first, key).get("error_count") == 1, 20, what="the first crash")
-        crashed = record(first, key)
+        wait_for(lambda: record_of(first, key).get("error_count") == 1, 20, what="the first crash")
+        crashed = record_of(first, key)
     finally:
         first.stop()
     assert crashed["state"] == "crashing" and crashed["retry_at"] == clock() + 100
@@ -171,7 +168,7 @@ def test_a_crashing_key_keeps_its_error_count_and_retry_time_across_a_restart(tm
     second.start()
     try:
         # Then /jobs still shows it crashing, with its count and retry time ...
-        rec = record(second, key)
+        rec = record_of(second, key)
         assert (rec["state"], rec["error_count"], rec["retry_at"], rec["last_error"]) == (
             "crashing", 1, crashed["retry_at"], "RuntimeError: disk I/O error")
         # ... it waits in its channel, deferred, holding no slot ...
@@ -187,7 +184,7 @@ def test_a_crashing_key_keeps_its_error_count_and_retry_time_across_a_restart(tm
         clock.advance(2)
         second.tick(clock())
         wait_for(lambda: compactor.calls == 1, 10, what="the retry after the backoff")
-        wait_for(lambda: record(second, key).get("error_count") == 2, 10, what="the second crash recorded")
+        wait_for(lambda: record_of(second, key).get("error_count") == 2, 10, what="the second crash recorded")
     finally:
         second.stop()
 
@@ -428,7 +425,7 @@ def test_a_clean_stop_leaves_no_job_of_an_interrupted_key_in_the_store(
     server.start()
     try:
         server.enqueue(key)
-        wait_for(lambda: record(server, key).get("progress", 0) > 0, 20, what="the compaction under way")
+        wait_for(lambda: record_of(server, key).get("progress", 0) > 0, 20, what="the compaction under way")
         caplog.set_level(logging.DEBUG, logger="channels.channel")
         # The window between the worker's stop and the channels' close is a few microseconds
         # wide; hold it open for up to a second, long enough for the loop to act in it.
@@ -516,4 +513,4 @@ def test_a_key_dropped_at_its_start_is_not_shown_pending(tmp_path: Path, running
     server.resume(RATIO)
     wait_for(lambda: holds(server) == (0, 0, 0), 10, what="the key dropped")
     # Then /jobs does not show it waiting for a compaction that will never come
-    assert record(server, str(db)).get("state") != "pending"
+    assert record_of(server, str(db)).get("state") != "pending"

@@ -13,6 +13,7 @@ import pytest
 
 from helpers.clocks import FakeClock
 from helpers.daemon import config_text, wait_for
+from helpers.jobs_table import record_of, state_of
 from compactor.dbfactory import integrity, make_bloated_db
 from smoosh import InvalidKey
 from smoosh.compactors.base import Busy, CompactionResult, Sizes
@@ -78,7 +79,7 @@ def test_a_finished_compaction_writes_one_info_line_with_its_duration_and_sizes(
     with caplog.at_level(logging.INFO):
         caplog.clear()
         server.enqueue(str(db))
-        wait_for(lambda: {j["key"]: j for j in server.jobs_table()}.get(str(db), {}).get("state") == "finished", 30,
+        wait_for(lambda: state_of(server, str(db)) == "finished", 30,
                  what="the compaction to finish")
         lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO and repr(str(db)) in r.getMessage()]
     after = db.stat().st_size
@@ -236,19 +237,16 @@ def test_a_compaction_that_keeps_failing_backs_off_exponentially(tmp_path: Path,
     key = str(dbs / "x.db")
     server.enqueue(key)
 
-    def record() -> dict[str, Any]:
-        return {j["key"]: j for j in server.jobs_table()}.get(key, {})
-
     waits = []
     for attempt in range(1, 4):
-        wait_for(lambda: record().get("error_count") == attempt, 20, what=f"failure {attempt}")
-        rec = record()
+        wait_for(lambda: record_of(server, key).get("error_count") == attempt, 20, what=f"failure {attempt}")
+        rec = record_of(server, key)
         assert rec["state"] == "crashing"
         assert rec["last_error"] == "RuntimeError: disk I/O error"
         waits.append(rec["retry_at"] - rec["last_updated"])
         clock.advance(waits[-1] - 1)
         server.tick(clock())
-        assert record()["error_count"] == attempt  # not retried before its time
+        assert record_of(server, key)["error_count"] == attempt  # not retried before its time
         clock.advance(1)
         server.tick(clock())
     assert waits == [100.0, 200.0, 400.0]
@@ -261,7 +259,7 @@ def test_a_busy_database_is_retried_and_not_counted_as_a_crash(tmp_path: Path, r
     server = running(make_config(tmp_path), workers=1, clock=clock, compactors=[compactor])
     key = str(dbs / "x.db")
     server.enqueue(key)
-    wait_for(lambda: compactor.calls == 1 and {j["key"]: j for j in server.jobs_table()}.get(key, {}).get("retry_at"),
+    wait_for(lambda: compactor.calls == 1 and record_of(server, key).get("retry_at"),
              20, what="the busy result")
     rec = {j["key"]: j for j in server.jobs_table()}[key]
     assert rec["error_count"] == 0
@@ -340,7 +338,7 @@ def test_a_compacted_file_that_has_not_grown_is_not_compacted_again(tmp_path: Pa
     server = running(config, workers=1, clock=clock, compactors=[compactor])
     key = str(dbs / "x.db")
     server.enqueue(key)
-    wait_for(lambda: {j["key"]: j for j in server.jobs_table()}.get(key, {}).get("state") == "finished", 20,
+    wait_for(lambda: state_of(server, key) == "finished", 20,
              what="the first compaction")
     for _ in range(3):
         examined = server.counters.enqueue_examined

@@ -16,14 +16,11 @@ import pytest
 from compactor.dbfactory import make_bloated_db
 from helpers.clocks import FakeClock
 from helpers.daemon import wait_for
+from helpers.jobs_table import record_of
 from helpers.locks import ChildConnection
 from server.test_server import make_config
 from smoosh.daemon.history import BUSY_RETRY_S
 from smoosh.daemon.metrics import SmooshCollector
-
-
-def _job(server: Any, key: str) -> dict[str, Any]:
-    return {j["key"]: j for j in server.jobs_table()}.get(key, {})
 
 
 def _starved_metric(server: Any, channel: str) -> float:
@@ -54,13 +51,13 @@ def test_a_database_busy_more_than_busy_retries_times_in_a_row_is_starved_until_
             if attempt > 1:
                 clock.advance(BUSY_RETRY_S + 1)
                 server.tick(clock())
-            wait_for(lambda: _job(server, key).get("busy_count") == attempt and _job(server, key).get("retry_at"),
+            wait_for(lambda: record_of(server, key).get("busy_count") == attempt and record_of(server, key).get("retry_at"),
                      20, what=f"busy result {attempt}")
-            states.append(_job(server, key)["state"])
+            states.append(record_of(server, key)["state"])
 
         # Then busy twice is still pending; the third and fourth busy results in a row are starved
         assert states == ["pending", "pending", "starved", "starved"]
-        job = _job(server, key)
+        job = record_of(server, key)
         assert (job["error_count"], job["starved_since"]) == (0, job["history"][0]["at"] - (BUSY_RETRY_S + 1))  # since the third
         assert server.status()["channels"]["ratio_dbs"]["starved"] == 1
         assert _starved_metric(server, "ratio_dbs") == 1.0
@@ -77,7 +74,7 @@ def test_a_database_busy_more_than_busy_retries_times_in_a_row_is_starved_until_
     # When the application lets go, the next retry compacts it and the starvation ends
     clock.advance(BUSY_RETRY_S + 1)
     server.tick(clock())
-    wait_for(lambda: _job(server, key).get("state") == "finished", 20, what="the compaction once the lock is gone")
-    assert _job(server, key)["busy_count"] == 0
+    wait_for(lambda: record_of(server, key).get("state") == "finished", 20, what="the compaction once the lock is gone")
+    assert record_of(server, key)["busy_count"] == 0
     assert server.status()["channels"]["ratio_dbs"]["starved"] == 0
     assert _starved_metric(server, "ratio_dbs") == 0.0

@@ -14,6 +14,7 @@ import pytest
 from compactor.dbfactory import db_stats, integrity, make_bloated_db
 from helpers.clocks import FakeClock
 from helpers.daemon import wait_for
+from helpers.jobs_table import state_of
 from helpers.locks import other_process_write
 from helpers.slow import SlowChunks
 from smoosh import Server
@@ -99,7 +100,7 @@ def test_work_waits_for_the_window_and_a_strict_window_pauses_it_between_chunks(
         clock.set(at(25, 2))  # back inside: it resumes and finishes
         server.wake("night_dbs")
         server.tick()
-        wait_for(lambda: {j["key"]: j for j in server.jobs_table()}.get(str(db), {}).get("state") == "finished",
+        wait_for(lambda: state_of(server, str(db)) == "finished",
                  60, what="the compaction to finish")
     finally:
         server.stop()

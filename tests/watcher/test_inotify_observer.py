@@ -12,7 +12,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 import pytest
 from inotify_simple import Event
@@ -26,20 +26,9 @@ from watchdog.events import (
 )
 
 from smoosh.daemon.inotify import IN_Q_OVERFLOW, InotifyObserver, inotify_available
+from watcher.test_watcher import wait_for
 
 pytestmark = pytest.mark.skipif(not inotify_available(), reason="needs Linux inotify")
-
-EVENT_WAIT_S = 5.0
-
-
-def wait_for(condition: Callable[[], bool], timeout_s: float = EVENT_WAIT_S) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return condition()
-
 
 class Recorder:
     """A handler recording (event type, src, dest) triples; thread-safe."""

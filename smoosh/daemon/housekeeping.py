@@ -97,10 +97,7 @@ class Housekeeping:
         parts = self.parts
         cfg = parts.config_of()
         if cfg.watch or self._watch_config:
-            from smoosh.daemon.inotify import new_observer
-
-            self._observer = new_observer()
-            self._observer.start()
+            self._ensure_observer()
         if cfg.watch:
             self._start_watcher(cfg)
         if self._watch_config and cfg.path is not None:
@@ -110,6 +107,14 @@ class Housekeeping:
                 cfg.path, parts.on_config_change, on_edit=self._wake
             )
             self.config_watcher.start(ticker=False, observer=self._observer)
+
+    def _ensure_observer(self) -> None:
+        """Start the one observer the file and config watchers share, unless it runs already."""
+        if self._observer is None:
+            from smoosh.daemon.inotify import new_observer
+
+            self._observer = new_observer()
+            self._observer.start()
 
     def _start_watcher(self, cfg: Config) -> None:
         from smoosh.daemon.watcher import Watcher
@@ -157,11 +162,7 @@ class Housekeeping:
                 self.watcher.stop()
                 self.watcher = None
             if new.watch:
-                if self._observer is None:
-                    from smoosh.daemon.inotify import new_observer
-
-                    self._observer = new_observer()
-                    self._observer.start()
+                self._ensure_observer()
                 self._start_watcher(new)
         elif self.watcher is not None and new.rescan_interval_s != old.rescan_interval_s:
             self.watcher.set_rescan_interval(new.rescan_interval_s)

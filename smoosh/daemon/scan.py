@@ -30,7 +30,6 @@ from smoosh.paths import CLEANUP_PREFIX, SIDE_SUFFIXES
 
 __all__ = [
     "SQLITE_HEADER",
-    "SIDE_SUFFIXES",
     "WatchEntry",
     "accepts",
     "changed_at",

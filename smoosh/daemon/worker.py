@@ -429,8 +429,6 @@ class Worker:
         return running
 
     def _run_thread(self, item: Running | Callable[[], tuple[Any, dict[str, Any]] | None]) -> None:
-        if not callable(item):
-            self.finishes.flush_if_due()  # a pool busy with runs of other workers' jobs: not forever
         if callable(item):
             try:
                 claimed = item()
@@ -442,6 +440,9 @@ class Worker:
                 return
             running = self._admit(*claimed, reserved=True, claimed=True)
         else:
+            # A pool kept busy by jobs this worker accepted (no claim to carry the waiting
+            # finishes) still commits them once due.
+            self.finishes.flush_if_due()
             running = item
         try:
             self._run(running)

@@ -9,7 +9,7 @@ from typing import Iterable, Sequence
 
 from smoosh.cli.doctor.findings import FAIL, OK, WARN, Finding, examples, existing_ancestor, user_name
 from smoosh.cli.format import fmt_bytes
-from smoosh.paths import inside
+from smoosh.paths import SIDE_SUFFIXES, inside
 
 __all__ = ["Survey", "MAX_FILES", "survey", "bound_note", "check_access", "check_databases_writable",
            "check_state_dir", "check_free_space"]
@@ -55,7 +55,7 @@ def survey(watch: Sequence[str], roots: Sequence[str], *, max_files: int = MAX_F
     Returns:
         The :class:`Survey`.
     """
-    from smoosh.daemon.scan import SIDE_SUFFIXES, WatchEntry, is_sqlite_file, resolve_watch, watch_roots
+    from smoosh.daemon.scan import WatchEntry, is_sqlite_file, resolve_watch, watch_roots
 
     watched = watch_roots(resolve_watch(spec) for spec in watch)
     # One walk over both: the roots' databases and the watched directories usually coincide.

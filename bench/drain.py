@@ -18,6 +18,13 @@ The daemon runs with ``min_size = 0``, ``wait_secs = 0`` and ``staleness = 0`` (
 file qualifies and nothing waits on the start-up pause); everything else is the default.
 The files are in place before the daemon starts, so its start-up scan finds them.
 
+**CPU**: the processor time (user + system, all threads) each takes over the drain: the
+daemon's from ``/proc/PID/stat`` over the timed window, the loops' from the rusage of their
+process. At ``concurrency = 2`` the daemon cannot finish sooner than its CPU spread evenly
+over the machine's two cores; that bound is reported beside the budget ("its CPU over two
+cores"), and ``memory store`` drains once more with the job store in memory (no durable
+commit) to show what durability costs of it. Linux only (elsewhere the CPU rows are left out).
+
 The hand-off latency is measured in process (a ``Server`` on the same config, its SQLite
 compactor wrapped to time each ``compact`` call): a key becomes eligible when a slot of
 its channel frees (the end of the run ``concurrency`` places before it), and the latency is
@@ -29,6 +36,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import shutil
 import sqlite3
 import subprocess
@@ -115,13 +123,17 @@ def copies(template: str, directory: Path, count: int) -> list[str]:
     return paths
 
 
-def config_text(base: Path, concurrency: int, port: int | None) -> str:
-    """The default config, but every file qualifies and nothing waits (see the module docstring)."""
+def config_text(base: Path, concurrency: int, port: int | None, store: str | None = None) -> str:
+    """The default config, but every file qualifies and nothing waits (see the module docstring).
+
+    ``store``: the job store URL (default: the embedded SQLite store in the state directory).
+    """
     http = f"http = 127.0.0.1:{port}\n" if port else ""
+    store = store or f"sqlite:{base / 'state' / 'jobs.db'}"
     return f"""[smoosh]
 watch = {base / 'dbs'}
 state_dir = {base / 'state'}
-store = sqlite:{base / 'state' / 'jobs.db'}
+store = {store}
 node = bench
 {http}wait_secs = 0
 staleness = 0
@@ -166,35 +178,52 @@ def last_finish_wall(daemon: Daemon) -> float | None:
     return max(ends) if ends else None
 
 
-def drain_daemon(template: str, count: int, concurrency: int) -> float:
-    """Seconds ``smoosh run`` takes to compact ``count`` copies, from its first answer."""
+def process_cpu_s(pid: int) -> float | None:
+    """User + system seconds process ``pid`` has used (all its threads), or None off Linux."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            # The command name (field 2) may hold spaces: count the fields after its ')'.
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def drain_daemon(template: str, count: int, concurrency: int, store: str | None = None) -> tuple[float, float | None]:
+    """Seconds ``smoosh run`` takes to compact ``count`` copies, from its first answer, and the
+    CPU seconds it used meanwhile (None off Linux); ``store`` as for :func:`config_text`."""
     base = Path(tempfile.mkdtemp(prefix="smoosh-bench-drain-"))
     try:
         copies(template, base / "dbs", count)
         (base / "state").mkdir()
         port = free_port()
         config = base / "smoosh.ini"
-        config.write_text(config_text(base, concurrency, port))
+        config.write_text(config_text(base, concurrency, port, store))
         daemon = Daemon(config, port)
         try:
             daemon.wait_ready()
             t0_wall, t0 = time.time(), time.perf_counter()
+            cpu0 = process_cpu_s(daemon.proc.pid)
             deadline = t0 + DRAIN_TIMEOUT_S
             while compacted_ok(daemon) < count:
                 if time.perf_counter() > deadline:
                     raise RuntimeError(f"drain of {count} files did not finish in {DRAIN_TIMEOUT_S:.0f} s")
                 time.sleep(POLL_S)
+            cpu1 = process_cpu_s(daemon.proc.pid)
             # The end as the daemon recorded it, not as the poll noticed it (up to POLL_S later).
             end_wall = last_finish_wall(daemon)
-            return end_wall - t0_wall if end_wall is not None else time.perf_counter() - t0
+            seconds = end_wall - t0_wall if end_wall is not None else time.perf_counter() - t0
+            # The CPU is read when the poll noticed the end: the idle daemon adds next to nothing.
+            return seconds, (cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None)
         finally:
             daemon.stop()
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def drain_bare(template: str, count: int, *, durable_jobs: bool = False, threads: int = 1) -> float:
-    """Seconds a bare VACUUM loop takes over ``count`` copies (one thread: the tool a user writes).
+def drain_bare(template: str, count: int, *, durable_jobs: bool = False, threads: int = 1) -> tuple[float, float]:
+    """Seconds a bare VACUUM loop takes over ``count`` copies (one thread: the tool a user writes),
+    and the CPU seconds its whole process used (interpreter start included: ~2% of it).
 
     ``durable_jobs``: each file is also a durable job (a claim and a finish committed).
     ``threads``: that many files at once (a thread pool), the floor for ``concurrency``.
@@ -206,8 +235,11 @@ def drain_bare(template: str, count: int, *, durable_jobs: bool = False, threads
             script = [BARE_LOOP]
         else:
             script = [BARE_POOL, str(threads), str(base / "jobs.db") if durable_jobs else "-"]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         out = subprocess.run([sys.executable, "-c", *script, *paths], check=True, capture_output=True, text=True)
-        return float(out.stdout.strip())
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        return float(out.stdout.strip()), cpu_s
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
@@ -262,14 +294,22 @@ def main(argv: list[str] | None = None) -> int:
         size = make_bloated_db(template, rows=TEMPLATE_ROWS, row_bytes=400, delete_fraction=0.8)
 
         def one() -> dict[str, float]:
-            return {
-                "bare": drain_bare(template, count),
-                "bare_durable": drain_bare(template, count, durable_jobs=True),
-                "bare_two": drain_bare(template, count, threads=2),
-                "bare_two_durable": drain_bare(template, count, durable_jobs=True, threads=2),
-                "default": drain_daemon(template, count, 1),
-                "two": drain_daemon(template, count, 2),
+            out: dict[str, float] = {}
+            runs = {
+                "bare": lambda: drain_bare(template, count),
+                "bare_durable": lambda: drain_bare(template, count, durable_jobs=True),
+                "bare_two": lambda: drain_bare(template, count, threads=2),
+                "bare_two_durable": lambda: drain_bare(template, count, durable_jobs=True, threads=2),
+                "default": lambda: drain_daemon(template, count, 1),
+                "two": lambda: drain_daemon(template, count, 2),
+                "two_memory": lambda: drain_daemon(template, count, 2, store="memory:"),
             }
+            for name, run in runs.items():
+                seconds, cpu_s = run()
+                out[name] = seconds
+                if cpu_s is not None:
+                    out[name + "_cpu"] = cpu_s
+            return out
 
         res = repeat(one, args.runs)
         lat1 = handoff_latencies(template, count, 1)
@@ -290,6 +330,28 @@ def main(argv: list[str] | None = None) -> int:
                reference_name="bare loop"),
         Metric(f"smoosh run, concurrency = 2, {count} files", "s", res["two"], higher_is_better=False,
                budget=bare, budget_text=f"<= 1.0x bare ({bare:.2f} s)", reference=bare, reference_name="bare loop"),
+        Metric(f"smoosh run, concurrency = 2, memory job store (no durable commit), {count} files", "s",
+               res["two_memory"], higher_is_better=False, reference=bare, reference_name="bare loop"),
+    ]
+    if "two_cpu" in res:
+        per_file = 1000 / count
+        cpu_rows = [
+            ("bare VACUUM loop", "bare_cpu"),
+            ("bare VACUUM on 2 threads + a durable job per file", "bare_two_durable_cpu"),
+            ("smoosh run, default config", "default_cpu"),
+            ("smoosh run, concurrency = 2", "two_cpu"),
+            ("smoosh run, concurrency = 2, memory job store", "two_memory_cpu"),
+        ]
+        metrics += [
+            Metric(f"CPU per file (user + system, all threads): {label}", "ms", [v * per_file for v in res[key]],
+                   higher_is_better=False)
+            for label, key in cpu_rows
+        ]
+        metrics.append(Metric(
+            "smoosh run, concurrency = 2: its CPU over two cores (the soonest it could end)", "s",
+            [v / 2 for v in res["two_cpu"]], higher_is_better=False, budget=bare,
+            budget_text=f"<= 1.0x bare ({bare:.2f} s)", reference=bare, reference_name="bare loop"))
+    metrics += [
         Metric("hand-off, eligible to compaction start, p50 (default)", "ms", [percentile(lat1, 0.5)], higher_is_better=False),
         Metric("hand-off, eligible to compaction start, p99 (default)", "ms", [percentile(lat1, 0.99)], higher_is_better=False),
         Metric("hand-off, eligible to compaction start, p50 (concurrency 2)", "ms", [percentile(lat2, 0.5)], higher_is_better=False),

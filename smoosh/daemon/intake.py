@@ -24,14 +24,15 @@ import logging
 import math
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Mapping
 
 from smoosh.compactors.base import refused
 from smoosh.config import Config
+from smoosh.daemon.admission import AdmissionGate
 from smoosh.daemon.debounce import Debouncer
 from smoosh.daemon.keys import MAX_KEY_BYTES, canonical_key, check_key
 from smoosh.daemon.keypool import KeyPool
-from smoosh.daemon.measurement import Measurement, signature
+from smoosh.daemon.measurement import Measurement, StatusSizer, signature
 from smoosh.daemon.router import CLEANUP_PREFIX, EXACT_DUE, Router, db_path
 from smoosh.daemon.staleness import AccessTable
 from smoosh.daemon.verdicts import (
@@ -66,11 +67,6 @@ class _InFlight:
     dirty: bool = False
     debounced: bool = False
     force: bool = False
-
-
-#: Longest the examination waits for one spell of admission (see Intake.admitting); after
-#: that it goes on beside it: a steady stream of batches must not starve the examination.
-ADMISSION_PAUSE_MAX_S = 0.1
 
 
 class Intake:
@@ -116,32 +112,23 @@ class Intake:
         self.debouncer = Debouncer(recheck_interval_s=config_of().recheck_interval_s)
         self._examiners: KeyPool[str] = KeyPool(self._examine_cheap, EXAMINE_THREADS, "smoosh-examine")
         self._measurers: KeyPool[str] = KeyPool(self._examine_exact, MEASURE_THREADS, "smoosh-measure")
-        # Queued keys nobody measured in this process (restored from a checkpoint, taken back
-        # from the job store): sized on demand for the status table, never routed. Under _lock.
-        self._sizers: KeyPool[str] = KeyPool(self._size_only, 1, "smoosh-size")
-        self._sizing: set[str] = set()
+        # Queued keys nobody measured in this process are sized for the status table; a key
+        # being examined is left to its examination.
+        self._sizer = StatusSizer(self.measurements, router.compactor_for, self._inflight.__contains__)
         # Keys an operator forced, until their run ends: the re-check before the start lets
         # them through whatever their priority. Under _lock.
         self._forced: set[str] = set()
         self._stopped = False
         #: Asks the owner's loop to tick the intake soon (its debounce has a new due time).
         self.wake: Callable[[], None] = lambda: None
-        # Set while no caller is admitting a batch of keys (see admitting()).
-        self._admitted = threading.Event()
-        self._admitted.set()
-        self._admitting = 0
-        # Spells of admission (batches in, none between) so far, and the one the examination
-        # already waited out (the examination threads alone write it): it waits once per
-        # spell, not once per key.
-        self._admission_spell = 0
-        self._waited_spell = -1
+        self._gate = AdmissionGate()
 
     def start(self) -> None:
         """Accept keys."""
         self._stopped = False
         self._examiners.start()
         self._measurers.start()
-        self._sizers.start()
+        self._sizer.start()
 
     def stop(self) -> None:
         """Stop examining: keys not yet taken by a thread are dropped."""
@@ -150,7 +137,7 @@ class Intake:
             with self._lock:
                 for key in pool.stop():
                     self._inflight.pop(key, None)
-        self._sizers.stop()
+        self._sizer.stop()
         with self._lock:
             waiting, self._waiters = self._waiters, {}
         for key, waiters in waiting.items():
@@ -301,32 +288,13 @@ class Intake:
                 waiters = self._waiters.pop(key, None)
             self._resolve(key, waiters)
 
-    @contextlib.contextmanager
-    def admitting(self) -> Iterator[None]:
-        """Hold the examination back while a caller admits a batch of keys (a ``POST /enqueue``).
-
-        Admission checks each key's file (system calls, each releasing the GIL); beside an
-        examination thread running Python, every one of them waits to get the GIL back. The
-        caller is waiting for its answer, the examination is not: it pauses (at most
-        :data:`ADMISSION_PAUSE_MAX_S` for one spell of batches that overlap) until the batch is in.
-        """
-        with self._lock:
-            if not self._admitting:
-                self._admission_spell += 1
-            self._admitting += 1
-            self._admitted.clear()
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._admitting -= 1
-                if not self._admitting:
-                    self._admitted.set()
+    def admitting(self) -> contextlib.AbstractContextManager[None]:
+        """Hold the examination back while a caller admits a batch of keys (a ``POST /enqueue``);
+        see :mod:`smoosh.daemon.admission`."""
+        return self._gate.admitting()
 
     def _examine_cheap(self, key: str) -> None:
-        spell = self._admission_spell
-        if spell != self._waited_spell and not self._admitted.wait(ADMISSION_PAUSE_MAX_S):
-            self._waited_spell = spell  # this spell outlasted the pause: no more waiting for it
+        self._gate.wait_turn()
         self._examine(key, defer_exact=True)
 
     def _examine_exact(self, key: str) -> None:
@@ -506,40 +474,6 @@ class Intake:
             self._forced.discard(key)
 
     def reclaimable(self, keys: Mapping[str, Any] | set[str]) -> int:
-        """Bytes the measured keys among ``keys`` would give back (file - active).
-
-        A key with no measurement (queued before a restart) is sized in the background, so
-        the next reading counts it: keys restored at the top of a channel do not read as 0 B.
-        """
-        total = 0
-        measurements = self.measurements
-        unmeasured = []
-        for key in keys:
-            m = measurements.get(key)
-            if m is not None:
-                total += max(0, m.sizes.file_bytes - m.sizes.active_bytes)
-            else:
-                unmeasured.append(key)
-        if unmeasured and not self._stopped:
-            with self._lock:
-                new = [k for k in unmeasured if k not in self._sizing and k not in self._inflight]
-                self._sizing.update(new)
-            for key in new:
-                if not self._sizers.submit(key):
-                    break
-        return total
-
-    def _size_only(self, key: str) -> None:
-        """Measure ``key`` cheaply for the status table; it stays where it is queued."""
-        try:
-            compactor = self.router.compactor_for(key)
-            if compactor is not None and key not in self.measurements:
-                before = signature(db_path(key))
-                sizes = compactor.sizes(key)
-                if sizes is not None:
-                    self.measurements.setdefault(key, Measurement(sizes, before, False))
-        except Exception:
-            log.exception("sizing %r for the status table failed", key)
-        finally:
-            with self._lock:
-                self._sizing.discard(key)
+        """Bytes the measured keys among ``keys`` would give back (file - active); the others
+        are sized in the background (see :class:`~smoosh.daemon.measurement.StatusSizer`)."""
+        return self._sizer.reclaimable(keys)

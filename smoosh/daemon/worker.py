@@ -1,11 +1,12 @@
 """The worker: accepts compaction jobs of one node's job type and runs them through the compactors.
 
 One dispatcher thread accepts jobs while a slot is free. While jobs run, a heartbeat thread
-sends each one's heartbeat (``jobs.update`` every ``job_timeout_s / 3``: one long VACUUM
-statement cannot call out, and a silent job is re-enqueued by the activity monitor after the
-type timeout) and, for a worker in its own process, reads the node's holds and rotation
-requests from the store; it ends when no job runs. Each job runs on a thread of its own that
-ends with it, so an idle worker holds one thread, asleep in ``accept`` until a job is added.
+(:mod:`smoosh.daemon.heartbeat`) sends each one's heartbeat (``jobs.update`` every
+``job_timeout_s / 3``: one long VACUUM statement cannot call out, and a silent job is
+re-enqueued by the activity monitor after the type timeout) and, for a worker in its own
+process, reads the node's holds and rotation requests from the store; it ends when no job
+runs. Each job runs on a thread of its own that ends with it, so an idle worker holds one
+thread, asleep in ``accept`` until a job is added.
 
 Two ways to hear about holds and rotation:
 
@@ -33,12 +34,11 @@ from typing import Any, Callable, Literal, Protocol, Sequence
 
 from channels.ports import FAILED, INTERRUPTED, Outcome
 from smoosh.compactors import Compactor
-from smoosh.daemon import control
 from smoosh.daemon.compaction import compact
 from smoosh.daemon.finishes import DeferredFinishes
-from smoosh.daemon.keypool import DEFAULT_IDLE_EXIT_S, KeyPool
-from smoosh.daemon.job_context import HALTED, STOPPING, JobContext, Running
-from smoosh.daemon.startup import DAEMON_WORKER
+from smoosh.daemon.heartbeat import ERROR_PAUSE_S, Heartbeat
+from smoosh.daemon.keypool import KeyPool
+from smoosh.daemon.job_context import STOPPING, JobContext, Running
 from smoosh.io_budget import START, IoBudget
 from smoosh.ioprio import apply_io_priority
 from smoosh.jobs import AcceptInterrupt, JobHalted, NotFound
@@ -51,8 +51,6 @@ log = logging.getLogger(__name__)
 DEFAULT_JOB_TIMEOUT_S = 30.0
 #: How often a stand-alone worker reads its running jobs' holds from the store (seconds).
 DEFAULT_HOLD_POLL_S = 1.0
-#: Pause after an unexpected error in the dispatcher, so a broken store is not hammered (seconds).
-ERROR_PAUSE_S = 1.0
 #: A clean stop finishes within this (seconds).
 STOP_TIMEOUT_S = 10.0
 
@@ -129,11 +127,6 @@ class Worker:
         self._io_priority = io_priority
         lock = threading.RLock()
         self._cond = threading.Condition(lock)
-        # The heartbeat thread waits on a condition of its own (same lock), woken only when a
-        # run needs it sooner than it planned to wake: not once per start and end of a run.
-        self._beat_cond = threading.Condition(lock)
-        #: When the heartbeat thread will next look (monotonic seconds); under the lock.
-        self._beat_at = float("inf")
         self._running: set[Running] = set()
         # Keys of the jobs running now, for lock-free membership tests from other threads.
         self._running_keys: frozenset[str] = frozenset()
@@ -152,8 +145,13 @@ class Worker:
         self._stopping = False
         self._interrupt = AcceptInterrupt()
         self._dispatcher: threading.Thread | None = None
-        self._heartbeat: threading.Thread | None = None
-        self._next_poll = 0.0
+        # Heartbeats and store signals of the running jobs, on a thread of its own that shares
+        # this lock (smoosh.daemon.heartbeat); the timeout is read live (a reload changes it).
+        self._heartbeat = Heartbeat(
+            lock, runs=lambda: self._running, stopping=lambda: self._stopping, jobs=jobs, store=store,
+            node=node, job_type=job_type, signals=signals, job_timeout_s=lambda: self.job_timeout_s,
+            hold_poll_s=hold_poll_s, clock=clock,
+        )
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -178,7 +176,7 @@ class Worker:
             self._stopping = True
             running = list(self._running)
             self._cond.notify_all()
-            self._beat_cond.notify_all()
+            self._heartbeat.wake()
         self._interrupt.interrupt()
         if self.io_budget is not None:
             self.io_budget.wake()  # a dispatcher waiting for the budget sees the stop now
@@ -190,7 +188,7 @@ class Worker:
                 self._cond.wait(max(0.0, deadline - time.monotonic()))
             left = len(self._running)
             dispatcher, self._dispatcher = self._dispatcher, None
-            heartbeat = self._heartbeat
+            heartbeat = self._heartbeat.thread
         self._pool.stop()
         self.finishes.flush()  # the runs that ended: their jobs finished before the stop returns
         for t in (heartbeat, dispatcher):
@@ -328,78 +326,6 @@ class Worker:
                 with self._cond:
                     self._cond.wait(ERROR_PAUSE_S)
 
-    def _beat(self) -> None:
-        """The heartbeat thread: heartbeats (and store signals) while jobs run; it ends with the last."""
-        while True:
-            try:
-                next_due = self._send_due(time.monotonic())
-            except Exception:
-                log.exception("Worker for %r: heartbeats failed; going on.", self.job_type)
-                next_due = time.monotonic() + ERROR_PAUSE_S
-            with self._cond:
-                # Decided under the lock _launch starts this thread under: a run launched
-                # meanwhile is either seen here or finds no thread and starts one. With no
-                # job running it lingers a while first: a fleet's next job comes soon.
-                if not self._running and not self._stopping:
-                    self._beat_at = time.monotonic() + DEFAULT_IDLE_EXIT_S
-                    self._beat_cond.wait(DEFAULT_IDLE_EXIT_S)
-                if self._stopping or not self._running:
-                    self._heartbeat = None
-                    self._beat_at = float("inf")
-                    return
-                if next_due is not None:
-                    self._beat_at = next_due
-                    self._beat_cond.wait(max(0.0, next_due - time.monotonic()))
-
-    def _send_due(self, now: float) -> float | None:
-        """Heartbeats (and store signals) that are due; returns when the next one is."""
-        with self._cond:
-            running = list(self._running)
-        if not running:
-            return None
-        poll = self.signals == "store" and now >= self._next_poll
-        if poll:
-            self._next_poll = now + self.hold_poll_s
-        for r in running:
-            try:
-                if poll:
-                    self._poll_signals(r)
-                if now >= r.next_update:
-                    r.next_update = now + self.job_timeout_s / 3.0
-                    self._send_heartbeat(r)
-            except Exception:
-                log.exception("Heartbeat of job %r failed; going on.", r.key)
-        dues = [r.next_update for r in running]
-        if self.signals == "store":
-            dues.append(self._next_poll)
-        return min(dues)
-
-    def _poll_signals(self, r: Running) -> None:
-        held, rotate_run = control.read_signals(self.store, self.node, r.channel, r.key)
-        if r.channel is not None:
-            r.ctx.set_held(held)
-        if rotate_run == r.run_id and r.ctx.stop_reason is None and r.ctx.rotate():
-            log.info("Job %r stops at its next chunk boundary: rotated out.", r.key)
-
-    def _send_heartbeat(self, r: Running) -> None:
-        data = {
-            **r.data,
-            "progress": r.ctx.fraction,
-            "run_id": r.run_id,
-            "started_at": r.started_at,
-            "heartbeat_at": self._clock(),
-            "worker": DAEMON_WORKER if self.signals == "direct" else "process",
-            "suspendable": r.ctx.suspendable,
-        }
-        try:
-            with r.lock:
-                if r.done:
-                    return  # the job is being finished: an update now could race the finish
-                r.job = self.jobs.update(r.job, data)
-        except JobHalted:
-            r.halted = True
-            r.ctx.stop(HALTED)
-
     def _launch(self, job: Any, data: dict[str, Any], *, reserved: bool = False) -> None:
         self._pool.submit(self._admit(job, data, reserved=reserved, claimed=False))
 
@@ -420,12 +346,7 @@ class Worker:
                 self._reserved = max(0, self._reserved - 1)  # the promised slot is taken now
             self._running.add(running)
             self._running_keys = frozenset(r.key for r in self._running)
-            due = running.next_update if self.signals == "direct" else min(running.next_update, self._next_poll)
-            if due < self._beat_at:
-                self._beat_cond.notify_all()  # this run's heartbeat (or signal poll) is due sooner
-            if self._heartbeat is None:
-                self._heartbeat = threading.Thread(target=self._beat, name="smoosh-heartbeat", daemon=True)
-                self._heartbeat.start()
+            self._heartbeat.run_added(running)  # under the lock: see Heartbeat.run_added
         return running
 
     def _run_thread(self, item: Running | Callable[[], tuple[Any, dict[str, Any]] | None]) -> None:

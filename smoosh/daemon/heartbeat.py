@@ -1,0 +1,184 @@
+"""The worker's heartbeat thread: keeps the worker's running jobs alive in the job layer.
+
+One long VACUUM statement cannot call out, and a silent job is re-enqueued by the activity
+monitor after the type timeout, so a thread beside the compactions sends each running job's
+heartbeat (``jobs.update`` every ``job_timeout_s / 3``). For a worker in its own process
+(``signals="store"``) the same thread reads the node's holds and rotation requests from the
+store (:func:`smoosh.daemon.control.read_signals`) every ``hold_poll_s``. The thread starts
+with a run, sleeps until the next heartbeat or poll is due, and ends a while after the last
+run ends (at once on a stop).
+
+Owner: the :class:`~smoosh.daemon.worker.Worker`, whose lock it shares.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable, Collection, Literal
+
+from smoosh.daemon import control
+from smoosh.daemon.job_context import HALTED, Running
+from smoosh.daemon.keypool import DEFAULT_IDLE_EXIT_S
+from smoosh.daemon.startup import DAEMON_WORKER
+from smoosh.jobs import JobHalted
+
+__all__ = ["Heartbeat", "ERROR_PAUSE_S"]
+
+log = logging.getLogger("smoosh.daemon.worker")  # the worker's lines, one logger
+
+#: Pause after an unexpected error in the worker's dispatcher or heartbeat thread, so a broken
+#: store is not hammered (seconds).
+ERROR_PAUSE_S = 1.0
+
+
+class Heartbeat:
+    """The heartbeat thread of one worker, and when it next looks.
+
+    Shared state, all under the worker's lock (``lock``): the worker's running set and stop
+    flag (read here through ``runs`` and ``stopping``), and this object's thread and wake time.
+    The one way in is :meth:`run_added`, which the worker calls with that lock held as it
+    registers a run; its stop uses :meth:`wake` (under the lock) and :attr:`thread` (to join).
+    The poll schedule (``_next_poll``) is written by the heartbeat thread alone.
+
+    Parameters:
+        lock: the worker's lock; the thread's own condition is on it.
+        runs: the worker's running set itself (not a copy), read under ``lock``.
+        stopping: whether the worker is stopping, read under ``lock``.
+        jobs: the job layer (``jobs.update`` is the heartbeat).
+        store: the store the node's holds live in (``signals="store"``).
+        node: the node name (for the hold keys).
+        job_type: the worker's job type (for its log lines).
+        signals: ``"direct"`` (in the daemon: no store polls) or ``"store"``.
+        job_timeout_s: the type timeout, read at every heartbeat (a config reload changes it).
+        hold_poll_s: how often a stand-alone worker reads its holds (seconds).
+        clock: wall-clock seconds, for ``heartbeat_at``.
+    """
+
+    def __init__(
+        self,
+        lock: threading.RLock,
+        *,
+        runs: Callable[[], Collection[Running]],
+        stopping: Callable[[], bool],
+        jobs: Any,
+        store: Any,
+        node: str,
+        job_type: str,
+        signals: Literal["direct", "store"],
+        job_timeout_s: Callable[[], float],
+        hold_poll_s: float,
+        clock: Callable[[], float],
+    ) -> None:
+        # The heartbeat thread waits on a condition of its own (same lock), woken only when a
+        # run needs it sooner than it planned to wake: not once per start and end of a run.
+        self._cond = threading.Condition(lock)
+        self._runs = runs
+        self._stopping = stopping
+        self._jobs = jobs
+        self._store = store
+        self._node = node
+        self._job_type = job_type
+        self._signals = signals
+        self._job_timeout_s = job_timeout_s
+        self._hold_poll_s = hold_poll_s
+        self._clock = clock
+        #: When the heartbeat thread will next look (monotonic seconds); under the lock.
+        self._beat_at = float("inf")
+        self._thread: threading.Thread | None = None  # under the lock
+        self._next_poll = 0.0
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        """The heartbeat thread alive now, or None (read it under the worker's lock)."""
+        return self._thread
+
+    def run_added(self, running: Running) -> None:
+        """A run was registered: wake the thread if the run is due sooner, or start one.
+
+        Called with the worker's lock held: the thread decides to end under that lock too, so
+        a run added meanwhile is either seen by the thread or finds none and starts one.
+        """
+        due = running.next_update if self._signals == "direct" else min(running.next_update, self._next_poll)
+        if due < self._beat_at:
+            self._cond.notify_all()  # this run's heartbeat (or signal poll) is due sooner
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._beat, name="smoosh-heartbeat", daemon=True)
+            self._thread.start()
+
+    def wake(self) -> None:
+        """Wake the thread now, to see a stop (called with the worker's lock held)."""
+        self._cond.notify_all()
+
+    def _beat(self) -> None:
+        """The heartbeat thread: heartbeats (and store signals) while jobs run; it ends with the last."""
+        while True:
+            try:
+                next_due = self._send_due(time.monotonic())
+            except Exception:
+                log.exception("Worker for %r: heartbeats failed; going on.", self._job_type)
+                next_due = time.monotonic() + ERROR_PAUSE_S
+            with self._cond:
+                # Decided under the lock run_added starts this thread under: a run launched
+                # meanwhile is either seen here or finds no thread and starts one. With no
+                # job running it lingers a while first: a fleet's next job comes soon.
+                if not self._runs() and not self._stopping():
+                    self._beat_at = time.monotonic() + DEFAULT_IDLE_EXIT_S
+                    self._cond.wait(DEFAULT_IDLE_EXIT_S)
+                if self._stopping() or not self._runs():
+                    self._thread = None
+                    self._beat_at = float("inf")
+                    return
+                if next_due is not None:
+                    self._beat_at = next_due
+                    self._cond.wait(max(0.0, next_due - time.monotonic()))
+
+    def _send_due(self, now: float) -> float | None:
+        """Heartbeats (and store signals) that are due; returns when the next one is."""
+        with self._cond:
+            running = list(self._runs())
+        if not running:
+            return None
+        poll = self._signals == "store" and now >= self._next_poll
+        if poll:
+            self._next_poll = now + self._hold_poll_s
+        for r in running:
+            try:
+                if poll:
+                    self._poll_signals(r)
+                if now >= r.next_update:
+                    r.next_update = now + self._job_timeout_s() / 3.0
+                    self._send_heartbeat(r)
+            except Exception:
+                log.exception("Heartbeat of job %r failed; going on.", r.key)
+        dues = [r.next_update for r in running]
+        if self._signals == "store":
+            dues.append(self._next_poll)
+        return min(dues)
+
+    def _poll_signals(self, r: Running) -> None:
+        held, rotate_run = control.read_signals(self._store, self._node, r.channel, r.key)
+        if r.channel is not None:
+            r.ctx.set_held(held)
+        if rotate_run == r.run_id and r.ctx.stop_reason is None and r.ctx.rotate():
+            log.info("Job %r stops at its next chunk boundary: rotated out.", r.key)
+
+    def _send_heartbeat(self, r: Running) -> None:
+        data = {
+            **r.data,
+            "progress": r.ctx.fraction,
+            "run_id": r.run_id,
+            "started_at": r.started_at,
+            "heartbeat_at": self._clock(),
+            "worker": DAEMON_WORKER if self._signals == "direct" else "process",
+            "suspendable": r.ctx.suspendable,
+        }
+        try:
+            with r.lock:
+                if r.done:
+                    return  # the job is being finished: an update now could race the finish
+                r.job = self._jobs.update(r.job, data)
+        except JobHalted:
+            r.halted = True
+            r.ctx.stop(HALTED)

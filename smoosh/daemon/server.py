@@ -5,7 +5,8 @@ The path of one key (ARCHITECTURE.md walks it through these modules): the
 it to a :class:`~channels.Channel`; the channel picks what to start and hands it to the
 :class:`~smoosh.daemon.scheduler.JobScheduler`, which makes it a job; the
 :class:`~smoosh.daemon.worker.Worker` runs it; its end comes back to the channel as a run
-event, and to this server as an outcome (history, backoff, counters).
+event, and to this server as an outcome (history, backoff, counters) through the channels'
+:class:`~smoosh.daemon.channel_host.ChannelHost`, which answers all they ask of the daemon.
 
 Ownership (one owner per fact): the server's :class:`~smoosh.loop.Loop` thread owns the
 channel registry, every channel's scheduling, the slot gate, the scheduler's runs and the
@@ -25,12 +26,11 @@ import time
 from typing import Any, Callable
 
 from channels import Channel
-from channels.ports import Outcome, RunEvent
 from smoosh.compactors import load_compactors
 from smoosh.config import ChannelConfig, Config
-from smoosh.daemon import control
 from smoosh.daemon.budget_gate import BudgetGate
-from smoosh.daemon.cluster_holds import ClusterHolds, Hold, covering
+from smoosh.daemon.channel_host import ChannelHost
+from smoosh.daemon.cluster_holds import ClusterHolds
 from smoosh.daemon.explain import Sources, explain as explain_key
 from smoosh.daemon.history import HistoryTable
 from smoosh.daemon.housekeeping import Housekeeping, Parts
@@ -133,8 +133,6 @@ class Server(LiveConfig):
                 set_io_budget(self.io_budget)
         self._router = Router(self._compactors, clock=clock)
         self._suspension = Suspension(config.state_dir)
-        #: The cluster holds in the store as last read (owner: the loop; see _apply_cluster_holds).
-        self._cluster_holds: list[Hold] = []
         self._lock = InstanceLock(config.state_dir)
         self._state_dir_claimed = False
         self._config_error: str | None = None
@@ -164,9 +162,15 @@ class Server(LiveConfig):
             claimed_run=self._claimed_run,
         )
         self._worker: Any = None
+        # What the channels ask of the daemon, and the holds put on them from outside.
+        self._host = ChannelHost(
+            node=self.node, registry=self._registry, slots=self._slots, budget_gate=self._budget_gate,
+            intake=self.intake, outcomes=self._outcomes, suspension=self._suspension,
+            worker_of=lambda: self._worker, scheduler_of=lambda: self._scheduler, store_of=lambda: self._store,
+            acted=self._operator_acted,
+        )
         self._housekeeping: Housekeeping | None = None
         self._started = False
-        self._stopping = False
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -192,12 +196,12 @@ class Server(LiveConfig):
         self._jobs.set_type_timeout(self.job_type, cfg.job_timeout_s)
         self._scheduler = JobScheduler(
             self._jobs, self.job_type, recheck=self.intake.recheck, post=self._loop.post,
-            deliver=self._deliver, clock=self._clock,
+            deliver=self._host.deliver, clock=self._clock,
         )
         self._suspension.load()
         # Before any channel opens: a channel the cluster holds never starts a run first.
         cluster = ClusterHolds(self._store)
-        self._cluster_holds = cluster.current()
+        self._host.cluster_holds = cluster.current()
         # Before any worker of ours runs: every job of this node is taken back into its
         # channel, or followed when a live worker elsewhere runs it (one owner per key).
         found = take_over_jobs(
@@ -226,7 +230,7 @@ class Server(LiveConfig):
             on_config_change=self._on_config_change, wake=self._loop.wake, intake=self.intake,
             access=self._access, slots=self._slots, channels=self.channels, status=self.status,
             store=self._store, scheduler=self._scheduler, worker=self._worker, counters=self.counters,
-            compacting=self._compacting, cluster=cluster, on_holds=self._apply_cluster_holds,
+            compacting=self._compacting, cluster=cluster, on_holds=self._host.apply_cluster_holds,
             post=self._loop.post,
         ), watch_config=self._watch_config)
         self.intake.wake = lambda: self._loop.wake(self.intake)
@@ -246,7 +250,7 @@ class Server(LiveConfig):
         self._started = False
         # From here no channel starts anything: a key its stopping worker gives back must stay
         # in its channel (at the top), not go to the job store for some other worker.
-        self._stopping = True
+        self._host.stopping = True
         if self._housekeeping is not None:
             quietly(self._housekeeping.stop, "stopping", log)
         self.intake.stop()
@@ -353,57 +357,15 @@ class Server(LiveConfig):
         """What keeps channel ``name`` from starting its next key now, in words (see :meth:`Offers.holds`)."""
         return self._offers.holds(name, forced=forced)
 
-    # ------------------------------------------------------------------ the channels' host (loop thread)
-
-    def acquire_slot(self, channel: str, *, force: bool = False) -> bool:
-        """A global slot for ``channel`` (see :class:`~channels.ports.Host`); none once the server stops.
-
-        None either while the I/O budget is in debt: the channel is woken when it is paid
-        (:class:`~smoosh.daemon.budget_gate.BudgetGate`). ``force`` (a run that runs already)
-        skips both.
-        """
-        if self._stopping and not force:
-            return False
-        if not force and not self._budget_gate.admits(channel):
-            return False
-        return self._slots.acquire(channel, force=force)
-
-    def release_slot(self, channel: str) -> None:
-        """Give a slot back; the channels in line for one are woken."""
-        self._slots.release(channel)
-        for name in self._slots.waiting():
-            self.wake(name)
-
-    def withdraw(self, channel: str) -> None:
-        """``channel`` waits for no slot now."""
-        self._slots.withdraw(channel)
+    # ------------------------------------------------------------------ the channels' host (ChannelHost)
 
     def wake(self, channel: str) -> None:
         """Tick ``channel`` soon (any thread)."""
         self._registry.wake(channel)
 
-    def admits(self, key: str) -> bool:
-        """A key restored from a checkpoint is validated like a new one."""
-        return self.intake.admits(key)
-
     def on_hold(self, channel: str, held: bool) -> None:
         """Running work of ``channel`` holds (or goes on): this process's worker at once, others through the store."""
-        if self._worker is not None:
-            self._worker.set_hold(channel, held)
-        store, scheduler = self._store, self._scheduler
-        if store is not None and scheduler is not None:
-            scheduler.background(lambda: control.set_hold(store, self.node, channel, held))
-
-    def on_outcome(self, channel: str, key: str, outcome: Outcome, now: float) -> float | None:
-        """Record how a run ended (see :meth:`Outcomes.on_outcome`); a force ends with its run."""
-        self.intake.unforce(key)
-        return self._outcomes.on_outcome(channel, key, outcome, now)
-
-    def _deliver(self, channel: str, event: RunEvent) -> Any:
-        """A run event reaches its channel (see :meth:`Outcomes.deliver`); a dropped run ends a force."""
-        if event.kind == "dropped":
-            self.intake.unforce(event.key)
-        return self._outcomes.deliver(channel, event)
+        self._host.on_hold(channel, held)
 
     def _claimed_run(self, key: str) -> bool:
         """Whether ``key``'s run is this process's worker's, claimed by it (no store request to clear)."""
@@ -417,27 +379,14 @@ class Server(LiveConfig):
         cfg = self._config
         assert self._scheduler is not None
         channel = Channel(
-            name, ch_cfg, scheduler=self._scheduler, host=self, now=now,
+            name, ch_cfg, scheduler=self._scheduler, host=self._host, now=now,
             state_dir=cfg.state_dir if (cfg.persist and self._state_dir_ok) else None,
             checkpoint_interval_s=cfg.checkpoint_interval_s, wait_s=cfg.wait_s, dry_run=self.dry_run,
         )
         if self._suspension.is_suspended(name):
             channel.suspend()
-        channel.set_held(self._cluster_hold_of(name))
+        channel.set_held(self._host.cluster_hold_of(name))
         return channel
-
-    def _cluster_hold_of(self, name: str) -> dict[str, Any] | None:
-        hold = covering(self._cluster_holds, self.node, name)
-        return None if hold is None else hold.to_json()
-
-    def _apply_cluster_holds(self, holds: list[Hold]) -> None:
-        """Hold (or release) every channel as the cluster holds now say (loop thread)."""
-        self._cluster_holds = holds
-        changed = False
-        for name, channel in self._registry.current.items():
-            changed = channel.set_held(self._cluster_hold_of(name)) or changed
-        if changed:
-            self._operator_acted()  # the node's record in the store shows it now
 
     def _compacting(self, path: str) -> bool:
         """Whether this process's worker is compacting ``path`` now (any thread)."""
@@ -456,14 +405,7 @@ class Server(LiveConfig):
         Raises:
             UnknownChannel: ``channel`` is not configured.
         """
-        def run() -> None:
-            targets = self._registry.targets(channel)
-            self._suspension.suspend(channel)
-            for ch in targets:
-                ch.suspend()
-            self._operator_acted()
-
-        self._loop.call(run, CALL_TIMEOUT_S)
+        self._loop.call(lambda: self._host.suspend(channel), CALL_TIMEOUT_S)
 
     def resume(self, channel: str | None = None) -> None:
         """Resume one channel or all; queued work starts at once.
@@ -471,14 +413,7 @@ class Server(LiveConfig):
         Raises:
             UnknownChannel: ``channel`` is not configured.
         """
-        def run() -> None:
-            targets = self._registry.targets(channel)
-            self._suspension.resume(channel, list(self._registry.current))
-            for ch in targets:
-                ch.resume()
-            self._operator_acted()
-
-        self._loop.call(run, CALL_TIMEOUT_S)
+        self._loop.call(lambda: self._host.resume(channel), CALL_TIMEOUT_S)
 
     def flush(self, channel: str | None = None) -> int:
         """Empty the waiting queue of one channel or all (running jobs go on).
@@ -493,16 +428,7 @@ class Server(LiveConfig):
         Raises:
             UnknownChannel: ``channel`` is not configured.
         """
-        def run() -> int:
-            dropped = 0
-            for ch in self._registry.targets(channel):
-                for key in ch.flush():
-                    self.intake.forget_flushed(key)
-                    dropped += 1
-            self._operator_acted()
-            return dropped
-
-        return self._loop.call(run, CALL_TIMEOUT_S)
+        return self._loop.call(lambda: self._host.flush(channel), CALL_TIMEOUT_S)
 
     def _operator_acted(self) -> None:
         if self._housekeeping is not None:

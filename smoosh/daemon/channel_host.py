@@ -1,0 +1,190 @@
+"""The channels' host: the daemon as every channel sees it, and the holds put on channels from outside.
+
+A :class:`~channels.Channel` asks its :class:`~channels.ports.Host` for a global slot, tells it
+when its running work must hold, hands it every outcome and asks it to validate a restored
+key; the run events of its runs reach it through :meth:`ChannelHost.deliver`. The other way
+round, what stops or frees a channel from outside goes through here too: the operator's
+suspension (``suspend``/``resume``, and ``flush`` of its queue) and the cluster holds read
+from the store.
+
+Owner: the server's :class:`~smoosh.loop.Loop` thread. Channels call the port from their
+ticks there, the scheduler delivers run events there, and the server runs the operator
+calls and the housekeeping hands the cluster holds there; only :meth:`ChannelHost.wake`
+may be called from any thread. The channels themselves are made by the server (its
+``_make_channel``), which hands them this host.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+from channels.ports import Outcome, RunEvent
+from smoosh.daemon import control
+from smoosh.daemon.cluster_holds import Hold, covering
+
+if TYPE_CHECKING:
+    from smoosh.daemon.budget_gate import BudgetGate
+    from smoosh.daemon.intake import Intake
+    from smoosh.daemon.outcomes import Outcomes
+    from smoosh.daemon.registry import ChannelRegistry
+    from smoosh.daemon.scheduler import JobScheduler
+    from smoosh.daemon.slots import SlotGate
+    from smoosh.daemon.suspension import Suspension
+    from smoosh.store import Store
+
+__all__ = ["ChannelHost"]
+
+
+class ChannelHost:
+    """What every channel asks of the daemon (:class:`~channels.ports.Host`), answered on the server's loop.
+
+    Parameters:
+        node: this daemon's node name (its holds in the store are written under it).
+        registry: the server's channel registry.
+        slots: the global ``max_jobs`` gate.
+        budget_gate: the starts waiting for the I/O budget.
+        intake: validates restored keys, and ends a key's force with its run.
+        outcomes: records how runs ended and delivers their events to the channels.
+        suspension: the operator's suspensions, saved in ``state_dir``.
+        worker_of: this process's worker once the server runs (None before, or with none).
+        scheduler_of: the job scheduler once the server runs (None before).
+        store_of: the job store once the server runs (None before and after).
+        acted: publishes the status at once: an operator would notice the change just made.
+
+    Attributes:
+        stopping: set once by the server's ``stop`` (on its caller's thread; a plain flag,
+            read here on the loop): from then on no channel gets a slot for a new start,
+            so a key its stopping worker gives back stays in its channel.
+        cluster_holds: the cluster holds in the store as last read (owner: the loop; the
+            server sets the first at start, :meth:`apply_cluster_holds` every later one).
+    """
+
+    def __init__(
+        self, *, node: str, registry: ChannelRegistry, slots: SlotGate, budget_gate: BudgetGate,
+        intake: Intake, outcomes: Outcomes, suspension: Suspension, worker_of: Callable[[], Any],
+        scheduler_of: Callable[[], JobScheduler | None], store_of: Callable[[], Store | None],
+        acted: Callable[[], None],
+    ) -> None:
+        self.node = node
+        self._registry = registry
+        self._slots = slots
+        self._budget_gate = budget_gate
+        self._intake = intake
+        self._outcomes = outcomes
+        self._suspension = suspension
+        self._worker_of = worker_of
+        self._scheduler_of = scheduler_of
+        self._store_of = store_of
+        self._acted = acted
+        self.stopping = False
+        self.cluster_holds: list[Hold] = []
+
+    # ------------------------------------------------------------------ the port (loop thread)
+
+    def acquire_slot(self, channel: str, *, force: bool = False) -> bool:
+        """A global slot for ``channel`` (see :class:`~channels.ports.Host`); none once the server stops.
+
+        None either while the I/O budget is in debt: the channel is woken when it is paid
+        (:class:`~smoosh.daemon.budget_gate.BudgetGate`). ``force`` (a run that runs already)
+        skips both.
+        """
+        if self.stopping and not force:
+            return False
+        if not force and not self._budget_gate.admits(channel):
+            return False
+        return self._slots.acquire(channel, force=force)
+
+    def release_slot(self, channel: str) -> None:
+        """Give a slot back; the channels in line for one are woken."""
+        self._slots.release(channel)
+        for name in self._slots.waiting():
+            self.wake(name)
+
+    def withdraw(self, channel: str) -> None:
+        """``channel`` waits for no slot now."""
+        self._slots.withdraw(channel)
+
+    def wake(self, channel: str) -> None:
+        """Tick ``channel`` soon (any thread)."""
+        self._registry.wake(channel)
+
+    def admits(self, key: str) -> bool:
+        """A key restored from a checkpoint is validated like a new one."""
+        return self._intake.admits(key)
+
+    def on_hold(self, channel: str, held: bool) -> None:
+        """Running work of ``channel`` holds (or goes on): this process's worker at once, others through the store."""
+        worker = self._worker_of()
+        if worker is not None:
+            worker.set_hold(channel, held)
+        store, scheduler = self._store_of(), self._scheduler_of()
+        if store is not None and scheduler is not None:
+            scheduler.background(lambda: control.set_hold(store, self.node, channel, held))
+
+    def on_outcome(self, channel: str, key: str, outcome: Outcome, now: float) -> float | None:
+        """Record how a run ended (see :meth:`Outcomes.on_outcome`); a force ends with its run."""
+        self._intake.unforce(key)
+        return self._outcomes.on_outcome(channel, key, outcome, now)
+
+    def deliver(self, channel: str, event: RunEvent) -> Any:
+        """A run event reaches its channel (see :meth:`Outcomes.deliver`); a dropped run ends a force."""
+        if event.kind == "dropped":
+            self._intake.unforce(event.key)
+        return self._outcomes.deliver(channel, event)
+
+    # ------------------------------------------------------------------ holds from outside (loop thread)
+
+    def cluster_hold_of(self, name: str) -> dict[str, Any] | None:
+        """The cluster hold that covers channel ``name`` on this node, as a channel shows it; None if none does."""
+        hold = covering(self.cluster_holds, self.node, name)
+        return None if hold is None else hold.to_json()
+
+    def apply_cluster_holds(self, holds: list[Hold]) -> None:
+        """Hold (or release) every channel as the cluster holds now say (loop thread)."""
+        self.cluster_holds = holds
+        changed = False
+        for name, channel in self._registry.current.items():
+            changed = channel.set_held(self.cluster_hold_of(name)) or changed
+        if changed:
+            self._acted()  # the node's record in the store shows it now
+
+    def suspend(self, channel: str | None) -> None:
+        """Suspend one channel or all, and save it (the server's ``suspend``, run on the loop).
+
+        Raises:
+            UnknownChannel: ``channel`` is not configured.
+        """
+        targets = self._registry.targets(channel)
+        self._suspension.suspend(channel)
+        for ch in targets:
+            ch.suspend()
+        self._acted()
+
+    def resume(self, channel: str | None) -> None:
+        """Resume one channel or all, and save it (the server's ``resume``, run on the loop).
+
+        Raises:
+            UnknownChannel: ``channel`` is not configured.
+        """
+        targets = self._registry.targets(channel)
+        self._suspension.resume(channel, list(self._registry.current))
+        for ch in targets:
+            ch.resume()
+        self._acted()
+
+    def flush(self, channel: str | None) -> int:
+        """Empty the waiting queue of one channel or all (the server's ``flush``, run on the loop).
+
+        Returns:
+            How many waiting keys were dropped (their staleness forgotten with them).
+
+        Raises:
+            UnknownChannel: ``channel`` is not configured.
+        """
+        dropped = 0
+        for ch in self._registry.targets(channel):
+            for key in ch.flush():
+                self._intake.forget_flushed(key)
+                dropped += 1
+        self._acted()
+        return dropped

@@ -20,14 +20,9 @@ page size change) is :mod:`smoosh.compactors.sqlite_compact`'s.
 
 Reading sizes never creates or leaves a file (see :mod:`smoosh.compactors.sqlite_file`).
 
-``changes`` (what a channel's ``min_changes`` compares) is the number of write transactions
-since smoosh last compacted the database, from SQLite's file change counter (header bytes
-24-27, bumped by every write transaction that changes a rollback-journal database): the
-counter is remembered when a compaction ends, and ``changes`` is the current one minus it,
-modulo 2**32 (the counter wraps). It is None, unknown, when there is nothing to count from:
-a database this compactor has not compacted since it was created (the memory is in the
-process, like CouchDB's "never compacted"), a WAL database (SQLite does not maintain the
-counter in WAL mode), or a file renamed over the one compacted (another inode).
+The exact ``dbstat`` payload and ``changes`` (write transactions since smoosh last compacted
+the database, from SQLite's file change counter) are measured and remembered per key by
+:mod:`smoosh.compactors.sqlite_measure`, whose docstring says when ``changes`` is unknown.
 
 Every open goes through :func:`~smoosh.compactors.sqlite_open.open_database`: the path is
 re-checked against ``roots`` and no symlink is followed, at the priority re-check (``sizes``,
@@ -37,13 +32,9 @@ missing file) and at the compaction (:class:`~smoosh.compactors.base.Refused`, a
 
 from __future__ import annotations
 
-import logging
 import os
-import threading
 import time
 from typing import Any, Callable, Iterable
-
-import apsw
 
 import smoosh.compactors.sqlite_compact as sqlite_compact
 import smoosh.compactors.sqlite_incremental as sqlite_incremental
@@ -51,40 +42,28 @@ import smoosh.compactors.sqlite_leftovers as sqlite_leftovers
 import smoosh.compactors.sqlite_wal as sqlite_wal
 from smoosh.paths import CLEANUP_PREFIX
 from smoosh.compactors.base import CompactionContext, CompactionResult, Gone, Refused, Replaced, Sizes
-from smoosh.compactors.sqlite_file import (
-    AUTO_VACUUM_CODES,
-    DbState,
-    file_size,
-    footprint_bytes,
-    in_use,
-    open_for_read,
-    read_quietly,
-    read_state,
-)
+from smoosh.compactors.sqlite_file import AUTO_VACUUM_CODES, DbState, file_size, footprint_bytes, in_use, read_state
 from smoosh.compactors.sqlite_identity import FileIdentity, replaced_error
-from smoosh.compactors.sqlite_open import canonical_roots, close_quietly, pragma, run
+from smoosh.compactors.sqlite_measure import DBSTAT_QUERY, KeyMemory, exact_active_bytes
+from smoosh.compactors.sqlite_open import canonical_roots, close_quietly, pragma
 from smoosh.io_budget import IoBudget
 
-__all__ = ["SqliteCompactor", "CLEANUP_PREFIX", "DEFAULT_WAL_MAX_SIZE_BYTES", "DEFAULT_EXACT_SIZE_INTERVAL_S"]
-
-log = logging.getLogger(__name__)
+__all__ = [
+    "SqliteCompactor", "CLEANUP_PREFIX", "DEFAULT_WAL_MAX_SIZE_BYTES", "DEFAULT_EXACT_SIZE_INTERVAL_S", "DBSTAT_QUERY",
+]
 
 #: A ``-wal`` file larger than this (bytes) makes a cleanup key worth a job.
 DEFAULT_WAL_MAX_SIZE_BYTES = 64 * 1024 * 1024
 #: The exact ``dbstat`` payload of a key is taken at most this often (seconds).
 DEFAULT_EXACT_SIZE_INTERVAL_S = 3600.0
-#: The exact live payload of a database: bytes in use on its b-tree pages.
-DBSTAT_QUERY = "SELECT SUM(pgsize - unused) FROM dbstat"
 #: Pages freed per incremental chunk when the settings say nothing.
 DEFAULT_INCREMENTAL_CHUNK_PAGES = 1000
 #: How long a compaction waits for another connection's lock before giving up (seconds).
 DEFAULT_BUSY_TIMEOUT_S = 1.0
 #: Longest a full VACUUM holds the write lock of a database another process has open (seconds).
 DEFAULT_MAX_LOCK_HOLD_S = 1.0
-#: Exact sizes remembered at most for this many keys (oldest forgotten first), bounding memory.
-EXACT_MEMORY_MAX_KEYS = 100_000
-#: The file change counter is a 32-bit big-endian integer that wraps: differences are modulo this.
-CHANGE_COUNTER_MODULUS = 1 << 32
+
+
 class SqliteCompactor:
     """Compacts SQLite database files in place; never corrupts one (SQLite's own transactions do the work).
 
@@ -129,12 +108,8 @@ class SqliteCompactor:
         self.configure(settings, wal_max_size_bytes=wal_max_size_bytes, exact_size_interval_s=exact_size_interval_s)
         self._clock = clock
         self._temp_dir = temp_dir
-        self._lock = threading.Lock()
-        # key -> (taken_at, file_bytes, active_bytes); insertion order = age, for the bound.
-        self._exact: dict[str, tuple[float, int, int]] = {}
-        # key -> (inode, file change counter) when this compactor's last compaction of it ended;
-        # insertion order = age, for the bound. Under _lock, like _exact.
-        self._counters: dict[str, tuple[int, int]] = {}
+        # Exact payloads and change counters per key, shared by re-checks and compactions.
+        self._memory = KeyMemory(clock)
         self._tick_rate = sqlite_compact.TickRate()  # learned across this compactor's VACUUMs
         self._roots: tuple[str, ...] | None = None
         self.set_roots(roots)
@@ -253,7 +228,7 @@ class SqliteCompactor:
             ``Sizes(file_bytes, active_bytes, changes)``; None when missing, not SQLite,
             or refused (outside the roots or through a symlink). ``changes`` counts write
             transactions since this compactor's last compaction of the key, or is None when
-            unknown (see the module docstring). Without ``exact``, a fresh
+            unknown (see :mod:`~smoosh.compactors.sqlite_measure`). Without ``exact``, a fresh
             remembered exact size is used while the file size has not changed since it was
             taken; otherwise ``(page_count - freelist) * page_size``, a lower bound on what a
             VACUUM reclaims.
@@ -270,35 +245,18 @@ class SqliteCompactor:
         if cleanup:
             return Sizes(file_bytes=file_size(path + "-wal"), active_bytes=0)
         estimate = (state.page_count - state.freelist_count) * state.page_size
-        changes = self._changes(key, state)
+        changes = self._memory.changes(key, state)
         if exact:
             try:
-                active = self._exact_active(path, estimate, roots)
+                active = exact_active_bytes(path, estimate, self.busy_timeout_s, roots)
             except Refused:
                 return None  # a directory swapped for a symlink: the header read follows those
-            with self._lock:
-                self._exact.pop(key, None)
-                self._exact[key] = (self._clock(), state.file_bytes, active)
-                while len(self._exact) > EXACT_MEMORY_MAX_KEYS:
-                    self._exact.pop(next(iter(self._exact)))
+            self._memory.remember_exact(key, state.file_bytes, active)
             return Sizes(file_bytes=state.file_bytes, active_bytes=active, changes=changes)
-        with self._lock:
-            remembered = self._exact.get(key)
+        remembered = self._memory.fresh_exact(key, state.file_bytes, self.exact_size_interval_s)
         if remembered is not None:
-            taken_at, file_bytes, active = remembered
-            if file_bytes == state.file_bytes and self._clock() - taken_at < self.exact_size_interval_s:
-                return Sizes(file_bytes=state.file_bytes, active_bytes=min(active, estimate), changes=changes)
+            return Sizes(file_bytes=state.file_bytes, active_bytes=min(remembered, estimate), changes=changes)
         return Sizes(file_bytes=state.file_bytes, active_bytes=estimate, changes=changes)
-
-    def _changes(self, key: str, state: DbState) -> int | None:
-        """Write transactions since this compactor last compacted ``key``; None when unknown (module docstring)."""
-        if state.change_counter is None:
-            return None
-        with self._lock:
-            remembered = self._counters.get(key)
-        if remembered is None or remembered[0] != state.inode:
-            return None
-        return (state.change_counter - remembered[1]) % CHANGE_COUNTER_MODULUS
 
     def _remember_counter(self, key: str, path: str, roots: tuple[str, ...] | None) -> None:
         """Remember the file change counter of a database just compacted: ``changes`` counts from here.
@@ -311,40 +269,11 @@ class SqliteCompactor:
             state = read_state(path, self.busy_timeout_s, roots=roots)
         except Refused:
             state = None
-        with self._lock:
-            self._counters.pop(key, None)
-            if state is not None and state.change_counter is not None and state.inode:
-                self._counters[key] = (state.inode, state.change_counter)
-                while len(self._counters) > EXACT_MEMORY_MAX_KEYS:
-                    self._counters.pop(next(iter(self._counters)))
-
-    def _exact_active(self, path: str, estimate: int, roots: tuple[str, ...] | None) -> int:
-        """The exact live bytes (``dbstat``), or ``estimate`` when SQLite cannot tell.
-
-        Raises:
-            Refused: through a symlink (logged at WARNING).
-        """
-        row = read_quietly(path, DBSTAT_QUERY, roots=roots)
-        if row is not None:
-            return int(row[0] or 0)
-        try:
-            conn = open_for_read(path, self.busy_timeout_s, roots=roots)
-        except apsw.Error:
-            return estimate
-        try:
-            rows = run(conn, DBSTAT_QUERY)
-            return int(rows[0][0] or 0) if rows else estimate
-        except apsw.Error:
-            log.debug("dbstat of %r unavailable; using the page estimate.", path, exc_info=True)
-            return estimate
-        finally:
-            close_quietly(conn)
+        self._memory.remember_counter(key, state)
 
     def exact_size_due(self, key: str) -> bool:
         """True when the exact size of ``key`` was not taken within ``exact_size_interval_s``."""
-        with self._lock:
-            remembered = self._exact.get(key)
-        return remembered is None or self._clock() - remembered[0] >= self.exact_size_interval_s
+        return self._memory.exact_due(key, self.exact_size_interval_s)
 
     def needs_upgrade(self, key: str) -> bool:
         """True when the database's page size or auto_vacuum differs from a configured target.
@@ -461,8 +390,7 @@ class SqliteCompactor:
             # only now is the new file looked at, so the check cannot meet smoosh's own journal.
             raise replaced_error(path, roots, self.busy_timeout_s, rolled_back=exc.rolled_back) from None
         finally:
-            with self._lock:
-                self._exact.pop(key, None)
+            self._memory.forget_exact(key)
         if not cleanup:
             self._remember_counter(key, path, roots)
         after = footprint_bytes(path)

@@ -26,17 +26,18 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from smoosh.config.defaults import (
-    DEFAULT_CONFIG_PATH, CONFIG_ENV, DEFAULTS_NAME, GLOBAL_SECTION, RESERVED_SECTIONS,
-    CHANNEL_NAME_RE, DEFAULT_DB_CHANNELS, DEFAULT_VIEW_CHANNELS, DEFAULT_CLEANUP_CHANNELS,
+    DEFAULT_CONFIG_PATH, CONFIG_ENV, DEFAULTS_NAME, GLOBAL_SECTION,
+    DEFAULT_DB_CHANNELS, DEFAULT_VIEW_CHANNELS, DEFAULT_CLEANUP_CHANNELS,
     DEFAULT_STALENESS_S, DEFAULT_PERSIST, DEFAULT_STATE_DIR, DEFAULT_WAIT_S,
     DEFAULT_CHECKPOINT_INTERVAL_S, DEFAULT_ACCESS_MAX_SIZE, DEFAULT_COMPACTION_LOG_LEVEL,
-    LOG_LEVELS, DEFAULT_LOG_FORMAT, LOG_FORMATS, DEFAULT_STORE, DEFAULT_WATCH, DEFAULT_HTTP,
+    DEFAULT_LOG_FORMAT, DEFAULT_STORE, DEFAULT_WATCH, DEFAULT_HTTP,
     DEFAULT_HEALTH_THRESHOLD_S, DEFAULT_BACKOFF_BASE_S, DEFAULT_BUSY_RETRIES, DEFAULT_MAX_HISTORY,
     DEFAULT_JOB_TIMEOUT_S, DEFAULT_MAX_JOBS, DEFAULT_INTERVAL_S, DEFAULT_MAX_CHURN, DEFAULT_RECHECK_INTERVAL_S,
     DEFAULT_EXACT_SIZE_INTERVAL_S, DEFAULT_RESCAN_INTERVAL_S, DEFAULT_WAL_MAX_SIZE_BYTES,
-    DEFAULT_MAX_IO_RATE, DEFAULT_IO_PRIORITY, GLOBAL_KEYS, COUCHDB_ONLY_KEYS, RESTART_KEYS,
+    DEFAULT_MAX_IO_RATE, DEFAULT_IO_PRIORITY, GLOBAL_KEYS, RESTART_KEYS,
 )
 from smoosh.config.ini import ini_parser, read_sections
+from smoosh.config.layout import channel_kinds, channel_list, global_warnings
 from smoosh.config.sections import CHANNEL_KEYS, SQLITE_KEYS, ChannelConfig, SqliteConfig, parse_ignore
 from smoosh.config.values import (
     SectionReader,
@@ -48,13 +49,15 @@ from smoosh.config.values import (
     parse_io_priority,
     parse_io_rate,
     parse_list,
-    parse_names,
+    parse_log_format,
+    parse_log_level,
+    parse_node,
+    parse_store,
     parse_threshold_size,
     resolve_glob,
     resolve_path,
     split_host_port,
     static_prefix,
-    unknown_key_warning,
 )
 from smoosh.errors import ConfigError
 from smoosh.units import format_duration, format_size
@@ -174,8 +177,8 @@ class Config:
         lists = {}
         for key, default in (("db_channels", DEFAULT_DB_CHANNELS), ("view_channels", DEFAULT_VIEW_CHANNELS),
                              ("cleanup_channels", DEFAULT_CLEANUP_CHANNELS)):
-            lists[key] = _channel_list(r, key, default)
-        kinds = _channel_kinds(r, lists)
+            lists[key] = channel_list(r, key, default)
+        kinds = channel_kinds(r, lists)
 
         channels: dict[str, ChannelConfig] = {}
         for name, kind in kinds.items():
@@ -207,12 +210,12 @@ class Config:
             checkpoint_interval_s=r.get("checkpoint_interval", parse_duration_at_least(1.0, 0.0, strict=True),
                                         DEFAULT_CHECKPOINT_INTERVAL_S),
             access_max_size=r.get("access_max_size", parse_int(0), DEFAULT_ACCESS_MAX_SIZE),
-            compaction_log_level=r.get("compaction_log_level", _parse_log_level, DEFAULT_COMPACTION_LOG_LEVEL),
-            log_format=r.get("log_format", _parse_log_format, DEFAULT_LOG_FORMAT),
-            store=r.get("store", lambda text: _parse_store(text, cwd), _parse_store(DEFAULT_STORE, cwd)),
+            compaction_log_level=r.get("compaction_log_level", parse_log_level, DEFAULT_COMPACTION_LOG_LEVEL),
+            log_format=r.get("log_format", parse_log_format, DEFAULT_LOG_FORMAT),
+            store=r.get("store", lambda text: parse_store(text, cwd), parse_store(DEFAULT_STORE, cwd)),
             watch=watch,
             roots=roots,
-            node=r.get("node", _parse_node, _parse_node(socket.gethostname())),
+            node=r.get("node", parse_node, parse_node(socket.gethostname())),
             http=http,
             token=token,
             health_threshold_s=r.get("health_threshold", parse_duration_at_least(1.0, 0.0, strict=True),
@@ -238,7 +241,7 @@ class Config:
             sqlite=SqliteConfig.from_section(sections.get(f"{GLOBAL_SECTION}.sqlite", {}), path=where,
                                              warnings=warnings),
         )
-        warnings[:0] = _global_warnings(r, sections, kinds)
+        warnings[:0] = global_warnings(r, sections, kinds)
         return cls(**values, warnings=tuple(warnings))
 
     def http_host_port(self) -> tuple[str, int]:
@@ -286,99 +289,6 @@ def _unique(items: Iterable[str]) -> tuple[str, ...]:
         if item not in out:
             out.append(item)
     return tuple(out)
-
-
-def _channel_list(r: SectionReader, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
-    # Present but empty means "no channels of this kind", so raw() (empty = absent) is not used.
-    r.used.add(key)
-    if key not in r.values:
-        return default
-    value = r.values[key].strip()
-    try:
-        names = parse_names(value, CHANNEL_NAME_RE, "channel")
-    except ValueError as exc:
-        raise r.error(key, value, str(exc)) from None
-    for name in names:
-        if name in RESERVED_SECTIONS:
-            raise r.error(key, value, f"channel {name!r} is a reserved section name")
-    return names
-
-
-def _channel_kinds(r: SectionReader, lists: dict[str, tuple[str, ...]]) -> dict[str, str]:
-    kinds: dict[str, str] = {}
-    owner: dict[str, str] = {}
-    for key, names in lists.items():
-        kind = key.split("_")[0]
-        for name in names:
-            if name in kinds:
-                raise r.error(key, r.values.get(key, ",".join(names)).strip(),
-                              f"channel {name!r} is also in {owner[name]}")
-            kinds[name], owner[name] = kind, key
-    return kinds
-
-
-def _global_warnings(r: SectionReader, sections: Mapping[str, Mapping[str, str]], kinds: Mapping[str, str]) -> list[str]:
-    warnings = []
-    views = [name for name, kind in kinds.items() if kind == "view"]
-    if views:
-        # Index keys come only from a compactor with indexes; the built-in SQLite compactor
-        # has none and the router routes no index key, so these channels can never get work
-        # (a pasted CouchDB config names three of them).
-        warnings.append(f"{r.path}: [{GLOBAL_SECTION}] view_channels = {r.values['view_channels'].strip()!r}: "
-                        f"no compactor has indexes, so channel(s) {', '.join(views)} never get work")
-    for key in r.unknown_keys():
-        if key in COUCHDB_ONLY_KEYS:
-            raw = r.values[key].strip()
-            if key == "cleanup_index_files" and raw.lower() in ("false", "0", "no", "off"):
-                warnings.append(f"{r.path}: [{GLOBAL_SECTION}] {key} = {raw!r}: not used by smoosh; "
-                                "to disable index cleanup set cleanup_channels to nothing")
-            continue
-        warnings.append(unknown_key_warning(r.path, GLOBAL_SECTION, key, GLOBAL_KEYS,
-                                            {"a channel's section": CHANNEL_KEYS, "[smoosh.sqlite]": SQLITE_KEYS}))
-    for section in sections:
-        if section == GLOBAL_SECTION:
-            continue
-        prefix, dot, name = section.partition(".")
-        if prefix != GLOBAL_SECTION or not dot:
-            warnings.append(f"{r.path}: [{section}]: not a smoosh section, ignored")
-        elif name not in RESERVED_SECTIONS and name not in kinds:
-            warnings.append(f"{r.path}: [{section}]: no channel list names {name!r}, section ignored")
-    return warnings
-
-
-def _parse_log_level(text: str) -> str:
-    level = LOG_LEVELS.get(text.lower())
-    if level is None:
-        raise ValueError("must be debug, info, notice, warning or error")
-    return level
-
-
-def _parse_log_format(text: str) -> str:
-    value = text.strip().lower()
-    if value not in LOG_FORMATS:
-        raise ValueError(f"must be {' or '.join(LOG_FORMATS)}")
-    return value
-
-
-def _parse_store(text: str, cwd: str) -> str:
-    scheme, sep, rest = text.partition(":")
-    if not sep or scheme not in ("memory", "sqlite", "fdb"):
-        raise ValueError("must be memory:, sqlite:PATH, fdb: or fdb:CLUSTER_FILE")
-    if scheme == "memory":
-        if rest:
-            raise ValueError("memory: takes no path")
-        return "memory:"
-    if scheme == "sqlite":
-        if not rest.strip():
-            raise ValueError("sqlite: needs a path, e.g. sqlite:var/smoosh/jobs.db")
-        return "sqlite:" + resolve_path(rest.strip(), cwd)
-    return "fdb:" + (resolve_path(rest.strip(), cwd) if rest.strip() else "")
-
-
-def _parse_node(text: str) -> str:
-    if not text or any(ch.isspace() or not ch.isprintable() for ch in text):
-        raise ValueError("must be a name without spaces or control characters")
-    return text
 
 
 def parse_config(text: str, path: str | None, *, cwd: str | None = None, log_warnings: bool = True) -> Config:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
 from smoosh.errors import ConfigError
+from smoosh.config.defaults import LOG_FORMATS, LOG_LEVELS
 from smoosh.config.address import is_loopback_host, split_host_port
 from smoosh.units import INFINITY, parse_duration, parse_size
 
@@ -33,6 +34,10 @@ __all__ = [
     "parse_duration_at_least",
     "parse_io_rate",
     "parse_io_priority",
+    "parse_log_level",
+    "parse_log_format",
+    "parse_store",
+    "parse_node",
     "parse_http",
     "is_loopback_host",
     "resolve_path",
@@ -302,6 +307,48 @@ def parse_io_priority(text: str) -> str:
     if value not in ("normal", "idle"):
         raise ValueError("must be normal or idle")
     return value
+
+
+# ---------------------------------------------------------------- [smoosh] names
+
+
+def parse_log_level(text: str) -> str:
+    """``compaction_log_level``: a CouchDB level name (any case); ``notice`` is ``info``."""
+    level = LOG_LEVELS.get(text.lower())
+    if level is None:
+        raise ValueError("must be debug, info, notice, warning or error")
+    return level
+
+
+def parse_log_format(text: str) -> str:
+    """``log_format``: one of ``LOG_FORMATS`` (any case)."""
+    value = text.strip().lower()
+    if value not in LOG_FORMATS:
+        raise ValueError(f"must be {' or '.join(LOG_FORMATS)}")
+    return value
+
+
+def parse_store(text: str, cwd: str) -> str:
+    """``store``: ``memory:``, ``sqlite:PATH`` or ``fdb:[CLUSTER_FILE]``, a path made absolute against ``cwd``."""
+    scheme, sep, rest = text.partition(":")
+    if not sep or scheme not in ("memory", "sqlite", "fdb"):
+        raise ValueError("must be memory:, sqlite:PATH, fdb: or fdb:CLUSTER_FILE")
+    if scheme == "memory":
+        if rest:
+            raise ValueError("memory: takes no path")
+        return "memory:"
+    if scheme == "sqlite":
+        if not rest.strip():
+            raise ValueError("sqlite: needs a path, e.g. sqlite:var/smoosh/jobs.db")
+        return "sqlite:" + resolve_path(rest.strip(), cwd)
+    return "fdb:" + (resolve_path(rest.strip(), cwd) if rest.strip() else "")
+
+
+def parse_node(text: str) -> str:
+    """``node``: a name without spaces or control characters (the default is the host name)."""
+    if not text or any(ch.isspace() or not ch.isprintable() for ch in text):
+        raise ValueError("must be a name without spaces or control characters")
+    return text
 
 
 # ---------------------------------------------------------------- http

@@ -51,16 +51,20 @@ class DeferredFinishes:
         self._jobs = jobs
         self._clock = clock
         self._cond = threading.Condition()
-        self._waiting: list[tuple[str, Any, dict[str, Any]]] = []  # (key, job, data)
+        self._waiting: list[tuple[str, Any]] = []  # (key, job)
         self._since = 0.0  # when the oldest waiting finish was added
         self._committing: dict[str, int] = {}  # key -> commits under way carrying its finish
 
-    def add(self, key: str, job: Any, data: dict[str, Any]) -> None:
-        """The run of ``key`` ended: its job is to be finished (with ``data``) and removed."""
+    def add(self, key: str, job: Any) -> None:
+        """The run of ``key`` ended: its job is to be finished and removed.
+
+        Its outcome is not written: the channel heard it directly and keeps it, and the job
+        is deleted in the same commit, so no reader could ever see it.
+        """
         with self._cond:
             if not self._waiting:
                 self._since = self._clock()
-            self._waiting.append((key, job, data))
+            self._waiting.append((key, job))
 
     def waiting(self) -> int:
         """How many finishes wait for a commit."""
@@ -116,17 +120,17 @@ class DeferredFinishes:
 
     # -- under the lock, and the commits -----------------------------------------------------------
 
-    def _take_locked(self) -> list[tuple[str, Any, dict[str, Any]]]:
+    def _take_locked(self) -> list[tuple[str, Any]]:
         taken, self._waiting = self._waiting, []
-        for key, _, _ in taken:
+        for key, _ in taken:
             self._committing[key] = self._committing.get(key, 0) + 1
         return taken
 
-    def _done(self, taken: list[tuple[str, Any, dict[str, Any]]]) -> None:
+    def _done(self, taken: list[tuple[str, Any]]) -> None:
         if not taken:
             return
         with self._cond:
-            for key, _, _ in taken:
+            for key, _ in taken:
                 left = self._committing.get(key, 0) - 1
                 if left > 0:
                     self._committing[key] = left
@@ -134,7 +138,7 @@ class DeferredFinishes:
                     self._committing.pop(key, None)
             self._cond.notify_all()
 
-    def _restore(self, taken: list[tuple[str, Any, dict[str, Any]]]) -> None:
+    def _restore(self, taken: list[tuple[str, Any]]) -> None:
         if not taken:
             return
         with self._cond:
@@ -142,25 +146,26 @@ class DeferredFinishes:
                 self._since = self._clock()
             self._waiting = taken + self._waiting
 
-    def _carry(self, tr: Transaction, taken: list[tuple[str, Any, dict[str, Any]]], body: Callable[[Transaction], T]) -> T:
+    def _carry(self, tr: Transaction, taken: list[tuple[str, Any]], body: Callable[[Transaction], T]) -> T:
         self._apply(tr, taken)
         return body(tr)
 
-    def _apply(self, tr: Transaction, taken: list[tuple[str, Any, dict[str, Any]]]) -> None:
-        for key, job, data in taken:
+    def _apply(self, tr: Transaction, taken: list[tuple[str, Any]]) -> None:
+        for key, job in taken:
             try:
-                self._jobs.finish(job, data, tx=tr)
-                self._jobs.remove(job.type, job.id, tx=tr)
+                # Finished and removed in one step (smoosh never resubmits a job while it
+                # runs; one that was would be left pending, not removed).
+                self._jobs.finish_and_remove(job, tx=tr)
             except JobHalted:
                 # Removed (its crash record was written with the removal) or re-enqueued
                 # since it ran: nothing of this run to finish. finish() reads before it writes.
                 log.debug("Job %r was halted before it could be finished.", key)
 
-    def _commit(self, taken: list[tuple[str, Any, dict[str, Any]]]) -> None:
+    def _commit(self, taken: list[tuple[str, Any]]) -> None:
         try:
             self._jobs.transact(lambda tr: self._apply(tr, taken))
         except Exception:
             # The jobs stay running in the store; their activity timeout re-enqueues them.
-            log.exception("Finishing the jobs of %s failed.", ", ".join(repr(k) for k, _, _ in taken))
+            log.exception("Finishing the jobs of %s failed.", ", ".join(repr(k) for k, _ in taken))
         finally:
             self._done(taken)

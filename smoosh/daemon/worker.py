@@ -417,7 +417,7 @@ class Worker:
                 if running.claimed:
                     # Its channel is in this process and hears the end directly: the job is
                     # finished and removed in the next claim's commit (smoosh.daemon.finishes).
-                    self.finishes.add(running.key, running.job, data)
+                    self.finishes.add(running.key, running.job)
                 else:
                     self.jobs.finish(running.job, data)
         except JobHalted:

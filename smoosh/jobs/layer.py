@@ -306,6 +306,21 @@ class Jobs:
         encoded = None if data is None else encode_data(data)
         self._run(lambda tr: transitions.finish(tr, self.keys, job, encoded), tx)
 
+    def finish_and_remove(self, job: Job, *, tx: Transaction | None = None) -> bool:
+        """End a run and delete its job at once: for a caller that keeps the outcome itself.
+
+        The same as ``finish`` then ``remove`` in one transaction (its subscribers hear
+        "not_found"), without writing the finished row first; a job resubmitted while it ran
+        is not deleted but pending again with its data, as ``finish`` leaves it.
+
+        Returns:
+            True when the job was deleted, False when it is pending again.
+
+        Raises:
+            JobHalted: the job was removed or re-enqueued since it was accepted.
+        """
+        return self._run(lambda tr: transitions.finish_and_remove(tr, self.keys, job), tx)
+
     def resubmit(self, job: Job, scheduled_time: float | None = None, *, tx: Transaction | None = None) -> Job:
         """Run a job again: as ``add`` on an existing job, but its data is always kept.
 

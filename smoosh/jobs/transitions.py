@@ -141,6 +141,23 @@ def finish(tr: Transaction, keys: Keys, job: Job, data: bytes | None) -> None:
     model.bump_activity_watch(tr, keys, job.type)
 
 
+def finish_and_remove(tr: Transaction, keys: Keys, job: Job) -> bool:
+    """End a run and delete its job (see :meth:`Jobs.finish_and_remove`); whether it was deleted.
+
+    Raises:
+        JobHalted: the job was removed or re-enqueued since it was accepted.
+    """
+    row = row_or_halt(tr, keys, job)
+    if row.resubmit:
+        # Asked to run again while it ran: pending again with its data, as finish() leaves it.
+        model.write_pending(tr, keys, job.type, job.id, row.scheduled_time, row.data)
+    else:
+        tr.clear(keys.data(job.type, job.id))
+    model.clear_activity(tr, keys, job.type, row.seq)
+    model.bump_activity_watch(tr, keys, job.type)
+    return not row.resubmit
+
+
 def resubmit(tr: Transaction, keys: Keys, job: Job, stime: int | None) -> Job:
     """Run a job again, keeping its data; ``stime`` None keeps its time.
 

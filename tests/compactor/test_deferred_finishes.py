@@ -49,7 +49,7 @@ def test_the_next_claim_commits_the_finish_with_its_own_job(jobs: Jobs) -> None:
     clock = FakeClock(100.0)
     finishes = DeferredFinishes(jobs, clock=clock)
     # Given a run that ended: its finish waits, its job still running in the store
-    finishes.add("/db/a", claimed(jobs, "/db/a"), {"result": "ok"})
+    finishes.add("/db/a", claimed(jobs, "/db/a"))
     assert state(jobs, "/db/a") == "running"
     # When the next run of the channel is claimed
     job_b = finishes.transact("/db/b", lambda tr: jobs.add_claimed(JOB_TYPE, "/db/b", {"key": "/db/b"}, tx=tr))
@@ -62,7 +62,7 @@ def test_the_next_claim_commits_the_finish_with_its_own_job(jobs: Jobs) -> None:
 def test_a_finish_no_claim_takes_is_committed_once_it_has_waited(jobs: Jobs) -> None:
     clock = FakeClock(100.0)
     finishes = DeferredFinishes(jobs, clock=clock)
-    finishes.add("/db/a", claimed(jobs, "/db/a"), {"result": "ok"})
+    finishes.add("/db/a", claimed(jobs, "/db/a"))
     # Not due yet: the idle thread is told when to look again, and nothing is written
     assert finishes.flush_if_due() == pytest.approx(FINISH_MERGE_WAIT_S)
     assert state(jobs, "/db/a") == "running"
@@ -74,7 +74,7 @@ def test_a_finish_no_claim_takes_is_committed_once_it_has_waited(jobs: Jobs) -> 
 
 def test_a_failed_claim_leaves_the_finish_waiting_and_a_stop_commits_it(jobs: Jobs) -> None:
     finishes = DeferredFinishes(jobs, clock=FakeClock(100.0))
-    finishes.add("/db/a", claimed(jobs, "/db/a"), {"result": "ok"})
+    finishes.add("/db/a", claimed(jobs, "/db/a"))
 
     def failing(tr: Any) -> None:
         raise ValueError("the claim failed")
@@ -90,7 +90,7 @@ def test_a_failed_claim_leaves_the_finish_waiting_and_a_stop_commits_it(jobs: Jo
 
 def test_a_job_removed_meanwhile_does_not_fail_the_claim_that_carries_its_finish(jobs: Jobs) -> None:
     finishes = DeferredFinishes(jobs, clock=FakeClock(100.0))
-    finishes.add("/db/a", claimed(jobs, "/db/a"), {"result": "ok"})
+    finishes.add("/db/a", claimed(jobs, "/db/a"))
     jobs.remove(JOB_TYPE, "/db/a")  # e.g. with its crash record, by the scheduler
     finishes.transact("/db/b", lambda tr: jobs.add_claimed(JOB_TYPE, "/db/b", {"key": "/db/b"}, tx=tr))
     assert state(jobs, "/db/a") is None and state(jobs, "/db/b") == "running"
@@ -98,7 +98,7 @@ def test_a_job_removed_meanwhile_does_not_fail_the_claim_that_carries_its_finish
 
 def test_a_claim_of_the_same_key_waits_for_the_commit_carrying_its_last_finish(jobs: Jobs) -> None:
     finishes = DeferredFinishes(jobs)
-    finishes.add("/db/a", claimed(jobs, "/db/a"), {"result": "ok"})
+    finishes.add("/db/a", claimed(jobs, "/db/a"))
     inside, release = threading.Event(), threading.Event()
     seen: list[str | None] = []
 

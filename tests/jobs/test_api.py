@@ -519,3 +519,45 @@ def test_bad_type_timeouts_raise_value_error(jobs: Jobs, bad: Any) -> None:
     with pytest.raises(ValueError):
         jobs.set_type_timeout("t5", bad)
     assert jobs.get_type_timeout("t5") is None
+
+
+# smoosh's own: a run claimed by its adder, ended and deleted in one step (the daemon's worker).
+def test_finish_and_remove_deletes_the_job_and_ends_its_run(jobs: Jobs) -> None:
+    job = jobs.add_claimed(T1, J1, {"a": 1})
+    assert jobs.get_job_state(T1, J1) == "running"
+    assert jobs.finish_and_remove(job) is True
+    with pytest.raises(NotFound):
+        jobs.get_job(T1, J1)
+    assert jobs.get_active_job_ids(T1) == []  # its activity entry went with it
+    with pytest.raises(JobHalted):
+        jobs.finish_and_remove(job)  # a second end of the same run: it is gone
+
+
+def test_finish_and_remove_leaves_a_job_resubmitted_while_it_ran_pending(jobs: Jobs) -> None:
+    jobs.add(T1, J1, {"a": 1})
+    job, _ = jobs.accept(T1)
+    jobs.add(T1, J1, {"ignored": True}, 7)  # asked to run again while it runs
+    assert jobs.finish_and_remove(job) is False
+    info = jobs.get_job(T1, J1)
+    assert (info.state, info.scheduled_time, info.data) == ("pending", 7, {"a": 1})
+    assert jobs.get_active_job_ids(T1) == []
+
+
+def test_finish_and_remove_of_a_re_enqueued_run_is_halted_and_writes_nothing(jobs: Jobs) -> None:
+    jobs.add(T1, J1, {"a": 1})
+    old, _ = jobs.accept(T1)
+    jobs.remove(T1, J1)
+    jobs.add(T1, J1, {"a": 2})
+    new, _ = jobs.accept(T1)  # another run of the job, under a new lock
+    with pytest.raises(JobHalted):
+        jobs.finish_and_remove(old)
+    assert (jobs.get_job_state(T1, J1), jobs.get_active_job_ids(T1)) == ("running", [J1])
+    assert jobs.finish_and_remove(new) is True
+
+
+def test_finish_and_remove_commits_with_the_callers_writes(jobs: Jobs) -> None:
+    first = jobs.add_claimed(T1, J1, {})
+    second = jobs.transact(lambda tr: (jobs.finish_and_remove(first, tx=tr), jobs.add_claimed(T1, J2, {}, tx=tr))[1])
+    assert jobs.get_active_job_ids(T1) == [J2] and second.id == J2
+    with pytest.raises(NotFound):
+        jobs.get_job(T1, J1)

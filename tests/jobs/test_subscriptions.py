@@ -187,3 +187,12 @@ def test_dropped_subscription_is_forgotten_by_the_notifier(jobs: Jobs) -> None:
     gc.collect()
     notifier.notify_subscribers()
     assert notifier.subscription_count() == 0
+
+
+def test_a_run_finished_and_removed_at_once_is_heard_as_not_found(jobs: Jobs) -> None:
+    job = jobs.add_claimed(T1, J1, {"z": 1})
+    sub = jobs.subscribe(T1, J1)
+    assert sub.state == "running"
+    jobs.finish_and_remove(job)
+    assert sub.wait(timeout=EVENT_WAIT_S) == (T1, J1, "not_found", None)
+    assert sub.wait(timeout=NO_EVENT_WAIT_S) is None

@@ -19,6 +19,9 @@ What it does, as watchdog's observer does for the events smoosh asks for:
 * a watched root deleted or moved away ends its watch: :meth:`is_watching` turns False and
   the owner (``WatchedRoots``) watches the path again when a directory is back there.
 * a kernel queue overflow calls ``on_overflow()`` on every handler that has one.
+* beyond watchdog: :meth:`InotifyObserver.after_drain` runs a callback once every event the
+  kernel queued before the call has been handled (how the watcher knows the last events of
+  smoosh's own compaction are behind it).
 
 Owner: whoever made it (the daemon's housekeeping, a watcher or a config watcher); any
 thread may schedule and unschedule, under the observer's lock. Handlers run on the
@@ -33,8 +36,7 @@ import os
 import select
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 from watchdog.events import (
     DirCreatedEvent,
@@ -49,47 +51,31 @@ from watchdog.events import (
     FileSystemEvent,
 )
 
-__all__ = ["InotifyObserver", "inotify_available", "new_observer"]
+from smoosh.daemon.inotify_watch import (
+    ADD_FLAGS,
+    IN_ATTRIB,
+    IN_CLOSE_WRITE,
+    IN_CREATE,
+    IN_DELETE,
+    IN_DELETE_SELF,
+    IN_IGNORED,
+    IN_ISDIR,
+    IN_MODIFY,
+    IN_MOVE,
+    IN_MOVE_SELF,
+    IN_MOVED_FROM,
+    IN_MOVED_TO,
+    IN_Q_OVERFLOW,
+    SELF_EVENTS,
+    TREE_EVENTS,
+    Watch,
+    mask_of,
+)
+
+__all__ = ["InotifyObserver", "inotify_available", "new_observer", "IN_Q_OVERFLOW"]
 
 log = logging.getLogger("smoosh.daemon.watcher")  # the watcher's lines, one logger
 
-# inotify(7) constants (linux/inotify.h); inotify_simple only wraps the system calls.
-IN_MODIFY = 0x00000002
-IN_ATTRIB = 0x00000004
-IN_CLOSE_WRITE = 0x00000008
-IN_MOVED_FROM = 0x00000040
-IN_MOVED_TO = 0x00000080
-IN_CREATE = 0x00000100
-IN_DELETE = 0x00000200
-IN_DELETE_SELF = 0x00000400
-IN_MOVE_SELF = 0x00000800
-IN_Q_OVERFLOW = 0x00004000
-IN_IGNORED = 0x00008000
-IN_ONLYDIR = 0x01000000
-IN_DONT_FOLLOW = 0x02000000
-IN_EXCL_UNLINK = 0x04000000
-IN_ISDIR = 0x40000000
-IN_MOVE = IN_MOVED_FROM | IN_MOVED_TO
-
-#: The inotify bits behind each watchdog event class (``modified`` includes attribute
-#: changes, as in watchdog; a file moved in from outside is ``created``, one moved out
-#: ``deleted``, so those need the move bits too).
-_CLASS_MASKS: dict[type, int] = {
-    FileCreatedEvent: IN_CREATE | IN_MOVED_TO, DirCreatedEvent: IN_CREATE | IN_MOVED_TO,
-    FileModifiedEvent: IN_MODIFY | IN_ATTRIB, DirModifiedEvent: IN_MODIFY | IN_ATTRIB,
-    FileMovedEvent: IN_MOVE, DirMovedEvent: IN_MOVE,
-    FileDeletedEvent: IN_DELETE | IN_MOVED_FROM, DirDeletedEvent: IN_DELETE | IN_MOVED_FROM,
-    FileClosedEvent: IN_CLOSE_WRITE,
-}
-#: What a schedule without a filter receives (everything above; not opens or reads).
-_ALL_EVENTS = IN_CREATE | IN_MODIFY | IN_ATTRIB | IN_MOVE | IN_DELETE | IN_CLOSE_WRITE
-#: Always asked of the kernel: the end of a watched directory (its watch is then gone).
-_SELF_EVENTS = IN_DELETE_SELF | IN_MOVE_SELF
-#: A recursive watch also needs to hear of directories appearing, moving and going.
-_TREE_EVENTS = IN_CREATE | IN_MOVE
-#: Flags of every inotify_add_watch: never through a symlink, directories only, and no
-#: events for files already unlinked but still open (a deleted journal's last writes).
-_ADD_FLAGS = IN_DONT_FOLLOW | IN_ONLYDIR | IN_EXCL_UNLINK
 #: Seconds the thread lets events gather after the first one arrives, before it reads them:
 #: one read then takes a compaction's worth of events instead of one each (and the kernel
 #: merges repeats of an event not yet read). Every event is debounced downstream anyway.
@@ -118,39 +104,6 @@ def new_observer() -> Any:
     return Observer()
 
 
-@dataclass(eq=False)
-class Watch:
-    """One scheduled watch (what :meth:`InotifyObserver.schedule` returns).
-
-    Attributes:
-        path: the watched directory, as given.
-        is_recursive: whether the directories below it are watched too.
-    """
-
-    path: str
-    is_recursive: bool
-    handler: Any = field(repr=False)
-    #: The inotify bits this watch's handler receives.
-    mask: int = field(repr=False, default=_ALL_EVENTS)
-    #: False once its root is gone (deleted, moved away) or unscheduled.
-    alive: bool = field(repr=False, default=True)
-
-    def covers(self, directory: str) -> bool:
-        """Whether events in ``directory`` belong to this watch."""
-        if directory == self.path:
-            return True
-        return self.is_recursive and directory.startswith(self.path.rstrip("/") + "/")
-
-
-def _mask_of(event_filter: Iterable[type] | None) -> int:
-    if event_filter is None:
-        return _ALL_EVENTS
-    mask = 0
-    for cls in event_filter:
-        mask |= _CLASS_MASKS.get(cls, 0)
-    return mask
-
-
 class InotifyObserver:
     """watchdog's observer interface (the part smoosh uses) over one inotify descriptor.
 
@@ -170,6 +123,8 @@ class InotifyObserver:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        #: Callbacks for after the next read of the kernel queue (see after_drain); under the lock.
+        self._after_read: list[Callable[[], None]] = []
 
     # -- watchdog's interface -------------------------------------------------------------
 
@@ -198,6 +153,20 @@ class InotifyObserver:
         """Whether the thread runs."""
         return self._thread is not None and self._thread.is_alive()
 
+    def after_drain(self, callback: Callable[[], None]) -> bool:
+        """Call ``callback`` on the observer's thread once every event queued before now is handled.
+
+        The thread is woken, reads the kernel queue (which holds every event of writes made
+        before this call) and dispatches it, then calls ``callback``; at a stop, it is called
+        all the same. Returns False, calling nothing, when the thread does not run.
+        """
+        with self._lock:
+            if self._thread is None or self._stopping:
+                return False
+            self._after_read.append(callback)
+        self._wake()
+        return True
+
     def schedule(
         self, event_handler: Any, path: str, recursive: bool = False, event_filter: Sequence[type] | None = None
     ) -> Watch:
@@ -214,7 +183,7 @@ class InotifyObserver:
             OSError: the directory cannot be watched (missing; inotify's limits: ENOSPC for
                 watches, EMFILE for instances).
         """
-        watch = Watch(path=os.fsdecode(path), is_recursive=recursive, handler=event_handler, mask=_mask_of(event_filter))
+        watch = Watch(path=os.fsdecode(path), is_recursive=recursive, handler=event_handler, mask=mask_of(event_filter))
         with self._lock:
             if self._inotify is None:
                 from inotify_simple import INotify
@@ -275,14 +244,14 @@ class InotifyObserver:
     # -- watches (under the lock) ---------------------------------------------------------
 
     def _mask_for(self, directory: str) -> int:
-        mask = _SELF_EVENTS
+        mask = SELF_EVENTS
         for watch in self._watches:
             if watch.alive and watch.covers(directory):
-                mask |= watch.mask | (_TREE_EVENTS if watch.is_recursive else 0)
+                mask |= watch.mask | (TREE_EVENTS if watch.is_recursive else 0)
         return mask
 
     def _add_dir(self, directory: str) -> int:
-        wd: int = self._inotify.add_watch(directory, self._mask_for(directory) | _ADD_FLAGS)
+        wd: int = self._inotify.add_watch(directory, self._mask_for(directory) | ADD_FLAGS)
         old = self._wd_dir.get(wd)
         if old is not None and old != directory:
             self._dir_wd.pop(old, None)  # the same directory, reached by a new name
@@ -348,27 +317,44 @@ class InotifyObserver:
                 if inotify is not None and not registered:
                     poller.register(inotify.fileno(), select.POLLIN)
                     registered = True
-                # Blocks until events or a wake-up (a stop, the first schedule): an idle
-                # daemon's watches cost no wakeups.
+                # Blocks until events or a wake-up (a stop, the first schedule, after_drain):
+                # an idle daemon's watches cost no wakeups.
                 poller.poll()
                 try:
                     os.read(self._wake_r, 64)
                 except BlockingIOError:
                     pass
-                if inotify is None:
-                    continue
-                time.sleep(READ_DELAY_S)
+                # Taken before the read: every event queued before a callback was asked for
+                # is in this read or an earlier one.
+                with self._lock:
+                    after, self._after_read = self._after_read, []
                 try:
-                    events = inotify.read(timeout=0)
-                except OSError as e:
-                    log.error("reading inotify events failed: %s; relying on rescans", e)
-                    continue
-                try:
-                    self._handle(events)
-                except Exception:
-                    log.exception("handling inotify events failed")
+                    if inotify is not None:
+                        time.sleep(READ_DELAY_S)
+                        self._read_and_handle(inotify)
+                finally:
+                    self._call(after)
         finally:
             self._close()
+
+    def _read_and_handle(self, inotify: Any) -> None:
+        try:
+            events = inotify.read(timeout=0)
+        except OSError as e:
+            log.error("reading inotify events failed: %s; relying on rescans", e)
+            return
+        try:
+            self._handle(events)
+        except Exception:
+            log.exception("handling inotify events failed")
+
+    @staticmethod
+    def _call(callbacks: list[Callable[[], None]]) -> None:
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                log.exception("an after_drain callback failed")
 
     def _close(self) -> None:
         with self._lock:
@@ -376,6 +362,8 @@ class InotifyObserver:
             self._wd_dir.clear()
             self._dir_wd.clear()
             self._covering = {}
+            after, self._after_read = self._after_read, []
+        self._call(after)  # no more events will come: nothing is left to wait for
         if inotify is not None:
             inotify.close()
         for fd in (self._wake_r, self._wake_w):

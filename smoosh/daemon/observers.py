@@ -3,7 +3,9 @@
 It knows which watched directories are present (by device and inode, so a directory deleted
 and made again is noticed), warns once about a missing one, and re-watches a replaced one.
 When inotify's limits run out it falls back to watchdog's PollingObserver over the same
-roots, with one ERROR line naming the sysctl to raise.
+roots, with one ERROR line naming the sysctl to raise. watchdog's observers report a kernel
+queue overflow only in two log records: :data:`watchdog_overflows` turns them into a rescan
+by every started watcher (smoosh's own observer calls the handler's ``on_overflow``).
 
 Owner: the :class:`~smoosh.daemon.watcher.Watcher`; it calls every method under its lock.
 """
@@ -14,6 +16,7 @@ import errno
 import logging
 import os
 import stat
+import weakref
 from typing import Any, Callable
 
 from watchdog.events import (
@@ -26,7 +29,7 @@ from watchdog.events import (
 
 from smoosh.daemon.scan import WatchEntry, watch_roots
 
-__all__ = ["WatchedRoots", "ROOT_CHECK_INTERVAL_S", "POLL_INTERVAL_S", "INOTIFY_LIMIT_ERRNOS", "EVENT_FILTER"]
+__all__ = ["WatchedRoots", "watchdog_overflows", "ROOT_CHECK_INTERVAL_S", "POLL_INTERVAL_S", "INOTIFY_LIMIT_ERRNOS", "EVENT_FILTER"]
 
 log = logging.getLogger("smoosh.daemon.watcher")  # one logger for the watcher's lines
 
@@ -42,6 +45,38 @@ INOTIFY_LIMIT_ERRNOS = frozenset({errno.ENOSPC, errno.EMFILE})
 #: Not "closed": a file written and closed has sent "modified" already (a truncation too), so
 #: a close would only add an event per descriptor, smoosh's own compactions' included.
 EVENT_FILTER = [FileCreatedEvent, FileModifiedEvent, FileMovedEvent, DirMovedEvent]
+
+
+#: The loggers through which watchdog reports a kernel queue overflow, and the message prefix.
+_WATCHDOG_OVERFLOW_LOGGERS = ("watchdog.observers.inotify_c", "watchdog.observers.inotify")
+_WATCHDOG_OVERFLOW_PREFIX = "Inotify queue overflowed"
+
+
+class OverflowFilter(logging.Filter):
+    """Turns watchdog's two warnings per inotify overflow into a rescan by every live watcher (it calls their ``overflowed()``).
+
+    watchdog offers no callback for an overflow, only these log records. Installed once per
+    process on watchdog's loggers; watchers register while started. Runs on watchdog's
+    thread: it only flags the watchers, which scan on their own threads.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.watchers: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith(_WATCHDOG_OVERFLOW_PREFIX):
+            return True
+        if record.name == _WATCHDOG_OVERFLOW_LOGGERS[0]:  # once per overflow, not once per watch
+            for watcher in list(self.watchers):
+                watcher.overflowed()
+        return False
+
+
+#: The process's one filter; a started watcher adds itself to ``watchdog_overflows.watchers``.
+watchdog_overflows = OverflowFilter()
+for _name in _WATCHDOG_OVERFLOW_LOGGERS:
+    logging.getLogger(_name).addFilter(watchdog_overflows)
 
 
 class WatchedRoots:
@@ -103,6 +138,14 @@ class WatchedRoots:
                 observer.join(timeout_s)
 
         return release
+
+    def after_drain(self, callback: Callable[[], None]) -> bool:
+        """Run ``callback`` once the events queued so far are handled (smoosh's inotify observer
+        only: see :meth:`~smoosh.daemon.inotify.InotifyObserver.after_drain`); False when the
+        observer cannot tell (watchdog's, polling, none), and nothing is called."""
+        observer = self._observer
+        after_drain = getattr(observer, "after_drain", None)
+        return bool(after_drain(callback)) if after_drain is not None else False
 
     def refresh(self, entries: tuple[WatchEntry, ...]) -> list[str]:
         """(Re)schedule a watch per root of ``entries``; return the roots that newly appeared.

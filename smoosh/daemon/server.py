@@ -223,6 +223,7 @@ class Server(LiveConfig):
                 listener=self._scheduler, clock=self._clock, roots=lambda: self._config.roots,
                 io_budget=self.io_budget, io_priority=lambda: self._config.io_priority,
             )
+            self._worker.on_released = self._settle
             self._worker.start()
             self._scheduler.local = self._worker
         self._housekeeping = Housekeeping(Parts(
@@ -392,6 +393,13 @@ class Server(LiveConfig):
         """Whether this process's worker is compacting ``path`` now (any thread)."""
         worker = self._worker
         return worker is not None and worker.is_running(path)
+
+    def _settle(self, key: str) -> None:
+        """The compaction of ``key`` ends (its thread): the watcher ignores its last events."""
+        housekeeping = self._housekeeping
+        watcher = housekeeping.watcher if housekeeping is not None else None
+        if watcher is not None:
+            watcher.settle(key)
 
     def channels(self) -> dict[str, Channel]:
         """The channels now (a whole registry: safe to read from any thread)."""

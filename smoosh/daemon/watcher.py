@@ -4,7 +4,7 @@ DESIGN §7: watchdog events are mapped from ``X-wal`` / ``X-journal`` / ``X-shm`
 (under WAL a commit touches only the ``-wal`` file; peers_perf §4.6), moves count by their
 destination (atomic saves arrive as ``moved``, never ``modified``), and the watched trees are
 rescanned every ``rescan_interval`` because inotify drops events when its queue overflows
-(and at once, for what changed, when watchdog reports an overflow: ``_OverflowFilter``). The start-up scan (and one after a config change) reports every database; a
+(and at once, for what changed, when an observer reports an overflow: ``observers.watchdog_overflows``). The start-up scan (and one after a config change) reports every database; a
 periodic rescan reports only the databases whose file or ``-wal`` changed (mtime or ctime:
 a rename sets the ctime) since the previous scan started, less ``RESCAN_MARGIN_S``. An
 unchanged database has nothing new to say, and re-examining a million of them every ten
@@ -35,7 +35,6 @@ import stat
 import subprocess
 import threading
 import time
-import weakref
 from typing import Any, Callable, Iterable, Sequence
 
 from watchdog.events import (
@@ -48,7 +47,7 @@ from watchdog.events import (
 
 from smoosh.daemon.debounce import Debouncer
 from smoosh.paths import CLEANUP_PREFIX, canonical_path
-from smoosh.daemon.observers import ROOT_CHECK_INTERVAL_S, WatchedRoots
+from smoosh.daemon.observers import ROOT_CHECK_INTERVAL_S, WatchedRoots, watchdog_overflows
 from smoosh.daemon.scan_helper import run_scan_helper
 from smoosh.daemon.scan import WatchEntry, accepts, is_sqlite_file, main_db_path, resolve_watch, watch_roots
 
@@ -81,37 +80,6 @@ STOP_TIMEOUT_S = 5.0
 _WANTED_EVENT_TYPES = frozenset({EVENT_TYPE_CREATED, EVENT_TYPE_MODIFIED, EVENT_TYPE_MOVED})
 #: Seconds between two of smoosh's warnings about inotify overflows (each one still rescans).
 OVERFLOW_WARNING_INTERVAL_S = 60.0
-#: The loggers through which watchdog reports a kernel queue overflow, and the message prefix.
-_WATCHDOG_OVERFLOW_LOGGERS = ("watchdog.observers.inotify_c", "watchdog.observers.inotify")
-_WATCHDOG_OVERFLOW_PREFIX = "Inotify queue overflowed"
-
-
-class _OverflowFilter(logging.Filter):
-    """Turns watchdog's two warnings per inotify overflow into a rescan by every live watcher.
-
-    watchdog offers no callback for an overflow, only these log records. Installed once per
-    process on watchdog's loggers; watchers register while started. Runs on watchdog's
-    thread: it only flags the watchers, which scan on their own threads.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.watchers: weakref.WeakSet[Watcher] = weakref.WeakSet()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if not str(record.msg).startswith(_WATCHDOG_OVERFLOW_PREFIX):
-            return True
-        if record.name == _WATCHDOG_OVERFLOW_LOGGERS[0]:  # once per overflow, not once per watch
-            for watcher in list(self.watchers):
-                watcher.overflowed()
-        return False
-
-
-_overflow_filter = _OverflowFilter()
-for _name in _WATCHDOG_OVERFLOW_LOGGERS:
-    logging.getLogger(_name).addFilter(_overflow_filter)
-
-
 # ---------------------------------------------------------------------- the watcher
 
 
@@ -145,7 +113,8 @@ class Watcher:
         observer: a started watchdog observer to schedule the watches on (shared with the
             config watcher: one observer thread for the daemon); None makes one of its own.
         busy: True for a database path smoosh itself is compacting now: events on it (and its
-            side files) are ignored, checked before any system call.
+            side files) are ignored, checked before any system call. When its compaction ends,
+            the owner calls :meth:`settle`, so the last events of it are ignored too.
     """
 
     def __init__(
@@ -165,6 +134,10 @@ class Watcher:
         self._on_path = on_path
         self._on_scanned = on_scanned or on_path
         self._busy = busy
+        # Paths whose compaction ended, their last events perhaps still queued (see settle()):
+        # path -> compactions settling, under _settle_lock.
+        self._settling: dict[str, int] = {}
+        self._settle_lock = threading.Lock()
         self._ticked = False  # ticked by its owner's loop: scans run on a thread of their own
         self._scan_thread: threading.Thread | None = None
         self._rescan_interval_s = float(rescan_interval_s)
@@ -231,7 +204,7 @@ class Watcher:
             self._next_scan_at = self._clock() + self._rescan_interval_s
             self._requested_full = True
             self._requested_everything = True
-            _overflow_filter.watchers.add(self)
+            watchdog_overflows.watchers.add(self)
             if thread:
                 self._thread = threading.Thread(target=self._run, name="smoosh-watcher", daemon=True)
                 self._thread.start()
@@ -246,7 +219,7 @@ class Watcher:
         """
         self._stop.set()
         self._wake.set()
-        _overflow_filter.watchers.discard(self)
+        watchdog_overflows.watchers.discard(self)
         proc = self._scan_proc
         if proc is not None and proc.poll() is None:
             proc.kill()
@@ -441,11 +414,38 @@ class Watcher:
         except Exception:
             log.exception("watcher could not handle %r", event)
 
+    def settle(self, path: str) -> None:
+        """smoosh's compaction of ``path`` is ending: ignore its events until the kernel's queue,
+        as it is now, has been handled (any thread; call it before ``busy`` turns False).
+
+        Events are read a little after they happen: the last writes of a compaction (its
+        connection closed, its journal deleted) would otherwise come once ``busy`` is False,
+        and every database compacted would be examined again as if its application wrote.
+        An application's write in that instant (about a millisecond) is missed like one made
+        during the compaction. Observers that cannot tell (watchdog's, polling) change nothing.
+        """
+        with self._settle_lock:
+            self._settling[path] = self._settling.get(path, 0) + 1
+        if not self._roots.after_drain(lambda: self._settled(path)):
+            self._settled(path)
+
+    def settling(self) -> int:
+        """How many ended compactions' last events are still awaited (see :meth:`settle`)."""
+        return sum(self._settling.values())
+
+    def _settled(self, path: str) -> None:
+        with self._settle_lock:
+            left = self._settling.get(path, 0) - 1
+            if left > 0:
+                self._settling[path] = left
+            else:
+                self._settling.pop(path, None)
+
     def _consider(self, path: str) -> None:
         if path.endswith("-shm"):
             return  # the WAL index changes with every reader too; writes show in -wal
         db = main_db_path(path)
-        if self._busy(db):
+        if self._busy(db) or db in self._settling:
             return  # smoosh is compacting it: its own writes are no news (and a flood of them)
         real = canonical_path(db)
         if not accepts(self._entries, real) or self._exclude(real):

@@ -130,6 +130,9 @@ class Worker:
         self._running: set[Running] = set()
         # Keys of the jobs running now, for lock-free membership tests from other threads.
         self._running_keys: frozenset[str] = frozenset()
+        #: Told each key on its compaction thread just before it stops counting as running
+        #: (:meth:`is_running`): the daemon's file watcher settles its last events then.
+        self.on_released: Callable[[str], None] | None = None
         # Compactions run on these threads; they stay while work keeps coming (a thread per
         # job would cost its start on every compaction of a fleet of small files).
         # A claimed run's finish waits for the next claim's commit (one commit per compaction);
@@ -370,6 +373,12 @@ class Worker:
         except Exception:
             log.exception("Running the job of %r failed.", running.key)
         finally:
+            on_released = self.on_released
+            if on_released is not None:
+                try:
+                    on_released(running.key)
+                except Exception:
+                    log.exception("Releasing %r failed.", running.key)
             with self._cond:
                 self._running.discard(running)
                 self._running_keys = frozenset(r.key for r in self._running)

@@ -215,3 +215,30 @@ def test_running_out_of_watches_mid_tree_raises_and_keeps_no_half_watched_tree(t
     # Only the first watch's directory stays watched: the subdirectories it reached are dropped
     assert observer.is_watching_dir(str(tmp_path))
     assert not any(observer.is_watching_dir(str(tmp_path / f"d{i}")) for i in range(4))
+
+
+def test_after_drain_runs_once_the_events_queued_before_it_are_dispatched(
+    tmp_path: Path, observer: InotifyObserver
+) -> None:
+    rec = Recorder()
+    observer.schedule(rec, str(tmp_path), recursive=False, event_filter=WANTED)
+    f = tmp_path / "a.db"
+    f.write_bytes(b"x")
+    seen_then: list[bool] = []
+    done = threading.Event()
+    # When a callback is asked for after a write
+    assert observer.after_drain(lambda: (seen_then.append(rec.saw("created", f)), done.set()))
+    # Then it runs on the observer's thread after that write's event was dispatched
+    assert done.wait(5)
+    assert seen_then == [True]
+
+
+def test_after_drain_runs_without_watches_and_refuses_before_a_start(observer: InotifyObserver) -> None:
+    done = threading.Event()
+    assert observer.after_drain(done.set)  # nothing scheduled: nothing to wait for
+    assert done.wait(5)
+    idle = InotifyObserver()
+    try:
+        assert idle.after_drain(lambda: None) is False  # no thread: the caller does not wait
+    finally:
+        idle.stop()

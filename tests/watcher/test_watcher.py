@@ -598,3 +598,45 @@ def test_an_inotify_overflow_rescans_what_changed_and_warns_once_a_minute(
         if shared is not None:
             shared.stop()
             shared.join(5)
+
+
+def test_the_last_events_of_smooshs_own_compaction_are_ignored_and_the_next_write_is_seen(
+    watched: Path, running: Running
+) -> None:
+    observer = InotifyObserver()
+    observer.start()
+    try:
+        busy: set[str] = set()
+        w, seen = running([str(watched)], busy=lambda path: path in busy, observer=observer)
+        db = watched / "own.db"
+        key = os.path.realpath(db)
+        # The observer's thread held up, as under load: what is written now stays queued
+        inside, go_on = threading.Event(), threading.Event()
+        assert observer.after_drain(lambda: (inside.set(), go_on.wait(EVENT_WAIT_S)))
+        assert inside.wait(EVENT_WAIT_S)
+        # Given smoosh compacting the database: its writes queue events while it is busy
+        busy.add(key)
+        make_db(db, commits=3)
+        # When the compaction ends: settled first, then no longer busy (the worker's order),
+        # and only then are its events read
+        w.settle(key)
+        busy.discard(key)
+        go_on.set()
+        # Then the queue as it was is handled without a report of the compaction's writes
+        assert wait_for(lambda: w.settling() == 0)
+        assert not seen.has(db)
+        # And the application's next write is reported
+        make_db(db, commits=1)
+        assert wait_for(lambda: seen.has(db))
+    finally:
+        observer.stop()
+        observer.join(5)
+
+
+def test_settling_with_an_observer_that_cannot_tell_changes_nothing(watched: Path, running: Running) -> None:
+    db = make_db(watched / "own.db")
+    w, seen = running([str(watched)], polling=True)
+    w.settle(os.path.realpath(db))
+    assert w.settling() == 0  # nothing to wait for: the polling observer reports no queue
+    make_db(db, commits=1)
+    assert wait_for(lambda: seen.has(db))

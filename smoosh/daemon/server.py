@@ -52,6 +52,7 @@ from smoosh.daemon.suspension import Suspension
 from smoosh.errors import UnknownChannel
 from smoosh.io_budget import IoBudget
 from smoosh.jobs import Jobs
+from smoosh.paths import CLEANUP_PREFIX
 from smoosh.loop import Loop, quietly
 from smoosh.daemon.store_reset import open_job_store
 from smoosh.store import Store
@@ -395,7 +396,12 @@ class Server(LiveConfig):
         return worker is not None and worker.is_running(path)
 
     def _settle(self, key: str) -> None:
-        """The compaction of ``key`` ends (its thread): the watcher ignores its last events."""
+        """The compaction of ``key`` ends (its thread): the watcher ignores its last events.
+
+        Only what :meth:`_compacting` covers: a ``cleanup:`` key is never the path of an event.
+        """
+        if key.startswith(CLEANUP_PREFIX):
+            return
         housekeeping = self._housekeeping
         watcher = housekeeping.watcher if housekeeping is not None else None
         if watcher is not None:

@@ -4,12 +4,13 @@ DESIGN §7: watchdog events are mapped from ``X-wal`` / ``X-journal`` / ``X-shm`
 (under WAL a commit touches only the ``-wal`` file; peers_perf §4.6), moves count by their
 destination (atomic saves arrive as ``moved``, never ``modified``), and the watched trees are
 rescanned every ``rescan_interval`` because inotify drops events when its queue overflows
-(and at once, for what changed, when an observer reports an overflow: ``observers.watchdog_overflows``). The start-up scan (and one after a config change) reports every database; a
-periodic rescan reports only the databases whose file or ``-wal`` changed (mtime or ctime:
-a rename sets the ctime) since the previous scan started, less ``RESCAN_MARGIN_S``. An
-unchanged database has nothing new to say, and re-examining a million of them every ten
-minutes (an exact ``dbstat`` pass each, once its remembered size is forgotten) would keep
-the disk busy for nothing. ``polling=True`` (network filesystems) uses watchdog's
+(and at once, for what changed, when an observer reports an overflow:
+``observers.watchdog_overflows``). The start-up scan (and one after a config change) reports
+every database; a periodic rescan reports only the databases whose file or ``-wal`` changed
+(mtime or ctime: a rename sets the ctime) since the previous scan started, less
+``RESCAN_MARGIN_S``. An unchanged database has nothing new to say, and re-examining a
+million of them every ten minutes (an exact ``dbstat`` pass each, once its remembered size is
+forgotten) would keep the disk busy for nothing. ``polling=True`` (network filesystems) uses watchdog's
 PollingObserver; running out of inotify watches falls back to it too.
 
 What ``on_path`` receives, and where the SQLite header is checked:
@@ -431,7 +432,8 @@ class Watcher:
 
     def settling(self) -> int:
         """How many ended compactions' last events are still awaited (see :meth:`settle`)."""
-        return sum(self._settling.values())
+        with self._settle_lock:  # the observer's thread settles them meanwhile
+            return sum(self._settling.values())
 
     def _settled(self, path: str) -> None:
         with self._settle_lock:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Sequence
 
-from smoosh.cli.argtypes import non_negative_int, positive_int
+from smoosh.cli.argtypes import node_name, non_negative_int, positive_int
 from smoosh.cli.client import CliError
 from smoosh.cli.commands import cmd_config_check, cmd_control, cmd_demo, cmd_enqueue, cmd_explain, cmd_status
 from smoosh.cli.pipes import quiet_pipes
@@ -183,11 +183,6 @@ def _add_cluster_options(p: argparse.ArgumentParser, action: str) -> None:
     where.add_argument("--store", metavar="URL",
                        help=f"{action} through the store instead: a cluster hold, obeyed by every daemon sharing it "
                             "(separate from each daemon's own suspension)")
-    p.add_argument("--node", metavar="NODE", type=_node_name,
+    p.add_argument("--node", metavar="NODE", type=node_name,
                    help="with --store: only this node (default: every node, including nodes that join later)")
 
-
-def _node_name(text: str) -> str:
-    if not text or any(ch.isspace() or not ch.isprintable() for ch in text):
-        raise argparse.ArgumentTypeError(f"{text!r}: a node name has no spaces or control characters")
-    return text

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["positive_int", "non_negative_int"]
+from smoosh.config.values import parse_node
+
+__all__ = ["positive_int", "non_negative_int", "node_name"]
 
 
 def _int(text: str) -> int:
@@ -28,3 +30,11 @@ def non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text!r}: must be 0 or more")
     return value
+
+
+def node_name(text: str) -> str:
+    """A node name (``--node``): the config's ``node`` rule, no spaces or control characters."""
+    try:
+        return parse_node(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: a node name has no spaces or control characters") from None

@@ -18,20 +18,13 @@ from compactor.dbfactory import db_stats, integrity, make_bloated_db
 from smoosh.compactors import Interrupted, SqliteCompactor
 from smoosh.daemon.job_context import JobContext
 from smoosh.io_budget import IoBudget
+from helpers.clocks import FakeClock
 
 CHUNK_PAGES = 50
 #: Bytes per second: slow enough that every chunk leaves a debt of a fraction of a second.
 RATE = 1_000_000.0
 #: Upper bound for any wait on the compaction thread (seconds); a pass takes milliseconds.
 WAIT_S = 15.0
-
-
-class FakeClock:
-    def __init__(self, now: float = 10_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class ChunkStarts:
@@ -88,7 +81,7 @@ def db(tmp_path: Any) -> str:
 
 def test_each_chunk_starts_exactly_when_the_previous_chunks_debt_is_paid(db: str) -> None:
     # Given a budget of RATE bytes/s and a clock that moves only when the test steps it
-    clock = FakeClock()
+    clock = FakeClock(10_000.0)
     t0 = clock.now
     budget = IoBudget(RATE, clock=clock)
     page_bytes, free_pages = db_stats(db)["page_size"], db_stats(db)["freelist_count"]
@@ -127,7 +120,7 @@ def test_each_chunk_starts_exactly_when_the_previous_chunks_debt_is_paid(db: str
 
 def test_a_stop_during_a_wait_ends_the_compaction_at_once(db: str) -> None:
     # Given a budget so slow that the first chunk's debt would take days
-    budget = IoBudget(1.0, clock=FakeClock())
+    budget = IoBudget(1.0, clock=FakeClock(10_000.0))
     compactor = SqliteCompactor(settings(), io_budget=budget)
     ctx = JobContext(budget)
     thread, outcome = run_in_thread(compactor, db, ctx)
@@ -142,7 +135,7 @@ def test_a_stop_during_a_wait_ends_the_compaction_at_once(db: str) -> None:
 
 
 def test_an_unlimited_budget_never_waits_and_still_counts_what_was_written(db: str) -> None:
-    budget = IoBudget(None, clock=FakeClock())  # the clock never moves: any wait would hang
+    budget = IoBudget(None, clock=FakeClock(10_000.0))  # the clock never moves: any wait would hang
     page_bytes = db_stats(db)["page_size"]
     freed = db_stats(db)["freelist_count"]
     compactor = SqliteCompactor(settings(), io_budget=budget)
@@ -159,7 +152,7 @@ def test_a_worker_takes_no_job_while_the_budget_is_in_debt_and_takes_it_when_pai
     from smoosh.jobs import Jobs
     from smoosh.store import open_store
 
-    clock = FakeClock()
+    clock = FakeClock(10_000.0)
     budget = IoBudget(RATE, clock=clock)
     budget.charge(int(5 * RATE))
     store = open_store("memory:")

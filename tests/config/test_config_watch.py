@@ -22,17 +22,10 @@ from watchdog.events import (
 from smoosh.config import Config
 from smoosh.config.watch import ConfigWatcher
 from smoosh.errors import ConfigError
+from helpers.clocks import FakeClock
 
 #: Upper bound for waiting on the operating system's file events (never a timer of ours).
 EVENT_WAIT_S = 5.0
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def replace_atomically(path: Path, text: str) -> None:
@@ -66,7 +59,7 @@ def results() -> list[Config | ConfigError]:
 @pytest.fixture
 def stepped(config_file: Path, results: list[Config | ConfigError]) -> Iterator[tuple[ConfigWatcher, FakeClock]]:
     """A watcher fed by real file events whose debounce is stepped by hand."""
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     watcher = ConfigWatcher(str(config_file), results.append, settle_s=0.5, clock=clock)
     watcher.start(ticker=False)
     yield watcher, clock
@@ -149,7 +142,7 @@ def test_a_failing_handler_does_not_stop_reloading(config_file: Path) -> None:
         calls.append(result)
         raise RuntimeError("handler bug")
 
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     watcher = ConfigWatcher(str(config_file), handler, clock=clock)
     watcher.note_event(clock.now)
     assert watcher.tick(clock.now + 1)

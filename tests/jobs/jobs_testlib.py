@@ -26,16 +26,6 @@ def job_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith(THREAD_NAME_PREFIX)]
 
 
-class FakeClock:
-    """A settable wall clock."""
-
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def load_cases(file_stem: str) -> Any:
     """Import a test module of this directory by path, under a private name.
 

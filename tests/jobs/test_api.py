@@ -10,7 +10,8 @@ from typing import Any, Callable
 
 import pytest
 
-from jobs_testlib import J1, J2, T1, T2, FakeClock
+from helpers.clocks import FakeClock
+from jobs_testlib import J1, J2, T1, T2
 
 from smoosh.jobs import EncodingError, Job, JobHalted, Jobs, NotFound, NoTypeTimeout
 

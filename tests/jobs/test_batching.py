@@ -102,9 +102,10 @@ def test_enqueue_inactive(make_jobs: Callable[..., Jobs]) -> None:
 
 def test_enqueue_inactive_stepped_many_jobs(make_jobs: Callable[..., Jobs]) -> None:
     """Many silent jobs, stepped: batches collapse to 1 and grow by 1, and every job requeues."""
-    from jobs_testlib import T1, FakeClock
+    from helpers.clocks import FakeClock
+    from jobs_testlib import T1
 
-    clock = FakeClock()
+    clock = FakeClock(1_000_000.0)
     jobs = make_jobs(clock=clock, monitors=False)
     jobs.set_type_timeout(T1, 10)
     for i in range(15):

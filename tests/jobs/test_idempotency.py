@@ -9,7 +9,7 @@ import uuid
 from typing import Any, Iterator
 
 import pytest
-from jobs_testlib import FakeClock
+from helpers.clocks import FakeClock
 
 from smoosh.jobs import JobHalted, Jobs, NotFound
 from smoosh.jobs.model import Job
@@ -36,7 +36,7 @@ def fstore(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[FaultyStor
 
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(1_000_000.0)
 
 
 @pytest.fixture

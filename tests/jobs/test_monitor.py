@@ -8,7 +8,8 @@ from typing import Any, Callable
 import pytest
 from fdb.tuple import Versionstamp
 
-from jobs_testlib import J1, J2, T1, FakeClock
+from helpers.clocks import FakeClock
+from jobs_testlib import J1, J2, T1
 
 from smoosh.jobs import BatchPolicy, JobHalted, Jobs
 from smoosh.jobs.monitor import MISSING_TIMEOUT_CHECK_S, ActivityMonitor

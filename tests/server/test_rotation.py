@@ -15,6 +15,7 @@ from helpers.daemon import wait_for
 from helpers.slow import SlowChunks
 from smoosh import Server
 from smoosh.config import parse_config
+from helpers.clocks import FakeClock
 
 
 def config_text(tmp_path: Path, dbs: Path, max_churn: int) -> str:
@@ -52,16 +53,6 @@ def freelist(path: Path) -> int:
     return int(db_stats(str(path))["freelist_count"])
 
 
-class FakeClock:
-    """The server's wall clock, moved by hand (rotation's interval passes at once)."""
-
-    def __init__(self) -> None:
-        self.now = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def start_two(tmp_path: Path, max_churn: int) -> tuple[Server, Path, Path, FakeClock]:
     dbs = tmp_path / "dbs"
     dbs.mkdir()
@@ -69,7 +60,7 @@ def start_two(tmp_path: Path, max_churn: int) -> tuple[Server, Path, Path, FakeC
     make_bloated_db(str(big), rows=3000, delete_fraction=0.8, auto_vacuum="incremental")
     make_bloated_db(str(small), rows=1000, delete_fraction=0.8)
     config = parse_config(config_text(tmp_path, dbs, max_churn), str(tmp_path / "smoosh.ini"))
-    clock = FakeClock()
+    clock = FakeClock(1_800_000_000.0)
     server = Server(config, workers=1, watch_config=False, clock=clock,
                     compactors=[SlowChunks(config.sqlite, pause_s=0.002)])
     server.start()

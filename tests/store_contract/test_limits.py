@@ -3,14 +3,7 @@
 from __future__ import annotations
 
 from smoosh.store.errors import StoreError
-
-
-class FakeClock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self):
-        return self.now
+from helpers.clocks import FakeClock
 
 
 def _code(fn):
@@ -58,7 +51,7 @@ def test_lowered_size_limit_counts_keys_values_and_conflict_ranges(ctx):
 
 
 def test_transaction_older_than_the_age_limit_fails_reads_and_commit_with_1007(ctx):
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     store = ctx.make(max_age_s=5.0, clock=clock)
     tr = store.create_transaction()
     tr.get(ctx.k(b"a"))
@@ -71,7 +64,7 @@ def test_transaction_older_than_the_age_limit_fails_reads_and_commit_with_1007(c
 
 
 def test_transact_retries_a_too_old_transaction_with_a_fresh_one(ctx):
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     store = ctx.make(max_age_s=1.0, clock=clock)
     ctx.without_faults(store)  # counts attempts
     calls = []
@@ -89,7 +82,7 @@ def test_transact_retries_a_too_old_transaction_with_a_fresh_one(ctx):
 
 
 def test_write_only_transaction_has_no_age_limit(ctx):
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     store = ctx.make(max_age_s=1.0, clock=clock)
     tr = store.create_transaction()
     tr.set(ctx.k(b"a"), b"1")

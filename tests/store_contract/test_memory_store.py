@@ -7,14 +7,7 @@ import pytest
 from smoosh.store import open_store
 from smoosh.store.errors import StoreError
 from smoosh.store.memory import MemoryStore
-
-
-class FakeClock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
+from helpers.clocks import FakeClock
 
 
 def test_open_store_memory_url_gives_an_empty_store():
@@ -36,7 +29,7 @@ def test_old_reader_keeps_its_versions_across_many_commits():
 
 
 def test_reader_older_than_the_pruned_history_fails_with_1007():
-    clock = FakeClock()
+    clock = FakeClock(0.0)
     s = MemoryStore(max_age_s=None, clock=clock)  # no age limit: only the pruning can stop it
     s.transact(lambda tr: tr.set(b"a", b"0"))
     tr = s.create_transaction()
@@ -55,7 +48,7 @@ def test_reader_older_than_the_pruned_history_fails_with_1007():
 
 
 def test_pruning_drops_deleted_keys_but_keeps_live_ones():
-    clock = FakeClock()
+    clock = FakeClock(0.0)
     s = MemoryStore(clock=clock)
     s.transact(lambda tr: [tr.set(b"a", b"1"), tr.set(b"b", b"1")])
     s.transact(lambda tr: tr.clear(b"a"))
@@ -72,7 +65,7 @@ def test_hot_key_history_is_trimmed_to_the_retention_and_readers_inside_it_still
     # ever had, and trimming must keep the version each still-readable snapshot needs.
     from smoosh.store.memory import HISTORY_TRIM_INTERVAL_S
 
-    clock = FakeClock()
+    clock = FakeClock(0.0)
     s = MemoryStore(max_age_s=None, clock=clock)  # no age limit: only the pruning stops readers
     step_s = 0.05
     readers = []

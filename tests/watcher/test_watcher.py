@@ -33,6 +33,7 @@ from smoosh.daemon.watcher import (
     resolve_watch,
     watch_roots,
 )
+from helpers.clocks import FakeClock
 
 EVENT_WAIT_S = 5.0
 Running = Callable[..., "tuple[Watcher, Seen]"]
@@ -65,14 +66,6 @@ class Seen:
     def snapshot(self) -> set[str]:
         with self._lock:
             return set(self.paths)
-
-
-class Clock:
-    def __init__(self, now: float = 0.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def make_db(path: Path, journal_mode: str = "delete", commits: int = 3) -> Path:
@@ -265,7 +258,7 @@ def test_scan_does_not_release_sqlite_locks_held_in_process(watched: Path) -> No
 
 
 def test_periodic_rescan_is_stepped_by_tick(watched: Path) -> None:
-    clock = Clock(100.0)
+    clock = FakeClock(100.0)
     seen = Seen()
     w = Watcher([str(watched)], seen, rescan_interval_s=600.0, clock=clock)
     db = make_db(watched / "later.db")
@@ -284,7 +277,7 @@ def test_missing_directory_is_reported_once_and_picked_up_when_it_appears(
 ) -> None:
     root = tmp_path / "not-yet"
     seen = Seen()
-    w = Watcher([str(root)], seen, clock=Clock(0.0))
+    w = Watcher([str(root)], seen, clock=FakeClock(0.0))
     with caplog.at_level(logging.WARNING, logger="smoosh.daemon.watcher"):
         w.tick(0.0)
         w.tick(ROOT_CHECK_INTERVAL_S)
@@ -434,7 +427,7 @@ def test_directory_that_appears_after_start_is_watched(
     tmp_path: Path, running: Running
 ) -> None:
     root = tmp_path / "later"
-    clock = Clock(0.0)
+    clock = FakeClock(0.0)
     w, seen = running([str(root)], clock=clock)
     existing = make_db(root / "existing.db")
     clock.now += ROOT_CHECK_INTERVAL_S
@@ -447,7 +440,7 @@ def test_directory_that_appears_after_start_is_watched(
 def test_deleted_and_recreated_directory_is_watched_again(
     watched: Path, running: Running
 ) -> None:
-    clock = Clock(0.0)
+    clock = FakeClock(0.0)
     w, seen = running([str(watched)], clock=clock)
     shutil.rmtree(watched)
     clock.now += ROOT_CHECK_INTERVAL_S
@@ -511,7 +504,7 @@ def test_a_periodic_rescan_reports_only_databases_changed_since_the_previous_sca
     busy = make_db(watched / "busy.db")
     wal = make_db(watched / "wal.db", journal_mode="wal")
     time.sleep(0.05)  # file times come from a coarse clock: keep them clear of the scan's start
-    clock = Clock(0.0)
+    clock = FakeClock(0.0)
     seen = Seen()
     w = Watcher([str(watched)], seen, rescan_interval_s=600.0, clock=clock)
     w.tick(600.0)  # the first scan reports everything
@@ -544,7 +537,7 @@ def test_an_inotify_overflow_rescans_what_changed_and_warns_once_a_minute(
     quiet = make_db(watched / "quiet.db")
     written = make_db(watched / "written.db")
     time.sleep(0.05)  # file times come from a coarse clock: keep them clear of the scan's start
-    clock = Clock(0.0)
+    clock = FakeClock(0.0)
     scanned = Seen()  # what scans report (events go elsewhere: they are not the point here)
     # smoosh's observer (Linux) hears of an overflow from the kernel's record; watchdog's
     # observer (elsewhere) only says so in a log line, which the watcher listens for.

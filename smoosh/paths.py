@@ -8,8 +8,11 @@ the path the kernel resolved. Closing an ``O_PATH`` descriptor does not release 
 locks this process holds on the file (an in-process ``BEGIN EXCLUSIVE`` still blocks
 another process afterwards, where a plain ``open``/``close`` lets it write), so it
 is safe inside the daemon, whose compactions hold such locks (see ``smoosh.daemon.scan``).
-Anything unusual (a missing file, a file deleted mid-way, no ``/proc``) falls back to
-``os.path.realpath``, whose answer is the definition.
+A missing file is resolved through its nearest existing directory, found by bisection (a
+few ``O_PATH`` opens), not by ``os.path.realpath``'s walk, which calls ``lstat`` on every prefix of
+the path: quadratic in its depth, so ten requests of a thousand 2,000-component keys held
+every handler thread for a minute (issue 25). Callers bound the depth (:data:`MAX_COMPONENTS`).
+Without ``/proc`` (not Linux) ``os.path.realpath`` is the answer.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import os
 from typing import Sequence
 
 __all__ = [
-    "canonical_path", "SIDE_SUFFIXES", "inside", "refusal", "refused_at_use", "NOT_CANONICAL", "THROUGH_SYMLINK", "NO_ROOTS",
+    "canonical_path", "MAX_COMPONENTS", "SIDE_SUFFIXES", "inside", "refusal", "refused_at_use", "NOT_CANONICAL", "THROUGH_SYMLINK", "NO_ROOTS",
     "CLEANUP_PREFIX",
 ]
 
@@ -34,6 +37,9 @@ _O_PATH = getattr(os, "O_PATH", 0)
 _PROC_FD = "/proc/self/fd/"
 _USABLE = bool(_O_PATH) and os.path.isdir(_PROC_FD)
 _DELETED = " (deleted)"
+#: Most components a key's path may have (a database fleet's paths have a handful): bounds
+#: the work one key costs.
+MAX_COMPONENTS = 256
 
 
 def canonical_path(path: str) -> str:
@@ -48,19 +54,48 @@ def canonical_path(path: str) -> str:
     if not _USABLE or path.startswith("//"):
         # POSIX lets a path keep a leading "//" (realpath does; the kernel's name drops it).
         return os.path.realpath(path)
+    resolved = _resolved(path)
+    if resolved is not None:
+        return resolved
+    if os.path.normpath(path) != path:
+        # A ``..`` after a missing component may climb back to a symlink, which realpath
+        # resolves: its walk decides (callers bound the components, see MAX_COMPONENTS).
+        return os.path.realpath(path)
+    # Missing (or unreadable): resolve the nearest directory that exists and keep the rest as
+    # written, as realpath does for a name that leads nowhere (no component below a missing
+    # one can be a symlink). The nearest existing directory is found by bisection (existence
+    # holds for every prefix of an existing path): a few opens however deep the path.
+    parts = path.split("/")[1:]
+    if len(parts) > MAX_COMPONENTS:
+        return os.path.realpath(path)  # deeper than any key may be: the caller refuses it
+    found, lo, hi = "/", 0, len(parts) - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        resolved = _resolved("/" + "/".join(parts[:mid]))
+        if resolved is None:
+            hi = mid - 1
+        else:
+            found, lo = resolved, mid
+    if os.path.islink("/" + "/".join(parts[:lo + 1])):
+        return os.path.realpath(path)  # a dangling symlink: realpath follows its text
+    return found.rstrip("/") + "/" + "/".join(parts[lo:])
+
+
+def _resolved(path: str) -> str | None:
+    """The kernel's name of the existing file ``path``, or None when it cannot say."""
     try:
         fd = os.open(path, _O_PATH | os.O_CLOEXEC)
     except (OSError, ValueError):
-        return os.path.realpath(path)  # missing, dangling, no permission: the slow path decides
+        return None
     try:
         resolved = os.readlink(_PROC_FD + str(fd))
     except OSError:
-        return os.path.realpath(path)
+        return None
     finally:
         os.close(fd)
     if not resolved.startswith("/") or resolved.endswith(_DELETED):
         # Deleted meanwhile (the kernel appends " (deleted)"), or a pseudo-file name.
-        return os.path.realpath(path)
+        return None
     return resolved
 
 

@@ -29,6 +29,7 @@ from smoosh.compactors.base import (
     Interrupted,
     Refused,
     Replaced,
+    Shared,
     Sizes,
 )
 from smoosh.compactors.sqlite import SqliteCompactor
@@ -49,6 +50,7 @@ __all__ = [
     "Gone",
     "Refused",
     "Replaced",
+    "Shared",
     "InsufficientSpace",
     "SqliteCompactor",
 ]

@@ -9,7 +9,9 @@ entry point group ``smoosh.compactors`` (see :mod:`smoosh.compactors`).
 
 from __future__ import annotations
 
+import collections
 import logging
+import threading
 from dataclasses import dataclass
 from typing import Callable, Protocol, runtime_checkable
 
@@ -31,9 +33,10 @@ __all__ = [
     "Interrupted",
     "Gone",
     "Refused",
+    "Shared",
     "InsufficientSpace",
-    "Refused",
     "refused",
+    "shared",
 ]
 
 
@@ -200,6 +203,16 @@ class Refused(Gone):
         self.reason = reason
 
 
+class Shared(Refused):
+    """Raised when a database file is shared with names outside smoosh's view: more than one hard
+    link, another mount than its root, or a side file that is a link (see :mod:`smoosh.identity`).
+
+    Refused where a key is measured (priority 0, like any refused path); a compaction that meets
+    it ends ``blocked`` instead (the compactor raises :class:`Blocked`), since an operator can
+    end the sharing and the key is then worth compacting again.
+    """
+
+
 class InsufficientSpace(CompactionError):
     """Raised when a full rewrite would need more free disk space than there is (a failure, not busy)."""
 
@@ -225,3 +238,34 @@ def refused(path: str, reason: str) -> Refused:
     """
     _refusals.warning("Refused to open the database %r: %s.", path, reason)
     return Refused(path, reason)
+
+
+#: (path, reason) pairs :func:`shared` has logged, oldest first; at most this many are kept.
+_SHARED_WARNED_MAX = 4096
+_shared_warned: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
+_shared_lock = threading.Lock()
+
+
+def shared(path: str, reason: str) -> Shared:
+    """The :class:`Shared` error for ``path``, logged at WARNING once per path and reason.
+
+    A shared file stays shared until an operator acts, and the watcher brings it back on
+    every write: one line says it, not one per examination. (Per process, for the last
+    4,096 files refused so; ``explain`` says it whenever asked.)
+
+    Parameters:
+        path: the refused path.
+        reason: why (one of :mod:`smoosh.identity`'s reasons).
+
+    Returns:
+        The error, for the caller to raise.
+    """
+    with _shared_lock:
+        new = (path, reason) not in _shared_warned
+        if new:
+            _shared_warned[(path, reason)] = None
+            if len(_shared_warned) > _SHARED_WARNED_MAX:
+                _shared_warned.popitem(last=False)
+    if new:
+        _refusals.warning("Refused to compact the database %r: %s.", path, reason)
+    return Shared(path, reason)

@@ -41,11 +41,12 @@ import smoosh.compactors.sqlite_incremental as sqlite_incremental
 import smoosh.compactors.sqlite_leftovers as sqlite_leftovers
 import smoosh.compactors.sqlite_wal as sqlite_wal
 from smoosh.paths import CLEANUP_PREFIX
-from smoosh.compactors.base import CompactionContext, CompactionResult, Gone, Refused, Replaced, Sizes
+from smoosh.compactors.base import Blocked, CompactionContext, CompactionResult, Gone, Refused, Replaced, Shared, Sizes
 from smoosh.compactors.sqlite_file import AUTO_VACUUM_CODES, DbState, file_size, footprint_bytes, in_use, read_state
 from smoosh.compactors.sqlite_identity import FileIdentity, replaced_error
 from smoosh.compactors.sqlite_measure import DBSTAT_QUERY, KeyMemory, exact_active_bytes
 from smoosh.compactors.sqlite_open import canonical_roots, close_quietly, pragma
+from smoosh.identity import Roots, side_file_refusal
 from smoosh.io_budget import IoBudget
 
 __all__ = [
@@ -111,7 +112,7 @@ class SqliteCompactor:
         # Exact payloads and change counters per key, shared by re-checks and compactions.
         self._memory = KeyMemory(clock)
         self._tick_rate = sqlite_compact.TickRate()  # learned across this compactor's VACUUMs
-        self._roots: tuple[str, ...] | None = None
+        self._roots: Roots | None = None
         self.set_roots(roots)
 
     def configure(
@@ -155,11 +156,14 @@ class SqliteCompactor:
     # ------------------------------------------------------------------ roots
 
     @property
-    def roots(self) -> tuple[str, ...] | None:
+    def roots(self) -> Roots | None:
         """The canonical roots every open is checked against; None when unrestricted."""
         return self._roots
 
-    def set_roots(self, roots: Iterable[str] | None) -> None:
+    def set_roots(
+        self, roots: Iterable[str] | None, *, allow_hard_links: Iterable[str] | None = None,
+        allow_mounts: Iterable[str] | None = None,
+    ) -> None:
         """Replace the roots, live: opens that start afterwards are checked against the new ones.
 
         Owned by one caller (the server, which applies the config's ``roots`` at start and on
@@ -169,12 +173,15 @@ class SqliteCompactor:
         Parameters:
             roots: directories (absolute; resolved with ``os.path.realpath`` here, since keys
                 are realpaths), or None for no roots restriction.
+            allow_hard_links: roots whose databases may have other hard links (see
+                :mod:`smoosh.identity`; by default none may).
+            allow_mounts: roots whose databases may lie on another mount than the root.
 
         Raises:
-            ValueError: a root is not an absolute path.
+            ValueError: a root is not an absolute path, or an opt-in is not one of the roots.
         """
         # One attribute, replaced whole: readers take a consistent tuple without a lock.
-        self._roots = canonical_roots(roots)
+        self._roots = canonical_roots(roots, allow_hard_links=allow_hard_links, allow_mounts=allow_mounts)
 
     # ------------------------------------------------------------------ keys
 
@@ -212,6 +219,26 @@ class SqliteCompactor:
             return read_state(path, self.busy_timeout_s, roots=self._roots)
         except Refused:
             return None
+
+    def file_problem(self, path: str) -> str | None:
+        """Why ``path`` is not a database this compactor would compact, in an operator's words; None when it is.
+
+        For HTTP, the CLI and ``explain`` (not the hot path): the header read with the strict
+        identity checks (links, the mount, its side files), as a compaction's start makes them.
+
+        Parameters:
+            path: a canonical path inside the roots, naming a regular file.
+
+        Returns:
+            ``"not a SQLite file"``, the reason of a refusal (:mod:`smoosh.identity`), or None.
+        """
+        try:
+            state = read_state(path, self.busy_timeout_s, roots=self._roots, strict=True)
+        except Refused as exc:
+            return exc.reason
+        if state is None:
+            return "not a SQLite file"
+        return side_file_refusal(path, self._roots)
 
     def sizes(self, key: str, *, exact: bool = False) -> Sizes | None:
         """File and live bytes of a key's database.
@@ -363,13 +390,22 @@ class SqliteCompactor:
                 (see :mod:`~smoosh.compactors.sqlite_identity`).
             Refused: the path lies outside the roots or reaches its file through a symlink
                 (a ``Gone``; logged at WARNING); nothing was opened through it.
+            Blocked: also when the file is shared (other hard links, another mount, a side
+                file that is a link: :mod:`smoosh.identity`); nothing was opened through it.
             Gone: the file is missing or not SQLite.
             InsufficientSpace: a VACUUM would not fit on disk.
             apsw.Error: anything else SQLite reports.
         """
         path, cleanup = self._split(key)
         roots = self._roots  # one compaction, one set of roots, even across a reload
-        state = read_state(path, self.busy_timeout_s, roots=roots)
+        try:
+            state = read_state(path, self.busy_timeout_s, roots=roots, strict=True, warn=False)
+            side = side_file_refusal(path, roots) if state is not None else None
+            if side is not None:
+                raise Blocked(side)
+        except Shared as exc:
+            # Not gone: the sharing is the operator's to end, and the key is worth compacting then.
+            raise Blocked(exc.reason) from None
         if state is None:
             removed = sqlite_leftovers.remove_leftovers(path, roots) if cleanup else None
             if removed is not None:

@@ -37,7 +37,9 @@ from typing import Any, Iterator, Sequence, cast
 
 import apsw
 
+from smoosh.compactors.base import Shared, shared
 from smoosh.compactors.sqlite_open import THROUGH_SYMLINK, close_quietly, open_database, pragma, refusal, refused
+from smoosh.identity import identity_refusal
 from smoosh.paths import canonical_path
 
 __all__ = [
@@ -241,8 +243,9 @@ _IN_USE = object()
 _SYMLINK = object()
 
 
-def _read_header(path: str) -> tuple[bytes, int, int] | object | None:
-    """The header, size and inode of a regular file through a raw descriptor, ``_IN_USE`` or ``_SYMLINK``.
+def _read_header(path: str, roots: Sequence[str] | None, strict: bool) -> tuple[bytes, int, int] | object | None:
+    """The header, size and inode of a regular file through a raw descriptor, ``_IN_USE``,
+    ``_SYMLINK``, or the reason its identity refuses it (a ``str``: see :func:`_read_raw`).
 
     The read happens under ``_in_use_lock``: a compaction registers its file before opening
     its connection, so it cannot take its locks while this descriptor is open, and closing
@@ -251,13 +254,15 @@ def _read_header(path: str) -> tuple[bytes, int, int] | object | None:
     """
     with _in_use_lock:
         if not _in_use:
-            return _read_raw(path)
+            return _read_raw(path, roots, strict)
     real = canonical_path(path)
     with _in_use_lock:
-        return _IN_USE if real in _in_use else _read_raw(path)
+        return _IN_USE if real in _in_use else _read_raw(path, roots, strict)
 
 
-def _read_raw(path: str) -> tuple[bytes, int, int] | object | None:
+def _read_raw(path: str, roots: Sequence[str] | None = None, strict: bool = False) -> tuple[bytes, int, int] | object | None:
+    """Read the header through a descriptor; its ``fstat`` also answers the identity checks
+    (links, device; with ``strict``, the mount id too), so they cost no system call of their own."""
     try:
         # O_NONBLOCK: a key naming a FIFO must not hang the caller; only regular files count.
         # O_NOFOLLOW: a database swapped for a symlink after it was enqueued is refused, not
@@ -269,6 +274,9 @@ def _read_raw(path: str) -> tuple[bytes, int, int] | object | None:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             return None
+        problem = identity_refusal(path, st, roots, fd=fd if strict else None)
+        if problem is not None:
+            return problem
         return os.pread(fd, HEADER_BYTES, 0), st.st_size, st.st_ino
     except OSError:
         return None
@@ -276,14 +284,22 @@ def _read_raw(path: str) -> tuple[bytes, int, int] | object | None:
         os.close(fd)
 
 
-def read_state(path: str, timeout_s: float, *, roots: Sequence[str] | None = None) -> DbState | None:
+def read_state(
+    path: str, timeout_s: float, *, roots: Sequence[str] | None = None, strict: bool = False, warn: bool = True
+) -> DbState | None:
     """Page counts and format of a database, cheaply; None when missing or not SQLite.
 
     Parameters:
         path: the database file (canonical).
         timeout_s: busy timeout of the connection opened for a database with a live WAL.
         roots: canonical roots the path must lie in (checked lexically, before any I/O), or
-            None for no roots restriction.
+            None for no roots restriction; a :class:`~smoosh.identity.Roots` also carries the
+            opt-ins of the identity checks and each root's mount.
+        strict: compare the file's mount id with its root's too (one small read of
+            ``/proc``): where a compaction is about to start, or an operator asks. Without it
+            the device alone is compared (a bind mount of the same file system passes).
+        warn: log a :class:`Shared` refusal (once per path and reason); False where the caller
+            reports it itself (a compaction's ``blocked`` outcome).
 
     Returns:
         The state from the file header, or from a read-only connection when the database has
@@ -294,17 +310,21 @@ def read_state(path: str, timeout_s: float, *, roots: Sequence[str] | None = Non
         Refused: the path is not canonical, lies outside ``roots``, or reaches its file
             through a symlink (the header read refuses a symlink as the last component; the
             connection, when one is opened, one anywhere in the path). Logged at WARNING.
+        Shared: the file has other hard links or lies on another mount than its root
+            (:mod:`smoosh.identity`); logged at WARNING once per path and reason.
     """
     reason = refusal(path, roots)
     if reason is not None:
         raise refused(path, reason)
-    raw = _read_header(path)
+    raw = _read_header(path, roots, strict)
     if raw is _IN_USE:
         return _state_from_connection(path, timeout_s, roots)
     if raw is None:
         return None
     if raw is _SYMLINK:
         raise refused(path, THROUGH_SYMLINK)
+    if isinstance(raw, str):
+        raise shared(path, raw) if warn else Shared(path, raw)
     header, file_bytes, inode = cast("tuple[bytes, int, int]", raw)
     state = parse_header(header, file_bytes, inode)
     if state is None or not state.wal or file_size(path + "-wal") == 0:
@@ -328,6 +348,9 @@ def _state_from_connection(
         raise refused(path, THROUGH_SYMLINK)
     if not stat.S_ISREG(st.st_mode):
         return None
+    problem = identity_refusal(path, st, roots)
+    if problem is not None:
+        raise shared(path, problem)
     try:
         conn = open_for_read(path, timeout_s, roots=roots)
     except apsw.Error:

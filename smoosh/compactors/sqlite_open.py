@@ -37,6 +37,7 @@ from typing import Any, Iterable, Sequence
 import apsw
 
 from smoosh.compactors.base import refused
+from smoosh.identity import Roots
 from smoosh.paths import NO_ROOTS, NOT_CANONICAL, THROUGH_SYMLINK, refusal
 
 __all__ = [
@@ -75,31 +76,47 @@ _MODES = {"ro": apsw.SQLITE_OPEN_READONLY, "rw": apsw.SQLITE_OPEN_READWRITE}
 _BASE_FLAGS = apsw.SQLITE_OPEN_NOFOLLOW | apsw.SQLITE_OPEN_URI
 
 
-def canonical_roots(roots: Iterable[str] | None) -> tuple[str, ...] | None:
-    """Roots in the form the lexical check compares against: realpaths, absolute.
+def canonical_roots(
+    roots: Iterable[str] | None, *, allow_hard_links: Iterable[str] | None = None,
+    allow_mounts: Iterable[str] | None = None,
+) -> Roots | None:
+    """Roots in the form the checks compare against: realpaths, absolute, with their opt-ins.
 
     Parameters:
         roots: directories, or None for no roots restriction.
+        allow_hard_links: roots whose databases may have more than one hard link (see
+            :mod:`smoosh.identity`); None keeps those of ``roots`` when it is a :class:`Roots`.
+        allow_mounts: roots whose databases may lie on another mount; None as above.
 
     Returns:
-        A tuple of ``os.path.realpath`` of each root (duplicates dropped, order kept), or None.
+        :class:`~smoosh.identity.Roots` of ``os.path.realpath`` of each root (duplicates
+        dropped, order kept), or None.
 
     Raises:
-        ValueError: a root is not an absolute path.
+        ValueError: a root is not an absolute path, or an opt-in is not one of the roots.
     """
     if roots is None:
         return None
     if isinstance(roots, str):
         raise ValueError(f"roots must be a sequence of directories, not the string {roots!r}")
+    if isinstance(roots, Roots):
+        allow_hard_links = roots.allow_hard_links if allow_hard_links is None else allow_hard_links
+        allow_mounts = roots.allow_mounts if allow_mounts is None else allow_mounts
+    out = _realpaths(roots, "root")
+    return Roots(out, allow_hard_links=_realpaths(allow_hard_links or (), "allow_hard_links entry"),
+                 allow_mounts=_realpaths(allow_mounts or (), "allow_mounts entry"))
+
+
+def _realpaths(dirs: Iterable[str], what: str) -> list[str]:
     out: list[str] = []
-    for root in roots:
+    for root in dirs:
         if not isinstance(root, str) or not os.path.isabs(root) or "\x00" in root:
-            raise ValueError(f"a root must be an absolute path, not {root!r}")
+            raise ValueError(f"a {what} must be an absolute path, not {root!r}")
         # Keys are realpaths, so a root reached through a symlink must be compared resolved.
         real = os.path.realpath(root)
         if real not in out:
             out.append(real)
-    return tuple(out)
+    return out
 
 
 def open_database(

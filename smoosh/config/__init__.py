@@ -34,7 +34,7 @@ from smoosh.config.defaults import (
     DEFAULT_HEALTH_THRESHOLD_S, DEFAULT_BACKOFF_BASE_S, DEFAULT_BUSY_RETRIES, DEFAULT_MAX_HISTORY,
     DEFAULT_JOB_TIMEOUT_S, DEFAULT_MAX_JOBS, DEFAULT_INTERVAL_S, DEFAULT_MAX_CHURN, DEFAULT_RECHECK_INTERVAL_S,
     DEFAULT_EXACT_SIZE_INTERVAL_S, DEFAULT_RESCAN_INTERVAL_S, DEFAULT_WAL_MAX_SIZE_BYTES,
-    DEFAULT_MAX_IO_RATE, DEFAULT_IO_PRIORITY, GLOBAL_KEYS, RESTART_KEYS,
+    DEFAULT_MAX_IO_RATE, DEFAULT_IO_PRIORITY, GLOBAL_KEYS, MIN_TOKEN_BYTES, RESTART_KEYS,
 )
 from smoosh.config.ini import ini_parser, read_sections
 from smoosh.config.layout import channel_kinds, channel_list, global_warnings
@@ -123,6 +123,9 @@ class Config:
     busy_retries: int = DEFAULT_BUSY_RETRIES
     ignore: tuple[str, ...] = ()
     sqlite: SqliteConfig = field(default_factory=SqliteConfig)
+    #: Roots whose databases may have other hard links, or lie on another mount (smoosh.identity).
+    allow_hard_links: tuple[str, ...] = ()
+    allow_mounts: tuple[str, ...] = ()
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
     @classmethod
@@ -193,10 +196,20 @@ class Config:
             watch = tuple(resolve_glob(p, cwd) for p in DEFAULT_WATCH)
         default_roots = _unique(static_prefix(entry) for entry in watch)
         roots = r.get("roots", lambda text: _unique(resolve_path(p, cwd) for p in parse_list(text)), default_roots)
+        opt_ins = {key: r.get(key, lambda text: _unique(resolve_path(p, cwd) for p in parse_list(text)), ())
+                   for key in ("allow_hard_links", "allow_mounts")}
+        for key, dirs in opt_ins.items():
+            for d in dirs:
+                if d not in roots:
+                    raise r.error(key, ", ".join(dirs), f"{d} is not one of roots ({', '.join(roots) or 'none'})")
         http = r.get("http", parse_http, DEFAULT_HTTP)
         token = r.raw("token")
         if token is None and not is_loopback_host(split_host_port(http)[0]):
             raise r.error("http", http, f"binding off loopback needs [{GLOBAL_SECTION}] token")
+        if token is not None and len(token.encode("utf-8")) < MIN_TOKEN_BYTES:
+            # Printed as its length only: the value is a secret, even a bad one.
+            raise r.error("token", f"<{len(token.encode('utf-8'))} bytes, not shown>",
+                          f"a token must be at least {MIN_TOKEN_BYTES} bytes: a long random string")
 
         values: dict[str, Any] = dict(
             path=path,
@@ -215,6 +228,8 @@ class Config:
             store=r.get("store", lambda text: parse_store(text, cwd), parse_store(DEFAULT_STORE, cwd)),
             watch=watch,
             roots=roots,
+            allow_hard_links=opt_ins["allow_hard_links"],
+            allow_mounts=opt_ins["allow_mounts"],
             node=r.get("node", parse_node, parse_node(socket.gethostname())),
             http=http,
             token=token,

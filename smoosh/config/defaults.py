@@ -120,6 +120,9 @@ DEFAULT_WATCH = ("var/databases",)
 #: Address of the admin API; loopback, so no token is needed.
 DEFAULT_HTTP = "127.0.0.1:5986"
 
+#: Shortest ``token`` accepted, in bytes: a guessable one protects nothing.
+MIN_TOKEN_BYTES = 16
+
 #: Crashes closer than this to the event before them count as consecutive (backoff), seconds.
 DEFAULT_HEALTH_THRESHOLD_S = 120.0
 
@@ -178,6 +181,8 @@ GLOBAL_KEYS: dict[str, str] = {
     "store": "store",
     "watch": "watch",
     "roots": "roots",
+    "allow_hard_links": "allow_hard_links",
+    "allow_mounts": "allow_mounts",
     "node": "node",
     "http": "http",
     "token": "token",

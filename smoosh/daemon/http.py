@@ -1,14 +1,27 @@
 """The admin HTTP API (DESIGN §4.2): status, jobs, explain, enqueue, suspend/resume/flush, metrics.
 
-Loopback by default. Bound anywhere else, every POST needs ``Authorization: Bearer <token>``,
-compared in constant time. Handlers only read published snapshots, so a slow or stuck
-channel never delays ``/status``. Connections are gathered by one loop thread and answered by
-a bounded few (:mod:`smoosh.daemon.http_conns`), so a slow or idle client never holds a thread.
+The API is for the operator, not for whatever runs in a browser on the same host
+(SECURITY.md's threat model). So:
+
+* once a ``token`` is configured, every POST needs ``Authorization: Bearer <token>``
+  (compared in constant time), on loopback too; bound off loopback, a POST without a
+  configured token is refused (the config check refuses that setup anyway);
+* a request whose ``Host`` names neither an IP address, ``localhost``, this machine, nor the
+  configured host is refused, whatever its method: a page whose domain was re-pointed at
+  127.0.0.1 (DNS rebinding) cannot read ``/status``;
+* a POST that carries ``Origin`` (a browser's mark; the CLI never sends it) is refused, and
+  a POST body must be ``application/json``: the content types a page may send without a
+  CORS preflight (``text/plain``, forms) never reach a handler.
+
+Handlers only read published snapshots, so a slow or stuck channel never delays
+``/status``. Connections are gathered by one loop thread and answered by a bounded few
+(:mod:`smoosh.daemon.http_conns`), so a slow or idle client never holds a thread.
 """
 
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import json
 import logging
 import socket
@@ -56,6 +69,38 @@ def parse_address(address: str) -> tuple[str, int]:
 def is_loopback(host: str) -> bool:
     """Whether ``host`` names only the loopback interface."""
     return is_loopback_host(host)
+
+
+def host_allowed(header: str | None, names: frozenset[str]) -> bool:
+    """Whether a request's ``Host`` header names this daemon (DNS rebinding defence).
+
+    An IP address literal always does (a rebinding attack needs a name it controls), and so do
+    ``names`` (lower case, without a trailing dot). A missing header is allowed: browsers always
+    send one, and an HTTP/1.0 tool may not.
+
+    Parameters:
+        header: the ``Host`` header, or None.
+        names: host names that mean this daemon.
+    """
+    if header is None:
+        return True
+    host = header.strip().lower()
+    if host.startswith("["):
+        end = host.find("]")
+        rest = host[end + 1:]
+        if end < 0 or (rest and not rest.startswith(":")):
+            return False
+        name = host[1:end]
+    else:
+        name = host.rpartition(":")[0] if ":" in host else host
+    name = name.rstrip(".")
+    if name in names:
+        return True
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
 
 
 def parse_jobs_query(query: dict[str, list[str]]) -> tuple[frozenset[str] | None, int | None, int]:
@@ -133,7 +178,11 @@ class AdminServer:
         host, port = parse_address(address)
         self.smoosh = server
         self._token = token
-        self.require_token = not is_loopback(host)
+        self.loopback = is_loopback(host)
+        #: Host names a request's ``Host`` may give (besides IP addresses): see :func:`host_allowed`.
+        self.host_names = frozenset(
+            name.lower().rstrip(".") for name in ("localhost", host, socket.gethostname()) if name
+        )
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         handler = type("Handler", (_Handler,), {"admin": self})
         self._handler: type[_Handler] = handler
@@ -141,9 +190,13 @@ class AdminServer:
         self._clock = clock
         self._httpd = ConnectionLoop(
             (host, port), family, self._answer, timeout_s=self._timeout_s,
-            max_threads=max_threads, max_connections=max_connections, clock=clock,
+            max_threads=max_threads, max_connections=max_connections, clock=clock, on_shed=self._shed,
         )
         self._thread: threading.Thread | None = None
+
+    def _shed(self, reason: str) -> None:
+        shed = self.smoosh.counters.http_shed
+        shed[reason] = shed.get(reason, 0) + 1
 
     def _timeout_s(self) -> float:
         return float(self._request_timeout_s if self._request_timeout_s is not None else self._handler.timeout)
@@ -163,6 +216,11 @@ class AdminServer:
         """The token POSTs need now."""
         token = self.smoosh.config.token if self._token is FROM_CONFIG else self._token
         return token if isinstance(token, str) else None
+
+    @property
+    def require_token(self) -> bool:
+        """Whether POSTs need the token now: once one is configured, or off loopback (fail closed)."""
+        return not self.loopback or self.token is not None
 
     @property
     def address(self) -> str:
@@ -237,6 +295,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_error(HTTPStatus.NOT_IMPLEMENTED)
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        if not self._host_checked():
+            return
         path = self.path.split("?", 1)[0]
         smoosh = self.admin.smoosh
         if path == "/status":
@@ -261,10 +321,25 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 self._send(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint: {path}"})
             return
+        if not self._host_checked():
+            return
+        origin = self.headers.get("Origin")
+        if origin is not None:
+            self._drain()
+            self._send(HTTPStatus.FORBIDDEN, {"error": f"a request from a web page (Origin: {origin[:200]}) may not "
+                                                       "change anything; use the smoosh command or a client without Origin"})
+            return
         if not self._authorised():
             self._drain()
             self._send(HTTPStatus.UNAUTHORIZED, {"error": "missing or wrong bearer token"},
                        headers={"WWW-Authenticate": "Bearer"})
+            return
+        content_type = self.headers.get("Content-Type", "")
+        if content_type.partition(";")[0].strip().lower() != "application/json":
+            self._drain()
+            self._send(HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
+                       {"error": f"a POST body must be sent as Content-Type: application/json, "
+                                 f"not {content_type[:100] or 'none'}"})
             return
         body, error = self._read_json()
         if error is not None:
@@ -386,6 +461,16 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     # --------------------------------------------------------------- plumbing
+
+    def _host_checked(self) -> bool:
+        """Answer 403 and return False when ``Host`` names another site (see :func:`host_allowed`)."""
+        host = self.headers.get("Host")
+        if host_allowed(host, self.admin.host_names):
+            return True
+        self._drain()
+        self._send(HTTPStatus.FORBIDDEN, {"error": f"Host {(host or '')[:200]!r} is not this daemon's address: use its IP "
+                                                   "address, localhost or this machine's name"})
+        return False
 
     def _authorised(self) -> bool:
         if not self.admin.require_token:

@@ -55,6 +55,9 @@ MAX_GATHERED_BODY_BYTES = 1024 * 1024
 RECV_BYTES = 64 * 1024
 #: Pending connections the kernel queues before the loop accepts them.
 LISTEN_BACKLOG = 1024
+#: Seconds between two log lines about shed connections; the count in between goes in the
+#: next line (and every one in the ``smoosh_http_connections_shed_total`` metric).
+SHED_LOG_INTERVAL_S = 60.0
 
 _CONTENT_LENGTH = re.compile(rb"\r?\ncontent-length:[ \t]*([0-9]+)[ \t]*\r?\n", re.IGNORECASE)
 _HEAD_END = re.compile(rb"\r?\n\r?\n")
@@ -172,6 +175,9 @@ class ConnectionLoop:
         max_threads: handler threads at most.
         max_connections: open connections at most.
         clock: monotonic seconds.
+        on_shed: called with ``"full"`` (a new connection closed at once: every open one has a
+            request in) or ``"evicted"`` (the longest-waiting closed to admit a new one), on the
+            loop thread, for each connection shed.
     """
 
     def __init__(
@@ -184,6 +190,7 @@ class ConnectionLoop:
         max_threads: int = MAX_HANDLER_THREADS,
         max_connections: int = MAX_OPEN_CONNECTIONS,
         clock: Callable[[], float] = time.monotonic,
+        on_shed: Callable[[str], None] | None = None,
     ) -> None:
         if max_threads < 1 or max_connections < 1:
             raise ValueError("max_threads and max_connections must be at least 1")
@@ -192,6 +199,11 @@ class ConnectionLoop:
         self._max_threads = max_threads
         self._max_connections = max_connections
         self._clock = clock
+        self._on_shed = on_shed
+        # Shedding is logged at most once per SHED_LOG_INTERVAL_S, with the count since the last
+        # line (loop thread only): a flood must not flood the log too.
+        self._shed_unlogged: dict[str, int] = {}
+        self._shed_logged_at: float | None = None
         self.listener = socket.socket(family, socket.SOCK_STREAM)
         try:
             # SO_REUSEADDR: a restart binds at once, even with TIME_WAIT sockets.
@@ -278,14 +290,32 @@ class ConnectionLoop:
                     return
                 continue
             while self.open_connections >= self._max_connections and self._evict_oldest():
-                pass
+                self._shed("evicted")
             if self.open_connections >= self._max_connections:
                 # Every open connection has a whole request in or being answered: shed this one.
                 log.debug("Refusing admin API connection from %s: %d connections open.", address, self._max_connections)
                 sock.close()
+                self._shed("full")
                 continue
             sock.setblocking(False)
             self._watch(_Conn(sock, address, b"", self._clock() + self._timeout_s()))
+
+    def _shed(self, reason: str) -> None:
+        """Count one connection shed, and say so in the log (at most once per interval)."""
+        if self._on_shed is not None:
+            self._on_shed(reason)
+        self._shed_unlogged[reason] = self._shed_unlogged.get(reason, 0) + 1
+        now = self._clock()
+        if self._shed_logged_at is not None and now - self._shed_logged_at < SHED_LOG_INTERVAL_S:
+            return
+        since = "" if self._shed_logged_at is None else f" in the last {now - self._shed_logged_at:.0f} s"
+        self._shed_logged_at = now
+        counts, self._shed_unlogged = self._shed_unlogged, {}
+        log.warning(
+            "The admin API shed connections%s (%d at most stay open): %d closed at once with every open "
+            "connection answering or waiting to be answered, %d idle or slow ones closed to admit new ones.",
+            since, self._max_connections, counts.get("full", 0), counts.get("evicted", 0),
+        )
 
     def _watch(self, conn: _Conn) -> None:
         if request_complete(conn.data) and conn.data:

@@ -13,7 +13,7 @@ from typing import Iterable, Sequence
 
 from smoosh.daemon.router import Router, db_path
 from smoosh.errors import InvalidKey
-from smoosh.paths import CLEANUP_PREFIX, canonical_path, inside
+from smoosh.paths import CLEANUP_PREFIX, MAX_COMPONENTS, canonical_path, inside
 
 __all__ = ["MAX_KEY_BYTES", "canonical_key", "check_key"]
 
@@ -25,7 +25,8 @@ def canonical_key(key: object) -> str:
     """The key's identity: the realpath of an absolute path (``cleanup:`` kept as a prefix).
 
     Raises:
-        InvalidKey: not a string, empty, too long, a NUL byte, or not an absolute path.
+        InvalidKey: not a string, empty, too long (bytes or path components), a NUL byte, or
+            not an absolute path.
     """
     if not isinstance(key, str):
         raise InvalidKey(repr(key), "a key must be a string")
@@ -42,6 +43,9 @@ def canonical_key(key: object) -> str:
     prefix, path = (CLEANUP_PREFIX, key[len(CLEANUP_PREFIX):]) if key.startswith(CLEANUP_PREFIX) else ("", key)
     if not os.path.isabs(path):
         raise InvalidKey(key, "not an absolute path")
+    if path.count("/") > MAX_COMPONENTS:
+        # Bounds what one key costs to resolve (a request carries up to 10,000 of them).
+        raise InvalidKey(key[:80] + "...", f"more than {MAX_COMPONENTS} path components")
     return prefix + canonical_path(path)
 
 def check_key(key: str, router: Router, roots: Sequence[str], own_paths: Iterable[str]) -> None:

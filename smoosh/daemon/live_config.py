@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from smoosh import logs
 from smoosh.config import Config
 from smoosh.errors import ConfigError
+from smoosh.identity import Roots
 from smoosh.loop import quietly
 
 if TYPE_CHECKING:
@@ -97,8 +98,8 @@ class LiveConfig:
         )
         self._access.set_staleness(new.staleness_s)
         self._access.set_max_size(new.access_max_size)
-        if new.roots != old.roots:
-            self._set_compactor_roots(new.roots)
+        if (new.roots, new.allow_hard_links, new.allow_mounts) != (old.roots, old.allow_hard_links, old.allow_mounts):
+            self._set_compactor_roots(new)
         for compactor in self._compactors:
             configure = getattr(compactor, "configure", None)
             if configure is not None:
@@ -165,8 +166,13 @@ class LiveConfig:
             self._config_error = f"could not apply config: {e}"
             log.exception("could not apply the new config")
 
-    def _set_compactor_roots(self, roots: tuple[str, ...]) -> None:
-        """Every compactor that checks roots where it opens a file gets the roots in force."""
+    def _set_compactor_roots(self, config: Config) -> None:
+        """Every compactor that checks roots where it opens a file gets the roots in force.
+
+        As a :class:`~smoosh.identity.Roots`: a tuple of the roots to any compactor, and the
+        identity checks' opt-ins to those that make them.
+        """
+        roots = Roots(config.roots, allow_hard_links=config.allow_hard_links, allow_mounts=config.allow_mounts)
         for compactor in self._compactors:
             set_roots = getattr(compactor, "set_roots", None)
             if set_roots is not None:

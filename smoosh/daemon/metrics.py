@@ -138,6 +138,14 @@ class SmooshCollector(Collector):
             enqueues.add_metric([outcome], getattr(counters, attribute, 0))
         yield enqueues
 
+        shed = CounterMetricFamily(
+            "smoosh_http_connections_shed", "Admin API connections closed to protect it: full (a new one, every "
+            "open connection answering or waiting), evicted (the longest-waiting idle one, to admit a new one).",
+            labels=["reason"])
+        for reason, n in sorted(dict(counters.http_shed).items()):
+            shed.add_metric([reason], n)
+        yield shed
+
         config_error = GaugeMetricFamily(
             "smoosh_config_error", "1 while the last config edit was rejected (the previous config is in force).")
         config_error.add_metric([], 1 if status.get("config_error") else 0)

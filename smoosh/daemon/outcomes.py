@@ -75,6 +75,8 @@ class Counters:
     #: channel -> the time (clock seconds) its last successful compaction was recorded.
     last_success_s: dict[str, float] = field(default_factory=dict)
     rotations: int = 0
+    #: reason -> admin API connections shed (``"full"``, ``"evicted"``; the connection loop's thread).
+    http_shed: dict[str, int] = field(default_factory=lambda: {"full": 0, "evicted": 0})
 
     @property
     def compactions(self) -> dict[tuple[str, str], int]:

@@ -127,7 +127,7 @@ class Server(LiveConfig):
             wal_max_size_bytes=config.wal_max_size_bytes,
             exact_size_interval_s=config.exact_size_interval_s,
         )
-        self._set_compactor_roots(config.roots)
+        self._set_compactor_roots(config)
         for compactor in self._compactors:
             set_io_budget = getattr(compactor, "set_io_budget", None)
             if set_io_budget is not None:

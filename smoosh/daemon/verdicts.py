@@ -126,16 +126,17 @@ def enqueue_and_wait(
 def file_problem(path: str, compactor: Any) -> str | None:
     """Why ``path`` cannot be a database to compact, or None when it may be one.
 
-    One ``lstat``; then, for a compactor that reads file states (the SQLite one), its header
-    read, which never disturbs a compaction of this process (a raw descriptor would: closing
-    it drops the process's SQLite locks on the file).
+    One ``lstat``; then, for a compactor that judges files (the SQLite one: ``file_problem``),
+    its header read and identity checks, which never disturb a compaction of this process (a
+    raw descriptor would: closing it drops the process's SQLite locks on the file).
 
     Parameters:
         path: a canonical path inside the roots.
         compactor: the compactor that claims it.
 
     Returns:
-        "no such file", "a directory", "not a regular file", "not a SQLite file", or None.
+        "no such file", "a directory", "not a regular file", "not a SQLite file", why the file
+        is shared (other hard links, another mount, a side file that is a link), or None.
     """
     try:
         st = os.lstat(path)
@@ -147,11 +148,8 @@ def file_problem(path: str, compactor: Any) -> str | None:
         return "a directory"
     if not stat.S_ISREG(st.st_mode):
         return "not a regular file"
-    read_state = getattr(compactor, "read_state", None)
-    if read_state is not None and read_state(path) is None:
-        name = getattr(compactor, "name", "")
-        return "not a SQLite file" if name == "sqlite" else f"not a {name or 'database'} file"
-    return None
+    judge = getattr(compactor, "file_problem", None)
+    return judge(path) if judge is not None else None
 
 
 def stale_reason(left_s: float, now: float) -> str:

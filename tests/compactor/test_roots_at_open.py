@@ -21,7 +21,7 @@ import pytest
 from compactor.contexts import RecordingContext
 from compactor.dbfactory import db_stats, integrity, make_bloated_db, row_count
 from helpers.locks import ChildConnection
-from smoosh.compactors import Gone, Refused, SqliteCompactor, load_compactors
+from smoosh.compactors import Blocked, Gone, Refused, SqliteCompactor, load_compactors
 from smoosh.compactors.sqlite_file import read_state
 from smoosh.compactors.sqlite_open import NO_ROOTS, NOT_CANONICAL, THROUGH_SYMLINK, open_database
 
@@ -158,14 +158,16 @@ def test_the_roots_check_is_lexical_with_the_separator_and_wants_normalised_path
 def test_a_side_file_swapped_for_a_symlink_is_never_written_through(
     fleet: SimpleNamespace, journal_mode: str, side: str
 ) -> None:
-    # SQLite opens -journal, -wal and -shm with O_NOFOLLOW: the database cannot be opened
-    # (gone), instead of a journal written to, or a "hot journal" replayed from, outside.
+    # A side file that is a symlink is refused before the database is opened: blocked (an
+    # operator can remove the link; the database itself is still there), never a journal
+    # written to, or a "hot journal" replayed from, outside.
     queued = fleet.dbs / "q.db"
     stats = make_bloated_db(str(queued), journal_mode=journal_mode)
     Path(f"{queued}{side}").symlink_to(fleet.victim)
     before = fingerprint(fleet.victim)
-    with pytest.raises(Gone):
+    with pytest.raises(Blocked) as info:
         SqliteCompactor(settings(), roots=fleet.roots).compact(str(queued), RecordingContext())
+    assert str(info.value) == f"its {side} is a symbolic link"
     assert fingerprint(fleet.victim) == before
     Path(f"{queued}{side}").unlink()
     assert integrity(str(queued)) == "ok" and row_count(str(queued)) == stats["rows"]

@@ -103,7 +103,7 @@ def test_global_keys_parse_with_units() -> None:
         store = sqlite:jobs/jobs.db
         node = node-a
         http = localhost:8080
-        token = s3cr%t
+        token = s3cr%t-long-enough
         health_threshold = 2m
         backoff_base = 500ms
         max_history = 5
@@ -129,7 +129,7 @@ def test_global_keys_parse_with_units() -> None:
     assert c.store == "sqlite:/srv/jobs/jobs.db"
     assert c.node == "node-a"
     assert c.http_host_port() == ("localhost", 8080)
-    assert c.token == "s3cr%t"  # no interpolation
+    assert c.token == "s3cr%t-long-enough"  # no interpolation
     assert c.health_threshold_s == 120.0
     assert c.backoff_base_s == 0.5
     assert c.max_history == 5
@@ -178,11 +178,11 @@ def test_loopback_http_needs_no_token(http: str, host: str, port: int) -> None:
 
 
 def test_off_loopback_http_with_a_token_is_accepted() -> None:
-    c = parse("[smoosh]\nhttp = 0.0.0.0:5986\ntoken = abc\n")
+    c = parse("[smoosh]\nhttp = 0.0.0.0:5986\ntoken = a-token-of-16-bytes\n")
     assert c.http_host_port() == ("0.0.0.0", 5986)
-    c = parse("[smoosh]\nhttp = [2001:db8::1]:80\ntoken = abc\n")
+    c = parse("[smoosh]\nhttp = [2001:db8::1]:80\ntoken = a-token-of-16-bytes\n")
     assert c.http_host_port() == ("2001:db8::1", 80)
-    c = parse("[smoosh]\nhttp = db-host.example.com:5986\ntoken = abc\n")
+    c = parse("[smoosh]\nhttp = db-host.example.com:5986\ntoken = a-token-of-16-bytes\n")
     assert c.http_host_port() == ("db-host.example.com", 5986)
 
 

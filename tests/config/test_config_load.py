@@ -164,7 +164,7 @@ def test_ignore_value_must_be_a_boolean() -> None:
 
 
 def test_percent_signs_are_literal() -> None:
-    assert parse("[smoosh]\ntoken = 100%(x)s\n").token == "100%(x)s"
+    assert parse("[smoosh]\ntoken = 100%(x)s-long-enough\n").token == "100%(x)s-long-enough"
 
 
 def test_default_section_does_not_leak_into_channels() -> None:
@@ -261,7 +261,7 @@ def test_restart_keys_changed_names_only_restart_keys() -> None:
         [smoosh]
         store = memory:
         http = 127.0.0.1:9999
-        token = t
+        token = a-token-of-16-bytes
         node = other
         state_dir = elsewhere
         watch = dbs2
@@ -273,10 +273,10 @@ def test_restart_keys_changed_names_only_restart_keys() -> None:
 
 
 def test_describe_is_one_line_without_the_token() -> None:
-    c = parse("[smoosh]\ntoken = hunter2\nhttp = 0.0.0.0:1\n")
+    c = parse("[smoosh]\ntoken = hunter2-hunter2-hunter2\nhttp = 0.0.0.0:1\n")
     line = c.describe()
     assert "\n" not in line
-    assert "hunter2" not in line
+    assert "hunter2-hunter2-hunter2" not in line
     assert "token set" in line
     assert "db=upgrade_dbs(upgrade),ratio_dbs(ratio),slack_dbs(slack)" in line
 

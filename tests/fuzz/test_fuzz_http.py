@@ -89,7 +89,7 @@ def requests(draw: st.DrawFn, root: str) -> tuple[str, bytes, bool]:
         headers += [("Content-Length", str(len(body))), ("Content-Length", str(draw(st.integers(0, 50))))]
     # Headers the fuzzer drew must not replace the framing chosen above with one the server
     # would wait on: drop a stray Content-Length / Transfer-Encoding / Expect it made up.
-    head = [f"{method} {path} HTTP/1.1", "Host: fuzz"]
+    head = [f"{method} {path} HTTP/1.1", "Host: localhost"]
     for name, value in headers:
         if name.lower() in ("content-length",) and (name, value) not in headers[-2:]:
             continue
@@ -115,7 +115,7 @@ def send_raw(target: Target, method: str, raw: bytes, *, half_close: bool = Fals
 
 def assert_serving(target: Target) -> None:
     """The daemon still answers GET /status with its status table."""
-    status, _, body = send_raw(target, "GET", b"GET /status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    status, _, body = send_raw(target, "GET", b"GET /status HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
     assert status == 200
     assert json.loads(body)["node"] == "testnode"
 
@@ -139,7 +139,7 @@ def test_any_request_gets_a_json_answer_below_500_and_the_server_keeps_serving(t
 
 
 def test_a_body_larger_than_the_limit_is_refused_unread(target: Target) -> None:
-    raw = b"POST /enqueue HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999\r\n\r\n{"
+    raw = b"POST /enqueue HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 99999999999999999999\r\n\r\n{"
     status, _, body = send_raw(target, "POST", raw)
     assert status == 413 and "larger than" in json.loads(body)["error"]
     assert_serving(target)
@@ -147,7 +147,7 @@ def test_a_body_larger_than_the_limit_is_refused_unread(target: Target) -> None:
 
 def test_an_enqueue_of_non_utf8_and_surrogate_keys_reports_them_rejected(target: Target) -> None:
     body = json.dumps({"keys": [str(target.root) + "/\ud800.db", str(target.root) + "/inside.db"]}).encode()
-    raw = b"POST /enqueue HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+    raw = b"POST /enqueue HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body
     status, _, answer = send_raw(target, "POST", raw)
     assert status == 202
     decoded = json.loads(answer)
@@ -157,7 +157,7 @@ def test_an_enqueue_of_non_utf8_and_surrogate_keys_reports_them_rejected(target:
 
 def test_a_deeply_nested_json_body_is_refused_with_400(target: Target) -> None:
     body = b"[" * 100_000 + b"]" * 100_000
-    raw = b"POST /enqueue HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+    raw = b"POST /enqueue HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body
     try:
         status, _, answer = send_raw(target, "POST", raw)
     finally:
@@ -171,7 +171,7 @@ def test_a_body_shorter_than_its_content_length_times_out_with_408(target: Targe
     shipped_s = getattr(_Handler, "timeout", None)
     assert shipped_s is not None and 0 < shipped_s <= 60, f"the request timeout is {shipped_s!r}"
     monkeypatch.setattr(_Handler, "timeout", 1.0)  # a short one for the test; new connections read it
-    raw = b"POST /enqueue HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"keys\": []}"
+    raw = b"POST /enqueue HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"keys\": []}"
     t0 = time.monotonic()
     with socket.create_connection((target.host, target.port), timeout=6) as sock:
         sock.sendall(raw)  # and keeps the connection open, sending nothing more
@@ -184,7 +184,7 @@ def test_a_body_shorter_than_its_content_length_times_out_with_408(target: Targe
 
 def test_a_content_length_that_is_not_plain_digits_is_refused_with_400(target: Target) -> None:
     for value in ("+5", "1_0", "5_5"):
-        raw = f"POST /enqueue HTTP/1.1\r\nHost: x\r\nContent-Length: {value}\r\n\r\n".encode() + b'{"keys":[]}'
+        raw = f"POST /enqueue HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {value}\r\n\r\n".encode() + b'{"keys":[]}'
         with socket.create_connection((target.host, target.port), timeout=ANSWER_TIMEOUT_S) as sock:
             sock.sendall(raw)
             sock.shutdown(socket.SHUT_WR)
@@ -196,7 +196,7 @@ def test_a_content_length_that_is_not_plain_digits_is_refused_with_400(target: T
 
 def test_a_method_the_api_does_not_define_gets_a_json_405(target: Target) -> None:
     for method in ("PUT", "DELETE", "PATCH", "OPTIONS", "HEAD"):
-        raw = f"{method} /enqueue HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 0\r\n\r\n".encode()
+        raw = f"{method} /enqueue HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: 0\r\n\r\n".encode()
         status, headers, body = send_raw(target, method, raw)
         assert status == 405, (method, status)
         if method != "HEAD":
@@ -218,10 +218,10 @@ def test_an_oversized_header_gets_a_json_431(target: Target) -> None:
 def test_a_chunked_body_gets_411_and_its_chunks_are_never_read_as_a_request(target: Target) -> None:
     # The chunk below would be a valid /suspend request if the server kept reading the stream.
     # (The daemon is shared with the fuzz tests, which may have suspended it: resume first.)
-    resume = b"POST /resume HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}"
+    resume = b"POST /resume HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}"
     assert send_raw(target, "POST", resume)[0] == 200
-    smuggled = b"POST /suspend HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
-    raw = (b"POST /enqueue HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    smuggled = b"POST /suspend HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+    raw = (b"POST /enqueue HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
            + b"%x\r\n" % len(smuggled) + smuggled + b"\r\n0\r\n\r\n")
     with socket.create_connection((target.host, target.port), timeout=ANSWER_TIMEOUT_S) as sock:
         sock.sendall(raw)
@@ -231,7 +231,7 @@ def test_a_chunked_body_gets_411_and_its_chunks_are_never_read_as_a_request(targ
         assert "Content-Length" in json.loads(response.read())["error"]
         assert response.getheader("Connection") == "close"
         assert sock.recv(1024) == b""  # closed: nothing else was answered
-    status, _, body = send_raw(target, "GET", b"GET /status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    status, _, body = send_raw(target, "GET", b"GET /status HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
     channels = json.loads(body)["channels"]
     assert status == 200 and channels and not any(c["suspended"] for c in channels.values())
 

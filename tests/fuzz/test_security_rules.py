@@ -23,7 +23,7 @@ from smoosh.daemon.http import AdminServer, is_loopback, parse_address
 PROJECT = Path(__file__).resolve().parents[2]
 #: The packages whose sources the grep rules cover.
 SOURCE_DIRS = ("smoosh", "channels", "persist")
-TOKEN = "s3cret-token"
+TOKEN = "s3cret-token-0123456789"
 
 
 def python_sources() -> list[Path]:
@@ -69,7 +69,7 @@ def exposed(tmp_path: Path) -> Iterator[tuple[str, int, Path]]:
 
 def call(host: str, port: int, method: str, path: str, body: object = None, auth: str | None = None) -> tuple[int, dict]:
     conn = http.client.HTTPConnection(host, port, timeout=10)
-    headers = {"Authorization": auth} if auth is not None else {}
+    headers = {"Content-Type": "application/json", **({"Authorization": auth} if auth is not None else {})}
     try:
         conn.request(method, path, body=None if body is None else json.dumps(body), headers=headers)
         response = conn.getresponse()

@@ -112,7 +112,9 @@ class Daemon:
 
     def post(self, path: str, body: Any, headers: dict[str, str] | None = None) -> tuple[int, Any]:
         data = json.dumps(body).encode() if not isinstance(body, bytes) else body
-        req = urllib.request.Request(self.url + path, data=data, method="POST", headers=headers or {})
+        # As any JSON client does: the API refuses a POST body of another type (a browser's).
+        req = urllib.request.Request(self.url + path, data=data, method="POST",
+                                     headers={"Content-Type": "application/json", **(headers or {})})
         try:
             with urllib.request.urlopen(req, timeout=10) as r:
                 return r.status, json.loads(r.read())

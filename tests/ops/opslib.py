@@ -45,7 +45,9 @@ def request(url: str, method: str = "GET", body: Any = None, *, raw: bytes | Non
             headers: dict[str, str] | None = None, timeout_s: float = 10.0) -> Reply:
     """A real HTTP request; error statuses are returned, not raised."""
     data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
-    req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
+    # As any JSON client does: the API refuses a POST body of another type (a browser's).
+    json_type = {"Content-Type": "application/json"} if method == "POST" else {}
+    req = urllib.request.Request(url, data=data, method=method, headers={**json_type, **(headers or {})})
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as r:
             return Reply(r.status, r.headers, r.read())

@@ -9,7 +9,7 @@ from opslib import request, smoosh_cli
 
 from helpers.daemon import Daemon, free_port, write_config
 
-TOKEN = "s3cret"
+TOKEN = "s3cret-0123456789abcdef"
 
 
 @pytest.fixture

@@ -75,7 +75,10 @@ LIVE: dict[str, tuple[str, Callable[[Server], bool]]] = {
     "log_format": live("json", lambda s: logs.current_format() == "json"),
     "watch": live("{other}", lambda s: [e.root for e in s._housekeeping.watcher.entries] == [s.config.watch[0]]),
     "roots": live("{other}", lambda s: sqlite_compactor(s).roots == s.config.roots),
-    "token": live("s3cret", lambda s: s.config.token == "s3cret"),  # the admin server reads it per request
+    # Opt-ins name roots: the test sets roots = {other} beside them.
+    "allow_hard_links": live("{other}", lambda s: sqlite_compactor(s).roots.allow_hard_links == set(s.config.roots)),
+    "allow_mounts": live("{other}", lambda s: sqlite_compactor(s).roots.allow_mounts == set(s.config.roots)),
+    "token": live("s3cret-0123456789", lambda s: s.config.token == "s3cret-0123456789"),  # the admin server reads it per request
     "health_threshold": live("7s", lambda s: s._history.health_threshold_s == 7),
     "backoff_base": live("9s", lambda s: s._history.backoff_base_s == 9),
     "max_history": live("3", lambda s: s._history.max_history == 3),
@@ -115,7 +118,7 @@ def test_a_global_key_applies_live(key: str, server: Server, tmp_path: Path) -> 
     other.mkdir()
     value, probe = LIVE[key]
     value = value.format(other=other)
-    extra = f"{key} = {value}" + (f"\nroots = {other}" if key == "watch" else "")
+    extra = f"{key} = {value}" + (f"\nroots = {other}" if key in ("watch", "allow_hard_links", "allow_mounts") else "")
     server.apply_config(make(tmp_path, extra))
     assert server.status()["restart_required"] == []
     wait_for(lambda: probe(server), 5, what=f"{key} applied")

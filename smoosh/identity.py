@@ -1,0 +1,216 @@
+"""The roots hold by identity, not by name: a file smoosh compacts is reachable only through its path.
+
+A canonical path inside a root can still name a file that lives somewhere else:
+
+* a hard link (``ln /outside/o.db /srv/dbs/hard.db``, a ``cp -al`` or rsnapshot snapshot):
+  the compaction rewrites the outside file in place, and SQLite names its journal after the
+  path it opened. Killed mid-compaction, it leaves ``hard.db-journal``; an application that
+  opens the *other* name finds no hot journal beside it and reads a half-copied file, or
+  commits over it before the inside name rolls the journal back (issue 25: one database
+  malformed, two lost a committed row, in 10 trials);
+* another mount below a root (a bind mount of an outside directory or file): the file
+  belongs to another tree, and a bind-mounted file has its side files beside a different
+  name again;
+* a side file (``-journal``, ``-wal``, ``-shm``) that is a link: SQLite refuses to follow a
+  symbolic one (``SQLITE_OPEN_NOFOLLOW``), and a hard-linked one is shared with a file
+  elsewhere.
+
+So a database file with more than one link, or on another mount than its root, and side
+files that are links, are refused unless the operator opts in for that root
+(``allow_hard_links``, ``allow_mounts``). The checks use what the caller already has: the
+``stat`` of the descriptor its header read opened (links, device), and, where a compaction
+is about to start, the descriptor's mount id from ``/proc/self/fdinfo`` (a bind mount of
+the same file system keeps the device number; only the mount id tells it apart).
+
+:class:`Roots` carries the roots with the opt-ins and each root's identity; it is a tuple
+of the canonical root paths, so every lexical check that takes a sequence of roots takes
+it unchanged. It is immutable: a new config builds a new one.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+from typing import Iterable, Sequence
+
+from smoosh.paths import SIDE_SUFFIXES, inside
+
+__all__ = [
+    "Roots",
+    "root_of",
+    "mount_id",
+    "identity_refusal",
+    "side_file_refusal",
+]
+
+_O_PATH = getattr(os, "O_PATH", 0)
+_FDINFO = "/proc/self/fdinfo/"
+
+#: Reason templates of an identity refusal.
+HARD_LINKS = "the file has {n} hard links: another name outside smoosh's view shares the file (allow_hard_links opts a root in)"
+OTHER_MOUNT = "the file lies on another mount than its root {root} (allow_mounts opts a root in)"
+SIDE_SYMLINK = "its {side} is a symbolic link"
+SIDE_NOT_REGULAR = "its {side} is not a regular file"
+SIDE_HARD_LINKS = "its {side} has {n} hard links (allow_hard_links opts a root in)"
+
+
+def mount_id(fd: int) -> int | None:
+    """The id of the mount ``fd`` lies on (``mnt_id`` of ``/proc/self/fdinfo/FD``), or None.
+
+    None where the kernel does not say (no ``/proc``, a kernel before 3.15).
+    """
+    try:
+        with open(_FDINFO + str(fd), "rb") as info:
+            text = info.read()
+    except OSError:
+        return None
+    start = text.find(b"mnt_id:")
+    if start < 0:
+        return None
+    end = text.find(b"\n", start)
+    try:
+        return int(text[start + 7:end if end >= 0 else None])
+    except ValueError:
+        return None
+
+
+def _root_identity(root: str) -> tuple[int, int | None] | None:
+    """(device, mount id) of a root directory; None when it cannot be opened."""
+    flags = (_O_PATH or os.O_RDONLY) | os.O_CLOEXEC | getattr(os, "O_DIRECTORY", 0)
+    try:
+        fd = os.open(root, flags)
+    except OSError:
+        return None
+    try:
+        return os.fstat(fd).st_dev, mount_id(fd)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+class Roots(tuple[str, ...]):
+    """Canonical roots (a tuple of their paths), with the roots that opted in to links and mounts.
+
+    Parameters:
+        roots: canonical root directories.
+        allow_hard_links: roots (among ``roots``) whose databases may have more than one link.
+        allow_mounts: roots whose databases may lie on another mount than the root itself.
+
+    Raises:
+        ValueError: an opt-in names a directory that is not one of ``roots``.
+    """
+
+    allow_hard_links: frozenset[str]
+    allow_mounts: frozenset[str]
+    _identity: dict[str, tuple[int, int | None] | None]
+    _identity_lock: threading.Lock
+
+    def __new__(
+        cls, roots: Iterable[str], *, allow_hard_links: Iterable[str] = (), allow_mounts: Iterable[str] = ()
+    ) -> Roots:
+        self = super().__new__(cls, roots)
+        self.allow_hard_links = _among(self, "allow_hard_links", allow_hard_links)
+        self.allow_mounts = _among(self, "allow_mounts", allow_mounts)
+        # Each root's (device, mount id), taken when first needed and again when a file seems
+        # to lie elsewhere (the root may have been mounted over since). Written under the lock;
+        # read without it (a dict read of a whole tuple).
+        self._identity = {}
+        self._identity_lock = threading.Lock()
+        return self
+
+    def identity(self, root: str, *, fresh: bool = False) -> tuple[int, int | None] | None:
+        """(device, mount id) of ``root`` (one of these roots); ``fresh`` reads it again."""
+        if not fresh and root in self._identity:
+            return self._identity[root]
+        found = _root_identity(root)
+        with self._identity_lock:
+            self._identity[root] = found
+        return found
+
+
+def _among(roots: tuple[str, ...], key: str, chosen: Iterable[str]) -> frozenset[str]:
+    out = frozenset(chosen)
+    strangers = sorted(out - set(roots))
+    if strangers:
+        raise ValueError(f"{key} names {strangers[0]!r}, which is not one of the roots ({', '.join(roots)})")
+    return out
+
+
+def root_of(path: str, roots: Sequence[str]) -> str | None:
+    """The deepest of ``roots`` that ``path`` is or lies below (nested roots: the innermost decides)."""
+    best: str | None = None
+    for root in roots:
+        if inside(path, root) and (best is None or len(root) > len(best)):
+            best = root
+    return best
+
+
+def _links_allowed(root: str | None, roots: Sequence[str] | None) -> bool:
+    return isinstance(roots, Roots) and root is not None and root in roots.allow_hard_links
+
+
+def identity_refusal(path: str, st: os.stat_result, roots: Sequence[str] | None, *, fd: int | None = None) -> str | None:
+    """Why the database file ``path`` must not be compacted, judged by its identity; None when it may be.
+
+    Parameters:
+        path: the database's canonical path.
+        st: the ``stat`` of the opened file (``fstat`` of its descriptor, or an ``lstat``).
+        roots: the roots in force: a :class:`Roots` for the mount check and the opt-ins; a
+            plain sequence (or None, library use) checks the links only.
+        fd: the file's open descriptor: its mount id is compared with the root's too (a bind
+            mount of the same file system keeps the device). None compares devices only.
+
+    Returns:
+        A reason (see the templates above), or None.
+    """
+    root = root_of(path, roots) if roots else None
+    if st.st_nlink > 1 and not _links_allowed(root, roots):
+        return HARD_LINKS.format(n=st.st_nlink)
+    if not isinstance(roots, Roots) or root is None or root in roots.allow_mounts:
+        return None
+    ident = roots.identity(root)
+    if ident is None:
+        return None  # the root cannot be opened now: the open of the file decides
+    if _elsewhere(st, fd, ident):
+        ident = roots.identity(root, fresh=True)  # mounted over since it was read?
+        if ident is not None and _elsewhere(st, fd, ident):
+            return OTHER_MOUNT.format(root=root)
+    return None
+
+
+def _elsewhere(st: os.stat_result, fd: int | None, root_ident: tuple[int, int | None]) -> bool:
+    dev, root_mnt = root_ident
+    if st.st_dev != dev:
+        return True
+    if fd is None or root_mnt is None:
+        return False
+    mnt = mount_id(fd)
+    return mnt is not None and mnt != root_mnt
+
+
+def side_file_refusal(path: str, roots: Sequence[str] | None) -> str | None:
+    """Why the side files of the database ``path`` make it unsafe to compact; None when none does.
+
+    One ``lstat`` per side file (``-journal``, ``-wal``, ``-shm``); a missing one is fine.
+
+    Returns:
+        :data:`SIDE_SYMLINK`, :data:`SIDE_NOT_REGULAR` or :data:`SIDE_HARD_LINKS`, filled in.
+    """
+    links_ok: bool | None = None
+    for side in SIDE_SUFFIXES:
+        try:
+            st = os.lstat(path + side)
+        except OSError:
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            return SIDE_SYMLINK.format(side=side)
+        if not stat.S_ISREG(st.st_mode):
+            return SIDE_NOT_REGULAR.format(side=side)
+        if st.st_nlink > 1:
+            if links_ok is None:
+                links_ok = _links_allowed(root_of(path, roots) if roots else None, roots)
+            if not links_ok:
+                return SIDE_HARD_LINKS.format(side=side, n=st.st_nlink)
+    return None

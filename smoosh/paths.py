@@ -7,7 +7,7 @@ was the largest single cost (bench/RESULTS.md, "Why the misses miss"). On Linux 
 the path the kernel resolved. Closing an ``O_PATH`` descriptor does not release the POSIX
 locks this process holds on the file (an in-process ``BEGIN EXCLUSIVE`` still blocks
 another process afterwards, where a plain ``open``/``close`` lets it write), so it
-is safe inside the daemon, whose compactions hold such locks (see ``smoosh.daemon.scan``).
+is safe inside the daemon, whose compactions hold such locks (see ``smoosh.daemon.watch.scan``).
 Anything unusual (a missing file, a file deleted mid-way, no ``/proc``) falls back to
 ``os.path.realpath``, whose answer is the definition.
 """

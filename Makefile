@@ -27,9 +27,11 @@ run: $(STAMP)
 	@mkdir -p var/databases var/smoosh
 	$(BIN)/smoosh run --config conf/smoosh.ini
 
-# Types first (seconds), then the suite on two processes.
+# Types first (seconds), then the layering (lint-imports: pyproject.toml's contracts), then the
+# suite on two processes.
 test: $(STAMP)
 	$(BIN)/python -m mypy
+	$(BIN)/lint-imports --no-logo
 	$(BIN)/python -m pytest -q -x -p no:cacheprovider -n 2
 
 soak: $(STAMP)

@@ -139,7 +139,7 @@ def compact_in_thread(path: str, scenario: Scenario) -> tuple[threading.Thread, 
         The thread (not started), the job context (to stop it), and the dict it fills.
     """
     from smoosh.compactors import SqliteCompactor
-    from smoosh.daemon.job_context import JobContext
+    from smoosh.daemon.run.job_context import JobContext
     from smoosh.io_budget import IoBudget
 
     budget = IoBudget(scenario.rate)

@@ -7,7 +7,7 @@ was the largest single cost (bench/RESULTS.md, "Why the misses miss"). On Linux 
 the path the kernel resolved. Closing an ``O_PATH`` descriptor does not release the POSIX
 locks this process holds on the file (an in-process ``BEGIN EXCLUSIVE`` still blocks
 another process afterwards, where a plain ``open``/``close`` lets it write), so it
-is safe inside the daemon, whose compactions hold such locks (see ``smoosh.daemon.scan``).
+is safe inside the daemon, whose compactions hold such locks (see ``smoosh.daemon.watch.scan``).
 A missing file is resolved through its nearest existing directory, found by bisection (a
 few ``O_PATH`` opens), not by ``os.path.realpath``'s walk, which calls ``lstat`` on every prefix of
 the path: quadratic in its depth, so ten requests of a thousand 2,000-component keys held

@@ -10,8 +10,8 @@ from typing import Any
 from smoosh import jsonutil
 from smoosh.cli.format import format_cluster
 from smoosh.config.defaults import CHANNEL_NAME_RE
-from smoosh.daemon.cluster_holds import ClusterHolds, Hold, describe_scope, operator_name
-from smoosh.daemon.status import read_node_statuses
+from smoosh.daemon.control.cluster_holds import ClusterHolds, Hold, describe_scope, operator_name
+from smoosh.daemon.record.status import read_node_statuses
 from smoosh.store import open_store
 
 __all__ = ["cmd_cluster_control", "cmd_cluster_status", "format_holds"]

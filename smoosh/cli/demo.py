@@ -144,7 +144,7 @@ def run_demo(out: TextIO | None = None, *, timeout_s: float = DEMO_TIMEOUT_S) ->
 
 def _run(base: str, out: TextIO, timeout_s: float) -> int:
     from smoosh.config import load_config
-    from smoosh.daemon.http import AdminServer
+    from smoosh.daemon.api.http import AdminServer
     from smoosh.daemon.server import Server
 
     dbs_dir = os.path.join(base, "dbs")

@@ -80,7 +80,7 @@ def format_status(body: dict[str, Any]) -> str:
 
 
 def _held_scope(held: dict[str, Any]) -> str:
-    """A cluster hold's scope in words (as :meth:`smoosh.daemon.cluster_holds.Hold.scope`)."""
+    """A cluster hold's scope in words (as :meth:`smoosh.daemon.control.cluster_holds.Hold.scope`)."""
     channels = "every channel" if held.get("channel") is None else f"channel {held['channel']}"
     return f"{channels} of {'every node' if held.get('node') is None else 'node ' + str(held['node'])}"
 

@@ -80,7 +80,7 @@ def _bind_admin(server: Any, address: str) -> Any:
     Raises:
         SmooshError: the address cannot be listened on (taken, not this host's), naming it.
     """
-    from smoosh.daemon.http import AdminServer
+    from smoosh.daemon.api.http import AdminServer
 
     try:
         return AdminServer(server, address)
@@ -155,7 +155,7 @@ def _check_http_token(config: Any, *, overridden: bool) -> None:
     Raises:
         ConfigError: naming ``http`` and ``token``.
     """
-    from smoosh.daemon.http import is_loopback, parse_address
+    from smoosh.daemon.api.http import is_loopback, parse_address
 
     if not config.http or config.token:
         return
@@ -173,7 +173,7 @@ def _check_http_token(config: Any, *, overridden: bool) -> None:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     """``smoosh worker``: workers for this node's job type, in their own process."""
-    from smoosh.daemon.worker_process import run_worker_process
+    from smoosh.daemon.run.worker_process import run_worker_process
 
     config = _load_config_and_log(args.config)
     return run_worker_process(config, args.store or config.store, args.concurrency)

@@ -167,7 +167,7 @@ class ConfigWatcher:
         """
         from watchdog.events import FileSystemEventHandler
 
-        from smoosh.daemon.inotify import new_observer
+        from smoosh.daemon.watch.inotify import new_observer
 
         watcher = self
 

@@ -1,12 +1,12 @@
 """The smoosh server: the daemon's parts wired together, and the one loop that owns them.
 
 The path of one key (ARCHITECTURE.md walks it through these modules): the
-:class:`~smoosh.daemon.intake.Intake` turns an event into a measured, priced key and hands
+:class:`~smoosh.daemon.intake.intake.Intake` turns an event into a measured, priced key and hands
 it to a :class:`~channels.Channel`; the channel picks what to start and hands it to the
-:class:`~smoosh.daemon.scheduler.JobScheduler`, which makes it a job; the
-:class:`~smoosh.daemon.worker.Worker` runs it; its end comes back to the channel as a run
+:class:`~smoosh.daemon.run.scheduler.JobScheduler`, which makes it a job; the
+:class:`~smoosh.daemon.run.worker.Worker` runs it; its end comes back to the channel as a run
 event, and to this server as an outcome (history, backoff, counters) through the channels'
-:class:`~smoosh.daemon.channel_host.ChannelHost`, which answers all they ask of the daemon.
+:class:`~smoosh.daemon.host.channel_host.ChannelHost`, which answers all they ask of the daemon.
 
 Ownership (one owner per fact): the server's :class:`~smoosh.loop.Loop` thread owns the
 channel registry, every channel's scheduling, the slot gate, the scheduler's runs and the
@@ -28,33 +28,33 @@ from typing import Any, Callable
 from channels import Channel
 from smoosh.compactors import load_compactors
 from smoosh.config import ChannelConfig, Config
-from smoosh.daemon.budget_gate import BudgetGate
-from smoosh.daemon.channel_host import ChannelHost
-from smoosh.daemon.cluster_holds import ClusterHolds
-from smoosh.daemon.explain import Sources, explain as explain_key
+from smoosh.daemon.control.budget_gate import BudgetGate
+from smoosh.daemon.host.channel_host import ChannelHost
+from smoosh.daemon.control.cluster_holds import ClusterHolds
+from smoosh.daemon.intake.explain import Sources, explain as explain_key
 from smoosh.daemon.history import HistoryTable
-from smoosh.daemon.housekeeping import Housekeeping, Parts
-from smoosh.daemon.instance_lock import InstanceLock, prepare_state_dir
-from smoosh.daemon.intake import Intake
-from smoosh.daemon.measurement import own_paths
-from smoosh.daemon.offers import Offers
-from smoosh.daemon.live_config import CALL_TIMEOUT_S, LiveConfig
-from smoosh.daemon.verdicts import WAIT_S, Verdict, enqueue_and_wait
-from smoosh.daemon.outcomes import Counters, Outcomes
-from smoosh.daemon.registry import ChannelRegistry
-from smoosh.daemon.router import Router
-from smoosh.daemon.scheduler import JobScheduler
-from smoosh.daemon.slots import SlotGate
-from smoosh.daemon.staleness import AccessTable
-from smoosh.daemon.startup import take_over_jobs
-from smoosh.daemon.status import build_status, jobs_table
-from smoosh.daemon.suspension import Suspension
+from smoosh.daemon.host.housekeeping import Housekeeping, Parts
+from smoosh.daemon.control.instance_lock import InstanceLock, prepare_state_dir
+from smoosh.daemon.intake.intake import Intake
+from smoosh.daemon.intake.measurement import own_paths
+from smoosh.daemon.intake.offers import Offers
+from smoosh.daemon.host.live_config import CALL_TIMEOUT_S, LiveConfig
+from smoosh.daemon.intake.verdicts import WAIT_S, Verdict, enqueue_and_wait
+from smoosh.daemon.record.outcomes import Counters, Outcomes
+from smoosh.daemon.host.registry import ChannelRegistry
+from smoosh.daemon.intake.router import Router
+from smoosh.daemon.run.scheduler import JobScheduler
+from smoosh.daemon.control.slots import SlotGate
+from smoosh.daemon.watch.staleness import AccessTable
+from smoosh.daemon.run.startup import take_over_jobs
+from smoosh.daemon.record.status import build_status, jobs_table
+from smoosh.daemon.control.suspension import Suspension
 from smoosh.errors import UnknownChannel
 from smoosh.io_budget import IoBudget
 from smoosh.jobs import Jobs
 from smoosh.paths import CLEANUP_PREFIX
 from smoosh.loop import Loop, quietly
-from smoosh.daemon.store_reset import open_job_store
+from smoosh.daemon.control.store_reset import open_job_store
 from smoosh.store import Store
 
 __all__ = ["Server", "UnknownChannel", "Counters"]
@@ -77,7 +77,7 @@ class Server(LiveConfig):
         watch_config: reload the config file live when it changes.
         compactors: compactors to use instead of the built-in SQLite one and the plugins.
         reset_store: at start, move a corrupt SQLite store aside and start with an empty one
-            (``smoosh run --reset-store``; see :mod:`smoosh.daemon.store_reset`).
+            (``smoosh run --reset-store``; see :mod:`smoosh.daemon.control.store_reset`).
     """
 
     def __init__(
@@ -216,7 +216,7 @@ class Server(LiveConfig):
         found.apply(self._registry.current, now)
         self.intake.start()
         if self._workers_n > 0 and not self.dry_run:
-            from smoosh.daemon.worker import Worker
+            from smoosh.daemon.run.worker import Worker
 
             self._worker = Worker(
                 self._jobs, self._store, self.job_type, self._compactors, node=self.node,
@@ -341,7 +341,7 @@ class Server(LiveConfig):
         ``forced``, followed by what holds it back, if anything does.
 
         Returns:
-            One :class:`~smoosh.daemon.verdicts.Verdict` per key, in order, within ``timeout_s``.
+            One :class:`~smoosh.daemon.intake.verdicts.Verdict` per key, in order, within ``timeout_s``.
         """
         return enqueue_and_wait(
             lambda key, waiter: self.intake.enqueue(key, require_file=True, waiter=waiter, force=force),
@@ -457,7 +457,7 @@ class Server(LiveConfig):
     def explain(self, key: object) -> dict[str, Any]:
         """Why ``key`` is or is not queued, per channel (``smoosh explain``, ``GET /explain``).
 
-        Changes nothing: no enqueue, no exact measurement. See :mod:`smoosh.daemon.explain`
+        Changes nothing: no enqueue, no exact measurement. See :mod:`smoosh.daemon.intake.explain`
         for the answer's shape.
         """
         return explain_key(Sources(

@@ -1,4 +1,4 @@
-"""A claimed run's finish rides on the next claim's commit (smoosh/daemon/finishes.py).
+"""A claimed run's finish rides on the next claim's commit (smoosh/daemon/run/finishes.py).
 
 Real job layer over the memory and SQLite stores; the hold-off is stepped with an injected
 clock. What is asserted is what the store shows: a finished run's job is gone after the
@@ -17,7 +17,7 @@ from helpers.clocks import FakeClock
 from helpers.daemon import wait_for
 from server.test_server import make_config
 from smoosh import Server
-from smoosh.daemon.finishes import FINISH_MERGE_WAIT_S, DeferredFinishes
+from smoosh.daemon.run.finishes import FINISH_MERGE_WAIT_S, DeferredFinishes
 from smoosh.jobs import Jobs, NotFound
 from smoosh.store import open_store
 

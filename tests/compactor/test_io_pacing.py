@@ -16,7 +16,7 @@ import pytest
 
 from compactor.dbfactory import db_stats, integrity, make_bloated_db
 from smoosh.compactors import Interrupted, SqliteCompactor
-from smoosh.daemon.job_context import JobContext
+from smoosh.daemon.run.job_context import JobContext
 from smoosh.io_budget import IoBudget
 from helpers.clocks import FakeClock
 
@@ -148,7 +148,7 @@ def test_an_unlimited_budget_never_waits_and_still_counts_what_was_written(db: s
 
 def test_a_worker_takes_no_job_while_the_budget_is_in_debt_and_takes_it_when_paid(db: str) -> None:
     # Given a stand-alone worker whose process budget owes 5 s, and a job pending for it
-    from smoosh.daemon.worker import Worker
+    from smoosh.daemon.run.worker import Worker
     from smoosh.jobs import Jobs
     from smoosh.store import open_store
 

@@ -16,11 +16,11 @@ import pytest
 from compactor.dbfactory import db_stats, integrity, make_bloated_db, row_count
 from compactor.gates import GatedCompactor
 from helpers.locks import ChildConnection
-from smoosh.daemon import control
+from smoosh.daemon.control import control
 from smoosh.compactors import SqliteCompactor
 from smoosh.jobs import Jobs
 from smoosh.store import open_store
-from smoosh.daemon.worker import Worker
+from smoosh.daemon.run.worker import Worker
 
 NODE = "n1"
 JOB_TYPE = "smoosh:" + NODE
@@ -299,7 +299,7 @@ def test_rotation_never_stops_a_full_vacuum(tmp_path, jobs, store, workers) -> N
 
 def test_job_context_rotates_only_a_run_that_can_stop_without_losing_work() -> None:
     from smoosh.compactors import Interrupted
-    from smoosh.daemon.worker import JobContext
+    from smoosh.daemon.run.worker import JobContext
 
     fresh = JobContext()
     assert fresh.rotate() is False  # no chunk boundary passed yet: nothing says it can stop
@@ -396,7 +396,7 @@ def test_worker_process_runs_jobs_and_stops_cleanly_on_sigterm(tmp_path) -> None
     path = str(tmp_path / "a.db")
     make_bloated_db(path)
     code = (
-        "import sys; from types import SimpleNamespace; from smoosh.daemon.worker_process import run_worker_process; "
+        "import sys; from types import SimpleNamespace; from smoosh.daemon.run.worker_process import run_worker_process; "
         f"sys.exit(run_worker_process(SimpleNamespace(node={NODE!r}, job_timeout_s=2.0, "
         f"store={'sqlite:' + store_path!r}, sqlite=None), None, 2))"
     )

@@ -18,7 +18,7 @@ from compactor.gates import GatedCompactor  # noqa: E402
 from smoosh.compactors import SqliteCompactor  # noqa: E402
 from smoosh.jobs import Jobs  # noqa: E402
 from smoosh.store import open_store  # noqa: E402
-from smoosh.daemon.worker import Worker  # noqa: E402
+from smoosh.daemon.run.worker import Worker  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from compactor.dbfactory import db_stats, integrity, make_bloated_db, row_count
 from faults.faultlib import processes, start_daemon, start_worker
 from helpers.daemon import Daemon, free_port, wait_for, write_config
-from smoosh.daemon.instance_lock import InstanceLock
+from smoosh.daemon.control.instance_lock import InstanceLock
 
 __all__ = ["processes"]  # fixture
 

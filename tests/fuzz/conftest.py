@@ -12,7 +12,7 @@ import pytest
 from compactor.dbfactory import make_bloated_db
 from helpers.daemon import write_config
 from smoosh import Server, load_config
-from smoosh.daemon.http import AdminServer
+from smoosh.daemon.api.http import AdminServer
 
 
 @dataclass

@@ -21,7 +21,7 @@ import pytest
 from compactor.dbfactory import make_bloated_db
 from helpers.daemon import write_config
 from smoosh import Server, load_config
-from smoosh.daemon.http import AdminServer, host_allowed
+from smoosh.daemon.api.http import AdminServer, host_allowed
 from smoosh.errors import ConfigError
 from smoosh.config import parse_config
 
@@ -158,7 +158,7 @@ def test_shed_connections_are_counted_and_logged_once_per_interval(
     address = ("127.0.0.1", int(admin.address.rsplit(":", 1)[1]))
     idle: list[socket.socket] = []
     try:
-        with caplog.at_level(logging.WARNING, logger="smoosh.daemon.http_conns"):
+        with caplog.at_level(logging.WARNING, logger="smoosh.daemon.api.http_conns"):
             idle.append(socket.create_connection(address, timeout=5))
             _until(lambda: admin.open_connections == 1, "1 connection open")
             for _ in range(2):

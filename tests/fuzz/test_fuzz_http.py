@@ -166,7 +166,7 @@ def test_a_deeply_nested_json_body_is_refused_with_400(target: Target) -> None:
 
 
 def test_a_body_shorter_than_its_content_length_times_out_with_408(target: Target, monkeypatch: pytest.MonkeyPatch) -> None:
-    from smoosh.daemon.http import _Handler
+    from smoosh.daemon.api.http import _Handler
 
     shipped_s = getattr(_Handler, "timeout", None)
     assert shipped_s is not None and 0 < shipped_s <= 60, f"the request timeout is {shipped_s!r}"

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from fuzz.conftest import Target
 from fuzz.fuzzlib import FAST, SOAK_EXAMPLES, fuzz_settings
 from smoosh.errors import InvalidKey
-from smoosh.daemon.intake import MAX_KEY_BYTES
-from smoosh.daemon.router import CLEANUP_PREFIX
+from smoosh.daemon.intake.intake import MAX_KEY_BYTES
+from smoosh.daemon.intake.router import CLEANUP_PREFIX
 
 COMPONENTS = st.sampled_from(
     ["..", ".", "", "dbs", "inside.db", "escape", "secret.db", "secret-link.db", "slash", "etc", "passwd",

@@ -17,7 +17,7 @@ import pytest
 
 from helpers.daemon import write_config
 from smoosh import Server, load_config
-from smoosh.daemon.http import AdminServer
+from smoosh.daemon.api.http import AdminServer
 
 #: The request timeout these tests give the API, in seconds.
 SHORT_TIMEOUT_S = 1.0

@@ -18,7 +18,7 @@ from helpers.daemon import free_port, write_config
 from smoosh import Server, load_config
 from smoosh.config import Config, parse_config
 from smoosh.errors import ConfigError
-from smoosh.daemon.http import AdminServer, is_loopback, parse_address
+from smoosh.daemon.api.http import AdminServer, is_loopback, parse_address
 
 PROJECT = Path(__file__).resolve().parents[2]
 #: The packages whose sources the grep rules cover.
@@ -108,7 +108,7 @@ def test_an_exposed_server_without_a_token_refuses_every_post(tmp_path: Path) ->
 
 
 def test_the_token_is_compared_in_constant_time() -> None:
-    from smoosh.daemon.http import _Handler
+    from smoosh.daemon.api.http import _Handler
 
     source = inspect.getsource(_Handler._authorised)
     assert "hmac.compare_digest(" in source

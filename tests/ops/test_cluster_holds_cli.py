@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from smoosh.cli import main
-from smoosh.daemon.cluster_holds import ClusterHolds, operator_name
-from smoosh.daemon.status import write_node_status
+from smoosh.daemon.control.cluster_holds import ClusterHolds, operator_name
+from smoosh.daemon.record.status import write_node_status
 from smoosh.store import open_store
 
 STATUS = {"channels": {"ratio_dbs": {"active": 0, "starting": 0, "waiting": {"size": 0, "min": 0, "max": 0},

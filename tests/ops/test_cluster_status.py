@@ -50,7 +50,7 @@ def test_two_daemons_sharing_a_store_are_both_listed_and_an_old_record_is_stale(
 
 
 def test_a_record_older_than_15_s_is_marked_stale(tmp_path: Path) -> None:
-    from smoosh.daemon.status import write_node_status
+    from smoosh.daemon.record.status import write_node_status
     from smoosh.store import open_store
 
     store_url = f"sqlite:{tmp_path / 'shared.db'}"

@@ -14,7 +14,7 @@ import pytest
 
 from helpers.daemon import Daemon, free_port, write_config
 from opslib import smoosh_cli
-from smoosh.daemon.store_reset import corruption, open_job_store, set_aside
+from smoosh.daemon.control.store_reset import corruption, open_job_store, set_aside
 from smoosh.errors import CorruptStore
 
 MESSAGE = (
@@ -79,7 +79,7 @@ def test_reset_store_moves_the_corrupt_store_aside_and_starts_empty(tmp_path: Pa
     assert len(aside) == 1 and aside[0].read_bytes() == damaged
     assert d.stop() == 0
     log = d.log_path.read_text()
-    assert f"WARNING smoosh.daemon.store_reset: The job store {store} was corrupt" in log
+    assert f"WARNING smoosh.daemon.control.store_reset: The job store {store} was corrupt" in log
     assert f"moved it aside to {aside[0]} and started with an empty store." in log
 
 

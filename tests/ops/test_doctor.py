@@ -186,7 +186,7 @@ def open_dir() -> Iterator[Path]:
 _AS_USER = """
 import json, os, sys
 from smoosh.cli import doctor
-import smoosh.daemon.scan  # imported before the privileges go: nobody may not read the interpreter's files
+import smoosh.daemon.watch.scan  # imported before the privileges go: nobody may not read the interpreter's files
 if os.geteuid() == 0:
     os.setgroups([]); os.setresgid(%(uid)d, %(uid)d, %(uid)d); os.setresuid(%(uid)d, %(uid)d, %(uid)d)
 request = json.loads(sys.argv[1])

@@ -150,7 +150,7 @@ def test_a_finished_compaction_counts_its_result_duration_and_bytes(tmp_path: Pa
 def test_two_servers_in_one_process_have_private_registries(tmp_path: Path) -> None:
     from channels.ports import Outcome
     from smoosh.config import load_config
-    from smoosh.daemon.metrics import _registries, render
+    from smoosh.daemon.api.metrics import _registries, render
     from smoosh.daemon.server import Server
 
     servers = []

@@ -19,7 +19,7 @@ ANSWER_WITHIN_S = 1.0
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[object]:
     from smoosh.config import load_config
-    from smoosh.daemon.http import AdminServer
+    from smoosh.daemon.api.http import AdminServer
     from smoosh.daemon.server import Server
 
     config = load_config(str(write_config(tmp_path, port=0, extra_global="watch =")))

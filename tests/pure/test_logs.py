@@ -16,7 +16,7 @@ from smoosh import logs
 
 
 def record(level: int = logging.INFO, msg: str = "compacted %r", args: tuple = ("/db/a",), **extra: object) -> logging.LogRecord:
-    rec = logging.LogRecord("smoosh.daemon.outcomes", level, __file__, 1, msg, args, None)
+    rec = logging.LogRecord("smoosh.daemon.record.outcomes", level, __file__, 1, msg, args, None)
     rec.created = 1767323045.25  # 2026-01-02T03:04:05.250Z
     rec.__dict__.update(extra)
     return rec
@@ -59,7 +59,7 @@ def test_a_json_line_has_time_level_logger_message_and_the_extra_fields() -> Non
     line = logs.JsonFormatter().format(record(key="/db/a", channel="ratio_dbs", reclaimed_bytes=42))
     assert "\n" not in line
     assert json.loads(line) == {
-        "time": "2026-01-02T03:04:05.250Z", "level": "INFO", "logger": "smoosh.daemon.outcomes",
+        "time": "2026-01-02T03:04:05.250Z", "level": "INFO", "logger": "smoosh.daemon.record.outcomes",
         "message": "compacted '/db/a'", "key": "/db/a", "channel": "ratio_dbs", "reclaimed_bytes": 42,
     }
 
@@ -80,7 +80,7 @@ def test_an_extra_field_json_cannot_carry_is_shown_as_text() -> None:
 
 def test_text_lines_are_unchanged_without_the_journal() -> None:
     line = logs.TextFormatter().format(record(logging.WARNING))
-    assert line.endswith(" WARNING smoosh.daemon.outcomes: compacted '/db/a'")
+    assert line.endswith(" WARNING smoosh.daemon.record.outcomes: compacted '/db/a'")
     assert not line.startswith("<")
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from smoosh.daemon.slots import SlotGate
+from smoosh.daemon.control.slots import SlotGate
 
 
 def test_slots_are_capped_and_released() -> None:

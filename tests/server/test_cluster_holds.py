@@ -15,8 +15,8 @@ from server.test_server import make_config
 
 from compactor.dbfactory import make_bloated_db
 from helpers.daemon import wait_for
-from smoosh.daemon.cluster_holds import ClusterHolds
-from smoosh.daemon.status import read_node_statuses
+from smoosh.daemon.control.cluster_holds import ClusterHolds
+from smoosh.daemon.record.status import read_node_statuses
 from smoosh.store import open_store
 from smoosh.store.base import Store
 
@@ -53,7 +53,7 @@ def test_a_hold_set_before_start_stops_the_channel_from_its_first_moment_and_res
     assert all(c["held"] == {"node": "n1", "channel": None, "by": "ops@admin", "at": T0} for c in channels.values())
     assert all(c["suspended"] is False and c["active"] == 0 and c["starting"] == 0 for c in channels.values())
     assert server.jobs.list_jobs() == []  # nothing reached the job layer
-    from smoosh.daemon.metrics import render
+    from smoosh.daemon.api.metrics import render
 
     assert b'smoosh_channel_held{channel="ratio_dbs"} 1.0' in render(server)[0]
     assert holds.release("n1", None) == []

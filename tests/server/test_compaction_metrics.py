@@ -2,7 +2,7 @@
 durations per channel and result, bytes before and after, the last success, crashing keys.
 
 The server runs in process with an injected clock, so durations and backoffs are exact; the
-scrape is ``smoosh.daemon.metrics.render``, the body ``GET /metrics`` serves.
+scrape is ``smoosh.daemon.api.metrics.render``, the body ``GET /metrics`` serves.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from helpers.clocks import FakeClock
 from helpers.daemon import wait_for
 from server.test_server import FailingCompactor, make_config
 from smoosh.compactors.base import CompactionResult, Interrupted
-from smoosh.daemon.metrics import render
+from smoosh.daemon.api.metrics import render
 
 Samples = dict[str, dict[tuple[tuple[str, str], ...], float]]
 

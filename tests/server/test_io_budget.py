@@ -21,7 +21,7 @@ from helpers.jobs_table import state_of
 from smoosh import Server
 from smoosh.cli.format import format_status
 from smoosh.config import parse_config
-from smoosh.daemon.metrics import render
+from smoosh.daemon.api.metrics import render
 from smoosh.ioprio import IOPRIO_CLASS_IDLE, get_thread_ioprio
 
 MiB = 1 << 20

@@ -14,8 +14,8 @@ from helpers.daemon import wait_for
 from helpers.jobs_table import record_of
 from server.test_server import FailingCompactor, make_config
 from smoosh.compactors.base import Busy
-from smoosh.daemon.cluster_holds import ClusterHolds
-from smoosh.daemon.verdicts import utc_text
+from smoosh.daemon.control.cluster_holds import ClusterHolds
+from smoosh.daemon.intake.verdicts import utc_text
 from smoosh.store import open_store
 
 #: Channels stay in their start-up pause: what is queued stays queued.

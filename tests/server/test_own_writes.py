@@ -15,7 +15,7 @@ from compactor.dbfactory import make_bloated_db
 from helpers.clocks import FakeClock
 from helpers.daemon import wait_for
 from server.test_server import make_config
-from smoosh.daemon.inotify import inotify_available
+from smoosh.daemon.watch.inotify import inotify_available
 
 FILES = 6
 

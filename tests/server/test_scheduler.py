@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from channels.ports import FAILED, OK, Outcome, RunEvent
-from smoosh.daemon.scheduler import JOB_REMOVED_ERROR, JobScheduler, Run
+from smoosh.daemon.run.scheduler import JOB_REMOVED_ERROR, JobScheduler, Run
 from smoosh.jobs import Jobs, NotFound
 from smoosh.loop import Loop
 from smoosh.store import open_store
@@ -35,7 +35,7 @@ T0 = 1_704_079_800.0
 SETTLE_TIMEOUT_S = 5.0
 #: A key outside the job layer's prefix, written beside a job's removal.
 MARKER = b"test/crash-record"
-SCHEDULER_LOGGER = "smoosh.daemon.scheduler"
+SCHEDULER_LOGGER = "smoosh.daemon.run.scheduler"
 
 
 # -- fixtures -------------------------------------------------------------------------------------

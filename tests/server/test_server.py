@@ -424,7 +424,7 @@ def test_a_key_that_qualifies_only_on_its_exact_size_is_measured_off_the_examine
 def test_keys_wait_to_be_examined_while_a_batch_is_admitted_and_no_longer(
     tmp_path: Path, running: Any, dbs: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import smoosh.daemon.admission as admission_module
+    import smoosh.daemon.intake.admission as admission_module
 
     # A caller admitting a batch (POST /enqueue) has the GIL to itself: its file checks are
     # system calls, each of which would otherwise wait for an examination's Python to yield.
@@ -443,7 +443,7 @@ def test_keys_wait_to_be_examined_while_a_batch_is_admitted_and_no_longer(
 def test_a_stream_of_batches_does_not_starve_the_examination(
     tmp_path: Path, running: Any, dbs: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import smoosh.daemon.admission as admission_module
+    import smoosh.daemon.intake.admission as admission_module
 
     monkeypatch.setattr(admission_module, "ADMISSION_PAUSE_MAX_S", 2.0)
     paths = []

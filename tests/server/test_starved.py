@@ -20,7 +20,7 @@ from helpers.jobs_table import record_of
 from helpers.locks import ChildConnection
 from server.test_server import make_config
 from smoosh.daemon.history import BUSY_RETRY_S
-from smoosh.daemon.metrics import SmooshCollector
+from smoosh.daemon.api.metrics import SmooshCollector
 
 
 def _starved_metric(server: Any, channel: str) -> float:
@@ -43,7 +43,7 @@ def test_a_database_busy_more_than_busy_retries_times_in_a_row_is_starved_until_
     assert {name: _starved_metric(server, name) for name in server.status()["channels"]} == {
         "upgrade_dbs": 0.0, "ratio_dbs": 0.0, "slack_dbs": 0.0, "index_cleanup": 0.0}
 
-    with ChildConnection(db) as app, caplog.at_level(logging.INFO, logger="smoosh.daemon.outcomes"):
+    with ChildConnection(db) as app, caplog.at_level(logging.INFO, logger="smoosh.daemon.record.outcomes"):
         app.execute("BEGIN IMMEDIATE")  # the application holds the write lock and never lets go
         server.enqueue(key)
         states = []

@@ -11,7 +11,7 @@ import random
 
 import pytest
 
-from smoosh.daemon.cluster_holds import ClusterHolds, Hold, covering
+from smoosh.daemon.control.cluster_holds import ClusterHolds, Hold, covering
 from smoosh.store import tuples
 
 #: Generous bound for a watch that must fire (FoundationDB and the SQLite poller deliver later).

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from smoosh.daemon.staleness import CLEAN_INTERVAL_S, CLEAN_JITTER_S, AccessTable
+from smoosh.daemon.watch.staleness import CLEAN_INTERVAL_S, CLEAN_JITTER_S, AccessTable
 
 
 class Clock:

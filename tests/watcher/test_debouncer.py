@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from smoosh.daemon.debounce import Debouncer
-from smoosh.daemon.watcher import Debouncer as ReexportedDebouncer
+from smoosh.daemon.watch.debounce import Debouncer
+from smoosh.daemon.watch.watcher import Debouncer as ReexportedDebouncer
 
 K = "/db/a.sqlite"
 

@@ -25,7 +25,7 @@ from watchdog.events import (
     FileSystemEvent,
 )
 
-from smoosh.daemon.inotify import IN_Q_OVERFLOW, InotifyObserver, inotify_available
+from smoosh.daemon.watch.inotify import IN_Q_OVERFLOW, InotifyObserver, inotify_available
 from watcher.test_watcher import wait_for
 
 pytestmark = pytest.mark.skipif(not inotify_available(), reason="needs Linux inotify")

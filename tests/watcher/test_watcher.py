@@ -23,9 +23,9 @@ from watchdog.observers import Observer
 
 from inotify_simple import Event
 
-from smoosh.daemon.inotify import IN_Q_OVERFLOW, InotifyObserver
-from smoosh.daemon.observers import WatchedRoots
-from smoosh.daemon.watcher import (
+from smoosh.daemon.watch.inotify import IN_Q_OVERFLOW, InotifyObserver
+from smoosh.daemon.watch.observers import WatchedRoots
+from smoosh.daemon.watch.watcher import (
     ROOT_CHECK_INTERVAL_S,
     Watcher,
     is_sqlite_file,
@@ -278,7 +278,7 @@ def test_missing_directory_is_reported_once_and_picked_up_when_it_appears(
     root = tmp_path / "not-yet"
     seen = Seen()
     w = Watcher([str(root)], seen, clock=FakeClock(0.0))
-    with caplog.at_level(logging.WARNING, logger="smoosh.daemon.watcher"):
+    with caplog.at_level(logging.WARNING, logger="smoosh.daemon.watch.watcher"):
         w.tick(0.0)
         w.tick(ROOT_CHECK_INTERVAL_S)
     warnings = [r.getMessage() for r in caplog.records if "does not exist" in r.getMessage()]
@@ -385,7 +385,7 @@ def test_a_raising_callback_is_logged_and_events_keep_flowing(
         seen(path)
 
     w = Watcher([str(watched)], on_path)
-    with caplog.at_level(logging.ERROR, logger="smoosh.daemon.watcher"):
+    with caplog.at_level(logging.ERROR, logger="smoosh.daemon.watch.watcher"):
         w.start()
         try:
             make_db(watched / "first.db")
@@ -411,7 +411,7 @@ def test_inotify_watch_limit_falls_back_to_polling(
     monkeypatch.setattr(WatchedRoots, "_new_observer", new_observer)
     seen = Seen()
     w = Watcher([str(watched)], seen)
-    with caplog.at_level(logging.ERROR, logger="smoosh.daemon.watcher"):
+    with caplog.at_level(logging.ERROR, logger="smoosh.daemon.watch.watcher"):
         w.start()
     try:
         assert w.polling
@@ -472,7 +472,7 @@ def test_scan_reports_paths_that_are_not_utf8(watched: Path) -> None:
 
 
 def test_a_walk_reading_headers_on_many_threads_finds_exactly_what_a_serial_walk_finds(tmp_path: Path) -> None:
-    from smoosh.daemon.scan import HEADER_CHUNK, resolve_watch, walk, watch_roots
+    from smoosh.daemon.watch.scan import HEADER_CHUNK, resolve_watch, walk, watch_roots
 
     header = b"SQLite format 3\x00" + b"\x00" * 84
     expected = set()
@@ -497,7 +497,7 @@ def test_a_walk_reading_headers_on_many_threads_finds_exactly_what_a_serial_walk
 def test_a_periodic_rescan_reports_only_databases_changed_since_the_previous_scan(
     watched: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import smoosh.daemon.watcher as watcher_module
+    import smoosh.daemon.watch.watcher as watcher_module
 
     monkeypatch.setattr(watcher_module, "RESCAN_MARGIN_S", 0.0)
     quiet = make_db(watched / "quiet.db")
@@ -531,7 +531,7 @@ def test_a_periodic_rescan_reports_only_databases_changed_since_the_previous_sca
 def test_an_inotify_overflow_rescans_what_changed_and_warns_once_a_minute(
     watched: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, observer_kind: str
 ) -> None:
-    import smoosh.daemon.watcher as watcher_module
+    import smoosh.daemon.watch.watcher as watcher_module
 
     monkeypatch.setattr(watcher_module, "RESCAN_MARGIN_S", 0.0)
     quiet = make_db(watched / "quiet.db")
@@ -567,7 +567,7 @@ def test_an_inotify_overflow_rescans_what_changed_and_warns_once_a_minute(
 
         def lines() -> list[str]:
             return [r.getMessage() for r in caplog.records
-                    if "overflowed" in r.getMessage() and (r.name != "smoosh.daemon.watcher" or str(watched) in r.getMessage())]
+                    if "overflowed" in r.getMessage() and (r.name != "smoosh.daemon.watch.watcher" or str(watched) in r.getMessage())]
 
         with caplog.at_level(logging.WARNING):
             # When the kernel's queue overflows, long before the next periodic rescan

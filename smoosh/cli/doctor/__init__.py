@@ -97,7 +97,7 @@ def run_checks(config_path: str | None, *, max_files: int = MAX_FILES) -> list[F
 
 
 def _watch_dirs(watch: Sequence[str]) -> list[str]:
-    from smoosh.daemon.scan import resolve_watch
+    from smoosh.daemon.watch.scan import resolve_watch
 
     return list(dict.fromkeys(resolve_watch(spec).root for spec in watch))
 

@@ -45,7 +45,7 @@ def survey(watch: Sequence[str], roots: Sequence[str], *, max_files: int = MAX_F
     """Walk the watched directories and the roots once (directory symlinks not followed, as inotify).
 
     This reads database headers, which is safe here: ``smoosh doctor`` holds no SQLite lock
-    that closing a descriptor could release (see :mod:`smoosh.daemon.scan`).
+    that closing a descriptor could release (see :mod:`smoosh.daemon.watch.scan`).
 
     Parameters:
         watch: the config's ``watch`` entries (directories, files or glob patterns).
@@ -55,7 +55,7 @@ def survey(watch: Sequence[str], roots: Sequence[str], *, max_files: int = MAX_F
     Returns:
         The :class:`Survey`.
     """
-    from smoosh.daemon.scan import WatchEntry, is_sqlite_file, resolve_watch, watch_roots
+    from smoosh.daemon.watch.scan import WatchEntry, is_sqlite_file, resolve_watch, watch_roots
 
     watched = watch_roots(resolve_watch(spec) for spec in watch)
     # One walk over both: the roots' databases and the watched directories usually coincide.

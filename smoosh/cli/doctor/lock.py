@@ -67,7 +67,7 @@ def check_lock(state_dir: str, *, proc_locks: str = "/proc/locks") -> tuple[Find
     Returns:
         The finding, and the holder's pid (None when free or unknown).
     """
-    from smoosh.daemon.instance_lock import LOCK_FILE
+    from smoosh.daemon.control.instance_lock import LOCK_FILE
 
     path = os.path.join(state_dir, LOCK_FILE)
     check = "lock"

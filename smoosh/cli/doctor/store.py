@@ -64,7 +64,7 @@ def check_sqlite_store(path: str) -> list[Finding]:
     Returns:
         One finding.
     """
-    from smoosh.daemon.store_reset import RESET_FLAG, corruption
+    from smoosh.daemon.control.store_reset import RESET_FLAG, corruption
     from smoosh.store.errors import StoreUnavailable
     from smoosh.store.sqlite import probe
 

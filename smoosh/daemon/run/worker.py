@@ -1,7 +1,7 @@
 """The worker: accepts compaction jobs of one node's job type and runs them through the compactors.
 
 One dispatcher thread accepts jobs while a slot is free. While jobs run, a heartbeat thread
-(:mod:`smoosh.daemon.heartbeat`) sends each one's heartbeat (``jobs.update`` every
+(:mod:`smoosh.daemon.run.heartbeat`) sends each one's heartbeat (``jobs.update`` every
 ``job_timeout_s / 3``: one long VACUUM statement cannot call out, and a silent job is
 re-enqueued by the activity monitor after the type timeout) and, for a worker in its own
 process, reads the node's holds and rotation requests from the store; it ends when no job
@@ -14,7 +14,7 @@ Two ways to hear about holds and rotation:
   :meth:`Worker.request_rotation` itself, and a :class:`RunListener` hears every start and end
   at once: no hand-off waits on a poll.
 * In ``smoosh worker`` (``signals="store"``) they come through the store
-  (:mod:`smoosh.daemon.control`), read every ``hold_poll_s`` while jobs run.
+  (:mod:`smoosh.daemon.control.control`), read every ``hold_poll_s`` while jobs run.
 
 While held, an incremental compaction waits at its next chunk boundary holding no database
 lock; a held full VACUUM is interrupted and finished as "interrupted". A job the layer halted
@@ -34,11 +34,11 @@ from typing import Any, Callable, Literal, Protocol, Sequence
 
 from channels.ports import FAILED, INTERRUPTED, Outcome
 from smoosh.compactors import Compactor
-from smoosh.daemon.compaction import compact
-from smoosh.daemon.finishes import DeferredFinishes
-from smoosh.daemon.heartbeat import ERROR_PAUSE_S, Heartbeat
+from smoosh.daemon.run.compaction import compact
+from smoosh.daemon.run.finishes import DeferredFinishes
+from smoosh.daemon.run.heartbeat import ERROR_PAUSE_S, Heartbeat
 from smoosh.daemon.keypool import KeyPool
-from smoosh.daemon.job_context import STOPPING, JobContext, Running
+from smoosh.daemon.run.job_context import STOPPING, JobContext, Running
 from smoosh.io_budget import START, IoBudget
 from smoosh.ioprio import apply_io_priority
 from smoosh.jobs import AcceptInterrupt, JobHalted, NotFound
@@ -149,7 +149,7 @@ class Worker:
         self._interrupt = AcceptInterrupt()
         self._dispatcher: threading.Thread | None = None
         # Heartbeats and store signals of the running jobs, on a thread of its own that shares
-        # this lock (smoosh.daemon.heartbeat); the timeout is read live (a reload changes it).
+        # this lock (smoosh.daemon.run.heartbeat); the timeout is read live (a reload changes it).
         self._heartbeat = Heartbeat(
             lock, runs=lambda: self._running, stopping=lambda: self._stopping, jobs=jobs, store=store,
             node=node, job_type=job_type, signals=signals, job_timeout_s=lambda: self.job_timeout_s,
@@ -239,7 +239,7 @@ class Worker:
 
     def claim_transact(self, key: str, body: Callable[[Any], Any]) -> Any:
         """Run a claim's ``body`` in the transaction that also finishes the runs that ended (see
-        :class:`~smoosh.daemon.finishes.DeferredFinishes`); its result."""
+        :class:`~smoosh.daemon.run.finishes.DeferredFinishes`); its result."""
         return self.finishes.transact(key, body)
 
     def run_claimed(self, claim: Callable[[], tuple[Any, dict[str, Any]] | None]) -> None:
@@ -425,7 +425,7 @@ class Worker:
             with running.lock:
                 if running.claimed:
                     # Its channel is in this process and hears the end directly: the job is
-                    # finished and removed in the next claim's commit (smoosh.daemon.finishes).
+                    # finished and removed in the next claim's commit (smoosh.daemon.run.finishes).
                     self.finishes.add(running.key, running.job)
                 else:
                     self.jobs.finish(running.job, data)

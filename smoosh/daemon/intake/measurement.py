@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable
 from smoosh.compactors.base import Sizes
 from smoosh.config import Config
 from smoosh.daemon.keypool import KeyPool
-from smoosh.daemon.router import db_path
+from smoosh.daemon.intake.router import db_path
 
 __all__ = ["Measurement", "StatusSizer", "signature", "own_paths"]
 

@@ -18,13 +18,13 @@ from typing import Callable, Protocol
 from channels import Channel
 from channels.ports import BLOCKED, BUSY, FAILED, GONE, INTERRUPTED, OK, REPLACED, Outcome, RunEvent
 from smoosh.compactors.base import READ_ONLY
-from smoosh.daemon import control
+from smoosh.daemon.control import control
 from smoosh.daemon.history import (
     BLOCKED as BLOCKED_EVENT, BUSY as BUSY_EVENT, BUSY_RETRY_S, CRASHED, DROPPED, FINISHED, REPLACED as REPLACED_EVENT,
     STARTED, STARVED, HistoryTable, encode_record, longest_backoff_s,
 )
-from smoosh.daemon.histogram import Histogram
-from smoosh.daemon.startup import crash_record_key
+from smoosh.daemon.record.histogram import Histogram
+from smoosh.daemon.run.startup import crash_record_key
 from smoosh.store.base import Transaction
 
 __all__ = ["Outcomes", "Counters", "log_fields"]

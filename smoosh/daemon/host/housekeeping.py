@@ -7,7 +7,7 @@ cleaner, rotation (DESIGN §5.6) and the node's status record in the store (ever
 written by the scheduler's starter thread: store I/O never runs on the loop). The daemon
 keeps one watchdog observer, shared by the file watcher and the config watcher.
 
-The cluster holds (:mod:`smoosh.daemon.cluster_holds`) ride on the status record: the
+The cluster holds (:mod:`smoosh.daemon.control.cluster_holds`) ride on the status record: the
 transaction that writes it also reads the holds and, when none is armed, watches them.
 The watch firing brings the next write forward, so a hold set by ``smoosh suspend --store``
 is obeyed as soon as the store delivers the watch, and within one status interval even if
@@ -25,19 +25,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from smoosh.config import Config
-from smoosh.daemon import control, rotation
-from smoosh.daemon.cluster_holds import ClusterHolds, Hold
-from smoosh.daemon.status import STATUS_INTERVAL_S, put_node_status
+from smoosh.daemon.control import control
+from smoosh.daemon.run import rotation
+from smoosh.daemon.control.cluster_holds import ClusterHolds, Hold
+from smoosh.daemon.record.status import STATUS_INTERVAL_S, put_node_status
 from smoosh.errors import ConfigError, SmooshError
 
 if TYPE_CHECKING:
     from channels import Channel
-    from smoosh.daemon.intake import Intake
-    from smoosh.daemon.outcomes import Counters
-    from smoosh.daemon.scheduler import JobScheduler
-    from smoosh.daemon.slots import SlotGate
-    from smoosh.daemon.staleness import AccessTable
-    from smoosh.daemon.worker import Worker
+    from smoosh.daemon.intake.intake import Intake
+    from smoosh.daemon.record.outcomes import Counters
+    from smoosh.daemon.run.scheduler import JobScheduler
+    from smoosh.daemon.control.slots import SlotGate
+    from smoosh.daemon.watch.staleness import AccessTable
+    from smoosh.daemon.run.worker import Worker
     from smoosh.store import Store, Transaction, Watch
 
 __all__ = ["Housekeeping", "Parts"]
@@ -111,13 +112,13 @@ class Housekeeping:
     def _ensure_observer(self) -> None:
         """Start the one observer the file and config watchers share, unless it runs already."""
         if self._observer is None:
-            from smoosh.daemon.inotify import new_observer
+            from smoosh.daemon.watch.inotify import new_observer
 
             self._observer = new_observer()
             self._observer.start()
 
     def _start_watcher(self, cfg: Config) -> None:
-        from smoosh.daemon.watcher import Watcher
+        from smoosh.daemon.watch.watcher import Watcher
 
         intake = self.parts.intake
         self.watcher = Watcher(

@@ -18,14 +18,14 @@ from smoosh.identity import Roots
 from smoosh.loop import quietly
 
 if TYPE_CHECKING:
-    from smoosh.daemon.budget_gate import BudgetGate
+    from smoosh.daemon.control.budget_gate import BudgetGate
     from smoosh.daemon.history import HistoryTable
-    from smoosh.daemon.housekeeping import Housekeeping
-    from smoosh.daemon.intake import Intake
-    from smoosh.daemon.registry import ChannelRegistry
-    from smoosh.daemon.scheduler import JobScheduler
-    from smoosh.daemon.slots import SlotGate
-    from smoosh.daemon.staleness import AccessTable
+    from smoosh.daemon.host.housekeeping import Housekeeping
+    from smoosh.daemon.intake.intake import Intake
+    from smoosh.daemon.host.registry import ChannelRegistry
+    from smoosh.daemon.run.scheduler import JobScheduler
+    from smoosh.daemon.control.slots import SlotGate
+    from smoosh.daemon.watch.staleness import AccessTable
     from smoosh.io_budget import IoBudget
     from smoosh.jobs import Jobs
     from smoosh.loop import Loop

@@ -24,8 +24,8 @@ What ``on_path`` receives, and where the SQLite header is checked:
   ``X`` is gone (their only way to the cleanup channel: no event comes for them).
 
 No header read happens inside the daemon process: closing any descriptor of a database
-drops the POSIX locks our own compactions hold on it (see ``smoosh.daemon.scan``). Events need only
-a ``stat``; scans run ``smoosh.daemon.scan``'s walk in a short-lived helper process.
+drops the POSIX locks our own compactions hold on it (see ``smoosh.daemon.watch.scan``). Events need only
+a ``stat``; scans run ``smoosh.daemon.watch.scan``'s walk in a short-lived helper process.
 """
 
 from __future__ import annotations
@@ -46,11 +46,11 @@ from watchdog.events import (
     FileSystemEventHandler,
 )
 
-from smoosh.daemon.debounce import Debouncer
+from smoosh.daemon.watch.debounce import Debouncer
 from smoosh.paths import CLEANUP_PREFIX, canonical_path
-from smoosh.daemon.observers import ROOT_CHECK_INTERVAL_S, WatchedRoots, watchdog_overflows
-from smoosh.daemon.scan_helper import run_scan_helper
-from smoosh.daemon.scan import WatchEntry, accepts, is_sqlite_file, main_db_path, resolve_watch, watch_roots
+from smoosh.daemon.watch.observers import ROOT_CHECK_INTERVAL_S, WatchedRoots, watchdog_overflows
+from smoosh.daemon.watch.scan_helper import run_scan_helper
+from smoosh.daemon.watch.scan import WatchEntry, accepts, is_sqlite_file, main_db_path, resolve_watch, watch_roots
 
 __all__ = [
     "Watcher",

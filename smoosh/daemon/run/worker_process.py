@@ -1,7 +1,7 @@
 """``smoosh worker``: a worker in a process of its own, beside (or instead of) the daemon's.
 
 It runs the jobs of one node's job type from a shared store; holds and rotation requests
-reach it through the store (:mod:`smoosh.daemon.control`), and a clean stop puts its
+reach it through the store (:mod:`smoosh.daemon.control.control`), and a clean stop puts its
 interrupted jobs back to pending for another worker.
 """
 
@@ -11,7 +11,7 @@ import logging
 import threading
 from typing import Any
 
-from smoosh.daemon.worker import DEFAULT_JOB_TIMEOUT_S, STOP_TIMEOUT_S, Worker
+from smoosh.daemon.run.worker import DEFAULT_JOB_TIMEOUT_S, STOP_TIMEOUT_S, Worker
 
 __all__ = ["run_worker_process"]
 

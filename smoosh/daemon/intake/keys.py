@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Iterable, Sequence
 
-from smoosh.daemon.router import Router, db_path
+from smoosh.daemon.intake.router import Router, db_path
 from smoosh.errors import InvalidKey
 from smoosh.paths import CLEANUP_PREFIX, MAX_COMPONENTS, canonical_path, inside
 

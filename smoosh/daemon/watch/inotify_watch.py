@@ -1,7 +1,7 @@
 """What a watch asks of the kernel: the inotify(7) bits, which of them each watchdog event
 class needs, and one scheduled watch (:class:`Watch`).
 
-:mod:`smoosh.daemon.inotify` reads the events; ``inotify_simple`` only wraps the system calls,
+:mod:`smoosh.daemon.watch.inotify` reads the events; ``inotify_simple`` only wraps the system calls,
 so the constants of ``linux/inotify.h`` live here.
 """
 

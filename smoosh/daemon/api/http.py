@@ -15,7 +15,7 @@ The API is for the operator, not for whatever runs in a browser on the same host
 
 Handlers only read published snapshots, so a slow or stuck channel never delays
 ``/status``. Connections are gathered by one loop thread and answered by a bounded few
-(:mod:`smoosh.daemon.http_conns`), so a slow or idle client never holds a thread.
+(:mod:`smoosh.daemon.api.http_conns`), so a slow or idle client never holds a thread.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable, cast
 import smoosh.jsonutil as jsonutil
 from smoosh.config.address import is_loopback_host, split_host_port
 from smoosh.daemon.history import RECORD_STATES
-from smoosh.daemon.http_conns import MAX_HANDLER_THREADS, MAX_OPEN_CONNECTIONS, ConnectionLoop, RequestReader
+from smoosh.daemon.api.http_conns import MAX_HANDLER_THREADS, MAX_OPEN_CONNECTIONS, ConnectionLoop, RequestReader
 from smoosh.errors import InvalidKey, SmooshError, UnknownChannel
 
 if TYPE_CHECKING:
@@ -443,7 +443,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send_metrics(self) -> None:
         try:
-            from smoosh.daemon.metrics import render
+            from smoosh.daemon.api.metrics import render
         except ImportError:
             self._send(HTTPStatus.NOT_FOUND, {"error": "metrics are not available in this build"})
             return

@@ -6,7 +6,7 @@ process's locks on it (sqlite.org/howtocorrupt.html §2.2): a header read inside
 whose workers hold compaction locks, could let another process write into a VACUUM in
 progress (a raw header read does release an in-process ``BEGIN EXCLUSIVE``, and another
 process can then commit). So the daemon runs the walk in a helper process,
-``python -m smoosh.daemon.scan``, whose descriptors cannot touch its locks (``smoosh.daemon.watcher`` drives
+``python -m smoosh.daemon.watch.scan``, whose descriptors cannot touch its locks (``smoosh.daemon.watch.watcher`` drives
 it); as a bonus, walking a large fleet costs the daemon no GIL time.
 
 Helper protocol: a JSON request on stdin (``{"entries": [[spec, root, recursive, pattern]],

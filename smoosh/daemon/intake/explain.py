@@ -3,7 +3,7 @@
 Read only: nothing is enqueued, queued, forgotten or recorded (an exact measurement an
 enqueue would take is taken, and remembered by the compactor as such). The rules are not restated
 here: validation is the intake's, priorities are the router's, and every sentence comes from
-:mod:`smoosh.daemon.verdicts`, so ``explain`` and ``POST /enqueue?wait=1`` use the same words
+:mod:`smoosh.daemon.intake.verdicts`, so ``explain`` and ``POST /enqueue?wait=1`` use the same words
 (a rejected key is explained with the reason ``?wait=1`` would give it).
 
 The answer (JSON as served; infinite priorities are the string ``"infinity"``)::
@@ -35,9 +35,9 @@ from typing import Any, Callable, Mapping
 
 from smoosh.config import ChannelConfig, Config
 from smoosh.daemon.history import STARVED, HistoryTable, KeyRecord, consecutive_crashes
-from smoosh.daemon.measurement import signature
-from smoosh.daemon.router import CLEANUP_PREFIX, db_path
-from smoosh.daemon.verdicts import (
+from smoosh.daemon.intake.measurement import signature
+from smoosh.daemon.intake.router import CLEANUP_PREFIX, db_path
+from smoosh.daemon.intake.verdicts import (
     NOT_QUEUED, QUEUED, REJECTED, below_reason, channel_phrase, file_problem, not_measured_reason, stale_reason,
     utc_text,
 )

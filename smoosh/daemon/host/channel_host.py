@@ -19,17 +19,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 from channels.ports import Outcome, RunEvent
-from smoosh.daemon import control
-from smoosh.daemon.cluster_holds import Hold, covering
+from smoosh.daemon.control import control
+from smoosh.daemon.control.cluster_holds import Hold, covering
 
 if TYPE_CHECKING:
-    from smoosh.daemon.budget_gate import BudgetGate
-    from smoosh.daemon.intake import Intake
-    from smoosh.daemon.outcomes import Outcomes
-    from smoosh.daemon.registry import ChannelRegistry
-    from smoosh.daemon.scheduler import JobScheduler
-    from smoosh.daemon.slots import SlotGate
-    from smoosh.daemon.suspension import Suspension
+    from smoosh.daemon.control.budget_gate import BudgetGate
+    from smoosh.daemon.intake.intake import Intake
+    from smoosh.daemon.record.outcomes import Outcomes
+    from smoosh.daemon.host.registry import ChannelRegistry
+    from smoosh.daemon.run.scheduler import JobScheduler
+    from smoosh.daemon.control.slots import SlotGate
+    from smoosh.daemon.control.suspension import Suspension
     from smoosh.store import Store
 
 __all__ = ["ChannelHost"]
@@ -85,7 +85,7 @@ class ChannelHost:
         """A global slot for ``channel`` (see :class:`~channels.ports.Host`); none once the server stops.
 
         None either while the I/O budget is in debt: the channel is woken when it is paid
-        (:class:`~smoosh.daemon.budget_gate.BudgetGate`). ``force`` (a run that runs already)
+        (:class:`~smoosh.daemon.control.budget_gate.BudgetGate`). ``force`` (a run that runs already)
         skips both.
         """
         if self.stopping and not force:

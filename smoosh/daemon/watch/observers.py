@@ -7,7 +7,7 @@ roots, with one ERROR line naming the sysctl to raise. watchdog's observers repo
 queue overflow only in two log records: :data:`watchdog_overflows` turns them into a rescan
 by every started watcher (smoosh's own observer calls the handler's ``on_overflow``).
 
-Owner: the :class:`~smoosh.daemon.watcher.Watcher`; it calls every method under its lock.
+Owner: the :class:`~smoosh.daemon.watch.watcher.Watcher`; it calls every method under its lock.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from watchdog.events import (
     FileSystemEventHandler,
 )
 
-from smoosh.daemon.scan import WatchEntry, watch_roots
+from smoosh.daemon.watch.scan import WatchEntry, watch_roots
 
 __all__ = ["WatchedRoots", "watchdog_overflows", "ROOT_CHECK_INTERVAL_S", "POLL_INTERVAL_S", "INOTIFY_LIMIT_ERRNOS", "EVENT_FILTER"]
 
-log = logging.getLogger("smoosh.daemon.watcher")  # one logger for the watcher's lines
+log = logging.getLogger("smoosh.daemon.watch.watcher")  # one logger for the watcher's lines
 
 #: Seconds between checks for watched directories that are missing, deleted or replaced.
 ROOT_CHECK_INTERVAL_S = 5.0
@@ -141,7 +141,7 @@ class WatchedRoots:
 
     def after_drain(self, callback: Callable[[], None]) -> bool:
         """Run ``callback`` once the events queued so far are handled (smoosh's inotify observer
-        only: see :meth:`~smoosh.daemon.inotify.InotifyObserver.after_drain`); False when the
+        only: see :meth:`~smoosh.daemon.watch.inotify.InotifyObserver.after_drain`); False when the
         observer cannot tell (watchdog's, polling, none), and nothing is called."""
         observer = self._observer
         after_drain = getattr(observer, "after_drain", None)
@@ -196,7 +196,7 @@ class WatchedRoots:
             from watchdog.observers.polling import PollingObserver
 
             return PollingObserver(timeout=POLL_INTERVAL_S)
-        from smoosh.daemon.inotify import new_observer
+        from smoosh.daemon.watch.inotify import new_observer
 
         return new_observer()
 

@@ -1,6 +1,6 @@
 """Offering a key to the channels: the first that prices it above 0 queues it (an intake thread).
 
-The intake measures and prices a key (:class:`~smoosh.daemon.router.Router`); this walks the
+The intake measures and prices a key (:class:`~smoosh.daemon.intake.router.Router`); this walks the
 channels in the operator's order and hands the key to the first that wants it, keeping one
 key, one job (a key that runs already is not queued again), a crash's backoff (the key waits
 it out in the channel) and a force (at the top of its channel, out of any backoff). It also
@@ -22,8 +22,8 @@ from typing import Any, Callable, Mapping
 from channels import Channel
 from smoosh.config import ChannelConfig, Config
 from smoosh.daemon.history import ADDED, HistoryTable
-from smoosh.daemon.slots import SlotGate
-from smoosh.daemon.verdicts import Offered, forced_note, hold_reasons
+from smoosh.daemon.control.slots import SlotGate
+from smoosh.daemon.intake.verdicts import Offered, forced_note, hold_reasons
 from smoosh.priority import quantize
 
 __all__ = ["Offers"]

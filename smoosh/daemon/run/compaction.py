@@ -13,7 +13,7 @@ from channels.ports import BLOCKED, BUSY, FAILED, GONE, INTERRUPTED, OK, REPLACE
 from smoosh.compactors import Blocked, Busy, Compactor, Gone, Interrupted, Replaced, compactor_for
 from smoosh.compactors.base import refused
 from smoosh.compactors.sqlite import CLEANUP_PREFIX
-from smoosh.daemon.job_context import ROTATED, STOPPING, JobContext
+from smoosh.daemon.run.job_context import ROTATED, STOPPING, JobContext
 from smoosh.paths import refused_at_use
 
 __all__ = ["compact"]

@@ -1,8 +1,8 @@
 """Prometheus metrics for ``GET /metrics`` (DESIGN §4.2), read from the server at scrape time.
 
-The server keeps plain counters (:class:`smoosh.daemon.outcomes.Counters`: what the outcome
+The server keeps plain counters (:class:`smoosh.daemon.record.outcomes.Counters`: what the outcome
 recorder counts as each compaction ends, its duration in a plain
-:class:`~smoosh.daemon.histogram.Histogram`, its bytes before and after) and the channels
+:class:`~smoosh.daemon.record.histogram.Histogram`, its bytes before and after) and the channels
 publish status snapshots; nothing on the hot path touches prometheus_client. A custom
 collector turns both into metric families when Prometheus scrapes, on a private
 ``CollectorRegistry`` per server, so two servers in one process (tests, embedding) never
@@ -28,11 +28,11 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from channels.ports import RESULTS
-from smoosh.daemon.histogram import Histogram
+from smoosh.daemon.record.histogram import Histogram
 from smoosh import __version__
 
 if TYPE_CHECKING:
-    from smoosh.daemon.outcomes import Counters
+    from smoosh.daemon.record.outcomes import Counters
     from smoosh.daemon.server import Server
 
 __all__ = ["render", "registry_for", "SmooshCollector", "ENQUEUE_OUTCOMES"]

@@ -51,7 +51,7 @@ from watchdog.events import (
     FileSystemEvent,
 )
 
-from smoosh.daemon.inotify_watch import (
+from smoosh.daemon.watch.inotify_watch import (
     ADD_FLAGS,
     IN_ATTRIB,
     IN_CLOSE_WRITE,
@@ -74,7 +74,7 @@ from smoosh.daemon.inotify_watch import (
 
 __all__ = ["InotifyObserver", "inotify_available", "new_observer", "IN_Q_OVERFLOW"]
 
-log = logging.getLogger("smoosh.daemon.watcher")  # the watcher's lines, one logger
+log = logging.getLogger("smoosh.daemon.watch.watcher")  # the watcher's lines, one logger
 
 #: Seconds the thread lets events gather after the first one arrives, before it reads them:
 #: one read then takes a compaction's worth of events instead of one each (and the kernel

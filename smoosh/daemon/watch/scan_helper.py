@@ -2,7 +2,7 @@
 
 A walk of a large tree holds the GIL for long stretches of ``os.scandir`` and ``stat`` work;
 in a child process it cannot slow the daemon's own threads. The child
-(``python -m smoosh.daemon.scan``) reads its request as JSON on stdin and writes
+(``python -m smoosh.daemon.watch.scan``) reads its request as JSON on stdin and writes
 NUL-separated records on stdout: ``P`` and a database path, ``W`` and a warning, ``E`` and
 an error.
 """
@@ -17,7 +17,7 @@ import sys
 import threading
 from typing import Callable, Sequence
 
-from smoosh.daemon.scan import WatchEntry
+from smoosh.daemon.watch.scan import WatchEntry
 
 __all__ = ["run_scan_helper"]
 
@@ -56,7 +56,7 @@ def run_scan_helper(
         "changed_since": changed_since,
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "smoosh.daemon.scan"],
+        [sys.executable, "-m", "smoosh.daemon.watch.scan"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         # The helper writes to stderr only when Python itself fails (e.g. cannot import
@@ -111,10 +111,10 @@ def _on_record(record: bytes, on_path: Callable[[str], bool]) -> int:
 
 
 def _helper_env() -> dict[str, str]:
-    # The helper runs `-m smoosh.daemon.scan`: make sure it imports the same smoosh package,
+    # The helper runs `-m smoosh.daemon.watch.scan`: make sure it imports the same smoosh package,
     # even when smoosh runs from a source tree that is not installed.
     env = dict(os.environ)
-    # This file is <parent>/smoosh/daemon/scan_helper.py: the helper needs <parent> on its path.
-    package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    # This file is <parent>/smoosh/daemon/watch/scan_helper.py: the helper needs <parent> on its path.
+    package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
     return env

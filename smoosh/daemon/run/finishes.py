@@ -9,7 +9,7 @@ When no claim comes within :data:`FINISH_MERGE_WAIT_S`, an idle compaction threa
 alone, and a stop commits whatever waits.
 
 What a crash meanwhile leaves: the run's job still running in the store, as after a crash
-during its compaction; the next start takes it back (``smoosh.daemon.startup``) and the key
+during its compaction; the next start takes it back (``smoosh.daemon.run.startup``) and the key
 is examined afresh. The finish never waits past a stop.
 
 Owner: the worker; any compaction thread calls it, under one lock.
@@ -27,7 +27,7 @@ from smoosh.store import Transaction
 
 __all__ = ["DeferredFinishes", "FINISH_MERGE_WAIT_S"]
 
-log = logging.getLogger("smoosh.daemon.worker")  # the worker's lines, one logger
+log = logging.getLogger("smoosh.daemon.run.worker")  # the worker's lines, one logger
 
 T = TypeVar("T")
 

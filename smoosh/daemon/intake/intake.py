@@ -7,7 +7,7 @@ first channel in the operator's order that gives a priority > 0 queues it. The m
 is kept with the key (:class:`Measurement`), so the re-check before its start costs a
 ``stat`` when the file has not changed since, instead of a second measurement.
 
-Watcher events are debounced (:class:`~smoosh.daemon.debounce.Debouncer`); a scan's reports
+Watcher events are debounced (:class:`~smoosh.daemon.watch.debounce.Debouncer`); a scan's reports
 are examined at once. Examining a database whose ``-wal`` outgrew ``wal_max_size`` also
 examines its ``cleanup:`` key, which is how the cleanup channels are fed. Roots are checked here on the way in, and again wherever a database is
 opened: the re-check before a start, and the compactor itself.
@@ -28,14 +28,14 @@ from typing import Any, Callable, Mapping
 
 from smoosh.compactors.base import refused
 from smoosh.config import Config
-from smoosh.daemon.admission import AdmissionGate
-from smoosh.daemon.debounce import Debouncer
-from smoosh.daemon.keys import MAX_KEY_BYTES, canonical_key, check_key
+from smoosh.daemon.intake.admission import AdmissionGate
+from smoosh.daemon.watch.debounce import Debouncer
+from smoosh.daemon.intake.keys import MAX_KEY_BYTES, canonical_key, check_key
 from smoosh.daemon.keypool import KeyPool
-from smoosh.daemon.measurement import Measurement, StatusSizer, signature
-from smoosh.daemon.router import CLEANUP_PREFIX, EXACT_DUE, Router, db_path
-from smoosh.daemon.staleness import AccessTable
-from smoosh.daemon.verdicts import (
+from smoosh.daemon.intake.measurement import Measurement, StatusSizer, signature
+from smoosh.daemon.intake.router import CLEANUP_PREFIX, EXACT_DUE, Router, db_path
+from smoosh.daemon.watch.staleness import AccessTable
+from smoosh.daemon.intake.verdicts import (
     NOT_QUEUED, QUEUED, Verdict, Waiter, below_reason, file_problem, not_measured_reason, stale_reason,
 )
 from smoosh.errors import InvalidKey
@@ -79,7 +79,7 @@ class Intake:
         offer: ``offer(key, channel_names, config, priority_of, sizes, force=False)``: hand the
             key to the first of the channels that takes it (with ``force``, to the first that
             considers it, whatever its priority); true when one took it (an
-            :class:`~smoosh.daemon.verdicts.Offered` says which, or why it does not wait there).
+            :class:`~smoosh.daemon.intake.verdicts.Offered` says which, or why it does not wait there).
         own_paths: smoosh's own files (state_dir, the store), never keys.
         clock: wall-clock seconds (the debouncer's).
     """
@@ -232,7 +232,7 @@ class Intake:
         return self.debouncer.next_due()
 
     def canonical_key(self, key: object) -> str:
-        """The key's identity (see :func:`smoosh.daemon.keys.canonical_key`).
+        """The key's identity (see :func:`smoosh.daemon.intake.keys.canonical_key`).
 
         Raises:
             InvalidKey: not a string, empty, too long, a NUL byte, or not an absolute path.
@@ -290,7 +290,7 @@ class Intake:
 
     def admitting(self) -> contextlib.AbstractContextManager[None]:
         """Hold the examination back while a caller admits a batch of keys (a ``POST /enqueue``);
-        see :mod:`smoosh.daemon.admission`."""
+        see :mod:`smoosh.daemon.intake.admission`."""
         return self._gate.admitting()
 
     def _examine_cheap(self, key: str) -> None:
@@ -475,5 +475,5 @@ class Intake:
 
     def reclaimable(self, keys: Mapping[str, Any] | set[str]) -> int:
         """Bytes the measured keys among ``keys`` would give back (file - active); the others
-        are sized in the background (see :class:`~smoosh.daemon.measurement.StatusSizer`)."""
+        are sized in the background (see :class:`~smoosh.daemon.intake.measurement.StatusSizer`)."""
         return self._sizer.reclaimable(keys)

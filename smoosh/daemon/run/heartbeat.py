@@ -4,11 +4,11 @@ One long VACUUM statement cannot call out, and a silent job is re-enqueued by th
 monitor after the type timeout, so a thread beside the compactions sends each running job's
 heartbeat (``jobs.update`` every ``job_timeout_s / 3``). For a worker in its own process
 (``signals="store"``) the same thread reads the node's holds and rotation requests from the
-store (:func:`smoosh.daemon.control.read_signals`) every ``hold_poll_s``. The thread starts
+store (:func:`smoosh.daemon.control.control.read_signals`) every ``hold_poll_s``. The thread starts
 with a run, sleeps until the next heartbeat or poll is due, and ends a while after the last
 run ends (at once on a stop).
 
-Owner: the :class:`~smoosh.daemon.worker.Worker`, whose lock it shares.
+Owner: the :class:`~smoosh.daemon.run.worker.Worker`, whose lock it shares.
 """
 
 from __future__ import annotations
@@ -18,15 +18,15 @@ import threading
 import time
 from typing import Any, Callable, Collection, Literal
 
-from smoosh.daemon import control
-from smoosh.daemon.job_context import HALTED, Running
+from smoosh.daemon.control import control
+from smoosh.daemon.run.job_context import HALTED, Running
 from smoosh.daemon.keypool import DEFAULT_IDLE_EXIT_S
-from smoosh.daemon.startup import DAEMON_WORKER
+from smoosh.daemon.run.startup import DAEMON_WORKER
 from smoosh.jobs import JobHalted
 
 __all__ = ["Heartbeat", "ERROR_PAUSE_S"]
 
-log = logging.getLogger("smoosh.daemon.worker")  # the worker's lines, one logger
+log = logging.getLogger("smoosh.daemon.run.worker")  # the worker's lines, one logger
 
 #: Pause after an unexpected error in the worker's dispatcher or heartbeat thread, so a broken
 #: store is not hammered (seconds).

@@ -7,7 +7,7 @@ since it was queued) and, in one transaction, adds the job (``type = "smoosh:" +
 step of the run comes back as a :class:`~channels.ports.RunEvent` posted to the server's
 loop, from two sources that may both speak, so the channel ignores what it already heard:
 
-* the daemon's own worker tells the scheduler directly (:class:`~smoosh.daemon.worker.RunListener`):
+* the daemon's own worker tells the scheduler directly (:class:`~smoosh.daemon.run.worker.RunListener`):
   a compaction starts within milliseconds of its job being added, and its end is heard at once;
 * a callback subscription on the job tells it what a worker in another process does.
 

@@ -21,6 +21,7 @@ BENCHMARKS = [
     ("queue", ["--runs", "3"]),
     ("checkpoint", ["--runs", "3"]),
     ("compaction", ["--runs", "3"]),
+    ("rename_window", ["--runs", "3"]),
     ("jobs", ["--runs", "3"]),
     ("http_enqueue", ["--runs", "3"]),
     ("daemon_rss", ["--runs", "1"]),

@@ -159,7 +159,9 @@ class Replaced(CompactionError):
     Attributes:
         path: the database path.
         integrity: ``PRAGMA integrity_check`` of the file the path names now (None: not taken
-            yet: the compactor raises it bare where it notices, and again with the verdict).
+            yet: the compactor raises it bare where it notices, and again with the verdict);
+            ``"ok"``, its problems, or ``"not checked: <why>"``. The message says it in words an
+            operator reads at a glance: the new file is intact, corrupt, or was not checked.
         rolled_back: the compaction was interrupted and rolled back (False: it had committed to
             the old file before the rename was seen).
     """
@@ -168,11 +170,19 @@ class Replaced(CompactionError):
         what = "the compaction was interrupted and rolled back" if rolled_back else "the compaction had finished on the old file"
         message = f"{path} was replaced (renamed over) while it was being compacted: {what}"
         if integrity is not None:
-            message += f"; integrity_check of the new file: {integrity}"
+            message += "; " + _verdict(integrity)
         super().__init__(message)
         self.path = path
         self.integrity = integrity
         self.rolled_back = rolled_back
+
+
+def _verdict(integrity: str) -> str:
+    if integrity == "ok":
+        return "the new file is intact (integrity_check: ok)"
+    if integrity.startswith("not checked: "):
+        return f"the new file could not be checked ({integrity[len('not checked: '):]})"
+    return f"the new file is CORRUPT (integrity_check: {integrity})"
 
 
 class Interrupted(CompactionError):

@@ -99,8 +99,13 @@ def replaced_error(path: str, roots: Sequence[str] | None, busy_timeout_s: float
     except (apsw.Error, Gone) as exc:
         return Replaced(path, integrity=f"not checked: {exc}", rolled_back=rolled_back)
     try:
-        rows = run(conn, "PRAGMA integrity_check")
-        verdict = "; ".join(str(r[0]) for r in rows[:5]) if rows else "no answer"
+        rows = run(conn, "PRAGMA integrity_check(5)")
+        # SQLite heads a report on an attached schema with "*** in database main ***": the
+        # problems are the lines after it.
+        lines = [str(r[0]) for r in rows if not str(r[0]).startswith("*** in database")]
+        verdict = "; ".join(lines) if lines else "no answer"
+    except (apsw.CorruptError, apsw.NotADBError) as exc:
+        verdict = str(exc)  # too damaged to check: that is the verdict
     except apsw.Error as exc:
         verdict = f"not checked: {exc}"
     finally:

@@ -67,7 +67,7 @@ def test_a_database_renamed_over_mid_vacuum_is_reported_replaced_and_the_new_fil
         assert err.rolled_back and err.integrity == "ok"
         assert str(err) == (
             f"{path} was replaced (renamed over) while it was being compacted: the compaction was interrupted"
-            " and rolled back; integrity_check of the new file: ok"
+            " and rolled back; the new file is intact (integrity_check: ok)"
         )
         # And no journal of smoosh's sits beside the new file
         assert not os.path.exists(path + "-journal")
@@ -101,3 +101,22 @@ def test_a_database_renamed_over_between_incremental_chunks_is_left_untouched(tm
     assert digest(path) == new_digest
     assert not os.path.exists(path + "-journal")
     assert integrity(path) == "ok"
+
+
+def test_the_verdict_on_the_new_file_says_plainly_whether_it_is_corrupt(tmp_path: Path) -> None:
+    # The ERROR line used to carry SQLite's header "*** in database main ***" and nothing else.
+    from smoosh.compactors.sqlite_identity import replaced_error
+
+    path = str(tmp_path / "db.db")
+    make_bloated_db(path, rows=2000, delete_fraction=0.0, journal_mode="delete")
+    intact = replaced_error(path, None, 1.0, rolled_back=True)
+    assert str(intact).endswith("; the new file is intact (integrity_check: ok)")
+    with open(path, "r+b") as f:  # scribble over an interior page of the table's b-tree
+        f.seek(4096 * 3)
+        f.write(b"\xff" * 4096)
+    corrupt = replaced_error(path, None, 1.0, rolled_back=True)
+    assert corrupt.integrity not in ("ok", None) and "*** in database" not in corrupt.integrity
+    assert str(corrupt).endswith(f"; the new file is CORRUPT (integrity_check: {corrupt.integrity})")
+    os.remove(path)
+    gone = replaced_error(path, None, 1.0, rolled_back=False)
+    assert "; the new file could not be checked (" in str(gone)

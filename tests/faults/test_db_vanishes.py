@@ -109,7 +109,7 @@ def test_databases_deleted_truncated_or_replaced_mid_compaction(tmp_path: Path, 
     assert rec["state"] == "finished"
     # Told truthfully: a replaced run, the new file's integrity in its reason, one ERROR line.
     assert rec["history"][0]["event"] == "replaced"
-    assert rec["history"][0]["reason"].endswith("; integrity_check of the new file: ok")
+    assert rec["history"][0]["reason"].endswith("; the new file is intact (integrity_check: ok)")
     assert f"ERROR smoosh.daemon.record.outcomes: compaction of {str(db)!r} in ratio_dbs ended replaced: " in d.log()
     with urllib.request.urlopen(d.url + "/metrics", timeout=10) as reply:
         assert 'smoosh_compactions_total{channel="ratio_dbs",result="replaced"} 1.0' in reply.read().decode()

@@ -122,6 +122,12 @@ REPLACEMENT_CHECK_TICKS = 64
 VACUUM_CACHE_MAX_BYTES = 64 * 1024 * 1024
 #: Times the switch back to WAL is tried after a page-size upgrade (each waits the busy timeout).
 WAL_RESTORE_ATTEMPTS = 10
+#: A gap this long between two progress ticks of a VACUUM (normally microseconds apart) means
+#: smoosh was stopped (SIGSTOP, a cgroup freezer, a debugger, a paused VM) or starved while the
+#: VACUUM held the database's write lock, every application writer waiting: the VACUUM gives
+#: up at once (rolls back, releasing the lock) rather than hold it for the rest of its run,
+#: and says so (seconds; counted on the monotonic clock, which runs on while a process is stopped).
+STALLED_TICK_GAP_S = 5.0
 
 
 class TickRate:
@@ -259,7 +265,8 @@ def vacuum(
             on ``clock`` from the first tick (the lock is taken just before it).
 
     Raises:
-        Busy: locked beyond the busy timeout, or stopped at ``max_lock_hold_s`` (rolled back).
+        Busy: locked beyond the busy timeout, stopped at ``max_lock_hold_s``, or given up after
+            smoosh itself was stopped mid-statement (:data:`STALLED_TICK_GAP_S`; rolled back).
         Interrupted: cancelled (before or during the statement); SQLite rolled it back.
         Replaced, Gone: the path names another file, or none, now; SQLite rolled it back.
         apsw.Error: anything else SQLite reports.
@@ -274,6 +281,7 @@ def vacuum(
     ticks = 0
     expected_ticks = rate.expected(state.page_count)
     overdue = threading.Event()
+    stalled_s = 0.0
     # One VACUUM statement holds the write lock from its start to its end: an application
     # writer meanwhile waits in its busy handler, invisible to smoosh, and fails after its busy
     # timeout. Where another process has the database open, smoosh gives up first.
@@ -282,11 +290,14 @@ def vacuum(
     first_tick = last_tick = 0.0
 
     def on_progress() -> bool:
-        nonlocal ticks, first_tick, last_tick
+        nonlocal ticks, first_tick, last_tick, stalled_s
         ticks += 1
-        last_tick = clock()
+        previous, last_tick = last_tick, clock()
         if ticks == 1:
             first_tick = last_tick
+        elif last_tick - previous >= STALLED_TICK_GAP_S:
+            stalled_s = last_tick - previous
+            return True
         ctx.progress(min(MAX_ESTIMATED_PROGRESS, ticks / expected_ticks))
         if identity is not None and ticks % REPLACEMENT_CHECK_TICKS == 0 and not identity.same():
             replaced.set()
@@ -309,6 +320,15 @@ def vacuum(
         rollback_quietly(conn)
         if replaced.is_set() and identity is not None:
             identity.check()
+        if stalled_s and not cancelled.is_set():
+            # Said here, once: the moment smoosh runs again after the stop.
+            log.warning(
+                "smoosh was stopped or starved for %.1f s while its VACUUM of %r held the database's write lock "
+                "(SIGSTOP, a freezer, a debugger or a paused VM?); the VACUUM gave up and rolled back so the "
+                "application's writers can go on.", stalled_s, path,
+            )
+            raise Busy(f"{path}: smoosh was stopped for {stalled_s:.1f} s mid-VACUUM, holding its write lock; "
+                       "rolled back") from exc
         if overdue.is_set() and not cancelled.is_set():
             raise Busy(
                 f"{path} is open in another process and its VACUUM would hold the write lock longer than "

@@ -112,3 +112,62 @@ def test_others_have_open_sees_other_processes_only_and_never_drops_our_own_lock
     rollback = str(tmp_path / "rollback.db")
     make_bloated_db(rollback, rows=10, journal_mode="delete")
     assert others_have_open(rollback) is None  # an idle rollback-journal connection leaves no trace
+
+
+class StoppedOnceClock:
+    """A monotonic clock that jumps ``stop_s`` once, at its ``at``-th reading: smoosh SIGSTOPped
+    mid-VACUUM (the monotonic clock runs on while a process is stopped)."""
+
+    def __init__(self, at: int, stop_s: float) -> None:
+        self.readings = 0
+        self.at, self.stop_s = at, stop_s
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.readings += 1
+        self.now += 0.0001 + (self.stop_s if self.readings == self.at else 0.0)
+        return self.now
+
+
+@pytest.mark.parametrize("journal_mode", ["delete", "wal"])
+def test_a_vacuum_resumed_after_a_stop_gives_up_its_lock_at_once_and_says_why(
+    tmp_path: Path, journal_mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Rollback mode too: nothing tells whether an application has the file open there, but a
+    # minute of every writer blocked is worth ending either way.
+    path = str(tmp_path / "app.db")
+    make_bloated_db(path, rows=8000, journal_mode=journal_mode)
+    before, rows = db_stats(path), row_count(path)
+    clock = StoppedOnceClock(at=3, stop_s=60.0)
+    with caplog.at_level("WARNING", logger="smoosh.compactors.sqlite_compact"):
+        with pytest.raises(Busy) as info:
+            compactor(0.0, clock).compact(path, RecordingContext())  # no max_lock_hold at all
+    assert str(info.value) == f"{path}: smoosh was stopped for 60.0 s mid-VACUUM, holding its write lock; rolled back"
+    assert [r.getMessage() for r in caplog.records] == [
+        f"smoosh was stopped or starved for 60.0 s while its VACUUM of {path!r} held the database's write lock "
+        "(SIGSTOP, a freezer, a debugger or a paused VM?); the VACUUM gave up and rolled back so the application's "
+        "writers can go on."
+    ]
+    assert db_stats(path)["page_count"] == before["page_count"]  # rolled back
+    assert integrity(path) == "ok" and row_count(path) == rows
+
+
+def test_a_heartbeat_that_wakes_late_says_the_process_was_stopped_and_what_ran(caplog: pytest.LogCaptureFixture) -> None:
+    # Any phase, the silent copy back of a VACUUM and an incremental chunk included: the worker's
+    # heartbeat thread sleeps between heartbeats, and only a stopped process wakes it late.
+    import threading
+
+    from smoosh.daemon.run.heartbeat import STALLED_S, Heartbeat
+
+    running = [SimpleNamespace(key="/srv/dbs/a.db"), SimpleNamespace(key="/srv/dbs/b.db")]
+    beat = Heartbeat(threading.RLock(), runs=lambda: running, stopping=lambda: False, jobs=None, store=None,
+                     node="n", job_type="smoosh:n", signals="direct", job_timeout_s=lambda: 30.0, hold_poll_s=1.0,
+                     clock=lambda: 0.0)
+    with caplog.at_level("WARNING", logger="smoosh.daemon.run.worker"):
+        beat.woke(100.0, 100.0 + STALLED_S / 2)  # a busy machine: not a stop
+        beat.woke(100.0, 162.5)  # SIGSTOP for a minute, then SIGCONT
+    assert [r.getMessage() for r in caplog.records] == [
+        "smoosh was stopped or starved for 62.5 s (SIGSTOP, a freezer, a debugger or a paused VM?) while it "
+        "compacted '/srv/dbs/a.db', '/srv/dbs/b.db'; a compaction holding a database's write lock kept the "
+        "application's writers waiting that long (under systemd, WatchdogSec= ends such a stop)."
+    ]

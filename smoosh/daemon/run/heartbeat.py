@@ -31,6 +31,10 @@ log = logging.getLogger("smoosh.daemon.run.worker")  # the worker's lines, one l
 #: Pause after an unexpected error in the worker's dispatcher or heartbeat thread, so a broken
 #: store is not hammered (seconds).
 ERROR_PAUSE_S = 1.0
+#: A heartbeat this late means the whole process was stopped (SIGSTOP, a cgroup freezer, a
+#: debugger, a paused VM) or starved: said once when it runs again, naming the compactions that
+#: were running (a VACUUM or a chunk among them held its database's write lock all along).
+STALLED_S = 5.0
 
 
 class Heartbeat:
@@ -133,6 +137,24 @@ class Heartbeat:
                 if next_due is not None:
                     self._beat_at = next_due
                     self._cond.wait(max(0.0, next_due - time.monotonic()))
+                    self.woke(next_due, time.monotonic())
+
+    def woke(self, planned: float, now: float) -> None:
+        """The thread woke at ``now`` from a sleep planned to end at ``planned`` (monotonic seconds).
+
+        Asleep, the thread does nothing that could make it late: a wake this late means the whole
+        process was stopped (or starved), and the compactions running then kept any write lock
+        they held that long. Said once, when smoosh runs again. Called with the lock held.
+        """
+        stalled_s = now - planned
+        if stalled_s < STALLED_S:
+            return
+        keys = ", ".join(repr(r.key) for r in self._runs()) or "nothing"
+        log.warning(
+            "smoosh was stopped or starved for %.1f s (SIGSTOP, a freezer, a debugger or a paused VM?) while it "
+            "compacted %s; a compaction holding a database's write lock kept the application's writers waiting "
+            "that long (under systemd, WatchdogSec= ends such a stop).", stalled_s, keys,
+        )
 
     def _send_due(self, now: float) -> float | None:
         """Heartbeats (and store signals) that are due; returns when the next one is."""

@@ -21,7 +21,7 @@ import os
 from typing import Sequence
 
 __all__ = [
-    "canonical_path", "MAX_COMPONENTS", "SIDE_SUFFIXES", "inside", "refusal", "refused_at_use", "NOT_CANONICAL", "THROUGH_SYMLINK", "NO_ROOTS",
+    "canonical_path", "MAX_COMPONENTS", "TEMPORARY_SUFFIXES", "temporary_name", "SIDE_SUFFIXES", "inside", "refusal", "refused_at_use", "NOT_CANONICAL", "THROUGH_SYMLINK", "NO_ROOTS",
     "CLEANUP_PREFIX",
 ]
 
@@ -97,6 +97,17 @@ def _resolved(path: str) -> str | None:
         # Deleted meanwhile (the kernel appends " (deleted)"), or a pseudo-file name.
         return None
     return resolved
+
+
+#: Suffixes of the names a file has while it is being written under a temporary name (downloads,
+#: copies, editors' saves), to be renamed into place when complete: such a file is not
+#: compacted; its final name is, once the rename brings it.
+TEMPORARY_SUFFIXES = (".tmp", ".temp", ".part", ".partial", "~")
+
+
+def temporary_name(path: str) -> bool:
+    """Whether ``path``'s name is a temporary one (:data:`TEMPORARY_SUFFIXES`, any case)."""
+    return path.lower().endswith(TEMPORARY_SUFFIXES)
 
 
 #: Refusal reason: the path is relative, not normalised (``.``, ``..``, ``//``, a trailing

@@ -166,9 +166,11 @@ def test_shed_connections_are_counted_and_logged_once_per_interval(
                 idle.append(socket.create_connection(address, timeout=5))
                 _until(lambda: admin.open_connections == 2, "2 connections open")
                 conn = http.client.HTTPConnection(*address, timeout=10)
-                conn.request("GET", "/status")
+                conn.request("GET", "/status", headers={"Connection": "close"})
                 assert conn.getresponse().status == 200
                 conn.close()
+                # The answered connection is closed by the server; one idle client is left.
+                _until(lambda: admin.open_connections == 1, "the answered connection closed")
         # Then each made the longest-waiting idle client go: counted, and said once
         assert server.counters.http_shed == {"full": 0, "evicted": 2}
         lines = [r.getMessage() for r in caplog.records if "shed" in r.getMessage()]

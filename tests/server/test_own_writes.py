@@ -29,7 +29,11 @@ def test_databases_compacted_are_not_examined_again_for_the_writes_of_their_comp
     clock = FakeClock()
     config = make_config(tmp_path, extra=f"watch = {dbs}\nstaleness = 0")
     server = running(config, workers=1, clock=clock)
-    # Given every database found by the start-up scan and compacted
+    # Given every database found by the start-up scan (just written: each settles through the
+    # debounce first, so the stepped clock lets them fall quiet) and compacted
+    wait_for(lambda: server.status()["scan"]["scans_completed"] >= 1, 30, what="the start-up scan")
+    clock.advance(5)
+    server.tick(clock())
     wait_for(lambda: sum(n for (_ch, result), n in server.counters.compactions.items() if result == "ok") == FILES,
              30, what="every database compacted")
     # When every event that came meanwhile has had its debounce and its examination

@@ -122,7 +122,7 @@ class Housekeeping:
 
         intake = self.parts.intake
         self.watcher = Watcher(
-            list(cfg.watch), intake.on_event, on_scanned=intake.on_scanned,
+            list(cfg.watch), intake.on_event, on_scanned=intake.on_scanned, on_settling=intake.on_event,
             rescan_interval_s=cfg.rescan_interval_s, exclude=self._is_own_path, observer=self._observer,
             busy=self.parts.compacting,
         )

@@ -13,7 +13,7 @@ from typing import Iterable, Sequence
 
 from smoosh.daemon.intake.router import Router, db_path
 from smoosh.errors import InvalidKey
-from smoosh.paths import CLEANUP_PREFIX, MAX_COMPONENTS, canonical_path, inside
+from smoosh.paths import CLEANUP_PREFIX, MAX_COMPONENTS, TEMPORARY_SUFFIXES, canonical_path, inside, temporary_name
 
 __all__ = ["MAX_KEY_BYTES", "canonical_key", "check_key"]
 
@@ -49,7 +49,7 @@ def canonical_key(key: object) -> str:
     return prefix + canonical_path(path)
 
 def check_key(key: str, router: Router, roots: Sequence[str], own_paths: Iterable[str]) -> None:
-    """Check a canonical key: claimed by a compactor, inside ``roots``, not smoosh's own file.
+    """Check a canonical key: claimed by a compactor, inside ``roots``, not smoosh's own file, not a temporary name.
 
     Raises:
         InvalidKey: naming the key and the reason.
@@ -63,3 +63,6 @@ def check_key(key: str, router: Router, roots: Sequence[str], own_paths: Iterabl
         raise InvalidKey(key, f"outside roots ({', '.join(roots)})")
     if any(inside(path, own) for own in own_paths):
         raise InvalidKey(key, "smoosh's own file")
+    if temporary_name(path):
+        raise InvalidKey(key, f"a temporary name ({', '.join('*' + s for s in TEMPORARY_SUFFIXES)}): it is compacted "
+                              "under its final name, once renamed into place")

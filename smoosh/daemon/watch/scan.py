@@ -11,7 +11,13 @@ it); as a bonus, walking a large fleet costs the daemon no GIL time.
 
 Helper protocol: a JSON request on stdin (``{"entries": [[spec, root, recursive, pattern]],
 "roots": [[root, recursive]], "changed_since": unix seconds or null}``), NUL-terminated records on stdout: ``P<path>`` a database,
-``W<sentence>`` a warning, ``E<traceback>`` a failure.
+``S<path>`` a database still being written, ``W<sentence>`` a warning, ``E<traceback>`` a failure.
+
+A database still being written is one whose file changed within :data:`SETTLE_S` (a copy in
+progress: ``cp`` and ``rsync`` write the header first, and a start-up scan once compacted a file
+half copied in) or with a ``-journal`` beside it (a transaction, or a hot journal, in progress).
+The daemon treats it as a file event: examined once it has been quiet for the debounce's quiet
+period, never mid-copy.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import json
 import os
 import re
 import sys
+import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -50,6 +57,11 @@ HEADER_THREADS = 16
 #: Candidate files per unit of work handed to a header thread (per-file hand-offs would
 #: cost more than a cached header read).
 HEADER_CHUNK = 64
+#: A database whose file changed less than this long ago (mtime or ctime, seconds) is still
+#: being written: reported as settling, to go through the debounce like a file event.
+SETTLE_S = 2.0
+#: What a scan makes of a candidate: not a database, a database, one still being written.
+_NOT, _DB, _SETTLING = 0, 1, 2
 
 
 def is_sqlite_file(path: str) -> bool:
@@ -66,14 +78,25 @@ def is_sqlite_file(path: str) -> bool:
         True for a SQLite database; False for anything else, including unreadable or missing
         files, directories and FIFOs (opened non-blocking, so a FIFO cannot hang the scan).
     """
+    return _look(path, None) != _NOT
+
+
+def _look(path: str, now: float | None) -> int:
+    """``_NOT``, ``_DB``, or (when ``now`` is given) ``_SETTLING`` for a database written within
+    :data:`SETTLE_S` of ``now``: the ``fstat`` of the descriptor the header read opened says so."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
-        return False
+        return _NOT
     try:
-        return os.read(fd, len(SQLITE_HEADER)) == SQLITE_HEADER
+        if os.read(fd, len(SQLITE_HEADER)) != SQLITE_HEADER:
+            return _NOT
+        if now is None:
+            return _DB
+        st = os.fstat(fd)
+        return _SETTLING if now - max(st.st_mtime, st.st_ctime) < SETTLE_S else _DB
     except OSError:
-        return False
+        return _NOT
     finally:
         os.close(fd)
 
@@ -196,6 +219,8 @@ def walk(
     should_stop: Callable[[], bool] = lambda: False,
     header_threads: int = 1,
     changed_since: float | None = None,
+    settling: Callable[[str], None] | None = None,
+    now: float | None = None,
 ) -> int:
     """Walk ``roots`` and ``emit`` each SQLite database that belongs to ``entries``.
 
@@ -213,24 +238,32 @@ def walk(
         header_threads: threads reading the headers of one directory's files at once.
         changed_since: emit only databases whose file or ``-wal`` has an mtime or ctime at
             or after this (unix seconds); None emits every database.
+        settling: called instead of ``emit`` for a database still being written (see the
+            module docstring); None emits those too.
+        now: the wall-clock time files' times are compared with (None: ``time.time()``).
 
     Returns:
-        The number of databases emitted.
+        The number of databases emitted or reported settling.
     """
-    def serially(paths: list[str]) -> list[bool]:
-        return [_wanted(path, changed_since) for path in paths]
+    if settling is None:
+        now = None
+    elif now is None:
+        now = time.time()
+
+    def serially(paths: list[str]) -> list[int]:
+        return [_wanted(path, changed_since, now) for path in paths]
 
     if header_threads <= 1:
-        return _walk(entries, roots, emit, warn, should_stop, serially)
+        return _walk(entries, roots, emit, warn, should_stop, serially, settling)
     with ThreadPoolExecutor(max_workers=header_threads, thread_name_prefix="smoosh-scan") as pool:
 
-        def check(paths: list[str]) -> list[bool]:
+        def check(paths: list[str]) -> list[int]:
             if len(paths) <= HEADER_CHUNK:
                 return serially(paths)
             chunks = [paths[i : i + HEADER_CHUNK] for i in range(0, len(paths), HEADER_CHUNK)]
             return [ok for chunk in pool.map(serially, chunks) for ok in chunk]
 
-        return _walk(entries, roots, emit, warn, should_stop, check)
+        return _walk(entries, roots, emit, warn, should_stop, check, settling)
 
 
 def changed_at(path: str) -> float:
@@ -246,10 +279,10 @@ def changed_at(path: str) -> float:
     return latest
 
 
-def _wanted(path: str, changed_since: float | None) -> bool:
+def _wanted(path: str, changed_since: float | None, now: float | None) -> int:
     if changed_since is not None and changed_at(path) < changed_since:
-        return False  # unchanged since the previous scan: its header is not even read
-    return is_sqlite_file(path)
+        return _NOT  # unchanged since the previous scan: its header is not even read
+    return _look(path, now)
 
 
 def _walk(
@@ -258,7 +291,8 @@ def _walk(
     emit: Callable[[str], None],
     warn: Callable[[str], None],
     should_stop: Callable[[], bool],
-    check: Callable[[list[str]], list[bool]],
+    check: Callable[[list[str]], list[int]],
+    settling: Callable[[str], None] | None,
 ) -> int:
     count = 0
     for root, recursive in roots.items():
@@ -298,14 +332,23 @@ def _walk(
                             candidates.append(path)
                     except OSError:
                         continue  # vanished or unreadable between listing and looking
-            # Headers are read a directory at a time (is_sqlite_file swallows OSError).
-            for path, ok in zip(candidates, check(candidates)):
-                if ok:
+            # Headers are read a directory at a time (_look swallows OSError).
+            for path, found in zip(candidates, check(candidates)):
+                if found == _NOT:
+                    continue
+                count += 1
+                if settling is not None and (found == _SETTLING or _hot_journal(path, directory, sides)):
+                    settling(path)
+                else:
                     emit(path)
-                    count += 1
             for key in orphans(directory, names, sides, entries):
                 emit(key)  # not counted: a database's leftovers, not a database
     return count
+
+
+def _hot_journal(path: str, directory: str, sides: list[str]) -> bool:
+    """Whether the listing of ``directory`` has a ``-journal`` beside the database ``path``."""
+    return os.path.dirname(path) == directory and os.path.basename(path) + "-journal" in sides
 
 
 def orphans(directory: str, names: set[str], sides: list[str], entries: Sequence[WatchEntry]) -> list[str]:
@@ -334,7 +377,8 @@ def _write(stream: IO[bytes], record: bytes) -> None:
 def _scan_helper_main(stdin: IO[bytes], stdout: IO[bytes]) -> int:
     """The scan helper process: JSON request on stdin, NUL-separated records on stdout.
 
-    Records: ``P<path>`` a database, ``W<sentence>`` a warning, ``E<traceback>`` a failure.
+    Records: ``P<path>`` a database, ``S<path>`` one still being written, ``W<sentence>`` a
+    warning, ``E<traceback>`` a failure.
     """
     try:
         request = json.loads(stdin.read())
@@ -347,6 +391,7 @@ def _scan_helper_main(stdin: IO[bytes], stdout: IO[bytes]) -> int:
             lambda msg: _write(stdout, b"W" + _record_text(msg) + b"\0"),
             header_threads=HEADER_THREADS,
             changed_since=request.get("changed_since"),
+            settling=lambda path: _write(stdout, b"S" + os.fsencode(path) + b"\0"),
         )
         stdout.flush()
         return 0

@@ -29,7 +29,7 @@ def run_scan_helper(
     roots: dict[str, bool],
     changed_since: float | None,
     *,
-    on_path: Callable[[str], bool],
+    on_path: Callable[[str, bool], bool],
     started: Callable[[subprocess.Popen[bytes] | None], None],
     stop: threading.Event,
 ) -> int:
@@ -39,7 +39,8 @@ def run_scan_helper(
         entries: the watch entries (what a path must match).
         roots: the directories to walk, each with whether to walk it recursively.
         changed_since: only files modified since (Unix seconds), or None for all.
-        on_path: called with each database path found; True when it counts as found.
+        on_path: called with each database path found, and whether it is still being written
+            (see :mod:`~smoosh.daemon.watch.scan`); True when it counts as found.
         started: told the helper process once it runs and None once it ended (so a stop can
             kill it).
         stop: set by a stop; a helper started after it is killed at once.
@@ -99,10 +100,10 @@ def run_scan_helper(
     return count
 
 
-def _on_record(record: bytes, on_path: Callable[[str], bool]) -> int:
+def _on_record(record: bytes, on_path: Callable[[str, bool], bool]) -> int:
     kind, body = record[:1], record[1:]
-    if kind == b"P":
-        return 1 if on_path(os.fsdecode(body)) else 0
+    if kind in (b"P", b"S"):
+        return 1 if on_path(os.fsdecode(body), kind == b"S") else 0
     if kind == b"W":
         log.warning("scan: %s", body.decode("utf-8", "replace"))
     elif kind == b"E":

@@ -111,6 +111,9 @@ class Watcher:
         clock: monotonic seconds; tests step ``tick(now)`` with their own.
         on_scanned: receives what scans find, when it differs from ``on_path`` (events go
             through a debounce, scan results need none); defaults to ``on_path``.
+        on_settling: receives what scans find still being written (a copy in progress, a
+            ``-journal`` beside it: :mod:`~smoosh.daemon.watch.scan`), which is news like a file
+            event and should be debounced like one; defaults to ``on_scanned``.
         observer: a started watchdog observer to schedule the watches on (shared with the
             config watcher: one observer thread for the daemon); None makes one of its own.
         busy: True for a database path smoosh itself is compacting now: events on it (and its
@@ -128,12 +131,14 @@ class Watcher:
         polling: bool = False,
         clock: Callable[[], float] = time.monotonic,
         on_scanned: Callable[[str], None] | None = None,
+        on_settling: Callable[[str], None] | None = None,
         observer: Any = None,
         busy: Callable[[str], bool] = lambda path: False,
     ) -> None:
         self._specs = tuple(watch)
         self._on_path = on_path
         self._on_scanned = on_scanned or on_path
+        self._on_settling = on_settling or self._on_scanned
         self._busy = busy
         # Paths whose compaction ended, their last events perhaps still queued (see settle()):
         # path -> compactions settling, under _settle_lock.
@@ -389,13 +394,15 @@ class Watcher:
         return run_scan_helper(entries, roots, changed_since, on_path=self._on_scan_path,
                                started=started, stop=self._stop)
 
-    def _on_scan_path(self, path: str) -> bool:
+    def _on_scan_path(self, path: str, settling: bool = False) -> bool:
         # A cleanup key is a vanished database's leftovers (scan.orphans): reported, not counted.
         orphan = path.startswith(CLEANUP_PREFIX)
         if self._exclude(path[len(CLEANUP_PREFIX):] if orphan else path):
             return False
         try:
-            self._on_scanned(path)
+            # A database still being written (a copy, a transaction) is news like a file
+            # event: the daemon debounces it, examined once it has been quiet.
+            (self._on_settling if settling else self._on_scanned)(path)
         except Exception:
             log.exception("on_scanned callback failed for %r", path)
         return not orphan

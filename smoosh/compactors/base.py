@@ -223,8 +223,15 @@ class Shared(Refused):
     """
 
 
-class InsufficientSpace(CompactionError):
-    """Raised when a full rewrite would need more free disk space than there is (a failure, not busy)."""
+class InsufficientSpace(Blocked):
+    """Raised when a compaction's writes would not fit on disk beside the reservations of those running
+    and ``min_free_space`` (:mod:`smoosh.disk_room`): refused before anything is opened, ``blocked``.
+
+    Attributes:
+        directory: where the room is missing.
+        needed_bytes: what the compaction would write there.
+        free_bytes: free on that file system when it was refused.
+    """
 
     def __init__(self, message: str, *, directory: str, needed_bytes: int, free_bytes: int) -> None:
         super().__init__(message)

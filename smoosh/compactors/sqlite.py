@@ -46,6 +46,7 @@ from smoosh.compactors.sqlite_file import AUTO_VACUUM_CODES, DbState, file_size,
 from smoosh.compactors.sqlite_identity import FileIdentity, replaced_error
 from smoosh.compactors.sqlite_measure import DBSTAT_QUERY, KeyMemory, exact_active_bytes
 from smoosh.compactors.sqlite_open import canonical_roots, close_quietly, pragma
+from smoosh.disk_room import DiskRoom
 from smoosh.identity import Roots, side_file_refusal
 from smoosh.io_budget import IoBudget
 
@@ -84,6 +85,8 @@ class SqliteCompactor:
             picks it from ``SQLITE_TMPDIR``/``TMPDIR``, which is also the default here).
         io_budget: the process's I/O budget, charged what compactions write (see
             :mod:`~smoosh.compactors.sqlite_compact`); None charges nothing.
+        disk_room: the process's reservations of disk space (:mod:`smoosh.disk_room`); None
+            gives this compactor its own, keeping the default ``min_free_space``.
     """
 
     name = "sqlite"
@@ -98,8 +101,10 @@ class SqliteCompactor:
         clock: Callable[[], float] = time.monotonic,
         temp_dir: str | None = None,
         io_budget: IoBudget | None = None,
+        disk_room: DiskRoom | None = None,
     ) -> None:
         self.io_budget = io_budget
+        self.disk_room = disk_room if disk_room is not None else DiskRoom()
         self.page_size: int | None = None
         self.auto_vacuum: str | None = None
         self.incremental_chunk_pages = DEFAULT_INCREMENTAL_CHUNK_PAGES
@@ -152,6 +157,13 @@ class SqliteCompactor:
         Owned by one caller (the server, once, before any compaction runs).
         """
         self.io_budget = budget
+
+    def set_disk_room(self, room: DiskRoom) -> None:
+        """Reserve what compactions write in ``room`` (the process's, shared by its compactors).
+
+        Owned by one caller (the server, once, before any compaction runs).
+        """
+        self.disk_room = room
 
     # ------------------------------------------------------------------ roots
 
@@ -393,7 +405,8 @@ class SqliteCompactor:
             Blocked: also when the file is shared (other hard links, another mount, a side
                 file that is a link: :mod:`smoosh.identity`); nothing was opened through it.
             Gone: the file is missing or not SQLite.
-            InsufficientSpace: a VACUUM would not fit on disk.
+            InsufficientSpace: what it would write does not fit on disk beside the room other
+                compactions reserved and ``min_free_space`` (a ``Blocked``; nothing opened).
             apsw.Error: anything else SQLite reports.
         """
         path, cleanup = self._split(key)
@@ -414,8 +427,9 @@ class SqliteCompactor:
             raise Gone(f"{path} is missing or not a SQLite database")
         identity = FileIdentity(path)
         before = footprint_bytes(path)
+        reservation = sqlite_compact.reserve(self.disk_room, self._needs(path, cleanup, state))
         try:
-            with in_use(path):
+            with in_use(path), reservation:
                 self._compact_open(path, cleanup, state, ctx, roots, identity)
             try:
                 identity.check()
@@ -433,6 +447,31 @@ class SqliteCompactor:
         ctx.progress(1.0)
         return CompactionResult(size_before_bytes=before, size_after_bytes=after)
 
+    def _way(self, cleanup: bool, state: DbState) -> str:
+        """Which way the database is compacted: cleanup, upgrade, incremental or vacuum."""
+        if cleanup:
+            return "cleanup"
+        if self._upgrade_needed(state):
+            return "upgrade"
+        if state.auto_vacuum == 2 and state.freelist_count > 0:
+            return "incremental"
+        return "vacuum"
+
+    def _needs(self, path: str, cleanup: bool, state: DbState) -> dict[str, int]:
+        """What the compaction will write, per directory (reserved before it starts).
+
+        A VACUUM or an upgrade: its live size twice (:func:`~smoosh.compactors.sqlite_compact.vacuum_needs`);
+        incremental chunks: one chunk's journal at a time; a cleanup: its WAL's checkpoint into
+        the database, at most the WAL's size.
+        """
+        way = self._way(cleanup, state)
+        directory = os.path.dirname(path) or "."
+        if way == "cleanup":
+            return {directory: file_size(path + "-wal")}
+        if way == "incremental":
+            return {directory: 2 * self.incremental_chunk_pages * state.page_size}
+        return sqlite_compact.vacuum_needs(path, state, self._temp_dir)
+
     def _compact_open(
         self, path: str, cleanup: bool, state: DbState, ctx: CompactionContext, roots: tuple[str, ...] | None,
         identity: FileIdentity,
@@ -443,19 +482,19 @@ class SqliteCompactor:
             identity.check()  # the connection opened the file the identity was taken of
             if not cleanup:
                 sqlite_wal.refuse_pinned_wal(conn, path)
-            if cleanup:
+            way = self._way(cleanup, state)
+            if way == "cleanup":
                 sqlite_wal.cleanup(conn, path, ctx)
-            elif self._upgrade_needed(state):
+            elif way == "upgrade":
                 sqlite_compact.upgrade(
                     conn, path, state, ctx, page_size=self.page_size, auto_vacuum=self.auto_vacuum,
                     busy_timeout_s=self.busy_timeout_s, temp_dir=self._temp_dir, rate=self._tick_rate,
                     identity=identity, budget=self.io_budget, max_lock_hold_s=self.max_lock_hold_s,
                     clock=self._clock,
                 )
-            elif state.auto_vacuum == 2 and state.freelist_count > 0:
+            elif way == "incremental":
                 sqlite_incremental.incremental(conn, path, ctx, self.incremental_chunk_pages, identity, self.io_budget)
             else:
-                sqlite_compact.check_space(path, state.file_bytes, self._temp_dir)
                 sqlite_compact.vacuum(conn, path, state, ctx, self._tick_rate, identity, self.io_budget,
                                       self.max_lock_hold_s, self._clock)
             if not cleanup and self.analyze:

@@ -20,10 +20,10 @@ SQLite are in bench/RESULTS.md):
   (``tests/compactor`` pins this). (The stdlib ``sqlite3`` needed ``executescript`` for the
   same reason.)
 * otherwise an in-place ``VACUUM`` (:func:`vacuum`, the only safe primitive for a file others
-  have open), with a short busy timeout (locked -> :class:`Busy`), a free space check first
-  (:func:`check_space`), an estimated progress from progress-handler ticks
+  have open), with a short busy timeout (locked -> :class:`Busy`), an estimated progress from progress-handler ticks
   (:class:`TickRate`), and cancellation through ``ctx.on_cancel`` -> ``Connection.interrupt``
-  (SQLite rolls the VACUUM back; the file stays intact).
+  (SQLite rolls the VACUUM back; the file stays intact). The room it writes is reserved first
+  (:func:`vacuum_needs`, :mod:`smoosh.disk_room`).
 * an upgrade (:func:`upgrade`: ``page_size`` / ``auto_vacuum`` differ from the configured
   targets): the pragmas, then a full VACUUM. In WAL mode a page size change needs
   journal_mode=DELETE for the VACUUM and WAL again afterwards; leaving WAL needs exclusive
@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import threading
 import time
 from typing import Callable
@@ -65,6 +64,7 @@ from smoosh.compactors.base import (
 from smoosh.compactors.sqlite_file import DbState, sqlite_temp_dir
 from smoosh.compactors.sqlite_identity import FileIdentity
 from smoosh.compactors.sqlite_openers import others_have_open
+from smoosh.disk_room import DiskRoom, NoRoom, Reservation
 from smoosh.io_budget import IoBudget
 from smoosh.units import format_duration
 from smoosh.compactors.sqlite_open import (
@@ -87,6 +87,8 @@ __all__ = [
     "open_for_compaction",
     "raise_mapped",
     "check_space",
+    "vacuum_needs",
+    "reserve",
     "vacuum",
     "upgrade",
     "optimize",
@@ -120,6 +122,10 @@ REPLACEMENT_CHECK_TICKS = 64
 #: writes the journal, then the file, in two runs that merge. The cap bounds the memory of a
 #: VACUUM of a large database, whose events may still alternate once the cache is full.
 VACUUM_CACHE_MAX_BYTES = 64 * 1024 * 1024
+#: What a VACUUM's room is counted with beyond its live pages (x) and in whole pages (+): b-tree
+#: pages rebuilt differently, a page size change, the schema.
+VACUUM_ROOM_MARGIN = 1.1
+VACUUM_ROOM_PAGES = 64
 #: Times the switch back to WAL is tried after a page-size upgrade (each waits the busy timeout).
 WAL_RESTORE_ATTEMPTS = 10
 #: A gap this long between two progress ticks of a VACUUM (normally microseconds apart) means
@@ -211,38 +217,60 @@ def raise_mapped(exc: apsw.Error, path: str, busy_message: str | None = None) ->
         raise Interrupted(f"compaction of {path} was interrupted") from exc
 
 
-def check_space(path: str, file_bytes: int, temp_dir: str | None) -> None:
-    """Refuse a VACUUM that would not fit: it writes a temporary copy and a journal (or WAL), each up to the file's size.
+def vacuum_needs(path: str, state: DbState, temp_dir: str | None) -> dict[str, int]:
+    """What a VACUUM (or an upgrade's) of ``path`` writes, per directory: about its live size, up to twice.
+
+    SQLite builds the new database in a temporary one (a file in its temp directory), then
+    copies it back over the file, journaling (or logging to the WAL) what it overwrites: each
+    about the live pages' size, never the file's (a file with 20% live needs at most 40% of its
+    size, not 200%). The temporary database shares the VACUUM's page cache, which smoosh sizes to
+    hold the rewrite (:func:`vacuum_cache_pages`): only what exceeds the cache spills to the temp
+    directory. The live pages are ``page_count - freelist_count``, an upper bound of what the
+    rewrite holds; :data:`VACUUM_ROOM_MARGIN` covers b-tree pages rebuilt differently and a page
+    size change.
 
     Parameters:
         path: the database file.
-        file_bytes: its size.
-        temp_dir: where SQLite puts the temporary copy; None asks SQLite's own rule.
+        state: its header's counts.
+        temp_dir: SQLite's temp directory; None asks SQLite's own rule.
+
+    Returns:
+        ``{database directory: bytes, temp directory: bytes}`` (one file system adds both).
+    """
+    live = max(0, state.page_count - state.freelist_count) * state.page_size
+    journal = int(live * VACUUM_ROOM_MARGIN) + VACUUM_ROOM_PAGES * state.page_size
+    spilled = max(0, live - vacuum_cache_pages(state) * state.page_size)
+    temp = int(spilled * VACUUM_ROOM_MARGIN) + (VACUUM_ROOM_PAGES * state.page_size if spilled else 0)
+    db_dir = os.path.dirname(path) or "."
+    tmp = temp_dir or sqlite_temp_dir()
+    if os.path.abspath(tmp) == os.path.abspath(db_dir):
+        return {db_dir: journal + temp}
+    return {db_dir: journal, tmp: temp}
+
+
+def check_space(path: str, state: DbState, temp_dir: str | None, room: DiskRoom | None = None) -> None:
+    """Refuse a VACUUM of ``path`` that would not fit now (:func:`vacuum_needs` against ``room``), reserving nothing.
+
+    For a look from outside a compaction (``smoosh doctor``); a compaction reserves its room
+    for as long as it runs instead.
 
     Raises:
-        InsufficientSpace: the database's directory or the temp dir has too little free space.
+        InsufficientSpace: the database's directory or the temp dir has too little room.
     """
-    db_dir = os.path.dirname(path) or "."
-    needed = 2 * file_bytes
-    free = shutil.disk_usage(db_dir).free
-    if free < needed:
-        raise InsufficientSpace(
-            f"not enough free disk space to VACUUM {path}: needs {needed} bytes in {db_dir}, {free} free",
-            directory=db_dir, needed_bytes=needed, free_bytes=free,
-        )
-    temp_dir = temp_dir or sqlite_temp_dir()
+    reserve(room or DiskRoom(), vacuum_needs(path, state, temp_dir)).release()
+
+
+def reserve(room: DiskRoom, needs: dict[str, int]) -> Reservation:
+    """``room.reserve(needs)``, its refusal as the compaction error :class:`InsufficientSpace`.
+
+    Raises:
+        InsufficientSpace: some file system lacks the room; nothing was reserved.
+    """
     try:
-        same_device = os.stat(temp_dir).st_dev == os.stat(db_dir).st_dev
-    except OSError:
-        same_device = False
-    if same_device:
-        return  # the 2x above already counted the temporary copy
-    free = shutil.disk_usage(temp_dir).free
-    if free < file_bytes:
-        raise InsufficientSpace(
-            f"not enough free disk space to VACUUM {path}: needs {file_bytes} bytes in the temp dir {temp_dir}, {free} free",
-            directory=temp_dir, needed_bytes=file_bytes, free_bytes=free,
-        )
+        return room.reserve(needs)
+    except NoRoom as exc:
+        raise InsufficientSpace(str(exc), directory=exc.directory, needed_bytes=exc.needed_bytes,
+                                free_bytes=exc.free_bytes) from None
 
 
 def vacuum(
@@ -380,9 +408,8 @@ def upgrade(
     Raises:
         Busy: "needs exclusive access" (a WAL database changing page size that someone holds
             open), or locked beyond the busy timeout.
-        InsufficientSpace, Interrupted, apsw.Error: as :func:`check_space` and :func:`vacuum`.
+        Interrupted, apsw.Error: as :func:`vacuum` (the caller has reserved its room).
     """
-    check_space(path, state.file_bytes, temp_dir)
     page_size_change = page_size is not None and state.page_size != page_size
     leave_wal = page_size_change and pragma(conn, "journal_mode") == "wal"
     if leave_wal:

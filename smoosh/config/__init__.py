@@ -59,6 +59,7 @@ from smoosh.config.values import (
     split_host_port,
     static_prefix,
 )
+from smoosh.disk_room import DEFAULT_MIN_FREE, MinFree, parse_min_free
 from smoosh.errors import ConfigError
 from smoosh.units import format_duration, format_size
 
@@ -126,6 +127,8 @@ class Config:
     #: Roots whose databases may have other hard links, or lie on another mount (smoosh.identity).
     allow_hard_links: tuple[str, ...] = ()
     allow_mounts: tuple[str, ...] = ()
+    #: Room kept free on each file system beside what compactions reserve (smoosh.disk_room).
+    min_free_space: MinFree = DEFAULT_MIN_FREE
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
     @classmethod
@@ -250,6 +253,7 @@ class Config:
             wal_max_size_bytes=int(r.get("wal_max_size", parse_threshold_size(allow_infinity=False),
                                          DEFAULT_WAL_MAX_SIZE_BYTES)),
             max_io_rate_bytes_per_s=r.get("max_io_rate", parse_io_rate, DEFAULT_MAX_IO_RATE),
+            min_free_space=r.get("min_free_space", parse_min_free, DEFAULT_MIN_FREE),
             io_priority=r.get("io_priority", parse_io_priority, DEFAULT_IO_PRIORITY),
             channels=channels,
             ignore=parse_ignore(sections.get(f"{GLOBAL_SECTION}.ignore", {}), path=where, cwd=cwd),

@@ -199,6 +199,7 @@ GLOBAL_KEYS: dict[str, str] = {
     "rescan_interval": "rescan_interval_s",
     "wal_max_size": "wal_max_size_bytes",
     "max_io_rate": "max_io_rate_bytes_per_s",
+    "min_free_space": "min_free_space",
     "io_priority": "io_priority",
 }
 

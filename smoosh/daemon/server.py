@@ -50,6 +50,7 @@ from smoosh.daemon.run.startup import take_over_jobs
 from smoosh.daemon.record.status import build_status, jobs_table
 from smoosh.daemon.control.suspension import Suspension
 from smoosh.errors import UnknownChannel
+from smoosh.disk_room import DiskRoom
 from smoosh.io_budget import IoBudget
 from smoosh.jobs import Jobs
 from smoosh.paths import CLEANUP_PREFIX
@@ -128,10 +129,15 @@ class Server(LiveConfig):
             exact_size_interval_s=config.exact_size_interval_s,
         )
         self._set_compactor_roots(config)
+        # One set of disk reservations for the process (min_free_space): every compaction's room.
+        self.disk_room = DiskRoom(config.min_free_space)
         for compactor in self._compactors:
             set_io_budget = getattr(compactor, "set_io_budget", None)
             if set_io_budget is not None:
                 set_io_budget(self.io_budget)
+            set_disk_room = getattr(compactor, "set_disk_room", None)
+            if set_disk_room is not None:
+                set_disk_room(self.disk_room)
         self._router = Router(self._compactors, clock=clock)
         self._suspension = Suspension(config.state_dir)
         self._lock = InstanceLock(config.state_dir)

@@ -247,16 +247,29 @@ def test_cancel_before_the_vacuum_starts_is_not_lost(tmp_path) -> None:
     assert os.path.getsize(path) == stats["file_bytes"]
 
 
-def test_not_enough_free_space_fails_clearly(tmp_path, monkeypatch) -> None:
+def test_not_enough_free_space_is_blocked_before_anything_is_opened(tmp_path) -> None:
+    from smoosh.compactors import Blocked
+    from smoosh.compactors.sqlite_compact import vacuum_needs
+    from smoosh.compactors.sqlite_file import read_state
+    from smoosh.disk_room import DiskRoom, MinFree, _Fs
+
     path = str(tmp_path / "a.db")
     stats = make_bloated_db(path)
-    monkeypatch.setattr(shutil, "disk_usage", lambda p: SimpleNamespace(total=10**9, used=10**9, free=1000))
+    needs = vacuum_needs(path, read_state(path, 1.0), str(tmp_path))
+    # Its live size, not twice the file: a fifth of the file is live here.
+    assert needs == {str(tmp_path): pytest.approx(1.1 * (stats["page_count"] - stats["freelist_count"]) * stats["page_size"],
+                                                  abs=64 * stats["page_size"] + 1)}
+    tight = DiskRoom(MinFree(bytes=1000), statvfs=lambda d: _Fs(free_bytes=needs[str(tmp_path)], total_bytes=10**9))
     with pytest.raises(InsufficientSpace) as info:
-        SqliteCompactor(settings()).compact(path, RecordingContext())
-    assert str(info.value) == (
-        f"not enough free disk space to VACUUM {path}: needs {2 * stats['file_bytes']} bytes in {tmp_path}, 1000 free"
-    )
-    assert os.path.getsize(path) == stats["file_bytes"]
+        SqliteCompactor(settings(), disk_room=tight, temp_dir=str(tmp_path)).compact(path, RecordingContext())
+    assert isinstance(info.value, Blocked)
+    assert str(info.value) == (f"not enough free disk space in {tmp_path}: a compaction writes {needs[str(tmp_path)]} "
+                               f"bytes there; {needs[str(tmp_path)]} free, 0 reserved by running compactions, 1000 "
+                               "kept by min_free_space")
+    assert os.path.getsize(path) == stats["file_bytes"] and tight.reserved_bytes() == 0
+    roomy = DiskRoom(MinFree(bytes=1000), statvfs=lambda d: _Fs(free_bytes=needs[str(tmp_path)] + 1000, total_bytes=10**9))
+    assert SqliteCompactor(settings(), disk_room=roomy, temp_dir=str(tmp_path)).compact(path, RecordingContext()).reclaimed_bytes > 0
+    assert roomy.reserved_bytes() == 0
 
 
 # ---------------------------------------------------------------- upgrades

@@ -90,7 +90,7 @@ def run_checks(config_path: str | None, *, max_files: int = MAX_FILES) -> list[F
     findings += check_databases_writable(s)
     findings += check_inotify(s, usage=inotify_usage(exclude_pids=[holder] if holder else ()),
                               rescan_interval_s=config.rescan_interval_s)
-    findings += check_free_space(s)
+    findings += check_free_space(s, min_free=config.min_free_space)
     findings.append(lock)
     findings += check_store(config.store)
     return findings

@@ -9,6 +9,7 @@ from typing import Iterable, Sequence
 
 from smoosh.cli.doctor.findings import FAIL, OK, WARN, Finding, examples, existing_ancestor, user_name
 from smoosh.cli.format import fmt_bytes
+from smoosh.disk_room import DEFAULT_MIN_FREE, DiskRoom, MinFree
 from smoosh.paths import SIDE_SUFFIXES, inside
 
 __all__ = ["Survey", "MAX_FILES", "survey", "bound_note", "check_access", "check_databases_writable",
@@ -201,16 +202,18 @@ def check_state_dir(state_dir: str) -> Finding:
                    f"mkdir -p {state_dir} && chown {user} {state_dir}")
 
 
-def check_free_space(s: Survey, *, temp_dir: str | None = None) -> list[Finding]:
+def check_free_space(s: Survey, *, temp_dir: str | None = None, min_free: MinFree = DEFAULT_MIN_FREE) -> list[Finding]:
     """Each filesystem holding databases has room to VACUUM its largest one, by the compactor's own rule.
 
     A VACUUM writes a temporary copy (in SQLite's temp directory) and a journal or WAL beside
-    the database, each up to the file's size: the compactor refuses to start one without
-    that room (``check_space``), and such a database fails every time it is tried.
+    the database, each about its live size: the compactor reserves that room before it
+    starts one (``min_free_space`` kept beside it), and a database whose room is never there
+    is blocked every time it is tried.
 
     Parameters:
         s: the walk's findings (the largest database per filesystem).
         temp_dir: SQLite's temp directory (default: SQLite's own rule, ``SQLITE_TMPDIR``, ``TMPDIR``...).
+        min_free: the config's ``min_free_space``.
 
     Returns:
         One finding per filesystem (one ok when no database was found).
@@ -218,8 +221,10 @@ def check_free_space(s: Survey, *, temp_dir: str | None = None) -> list[Finding]
     import shutil
 
     from smoosh.compactors.base import InsufficientSpace
-    from smoosh.compactors.sqlite_compact import check_space
+    from smoosh.compactors.sqlite_compact import check_space, vacuum_needs
+    from smoosh.compactors.sqlite_file import DbState, read_state
 
+    room = DiskRoom(min_free)
     if not s.largest:
         return [Finding(OK, "free space", "no SQLite database under the roots yet" + bound_note(s))]
     findings: list[Finding] = []
@@ -227,14 +232,18 @@ def check_free_space(s: Survey, *, temp_dir: str | None = None) -> list[Finding]
         directory = os.path.dirname(path)
         largest = f"the largest database {path} ({fmt_bytes(size)}){' of those seen' if s.truncated else ''}"
         try:
-            check_space(path, size, temp_dir)
+            # Its live size from its header (a read, from this separate process: it holds no
+            # SQLite lock to lose); a file that will not say is counted whole.
+            state = read_state(path, 1.0) or DbState(file_bytes=size, page_size=4096, page_count=size // 4096,
+                                                     freelist_count=0, auto_vacuum=0, wal=False)
+            check_space(path, state, temp_dir, room)
         except InsufficientSpace as e:
             findings.append(Finding(
                 FAIL, "free space",
-                f"{fmt_bytes(e.free_bytes)} free in {e.directory}, {largest} needs {fmt_bytes(e.needed_bytes)} there: "
-                "its compaction fails every time",
-                f"free space on that filesystem (or point SQLITE_TMPDIR at a larger one when the temp dir is short); "
-                f"until then, [smoosh.ignore] {path} = true",
+                f"{fmt_bytes(e.free_bytes)} free in {e.directory}, {largest} needs {fmt_bytes(e.needed_bytes)} there "
+                f"beside min_free_space {room.min_free}: its compaction is blocked every time",
+                f"free space on that filesystem (or point SQLITE_TMPDIR at a larger one when the temp dir is short, "
+                f"or lower min_free_space); until then, [smoosh.ignore] {path} = true",
             ))
             continue
         except OSError as e:
@@ -242,6 +251,8 @@ def check_free_space(s: Survey, *, temp_dir: str | None = None) -> list[Finding]
                                     f"give {user_name()} access to {directory} (and to SQLite's temp directory)"))
             continue
         free = shutil.disk_usage(directory).free
+        needs = sum(vacuum_needs(path, state, temp_dir).values())
         findings.append(Finding(OK, "free space", f"{fmt_bytes(free)} free in {directory}'s filesystem; {largest} "
-                                f"needs up to {fmt_bytes(2 * size)} to VACUUM"))
+                                f"needs about {fmt_bytes(needs)} to VACUUM (twice its live size), beside "
+                                f"min_free_space {room.min_free}"))
     return findings

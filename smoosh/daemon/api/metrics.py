@@ -165,6 +165,11 @@ class SmooshCollector(Collector):
             "smoosh_io_charged_bytes", "Bytes compactions of this process charged to the I/O budget (written).")
         charged.add_metric([], budget.charged_bytes)
         yield charged
+        reserved = GaugeMetricFamily(
+            "smoosh_disk_reserved_bytes", "Disk space running compactions reserved for what they write "
+            "(kept beside min_free_space on each file system).")
+        reserved.add_metric([], server.disk_room.reserved_bytes())
+        yield reserved
 
 
 def _compaction_families(server: Server, counters: Counters, channels: list[str]) -> Iterator[Metric]:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from smoosh.daemon.run.scheduler import JobScheduler
     from smoosh.daemon.control.slots import SlotGate
     from smoosh.daemon.watch.staleness import AccessTable
+    from smoosh.disk_room import DiskRoom
     from smoosh.io_budget import IoBudget
     from smoosh.jobs import Jobs
     from smoosh.loop import Loop
@@ -47,6 +48,7 @@ class LiveConfig:
     _restart_required: list[str]
     _slots: SlotGate
     io_budget: IoBudget
+    disk_room: DiskRoom
     _budget_gate: BudgetGate
     _history: HistoryTable
     _access: AccessTable
@@ -90,6 +92,7 @@ class LiveConfig:
             # Bytes still owed are re-priced at the new rate; paused chunks and waiting starts look again.
             self.io_budget.set_rate(new.max_io_rate_bytes_per_s)
             self._budget_gate.rate_changed()
+        self.disk_room.set_min_free(new.min_free_space)
         self._history.configure(
             max_history=new.max_history,
             health_threshold_s=new.health_threshold_s,

@@ -34,6 +34,7 @@ def run_worker_process(config: Any, store_url: str | None = None, concurrency: i
     import signal
 
     from smoosh.compactors import load_compactors
+    from smoosh.disk_room import DEFAULT_MIN_FREE, DiskRoom
     from smoosh.io_budget import IoBudget
     from smoosh.jobs import Jobs
     from smoosh.store import open_store
@@ -54,8 +55,10 @@ def run_worker_process(config: Any, store_url: str | None = None, concurrency: i
         # This process's own budget: max_io_rate is per process (DESIGN §11).
         io_budget = IoBudget(getattr(config, "max_io_rate_bytes_per_s", None))
         io_priority = str(getattr(config, "io_priority", "normal"))
+        # Its own disk reservations too: what it reserves, a daemon beside it cannot see.
+        disk_room = DiskRoom(getattr(config, "min_free_space", DEFAULT_MIN_FREE))
         compactors = load_compactors(getattr(config, "sqlite", None), roots=getattr(config, "roots", None),
-                                     io_budget=io_budget, **kw)
+                                     io_budget=io_budget, disk_room=disk_room, **kw)
         roots = tuple(getattr(config, "roots", ()) or ()) or None
         worker = Worker(jobs, store, job_type, compactors, node=node, job_timeout_s=job_timeout_s,
                         concurrency=concurrency or 1, signals="store", roots=lambda: roots,

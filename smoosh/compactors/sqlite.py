@@ -116,6 +116,10 @@ class SqliteCompactor:
         self._temp_dir = temp_dir
         # Exact payloads and change counters per key, shared by re-checks and compactions.
         self._memory = KeyMemory(clock)
+        # Databases whose log a reader pinned at their last compaction: path -> when first seen
+        # (wall seconds). Written by compaction threads, read by scrapes: one dict, whole-key
+        # writes and a copy to read (the GIL makes each atomic).
+        self._pinned: dict[str, float] = {}
         self._tick_rate = sqlite_compact.TickRate()  # learned across this compactor's VACUUMs
         self._roots: Roots | None = None
         self.set_roots(roots)
@@ -310,6 +314,12 @@ class SqliteCompactor:
             state = None
         self._memory.remember_counter(key, state)
 
+    def pinned_wals(self) -> list[tuple[str, int, float]]:
+        """``(path, WAL bytes now, pinned since: wall seconds)`` of each database whose log a reader
+        kept pinned at its last compaction (until one empties it), oldest first."""
+        pinned = dict(self._pinned)
+        return sorted(((p, sqlite_wal.wal_bytes(p), since) for p, since in pinned.items()), key=lambda t: t[2])
+
     def exact_size_due(self, key: str) -> bool:
         """True when the exact size of ``key`` was not taken within ``exact_size_interval_s``."""
         return self._memory.exact_due(key, self.exact_size_interval_s)
@@ -430,7 +440,12 @@ class SqliteCompactor:
         reservation = sqlite_compact.reserve(self.disk_room, self._needs(path, cleanup, state))
         try:
             with in_use(path), reservation:
-                self._compact_open(path, cleanup, state, ctx, roots, identity)
+                try:
+                    self._compact_open(path, cleanup, state, ctx, roots, identity)
+                except sqlite_wal.WalPinned:
+                    self._pinned.setdefault(path, time.time())
+                    raise
+                self._pinned.pop(path, None)
             try:
                 identity.check()
             except Replaced:
@@ -484,7 +499,8 @@ class SqliteCompactor:
                 sqlite_wal.refuse_pinned_wal(conn, path)
             way = self._way(cleanup, state)
             if way == "cleanup":
-                sqlite_wal.cleanup(conn, path, ctx)
+                sqlite_wal.cleanup(conn, path, ctx, busy_timeout_s=self.busy_timeout_s,
+                                   readers_wait_s=sqlite_wal.READERS_WAIT_S)
             elif way == "upgrade":
                 sqlite_compact.upgrade(
                     conn, path, state, ctx, page_size=self.page_size, auto_vacuum=self.auto_vacuum,

@@ -1,10 +1,16 @@
-"""Whether another process has a WAL database open, read from the locks the kernel lists (Linux).
+"""Who else has a WAL database open, and who pins its log, read from the locks the kernel lists (Linux).
 
 Every connection to a WAL database holds a shared POSIX lock on one byte of its ``-shm`` file
 for as long as it is open (SQLite's "dead man switch", byte 128 of the unix VFS's lock
 area). ``/proc/locks`` lists each such lock with its holder's pid, so smoosh can tell,
 without touching the file, whether a process other than itself has the database open: an
 application that may start a write transaction at any moment.
+
+A connection inside a read transaction also holds a shared lock on one of the log's read
+marks (bytes 123-127; mark 0 reads the database file alone, marks 1-4 a snapshot that includes
+WAL frames). Either way its snapshot keeps the checkpoint from copying back the frames written
+after it began (the database file must not change under it): :func:`wal_readers` names the
+processes holding a read mark, the readers that keep a checkpoint from emptying the log.
 
 It never opens the ``-shm`` file itself: closing any descriptor of a file drops every POSIX
 lock the process holds on it, which would silently take the locks of smoosh's own SQLite
@@ -16,14 +22,36 @@ None (unknown).
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+from typing import Iterator
 
-__all__ = ["others_have_open", "DMS_LOCK_BYTE", "PROC_LOCKS"]
+__all__ = ["others_have_open", "wal_readers", "Reader", "DMS_LOCK_BYTE", "READ_MARK_BYTES", "PROC_LOCKS"]
 
 #: The ``-shm`` byte every open connection of a WAL database holds a shared lock on
 #: (``UNIX_SHM_DMS`` in SQLite's os_unix.c: ``(22 + 8) * 4 + 8``).
 DMS_LOCK_BYTE = 128
+#: The ``-shm`` bytes of the read marks (``WAL_READ_LOCK(0..4)``: 120 + 3 + mark).
+READ_MARK_BYTES = range(123, 128)
 #: The kernel's list of file locks.
 PROC_LOCKS = "/proc/locks"
+#: Longest command line quoted for a reader.
+MAX_CMDLINE_CHARS = 120
+
+
+@dataclass(frozen=True)
+class Reader:
+    """A process inside a read transaction on a WAL database (its snapshot pins the frames written since).
+
+    Attributes:
+        pid: its process id.
+        command: its command line (as ``/proc/PID/cmdline`` gives it; empty when unreadable).
+    """
+
+    pid: int
+    command: str
+
+    def __str__(self) -> str:
+        return f"pid {self.pid} ({self.command})" if self.command else f"pid {self.pid}"
 
 
 def others_have_open(path: str, *, proc_locks: str = PROC_LOCKS) -> bool | None:
@@ -37,6 +65,34 @@ def others_have_open(path: str, *, proc_locks: str = PROC_LOCKS) -> bool | None:
         True or False for a WAL database on Linux; None when it cannot be told (no ``-shm``:
         not in WAL mode or not open by anyone with WAL; no ``/proc/locks``).
     """
+    locks = _shm_locks(path, proc_locks)
+    if locks is None:
+        return None
+    return any(_covers(start, end, DMS_LOCK_BYTE) for _pid, start, end in locks)
+
+
+def wal_readers(path: str, *, proc_locks: str = PROC_LOCKS, proc: str = "/proc") -> list[Reader] | None:
+    """The other processes inside a read transaction on the WAL database ``path`` (they pin its log).
+
+    Parameters:
+        path: the database file (its ``-shm`` is looked up, never opened).
+        proc_locks: the lock list to read (tests give their own).
+        proc: where process directories are (for command lines).
+
+    Returns:
+        The readers, by pid (each once); ``[]`` when none; None when it cannot be told (no
+        ``-shm``, no ``/proc/locks``).
+    """
+    locks = _shm_locks(path, proc_locks)
+    if locks is None:
+        return None
+    pids = sorted({int(pid) for pid, start, end in locks
+                   if any(_covers(start, end, byte) for byte in READ_MARK_BYTES) and pid.isdigit()})
+    return [Reader(pid, _command(pid, proc)) for pid in pids]
+
+
+def _shm_locks(path: str, proc_locks: str) -> list[tuple[str, str, str]] | None:
+    """(pid, start, end) of every POSIX lock another process holds on ``path``'s ``-shm``; None: unknown."""
     try:
         st = os.stat(path + "-shm")
     except OSError:
@@ -45,17 +101,30 @@ def others_have_open(path: str, *, proc_locks: str = PROC_LOCKS) -> bool | None:
     me = str(os.getpid())
     try:
         with open(proc_locks, encoding="ascii", errors="replace") as f:
-            for line in f:
-                # "12: POSIX  ADVISORY  READ 4711 fd:01:123456 128 128" (a "->" marks a waiter)
-                fields = line.split()
-                if len(fields) < 8 or fields[1] != "POSIX" or fields[5] != inode:
-                    continue
-                pid, start, end = fields[4], fields[6], fields[7]
-                if pid != me and _covers(start, end, DMS_LOCK_BYTE):
-                    return True
+            return list(_held(f, inode, me))
     except OSError:
         return None
-    return False
+
+
+def _held(lines: Iterator[str], inode: str, me: str) -> Iterator[tuple[str, str, str]]:
+    for line in lines:
+        # "12: POSIX  ADVISORY  READ 4711 fd:01:123456 128 128" (a "->" marks a waiter, which
+        # holds nothing yet: its fields are shifted by one and it is skipped)
+        fields = line.split()
+        if len(fields) < 8 or fields[1] != "POSIX" or fields[5] != inode:
+            continue
+        if fields[4] != me:
+            yield fields[4], fields[6], fields[7]
+
+
+def _command(pid: int, proc: str) -> str:
+    try:
+        with open(f"{proc}/{pid}/cmdline", "rb") as f:
+            raw = f.read(4096)
+    except OSError:
+        return ""
+    text = " ".join(raw.replace(b"\0", b" ").decode("utf-8", "replace").split())
+    return text if len(text) <= MAX_CMDLINE_CHARS else text[:MAX_CMDLINE_CHARS - 3] + "..."
 
 
 def _covers(start: str, end: str, byte: int) -> bool:

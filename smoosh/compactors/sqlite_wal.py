@@ -5,6 +5,14 @@ In WAL mode a database's file only shrinks when its log is checkpointed back:
 job (:func:`cleanup`). Before compacting, :func:`refuse_pinned_wal` ends the run
 :class:`~smoosh.compactors.base.Blocked` when a reader pins a whole rewrite in the log;
 after a rename over the path, :func:`empty_moved_wal` empties the old file's log.
+
+The ``cleanup:`` job supervises a log that outgrew ``wal_max_size``: a passive checkpoint
+(which waits for nobody) copies back what it can; then, only at a moment when no reader holds
+a snapshot with log frames in it (read from the kernel's lock list, :func:`wal_readers`), a
+``TRUNCATE`` checkpoint empties the log with a short busy timeout, so the application's
+writers are never held while smoosh waits for its readers. A reader that does not let go
+within :data:`READERS_WAIT_S` is named in the ``blocked`` reason (its pid and command line:
+``/jobs``, ``explain``, one WARNING), so an operator can act.
 """
 
 from __future__ import annotations
@@ -12,22 +20,62 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
+from typing import Callable
 
 import apsw
 
 from smoosh.compactors.base import Blocked, Busy, CompactionContext, Interrupted
 from smoosh.compactors.sqlite_compact import interrupt_quietly, raise_mapped
 from smoosh.compactors.sqlite_open import pragma, run
+from smoosh.compactors.sqlite_openers import Reader, wal_readers
 
-__all__ = ["cleanup", "truncate_wal", "refuse_pinned_wal", "empty_moved_wal", "wal_bytes"]
+__all__ = ["cleanup", "truncate_wal", "refuse_pinned_wal", "empty_moved_wal", "wal_bytes", "pinned_reason",
+           "WalPinned", "READERS_WAIT_S"]
 
 log = logging.getLogger("smoosh.compactors.sqlite_compact")  # the compaction's lines, one logger
 
-def cleanup(conn: apsw.Connection, path: str, ctx: CompactionContext) -> None:
-    """A ``cleanup:`` job on an existing database: truncate its WAL (never delete a side file of it).
+#: How long a ``cleanup:`` job looks for a moment when no reader pins the log (seconds): a
+#: reader that holds its transactions for seconds at a time lets go within it; one that never
+#: does is named.
+READERS_WAIT_S = 5.0
+#: How often it looks meanwhile (one read of ``/proc/locks``; seconds).
+READERS_POLL_S = 0.05
+#: The busy timeout of the ``TRUNCATE`` checkpoint, tried only when no reader pins the log: it
+#: holds the application's writers while it waits, so it waits briefly (seconds).
+TRUNCATE_BUSY_TIMEOUT_S = 0.1
+
+
+class WalPinned(Blocked):
+    """Raised when readers keep a WAL database's log from being checkpointed (the reason names them)."""
+
+
+def pinned_reason(path: str, readers: list[Reader] | None = None) -> str:
+    """The ``blocked`` reason of a log a reader pins: its bytes, and who holds it when that is known."""
+    reason = f"a reader holds the WAL: {wal_bytes(path)} bytes still in {path}-wal"
+    if readers is None:
+        readers = wal_readers(path)
+    if readers:
+        reason += "; held by " + ", ".join(str(r) for r in readers)
+    return reason
+
+def cleanup(
+    conn: apsw.Connection, path: str, ctx: CompactionContext, *, busy_timeout_s: float = 1.0,
+    readers_wait_s: float = READERS_WAIT_S, clock: Callable[[], float] = time.monotonic,
+) -> None:
+    """A ``cleanup:`` job on an existing database: empty its WAL (never delete a side file of it).
+
+    A passive checkpoint first; then, at a moment when no reader pins the log (see the module
+    docstring), ``wal_checkpoint(TRUNCATE)`` with a short busy timeout.
+
+    Parameters:
+        busy_timeout_s: the connection's busy timeout, restored after the ``TRUNCATE``.
+        readers_wait_s: how long to look for a moment without pinning readers.
+        clock: monotonic seconds, for that wait.
 
     Raises:
-        Busy: the WAL checkpoint could not complete (readers or a writer hold the log).
+        Blocked: readers kept the log pinned for ``readers_wait_s`` (named in the reason).
+        Busy: the checkpoint could not complete for another reason (a writer held the log).
         Interrupted: cancelled through ``ctx``.
     """
     cancelled = threading.Event()
@@ -39,8 +87,30 @@ def cleanup(conn: apsw.Connection, path: str, ctx: CompactionContext) -> None:
     ctx.on_cancel(cancel)
     if cancelled.is_set():
         raise Interrupted(f"cleanup of {path} was interrupted before it started")
-    if pragma(conn, "journal_mode") == "wal":
-        truncate_wal(conn, path, required=True)
+    if pragma(conn, "journal_mode") != "wal":
+        return
+    try:
+        run(conn, "PRAGMA wal_checkpoint(PASSIVE)")
+    except apsw.Error as exc:
+        raise_mapped(exc, path)
+        raise
+    deadline = clock() + readers_wait_s
+    while True:
+        readers = wal_readers(path)
+        if not readers:  # none, or it cannot be told: SQLite's busy timeout decides
+            conn.set_busy_timeout(int(TRUNCATE_BUSY_TIMEOUT_S * 1000))
+            try:
+                truncate_wal(conn, path, required=True)
+                return
+            except Busy:
+                if readers is None or clock() >= deadline:
+                    raise
+            finally:
+                conn.set_busy_timeout(int(busy_timeout_s * 1000))
+        elif clock() >= deadline:
+            raise WalPinned(pinned_reason(path, readers))
+        if cancelled.wait(READERS_POLL_S):
+            raise Interrupted(f"cleanup of {path} was interrupted")
 
 
 def truncate_wal(conn: apsw.Connection, path: str, *, required: bool) -> None:
@@ -73,7 +143,7 @@ def truncate_wal(conn: apsw.Connection, path: str, *, required: bool) -> None:
         if log_frames > done_frames:
             # The database file shrinks only once every frame is copied back: until then the
             # compacted pages sit in the WAL beside the old file, and the footprint grew.
-            raise Blocked(f"a reader holds the WAL: {wal_bytes(path)} bytes still in {path}-wal")
+            raise WalPinned(pinned_reason(path))
         log.debug("WAL checkpoint of %r after compaction could not truncate the log; it shrinks later.", path)
 
 
@@ -100,7 +170,7 @@ def refuse_pinned_wal(conn: apsw.Connection, path: str) -> None:
         return
     pinned_frames = int(rows[0][1]) - int(rows[0][2])
     if pinned_frames > 0 and pinned_frames >= page_count:
-        raise Blocked(f"a reader holds the WAL: {wal_bytes(path)} bytes still in {path}-wal")
+        raise WalPinned(pinned_reason(path))
 
 
 def empty_moved_wal(conn: apsw.Connection, path: str) -> None:

@@ -456,6 +456,10 @@ class Server(LiveConfig):
 
     # ------------------------------------------------------------------ status
 
+    def compactors(self) -> list[Any]:
+        """The compactors in use (the metrics read what they remember, such as pinned logs)."""
+        return list(self._compactors)
+
     def status(self) -> dict[str, Any]:
         """The status table: CouchDB's ``_smoosh/status`` shape plus smoosh's fields. Never blocks on a channel."""
         return build_status(self)

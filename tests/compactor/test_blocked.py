@@ -48,10 +48,11 @@ def test_a_reader_pinning_the_wal_blocks_the_compaction_and_names_the_bytes(tmp_
         with pytest.raises(Blocked) as caught:
             SqliteCompactor(settings()).compact(path, RecordingContext())
         # Then it is blocked, not "ok, reclaimed 0 bytes": the file kept its size, and the
-        # reason names the bytes the reader keeps in the WAL
+        # reason names the bytes the reader keeps in the WAL and the reader (pid, command line)
         wal = os.path.getsize(path + "-wal")
         assert wal > 0
-        assert str(caught.value) == f"a reader holds the WAL: {wal} bytes still in {path}-wal"
+        assert str(caught.value).startswith(
+            f"a reader holds the WAL: {wal} bytes still in {path}-wal; held by pid {reader.proc.pid} ({sys.executable} -c ")
         assert not caught.value.read_only
         assert os.path.getsize(path) == file_before
         # And a retry while the reader stays is blocked again without writing another copy

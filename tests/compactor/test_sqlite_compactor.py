@@ -339,11 +339,20 @@ def test_cleanup_key_truncates_a_big_wal(tmp_path) -> None:
     assert integrity(path) == "ok"
 
 
-def test_cleanup_blocked_by_a_reader_is_busy(tmp_path) -> None:
+def test_cleanup_held_up_by_a_reader_is_blocked_naming_it(tmp_path, monkeypatch) -> None:
+    import smoosh.compactors.sqlite_wal as sqlite_wal
+    from smoosh.compactors import Blocked
+
+    monkeypatch.setattr(sqlite_wal, "READERS_WAIT_S", 0.0)  # no waiting for the reader to let go
     path = str(tmp_path / "w.db")
     with app_with_grown_wal(path), ChildConnection(path) as reader:
         reader.execute("BEGIN")
         reader.execute("SELECT count(*) FROM docs")
-        with pytest.raises(Busy):
-            SqliteCompactor(settings(busy_timeout_s=0.1)).compact("cleanup:" + path, RecordingContext())
+        compactor = SqliteCompactor(settings(busy_timeout_s=0.1))
+        with pytest.raises(Blocked) as info:
+            compactor.compact("cleanup:" + path, RecordingContext())
+        assert f"; held by pid {reader.proc.pid} (" in str(info.value)
+        assert [p for p, _size, _since in compactor.pinned_wals()] == [path]
         reader.execute("COMMIT")
+        compactor.compact("cleanup:" + path, RecordingContext())
+        assert compactor.pinned_wals() == []

@@ -104,7 +104,8 @@ def test_a_pinned_wal_and_a_read_only_file_end_blocked_everywhere_an_operator_lo
         # Then /jobs says blocked, with the reason an operator can act on
         wal = os.path.getsize(str(pinned) + "-wal")
         pinned_job = jobs[str(pinned)]
-        assert pinned_job["last_error"] == f"blocked: a reader holds the WAL: {wal} bytes still in {pinned}-wal"
+        assert pinned_job["last_error"].startswith(
+            f"blocked: a reader holds the WAL: {wal} bytes still in {pinned}-wal; held by pid {reader.proc.pid} (")
         assert pinned_job["history"][0]["event"] == "blocked"
         ro_job = jobs[str(read_only)]
         assert ro_job["last_error"] == "blocked: read-only"
@@ -112,6 +113,10 @@ def test_a_pinned_wal_and_a_read_only_file_end_blocked_everywhere_an_operator_lo
         # retried at the longest backoff at once, not climbing to it
         assert ro_job["retry_at"] - ro_job["history"][0]["at"] == pytest.approx(longest_backoff_s(30.0))
         assert pinned.stat().st_size == pinned_size
+        # And /metrics shows the pinned log, its size and age
+        while_pinned = _text(d.url + "/metrics")
+        assert "smoosh_wal_pinned_databases 1.0" in while_pinned
+        assert f"smoosh_wal_pinned_bytes {float(os.path.getsize(str(pinned) + '-wal'))}" in while_pinned
         reader.execute("COMMIT")
 
     # And /metrics counts them under result="blocked"

@@ -17,6 +17,7 @@ time-series count grow with the fleet (per-key detail lives in ``GET /jobs``).
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -170,6 +171,7 @@ class SmooshCollector(Collector):
             "(kept beside min_free_space on each file system).")
         reserved.add_metric([], server.disk_room.reserved_bytes())
         yield reserved
+        yield from _pinned_wal_families(server)
 
 
 def _compaction_families(server: Server, counters: Counters, channels: list[str]) -> Iterator[Metric]:
@@ -232,6 +234,23 @@ def _compaction_families(server: Server, counters: Counters, channels: list[str]
     for channel in sorted(set(channels) | set(crashing)):
         crashing_jobs.add_metric([channel], crashing.get(channel, 0))
     yield crashing_jobs
+
+
+def _pinned_wal_families(server: Server) -> Iterator[Metric]:
+    """The logs readers keep pinned: how many, the largest one's bytes, how long the oldest has been."""
+    pinned = [w for c in server.compactors() for w in (getattr(c, "pinned_wals", lambda: [])() or [])]
+    now = time.time()
+    count = GaugeMetricFamily("smoosh_wal_pinned_databases",
+                              "WAL databases whose log a reader kept from being emptied at their last compaction.")
+    count.add_metric([], len(pinned))
+    largest = GaugeMetricFamily("smoosh_wal_pinned_bytes", "The largest log readers keep pinned, in bytes (0: none).")
+    largest.add_metric([], max((size for _p, size, _s in pinned), default=0))
+    age = GaugeMetricFamily("smoosh_wal_pinned_seconds",
+                            "How long the log pinned longest has been (seconds; 0: none). /jobs names the reader.")
+    age.add_metric([], max((now - since for _p, _size, since in pinned), default=0.0))
+    yield count
+    yield largest
+    yield age
 
 
 def _number(value: Any) -> float:

@@ -1,0 +1,106 @@
+"""Issue 27: a WAL past wal_max_size is emptied when its readers allow, and a reader that never lets go is named.
+
+Real processes: an application that writes, a reader that holds a read transaction (its pid
+is in the kernel's lock list), and the ``cleanup:`` job's connection. The job never holds the
+application's writers while it waits for the reader: it waits with no lock at all, and only
+checkpoints once no reader holds a snapshot.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from compactor.contexts import RecordingContext
+from compactor.dbfactory import integrity, make_bloated_db
+from helpers.locks import ChildConnection
+from smoosh.compactors import Blocked
+from smoosh.compactors.sqlite_compact import open_for_compaction
+from smoosh.compactors.sqlite_open import close_quietly
+from smoosh.compactors.sqlite_openers import wal_readers
+from smoosh.compactors.sqlite_wal import cleanup
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/locks is Linux only")
+
+#: A ceiling on a hang, never a measure of speed.
+HANG_S = 60.0
+
+
+@pytest.fixture
+def grown(tmp_path: Path) -> str:
+    path = str(tmp_path / "w.db")
+    make_bloated_db(path, rows=1000, delete_fraction=0.0)
+    return path
+
+
+def _grow(path: str) -> None:
+    with ChildConnection(path) as app:
+        app.execute("PRAGMA wal_autocheckpoint=0")
+        app.execute("UPDATE docs SET body = randomblob(1000)")
+
+
+def test_the_job_waits_for_the_reader_without_holding_the_writers_then_empties_the_log(grown: str) -> None:
+    with ChildConnection(grown) as reader, ChildConnection(grown, timeout_s=0.05) as writer:
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM docs")
+        writer.execute("PRAGMA wal_autocheckpoint=0")
+        writer.execute("UPDATE docs SET body = randomblob(1000)")  # the log grows behind the reader
+        assert os.path.getsize(grown + "-wal") > 1_000_000
+        assert [r.pid for r in wal_readers(grown) or []] == [reader.proc.pid]
+        conn = open_for_compaction(grown, None, 1.0)
+        done: list[BaseException | None] = []
+
+        def job() -> None:
+            try:
+                cleanup(conn, grown, RecordingContext(), readers_wait_s=HANG_S)
+                done.append(None)
+            except BaseException as e:  # noqa: BLE001 - handed to the test thread
+                done.append(e)
+
+        t = threading.Thread(target=job)
+        t.start()
+        # While the job waits for the reader, the application writes (a 50 ms busy timeout)
+        for _ in range(5):
+            writer.execute("INSERT INTO docs(key, body) VALUES ('while waiting', x'00')")
+        assert not done  # still waiting: the reader has not let go
+        reader.execute("COMMIT")  # the reader lets go
+        t.join(HANG_S)
+        close_quietly(conn)
+        assert done == [None]
+        assert os.path.getsize(grown + "-wal") == 0  # (the application still has it open)
+    assert integrity(grown) == "ok"
+
+
+class JumpingClock:
+    """Monotonic seconds that jump past the job's wait at the second reading."""
+
+    def __init__(self) -> None:
+        self.readings = 0
+
+    def __call__(self) -> float:
+        self.readings += 1
+        return 0.0 if self.readings == 1 else 1_000.0
+
+
+def test_a_reader_that_never_lets_go_is_named_and_the_log_left_to_it(grown: str) -> None:
+    with ChildConnection(grown) as reader:
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM docs")
+        _grow(grown)
+        wal = os.path.getsize(grown + "-wal")
+        conn = open_for_compaction(grown, None, 1.0)
+        try:
+            with pytest.raises(Blocked) as info:
+                cleanup(conn, grown, RecordingContext(), clock=JumpingClock())
+        finally:
+            close_quietly(conn)
+        reason = str(info.value)
+        assert reason.startswith(f"a reader holds the WAL: {wal} bytes still in {grown}-wal; held by pid "
+                                 f"{reader.proc.pid} ({sys.executable} -c ")
+        assert not info.value.read_only
+        assert os.path.getsize(grown + "-wal") == wal
+        reader.execute("COMMIT")

@@ -8,7 +8,8 @@ from typing import Sequence
 
 from smoosh.cli.argtypes import node_name, non_negative_int, positive_int
 from smoosh.cli.client import CliError
-from smoosh.cli.commands import cmd_config_check, cmd_control, cmd_demo, cmd_enqueue, cmd_explain, cmd_status
+from smoosh.cli.commands import cmd_control, cmd_demo, cmd_enqueue, cmd_explain, cmd_status
+from smoosh.cli.config_cmd import cmd_config_check, cmd_config_sample
 from smoosh.cli.pipes import quiet_pipes
 from smoosh.cli.run import cmd_run, cmd_worker
 from smoosh import __version__
@@ -152,6 +153,17 @@ def build_parser() -> argparse.ArgumentParser:
     with_config(c)
     c.add_argument("--json", action="store_true", help=JSON_HELP)
     c.set_defaults(func=cmd_config_check)
+    c = config_sub.add_parser("sample", help="print a file smoosh ships: the sample config (default), "
+                              "the systemd unit, the Prometheus rules or the Grafana dashboard",
+                              description="Print a file smoosh ships, e.g. smoosh config sample > /etc/smoosh/smoosh.ini")
+    which = c.add_mutually_exclusive_group()
+    which.add_argument("--unit", dest="sample", action="store_const", const="unit",
+                       help="the systemd unit (smoosh.service)")
+    which.add_argument("--rules", dest="sample", action="store_const", const="rules",
+                       help="the Prometheus alerting rules (smoosh-rules.yml)")
+    which.add_argument("--dashboard", dest="sample", action="store_const", const="dashboard",
+                       help="the Grafana dashboard (smoosh.json)")
+    c.set_defaults(func=cmd_config_sample, sample="ini")
 
     p = sub.add_parser("doctor", help="check this host and config: inotify limits, permissions, free space, lock, store")
     with_config(p)

@@ -1,5 +1,4 @@
-"""The CLI's commands that talk to a running daemon or check a config: status, enqueue, explain, control,
-config, demo. Every one that prints takes ``--json``: the same content, machine-readable."""
+"""The CLI's commands that talk to a running daemon: status, enqueue, explain, control, and demo. Every one that prints takes ``--json``: the same content, machine-readable."""
 
 from __future__ import annotations
 
@@ -12,7 +11,6 @@ from typing import Any
 from smoosh import jsonutil
 from smoosh.cli.client import absolute_key, daemon_target, http_request
 from smoosh.cli.format import format_explain, format_jobs, format_page, format_priority, format_status
-from smoosh.errors import ConfigError
 
 #: Seconds between two redraws of ``smoosh status --watch``.
 WATCH_INTERVAL_S = 1.0
@@ -143,31 +141,6 @@ def cmd_control(args: argparse.Namespace) -> int:
     which = f"channel {args.channel}" if args.channel else "all channels"
     dropped = body.get("dropped") if isinstance(body, dict) else None
     print(f"{args.action}: {which}" + (f" ({dropped} waiting key(s) dropped)" if dropped is not None else ""))
-    return 0
-
-
-def cmd_config_check(args: argparse.Namespace) -> int:
-    """``smoosh config check``: validate, print the error or the warnings; exit 1 on an error."""
-    from smoosh.config import load_config
-    from smoosh.config.checks import check_directories
-
-    try:
-        config = load_config(args.config, log_warnings=False)  # printed below, once each
-        check_directories(config)
-    except ConfigError as e:
-        if args.json:
-            print_json({"ok": False, "config": getattr(e, "path", None) or args.config, "error": str(e),
-                        "warnings": [], "channels": []})
-        else:
-            print(f"error: {e}", file=sys.stderr)
-        return 1
-    if args.json:
-        print_json({"ok": True, "config": config.path, "error": None, "warnings": list(config.warnings),
-                    "channels": list(config.channels)})
-        return 0
-    for warning in config.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    print(f"{config.path or 'defaults'}: ok ({len(config.channels)} channel(s))")
     return 0
 
 

@@ -332,6 +332,18 @@ def test_shipped_config_documents_every_key() -> None:
     assert "smoosh.ignore" in documented
 
 
+def test_the_shipped_config_names_the_keys_that_need_a_restart_as_the_code_does() -> None:
+    from smoosh.config.defaults import RESTART_KEYS
+
+    # The header's sentence on restarts, its comment markers dropped
+    header = " ".join(line.lstrip("; ") for line in SHIPPED.read_text().split("\n[smoosh]\n")[0].splitlines())
+    sentence = header[:header.index(" take effect only after a restart")]
+    sentence = sentence[sentence.rindex(".") + 1:]
+    assert set(re.findall(r"[a-z_]+", sentence)) - {"and"} == set(RESTART_KEYS)
+    # and the keys it says apply live, watch and token among them, are not restart keys
+    assert "every other key applies live, watch and token included" in header
+
+
 #: Channel keys that have no effect on an upgrade channel.
 UPGRADE_IGNORES = {"min_priority", "max_priority", "min_size", "max_size"}
 #: Commented-out lines of the shipped file that show an example, not the default.

@@ -10,9 +10,12 @@ errors (a pasted CouchDB config has some) but are warned about by name, in
 ``Config.warnings`` and the log.
 
 Differences from CouchDB, on purpose: a channel list that is set replaces the default list
-(CouchDB merges its built-ins back in and sorts, apache/couchdb#4378); a channel's
-``priority`` key wins over its name's prefix; malformed values are errors, not silent
-defaults.
+and is tried in the order written (CouchDB merges its built-ins back in and sorts,
+apache/couchdb#4378); a built-in channel's ``priority`` key wins over its name; malformed
+values are errors, not silent defaults. Where these make a file behave otherwise than in
+CouchDB (a channel an earlier one shadows, built-ins left out, a built-in's method
+overridden), or an ignore entry is a CouchDB name rather than a path, it is warned about
+(:mod:`smoosh.config.fidelity`).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from smoosh.config.defaults import (
     DEFAULT_EXACT_SIZE_INTERVAL_S, DEFAULT_RESCAN_INTERVAL_S, DEFAULT_WAL_MAX_SIZE_BYTES,
     DEFAULT_MAX_IO_RATE, DEFAULT_IO_PRIORITY, GLOBAL_KEYS, RESTART_KEYS,
 )
+from smoosh.config.fidelity import dropped_builtin_warnings, ignore_warnings, shadow_warnings
 from smoosh.config.ini import ini_parser, read_sections
 from smoosh.config.layout import channel_kinds, channel_list, global_warnings
 from smoosh.config.sections import CHANNEL_KEYS, SQLITE_KEYS, ChannelConfig, SqliteConfig, parse_ignore
@@ -242,6 +246,8 @@ class Config:
                                              warnings=warnings),
         )
         warnings[:0] = global_warnings(r, sections, kinds)
+        warnings.extend(_fidelity_warnings(where, sections, r.values.get("db_channels"), lists, channels,
+                                           values["sqlite"], cwd=cwd, roots=roots))
         return cls(**values, warnings=tuple(warnings))
 
     def http_host_port(self) -> tuple[str, int]:
@@ -281,6 +287,33 @@ class Config:
             f" max_io_rate={'infinity' if self.max_io_rate_bytes_per_s is None else format_size(self.max_io_rate_bytes_per_s) + '/s'}"
             f" io_priority={self.io_priority}"
         )
+
+
+def _fidelity_warnings(where: str, sections: Mapping[str, Mapping[str, str]], written_db_channels: str | None,
+                       lists: Mapping[str, tuple[str, ...]], channels: Mapping[str, ChannelConfig],
+                       sqlite: SqliteConfig, *, cwd: str, roots: tuple[str, ...]) -> list[str]:
+    """Where this file does otherwise than CouchDB would, or than it seems to say (``smoosh.config.fidelity``)."""
+    builtins = {name: channels.get(name) or _unlisted_builtin(name, sections, where=where, cwd=cwd)
+                for name in DEFAULT_DB_CHANNELS}
+    return [
+        *shadow_warnings(where, lists, channels),
+        *dropped_builtin_warnings(where, None if written_db_channels is None else written_db_channels.strip(),
+                                  lists["db_channels"], channels, builtins, sqlite),
+        *ignore_warnings(where, sections.get(f"{GLOBAL_SECTION}.ignore", {}), cwd=cwd, roots=roots),
+    ]
+
+
+def _unlisted_builtin(name: str, sections: Mapping[str, Mapping[str, str]], *, where: str, cwd: str) -> ChannelConfig:
+    """A built-in db channel the lists leave out, as CouchDB would read it: its own section, else the defaults.
+
+    The section is not in force here (it is warned about as ignored), so a bad value in it is
+    no error: the defaults stand in for it.
+    """
+    try:
+        return ChannelConfig.from_section(name, "db", sections.get(f"{GLOBAL_SECTION}.{name}", {}), path=where,
+                                          cwd=cwd, warnings=[])
+    except ConfigError:
+        return ChannelConfig.from_section(name, "db", {}, path=where, cwd=cwd, warnings=[])
 
 
 def _unique(items: Iterable[str]) -> tuple[str, ...]:

@@ -9,8 +9,9 @@ import urllib.parse
 from typing import Any
 
 from smoosh import jsonutil
-from smoosh.cli.client import absolute_key, daemon_target, http_request
-from smoosh.cli.format import format_explain, format_jobs, format_page, format_priority, format_status
+from smoosh.cli.client import CliError, absolute_key, daemon_target, http_request
+from smoosh.cli.messages import print_error
+from smoosh.cli.format import format_explain, format_jobs, format_no_jobs, format_page, format_priority, format_status
 
 #: Seconds between two redraws of ``smoosh status --watch``.
 WATCH_INTERVAL_S = 1.0
@@ -30,15 +31,27 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.watch and not args.json:
         return _watch_status(url)
     if args.jobs or args.state or args.limit is not None or args.offset:
-        query = {k: v for k, v in (("state", ",".join(args.state or [])), ("limit", args.limit),
-                                   ("offset", args.offset)) if v}
-        body = http_request("GET", f"{url}/jobs" + (f"?{urllib.parse.urlencode(query)}" if query else ""))
+        states = ",".join(args.state or [])
+        query = {k: v for k, v in (("state", states), ("limit", args.limit), ("offset", args.offset)) if v}
+        try:
+            body = http_request("GET", f"{url}/jobs" + (f"?{urllib.parse.urlencode(query)}" if query else ""))
+        except CliError as e:
+            parser = getattr(args, "parser", None)
+            if e.status != 400 or parser is None:
+                raise
+            # The daemon judges the states (it knows them); a query it refuses is this command's
+            # usage error, exit 2, as jobs list's --state is (argparse's words, returned, not raised).
+            parser.print_usage(sys.stderr)
+            print(f"{parser.prog}: error: " + (f"argument --state: {e.detail}" if states else e.detail),
+                  file=sys.stderr)
+            return 2
         if args.json:
             print_json(body)
             return 0
-        print(format_jobs(body.get("jobs", [])))
+        jobs = body.get("jobs", [])
+        print(format_jobs(jobs) if jobs else format_no_jobs(body, [s for s in states.split(",") if s]))
         page = format_page(body)
-        if page is not None:
+        if page is not None and jobs:
             print(page)
         return 0
     body = http_request("GET", f"{url}/status")
@@ -130,7 +143,7 @@ def cmd_control(args: argparse.Namespace) -> int:
 
         return cmd_cluster_control(args)
     if getattr(args, "node", None):
-        print("smoosh: --node needs --store (a node's hold lives in the store the daemons share)", file=sys.stderr)
+        print_error("--node needs --store (a node's hold lives in the store the daemons share)")
         return 2
     payload = {"channel": args.channel} if args.channel else {}
     target = daemon_target(args)

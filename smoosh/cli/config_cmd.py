@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from smoosh.cli.commands import print_json
+from smoosh.cli.messages import print_config_error, print_warning
 from smoosh.errors import ConfigError
 
 __all__ = ["cmd_config_check", "cmd_config_sample"]
@@ -32,14 +33,14 @@ def cmd_config_check(args: argparse.Namespace) -> int:
             print_json({"ok": False, "config": getattr(e, "path", None) or args.config, "error": str(e),
                         "warnings": [], "channels": []})
         else:
-            print(f"error: {e}", file=sys.stderr)
+            print_config_error(str(e))
         return 1
     if args.json:
         print_json({"ok": True, "config": config.path, "error": None, "warnings": list(config.warnings),
                     "channels": list(config.channels)})
         return 0
     for warning in config.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+        print_warning(warning)
     print(f"{config.path or 'defaults'}: ok ({len(config.channels)} channel(s))")
     return 0
 

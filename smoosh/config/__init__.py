@@ -365,15 +365,18 @@ class AdminAddress:
         token: the bearer token for POSTs, or None.
         problem: the config file's error, when it has one (the address was then read on its
             own, leniently); None for a valid file.
+        state_dir: the daemon's ``state_dir`` (absolute), where its instance lock says whether
+            it runs; read leniently too.
     """
 
     http: str
     token: str | None
     problem: str | None = None
+    state_dir: str | None = None
 
 
 def read_admin_address(path: str | None = None) -> AdminAddress:
-    """The ``http`` and ``token`` of a config file, even when the file has errors elsewhere.
+    """The ``http``, ``token`` and ``state_dir`` of a config file, even when the file has errors elsewhere.
 
     An operator must never be locked out of a running daemon by a bad edit of its config
     (the daemon keeps the previous config and shows the error). So a file that does not
@@ -392,7 +395,7 @@ def read_admin_address(path: str | None = None) -> AdminAddress:
     try:
         # Warnings are the daemon's and `config check`'s to show, not every CLI command's.
         config = load_config(path, log_warnings=False)
-        return AdminAddress(config.http, config.token)
+        return AdminAddress(config.http, config.token, state_dir=config.state_dir)
     except ConfigError as error:
         problem = str(error)
     name = path or os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH
@@ -413,7 +416,8 @@ def read_admin_address(path: str | None = None) -> AdminAddress:
     except ValueError:
         http = DEFAULT_HTTP
     token = section.get("token", "").strip() or None
-    return AdminAddress(http, token, problem)
+    state_dir = resolve_path(section.get("state_dir", "").strip() or DEFAULT_STATE_DIR, os.getcwd())
+    return AdminAddress(http, token, problem, state_dir)
 
 
 def load_config(path: str | None = None, *, cwd: str | None = None, log_warnings: bool = True) -> Config:

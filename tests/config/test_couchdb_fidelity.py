@@ -74,7 +74,7 @@ def test_config_check_names_a_night_channel_that_ratio_dbs_listed_before_it_shad
     out = smoosh("config", "check", "--config", str(config), cwd=tmp_path)
     # Then it is valid, and one warning names both channels, why, and the fix
     assert out.returncode == 0, out.stderr
-    assert f"warning: {config}: {SHADOWED}\n" in out.stderr
+    assert f"smoosh: warning: {config}: {SHADOWED}\n" in out.stderr
     assert out.stderr.count("never gets work") == 1
 
 

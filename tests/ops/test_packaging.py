@@ -103,7 +103,7 @@ def test_config_check_without_any_config_file_says_so_and_how_to_get_one(tmp_pat
     # Then it names what is missing and the commands that get one, instead of judging the defaults
     assert (out.returncode, out.stdout) == (1, "")
     assert out.stderr == (
-        f"error: no config file: neither --config nor $SMOOSH_CONFIG names one, and there is no "
+        f"smoosh: config error: no config file: neither --config nor $SMOOSH_CONFIG names one, and there is no "
         f"conf/smoosh.ini in {tmp_path}; start from the shipped sample: `smoosh config sample > smoosh.ini`, "
         "set `watch` to your database directories, then `smoosh config check --config smoosh.ini`\n"
     )

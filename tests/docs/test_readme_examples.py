@@ -173,3 +173,11 @@ def test_the_readme_has_no_link_that_breaks_on_the_package_index() -> None:
     # anchors: a relative link or a #fragment lands nowhere there (the project has no URL of its own).
     links = re.findall(r"\[[^\]]*\]\(([^)]*)\)", README)
     assert [link for link in links if not link.startswith(("http://", "https://"))] == []
+
+
+def test_every_example_calls_the_command_one_way_and_the_readme_says_once_how_it_is_found() -> None:
+    # One spelling of the command in every example: `smoosh`, put on PATH once in the tour
+    assert ".venv/bin/smoosh" not in README
+    assert README.count('export PATH="$PWD/.venv/bin:$PATH"') == 1
+    tour = README[README.index("## A five-minute tour"):README.index("## How it works")]
+    assert tour.index('export PATH="$PWD/.venv/bin:$PATH"') < tour.index("smoosh status")

@@ -19,7 +19,7 @@ import pytest
 
 from compactor.dbfactory import make_bloated_db
 from helpers.clocks import FakeClock
-from helpers.daemon import Daemon, free_port, write_config
+from helpers.daemon import Daemon, config_text, free_port, write_config
 from smoosh import Server
 from smoosh.config import ChannelConfig, Config, parse_config
 from smoosh.config.fidelity import covers
@@ -91,24 +91,10 @@ def test_the_warning_is_true_the_router_gives_ratio_dbs_what_the_night_channel_w
     dbs.mkdir()
     db = dbs / "tenant.db"
     make_bloated_db(str(db), rows=3000, delete_fraction=0.9)
-    text = f"""[smoosh]
-watch =
-roots = {dbs}
-state_dir = {tmp_path / 'state'}
-store = memory:
-node = t
-wait_secs = 3600
-db_channels = ratio_dbs,overnight_dbs
-[smoosh.ratio_dbs]
-min_size = 64KiB
-[smoosh.overnight_dbs]
-priority = ratio
-min_priority = 5.0
-min_size = 128KiB
-from = 20:00
-to = 06:00
-"""
-    config = parse_config(text, str(tmp_path / "smoosh.ini"))
+    settings = {"watch": "", "roots": str(dbs), "state_dir": str(tmp_path / "state"), "store": "memory:",
+                "node": "t", "wait_secs": "3600", "db_channels": "ratio_dbs,overnight_dbs"}
+    night = "[smoosh.overnight_dbs]\npriority = ratio\nmin_priority = 5.0\nmin_size = 128KiB\nfrom = 20:00\nto = 06:00\n"
+    config = parse_config(config_text(settings, channels=night), str(tmp_path / "smoosh.ini"))
     assert any("channel overnight_dbs never gets work" in w for w in config.warnings)
     clock = FakeClock(dt.datetime(2026, 11, 24, 22, 0, tzinfo=dt.timezone.utc).timestamp())
     server = Server(config, workers=0, clock=clock, watch_config=False)

@@ -6,6 +6,7 @@ import os
 import re
 from pathlib import Path
 
+from helpers.daemon import config_text
 from smoosh import Server
 from smoosh.config import parse_config
 
@@ -24,8 +25,8 @@ def test_a_key_that_names_no_sqlite_file_is_rejected_over_http_and_the_cli_with_
     (dbs / "text.db").write_text("not a database, but long enough to have a header\n")
     keys = {str(dbs / "missing.db"): "no such file", str(dbs / "a-directory"): "a directory",
             str(dbs / "a-fifo"): "not a regular file", str(dbs / "text.db"): "not a SQLite file"}
-    config = parse_config(f"[smoosh]\nwatch =\nroots = {dbs}\nstate_dir = {tmp_path / 'state'}\nstore = memory:\n"
-                          "node = t\n", str(tmp_path / "smoosh.ini"))
+    settings = {"watch": "", "roots": str(dbs), "state_dir": str(tmp_path / "state"), "store": "memory:", "node": "t"}
+    config = parse_config(config_text(settings), str(tmp_path / "smoosh.ini"))
     server = Server(config, workers=0, watch_config=False)
     server.start()
     try:

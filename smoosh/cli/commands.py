@@ -1,4 +1,5 @@
-"""The CLI's commands that talk to a running daemon: status, enqueue, explain, control, and demo. Every one that prints takes ``--json``: the same content, machine-readable."""
+"""The CLI's commands that talk to a running daemon: status, enqueue, explain, control, and demo.
+Every one that prints takes ``--json``: the same content, machine-readable."""
 
 from __future__ import annotations
 

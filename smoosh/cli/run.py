@@ -173,9 +173,8 @@ def _check_http_token(config: Any, *, overridden: bool) -> None:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     """``smoosh worker``: workers for this node's job type, in their own process."""
-    from smoosh.daemon.worker_process import run_worker_process
-
     from smoosh.cli.argtypes import private_store
+    from smoosh.daemon.worker_process import run_worker_process
 
     config = _load_config_and_log(args.config)
     if not args.store and private_store(config.store):

@@ -66,7 +66,7 @@ def find_config(path: str | None) -> str | None:
     named = os.environ.get(CONFIG_ENV)
     if named:
         return named
-    return DEFAULT_CONFIG_PATH if os.path.lexists(DEFAULT_CONFIG_PATH) else None
+    return DEFAULT_CONFIG_PATH if os.path.exists(DEFAULT_CONFIG_PATH) else None
 
 
 def no_config_file_message() -> str:

@@ -6,9 +6,11 @@ import argparse
 import sys
 from typing import Sequence
 
-from smoosh.cli.argtypes import node_name, non_negative_int, positive_int
-from smoosh.cli.client import CliError
-from smoosh.cli.commands import cmd_config_check, cmd_control, cmd_demo, cmd_enqueue, cmd_explain, cmd_status
+from smoosh.cli.argtypes import daemon_url, node_name, non_negative_int, positive_int, shared_store_url
+from smoosh.cli.client import CliError, Unreachable
+from smoosh.cli.commands import cmd_control, cmd_demo, cmd_enqueue, cmd_explain, cmd_status
+from smoosh.cli.config_cmd import cmd_config_check, cmd_config_sample
+from smoosh.cli.messages import print_config_error, print_error
 from smoosh.cli.pipes import quiet_pipes
 from smoosh.cli.run import cmd_run, cmd_worker
 from smoosh import __version__
@@ -38,7 +40,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``smoosh`` command line; returns the exit code."""
     with quiet_pipes():
         parser = build_parser()
-        args = parser.parse_args(argv)
+        args, extras = parser.parse_known_args(argv)
+        if extras:
+            # Refused by the subcommand that was given them, so its usage is the one shown
+            # (`smoosh status --bogus` prints status's, not the list of commands).
+            getattr(args, "parser", parser).error(f"unrecognized arguments: {' '.join(extras)}")
         if not getattr(args, "func", None):
             parser.print_help(sys.stderr)
             return 2
@@ -49,10 +55,18 @@ def _dispatch(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args) or 0)
     except ConfigError as e:
-        print(f"smoosh: config error: {e}", file=sys.stderr)
+        print_config_error(str(e))
+        return 1
+    except Unreachable as e:
+        print_error(str(e))
+        from smoosh.cli.moved_daemon import moved_daemon_hint
+
+        hint = moved_daemon_hint(args)
+        if hint is not None:
+            print_error(hint)
         return 1
     except SmooshError as e:
-        print(f"smoosh: {e}", file=sys.stderr)
+        print_error(str(e))
         return 1
     except KeyboardInterrupt:
         return 1
@@ -88,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("worker", help="run compaction workers against a shared store")
     with_config(p)
-    p.add_argument("--store", metavar="URL",
+    p.add_argument("--store", metavar="URL", type=shared_store_url,
                    help="the job store the daemon uses: sqlite:PATH or fdb:[CLUSTER_FILE] (default: the config's store)")
     p.add_argument("--concurrency", metavar="N", type=positive_int, default=1,
                    help="compactions this process runs at once (default: 1)")
@@ -98,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     with_config(p)
     where = p.add_mutually_exclusive_group()
     where.add_argument("--store", metavar="URL", help="read every node's status record from the store")
-    where.add_argument("--url", metavar="URL", help=URL_HELP)
+    where.add_argument("--url", metavar="URL", type=daemon_url, help=URL_HELP)
     p.add_argument("--json", action="store_true", help="print JSON as served")
     p.add_argument("--jobs", action="store_true", help="per-key state, progress and history (GET /jobs)")
     p.add_argument("--state", metavar="STATE", action="append",
@@ -113,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("enqueue", help="ask the daemon to consider databases for compaction")
     with_config(p)
-    p.add_argument("--url", metavar="URL", help=URL_HELP)
+    p.add_argument("--url", metavar="URL", type=daemon_url, help=URL_HELP)
     p.add_argument("--force", action="store_true",
                    help="compact now: skip staleness, the channels' thresholds, crash backoff and the start-up "
                         "pause (the roots, [smoosh.ignore], suspension, the window and max_jobs still hold it; "
@@ -125,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("explain", help="say, per channel, why the daemon has or has not queued a database")
     with_config(p)
-    p.add_argument("--url", metavar="URL", help=URL_HELP)
+    p.add_argument("--url", metavar="URL", type=daemon_url, help=URL_HELP)
     p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.add_argument("key", metavar="KEY",
                    help="a database file (relative paths resolve against this directory), or cleanup:PATH")
@@ -139,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(action, help=words, description=words[0].upper() + words[1:] + ".")
         with_config(p)
         if action == "flush":
-            p.add_argument("--url", metavar="URL", help=URL_HELP)
+            p.add_argument("--url", metavar="URL", type=daemon_url, help=URL_HELP)
         else:
             _add_cluster_options(p, action)
         p.add_argument("--json", action="store_true", help=JSON_HELP)
@@ -152,6 +166,17 @@ def build_parser() -> argparse.ArgumentParser:
     with_config(c)
     c.add_argument("--json", action="store_true", help=JSON_HELP)
     c.set_defaults(func=cmd_config_check)
+    c = config_sub.add_parser("sample", help="print a file smoosh ships: the sample config (default), "
+                              "the systemd unit, the Prometheus rules or the Grafana dashboard",
+                              description="Print a file smoosh ships, e.g. smoosh config sample > /etc/smoosh/smoosh.ini")
+    which = c.add_mutually_exclusive_group()
+    which.add_argument("--unit", dest="sample", action="store_const", const="unit",
+                       help="the systemd unit (smoosh.service)")
+    which.add_argument("--rules", dest="sample", action="store_const", const="rules",
+                       help="the Prometheus alerting rules (smoosh-rules.yml)")
+    which.add_argument("--dashboard", dest="sample", action="store_const", const="dashboard",
+                       help="the Grafana dashboard (smoosh.json)")
+    c.set_defaults(func=cmd_config_sample, sample="ini")
 
     p = sub.add_parser("doctor", help="check this host and config: inotify limits, permissions, free space, lock, store")
     with_config(p)
@@ -167,7 +192,17 @@ def build_parser() -> argparse.ArgumentParser:
     jobs_parser = sub.choices.get("jobs")
     if jobs_parser is not None:
         with_config(jobs_parser)
+    _know_their_parsers(parser)
     return parser
+
+
+def _know_their_parsers(parser: argparse.ArgumentParser) -> None:
+    """Every subcommand's parser sets ``args.parser`` to itself (the innermost one wins), for its usage errors."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                sub.set_defaults(parser=sub)
+                _know_their_parsers(sub)
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
@@ -179,7 +214,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 def _add_cluster_options(p: argparse.ArgumentParser, action: str) -> None:
     """``suspend``/``resume``: ``--url`` (one daemon, its own suspension) or ``--store`` (a cluster hold)."""
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--url", metavar="URL", help=URL_HELP)
+    where.add_argument("--url", metavar="URL", type=daemon_url, help=URL_HELP)
     where.add_argument("--store", metavar="URL",
                        help=f"{action} through the store instead: a cluster hold, obeyed by every daemon sharing it "
                             "(separate from each daemon's own suspension)")

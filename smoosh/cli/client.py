@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
+from smoosh.cli.messages import print_warning
 from smoosh.errors import SmooshError
 
 #: Seconds the CLI waits for the daemon's HTTP API before giving up.
@@ -18,7 +18,21 @@ HTTP_TIMEOUT_S = 30.0
 
 
 class CliError(SmooshError):
-    """Raised for an operational failure of a CLI command (exit code 1)."""
+    """Raised for an operational failure of a CLI command (exit code 1).
+
+    Attributes:
+        status: the HTTP status the daemon answered with, or None when it did not answer.
+        detail: the daemon's own words for the failure (its ``error``), or the reason it was not reached.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None, detail: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.detail = detail or message
+
+
+class Unreachable(CliError):
+    """Raised when nothing answers at the daemon's address (refused, timed out, no such host)."""
 
 
 @dataclass(frozen=True)
@@ -53,18 +67,25 @@ def daemon_target(args: argparse.Namespace) -> DaemonTarget:
     address = read_admin_address(getattr(args, "config", None))
     if address.problem is not None:
         first = address.problem.splitlines()[0]
-        print(f"smoosh: warning: the config has errors (the daemon shows them in its status): {first}",
-              file=sys.stderr)
+        print_warning(f"the config has errors (the daemon shows them in its status): {first}")
     return DaemonTarget(f"http://{address.http}", env_token or address.token)
 
 
 def absolute_key(key: str) -> str:
+    """A key as the daemon takes it: a path made absolute against this command's working directory."""
     if key.startswith("cleanup:"):
         return "cleanup:" + os.path.abspath(key[len("cleanup:"):])
     return os.path.abspath(key)
 
 
 def http_request(method: str, url: str, payload: Any = None, *, token: str | None = None) -> Any:
+    """One request to the daemon's admin API; its JSON answer.
+
+    Raises:
+        CliError: the daemon answered with an error status (``status`` and ``detail`` say which), or
+            ``url`` is not a URL urllib can use.
+        Unreachable: nothing answered at ``url``.
+    """
     data = None if payload is None else json.dumps(payload).encode()
     request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
     if token:
@@ -77,7 +98,9 @@ def http_request(method: str, url: str, payload: Any = None, *, token: str | Non
             detail = json.loads(e.read()).get("error", e.reason)
         except ValueError:
             detail = e.reason
-        raise CliError(f"{method} {url}: {e.code} {detail}") from None
+        raise CliError(f"{method} {url}: {e.code} {detail}", status=e.code, detail=str(detail)) from None
     except (urllib.error.URLError, OSError) as e:
         reason = getattr(e, "reason", e)
-        raise CliError(f"cannot reach smoosh at {url}: {reason}") from None
+        raise Unreachable(f"cannot reach smoosh at {url}: {reason}", detail=str(reason)) from None
+    except ValueError as e:  # http.client.InvalidURL: a config's or --url's address urllib cannot use
+        raise CliError(f"{url} is not a URL smoosh can reach: {e}") from None

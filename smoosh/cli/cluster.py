@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from typing import Any
 
 from smoosh import jsonutil
 from smoosh.cli.format import format_cluster
+from smoosh.cli.messages import print_error, print_warning
 from smoosh.config.defaults import CHANNEL_NAME_RE
 from smoosh.daemon.control.cluster_holds import ClusterHolds, Hold, describe_scope, operator_name
 from smoosh.daemon.record.status import read_node_statuses
@@ -25,8 +25,7 @@ def cmd_cluster_control(args: argparse.Namespace) -> int:
     """
     channel, node = args.channel, args.node
     if channel is not None and not CHANNEL_NAME_RE.fullmatch(channel):
-        print(f"smoosh: channel name {channel!r} is not a valid channel name (letters, digits, _ and -)",
-              file=sys.stderr)
+        print_error(f"channel name {channel!r} is not a valid channel name (letters, digits, _ and -)")
         return 2
     with open_store(args.store) as store:
         holds = ClusterHolds(store)
@@ -45,8 +44,7 @@ def cmd_cluster_control(args: argparse.Namespace) -> int:
         return 1 if remaining else 0
     print(f"resume: cluster holds on {describe_scope(node, channel)} cleared")
     for hold in remaining:
-        print(f"smoosh: still held: {hold.describe()}; `{_resume_command(hold, args.store)}` clears it",
-              file=sys.stderr)
+        print_error(f"still held: {hold.describe()}; `{_resume_command(hold, args.store)}` clears it")
     return 1 if remaining else 0
 
 
@@ -84,13 +82,11 @@ def _resume_command(hold: Hold, store_url: str) -> str:
 def _warn_if_unknown(nodes: dict[str, Any], node: str | None, channel: str | None) -> None:
     """A hold naming what no node has reported is kept (it may join later), but said."""
     if not nodes:
-        print("smoosh: warning: no node has written a status record to this store (is it the store the "
-              "daemons use?); the hold waits for them", file=sys.stderr)
+        print_warning("no node has written a status record to this store (is it the store the "
+                      "daemons use?); the hold waits for them")
     elif node is not None and node not in nodes:
-        print(f"smoosh: warning: no node named {node!r} has written a status record to this store; "
-              "the hold waits for it", file=sys.stderr)
+        print_warning(f"no node named {node!r} has written a status record to this store; the hold waits for it")
     elif channel is not None and not any(
         channel in record.get("channels", {}) for name, record in nodes.items() if node in (None, name)
     ):
-        print(f"smoosh: warning: no node of this store reports a channel named {channel!r}; "
-              "the hold waits for it", file=sys.stderr)
+        print_warning(f"no node of this store reports a channel named {channel!r}; the hold waits for it")

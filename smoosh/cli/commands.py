@@ -1,5 +1,5 @@
-"""The CLI's commands that talk to a running daemon or check a config: status, enqueue, explain, control,
-config, demo. Every one that prints takes ``--json``: the same content, machine-readable."""
+"""The CLI's commands that talk to a running daemon: status, enqueue, explain, control, and demo.
+Every one that prints takes ``--json``: the same content, machine-readable."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import urllib.parse
 from typing import Any
 
 from smoosh import jsonutil
-from smoosh.cli.client import absolute_key, daemon_target, http_request
-from smoosh.cli.format import format_explain, format_jobs, format_page, format_priority, format_status
-from smoosh.errors import ConfigError
+from smoosh.cli.client import CliError, absolute_key, daemon_target, http_request
+from smoosh.cli.messages import print_error
+from smoosh.cli.format import format_explain, format_jobs, format_no_jobs, format_page, format_priority, format_status
 
 #: Seconds between two redraws of ``smoosh status --watch``.
 WATCH_INTERVAL_S = 1.0
@@ -32,15 +32,27 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.watch and not args.json:
         return _watch_status(url)
     if args.jobs or args.state or args.limit is not None or args.offset:
-        query = {k: v for k, v in (("state", ",".join(args.state or [])), ("limit", args.limit),
-                                   ("offset", args.offset)) if v}
-        body = http_request("GET", f"{url}/jobs" + (f"?{urllib.parse.urlencode(query)}" if query else ""))
+        states = ",".join(args.state or [])
+        query = {k: v for k, v in (("state", states), ("limit", args.limit), ("offset", args.offset)) if v}
+        try:
+            body = http_request("GET", f"{url}/jobs" + (f"?{urllib.parse.urlencode(query)}" if query else ""))
+        except CliError as e:
+            parser = getattr(args, "parser", None)
+            if e.status != 400 or parser is None:
+                raise
+            # The daemon judges the states (it knows them); a query it refuses is this command's
+            # usage error, exit 2, as jobs list's --state is (argparse's words, returned, not raised).
+            parser.print_usage(sys.stderr)
+            print(f"{parser.prog}: error: " + (f"argument --state: {e.detail}" if states else e.detail),
+                  file=sys.stderr)
+            return 2
         if args.json:
             print_json(body)
             return 0
-        print(format_jobs(body.get("jobs", [])))
+        jobs = body.get("jobs", [])
+        print(format_jobs(jobs) if jobs else format_no_jobs(body, [s for s in states.split(",") if s]))
         page = format_page(body)
-        if page is not None:
+        if page is not None and jobs:
             print(page)
         return 0
     body = http_request("GET", f"{url}/status")
@@ -132,7 +144,7 @@ def cmd_control(args: argparse.Namespace) -> int:
 
         return cmd_cluster_control(args)
     if getattr(args, "node", None):
-        print("smoosh: --node needs --store (a node's hold lives in the store the daemons share)", file=sys.stderr)
+        print_error("--node needs --store (a node's hold lives in the store the daemons share)")
         return 2
     payload = {"channel": args.channel} if args.channel else {}
     target = daemon_target(args)
@@ -143,31 +155,6 @@ def cmd_control(args: argparse.Namespace) -> int:
     which = f"channel {args.channel}" if args.channel else "all channels"
     dropped = body.get("dropped") if isinstance(body, dict) else None
     print(f"{args.action}: {which}" + (f" ({dropped} waiting key(s) dropped)" if dropped is not None else ""))
-    return 0
-
-
-def cmd_config_check(args: argparse.Namespace) -> int:
-    """``smoosh config check``: validate, print the error or the warnings; exit 1 on an error."""
-    from smoosh.config import load_config
-    from smoosh.config.checks import check_directories
-
-    try:
-        config = load_config(args.config, log_warnings=False)  # printed below, once each
-        check_directories(config)
-    except ConfigError as e:
-        if args.json:
-            print_json({"ok": False, "config": getattr(e, "path", None) or args.config, "error": str(e),
-                        "warnings": [], "channels": []})
-        else:
-            print(f"error: {e}", file=sys.stderr)
-        return 1
-    if args.json:
-        print_json({"ok": True, "config": config.path, "error": None, "warnings": list(config.warnings),
-                    "channels": list(config.channels)})
-        return 0
-    for warning in config.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    print(f"{config.path or 'defaults'}: ok ({len(config.channels)} channel(s))")
     return 0
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-__all__ = ["format_status", "format_io_budget", "format_jobs", "format_cluster", "format_explain", "status_summary", "fmt_bytes"]
+__all__ = ["format_status", "format_io_budget", "format_jobs", "format_no_jobs", "format_page", "format_cluster",
+           "format_explain", "status_summary", "fmt_bytes"]
 
 
 def status_summary(status: dict[str, Any]) -> str:
@@ -117,6 +118,21 @@ def format_jobs(jobs: list[dict[str, Any]]) -> str:
             reason = f" ({event.get('reason')})" if event.get("reason") else ""
             out.append(f"    {_fmt_time(event.get('at'))}  {event.get('event')}{reason}")
     return "\n".join(out)
+
+
+def format_no_jobs(body: dict[str, Any], states: list[str]) -> str:
+    """What an empty page of ``/jobs`` means: nothing yet, nothing in these states, or past the last key.
+
+    Parameters:
+        body: the ``/jobs`` answer (its ``total`` and ``offset``).
+        states: the states asked for (empty: all).
+    """
+    which = f" in state {', '.join(states)}" if len(states) == 1 else (
+        f" in states {', '.join(states)}" if states else "")
+    total, offset = body.get("total"), int(body.get("offset") or 0)
+    if isinstance(total, int) and total > 0:
+        return f"no keys{which} past --offset {offset}: {total} in all"
+    return f"no keys{which}" if states else "no compactions yet"
 
 
 def format_page(body: dict[str, Any]) -> str | None:

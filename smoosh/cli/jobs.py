@@ -14,6 +14,7 @@ import sys
 from typing import Any, TextIO
 
 from smoosh.cli.argtypes import positive_int
+from smoosh.cli.messages import print_error
 from smoosh.errors import SmooshError
 from smoosh.jobs.errors import NotFound
 from smoosh.jobs.layer import JobInfo, Jobs
@@ -70,12 +71,12 @@ def jobs_command(args: argparse.Namespace, *, stdout: TextIO | None = None, stde
     if not url:
         url = _store_from_config(args, err)
     if not url:
-        print("smoosh jobs: no store: pass --store URL or set store in the config", file=err)
+        print_error("jobs: no store: pass --store URL or set store in the config", stream=err)
         return 1
     try:
         store = open_store(url)
     except SmooshError as e:
-        print(f"smoosh jobs: cannot open store {url}: {e}", file=err)
+        print_error(f"jobs: cannot open store {url}: {e}", stream=err)
         return 1
     try:
         with Jobs(store, monitors=False) as jobs:
@@ -84,7 +85,7 @@ def jobs_command(args: argparse.Namespace, *, stdout: TextIO | None = None, stde
                              limit=getattr(args, "limit", None), as_json=bool(getattr(args, "json", False)))
             return _show(jobs, args.job_type, args.job_id, out, err)
     except SmooshError as e:
-        print(f"smoosh jobs: {e}", file=err)
+        print_error(f"jobs: {e}", stream=err)
         return 1
     finally:
         store.close()
@@ -99,7 +100,7 @@ def _store_from_config(args: argparse.Namespace, err: TextIO) -> str | None:
     try:
         return load_config(getattr(args, "config", None)).store or None
     except SmooshError as e:
-        print(f"smoosh jobs: {e}", file=err)
+        print_error(f"jobs: {e}", stream=err)
         return None
 
 
@@ -133,7 +134,7 @@ def _show(jobs: Jobs, job_type: str, job_id: str, out: TextIO, err: TextIO) -> i
     try:
         info = jobs.get_job(job_type, job_id)
     except NotFound:
-        print(f"job {job_type} {job_id} not found", file=err)
+        print_error(f"job {job_type} {job_id} not found", stream=err)
         return 1
     print(json.dumps(_job_json(info), indent=2, sort_keys=True, allow_nan=False), file=out)
     return 0

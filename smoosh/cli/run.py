@@ -173,9 +173,16 @@ def _check_http_token(config: Any, *, overridden: bool) -> None:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     """``smoosh worker``: workers for this node's job type, in their own process."""
+    from smoosh.cli.argtypes import private_store
     from smoosh.daemon.run.worker_process import run_worker_process
 
     config = _load_config_and_log(args.config)
+    if not args.store and private_store(config.store):
+        # A memory store lives inside one process: this worker's would never hold the daemon's jobs.
+        raise ConfigError(
+            f"{config.path or 'defaults'}: [smoosh] store = {config.store!r}: smoosh worker cannot share a memory: "
+            "store with the daemon (each process has its own); use sqlite:PATH or fdb:, or pass --store",
+            path=config.path, section="smoosh", key="store", value=config.store)
     return run_worker_process(config, args.store or config.store, args.concurrency)
 
 

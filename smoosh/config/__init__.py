@@ -10,9 +10,12 @@ errors (a pasted CouchDB config has some) but are warned about by name, in
 ``Config.warnings`` and the log.
 
 Differences from CouchDB, on purpose: a channel list that is set replaces the default list
-(CouchDB merges its built-ins back in and sorts, apache/couchdb#4378); a channel's
-``priority`` key wins over its name's prefix; malformed values are errors, not silent
-defaults.
+and is tried in the order written (CouchDB merges its built-ins back in and sorts,
+apache/couchdb#4378); a built-in channel's ``priority`` key wins over its name; malformed
+values are errors, not silent defaults. Where these make a file behave otherwise than in
+CouchDB (a channel an earlier one shadows, built-ins left out, a built-in's method
+overridden), or an ignore entry is a CouchDB name rather than a path, it is warned about
+(:mod:`smoosh.config.fidelity`).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from smoosh.config.defaults import (
     DEFAULT_EXACT_SIZE_INTERVAL_S, DEFAULT_RESCAN_INTERVAL_S, DEFAULT_WAL_MAX_SIZE_BYTES,
     DEFAULT_MAX_IO_RATE, DEFAULT_IO_PRIORITY, GLOBAL_KEYS, MIN_TOKEN_BYTES, RESTART_KEYS,
 )
+from smoosh.config.fidelity import dropped_builtin_warnings, ignore_warnings, shadow_warnings
 from smoosh.config.ini import ini_parser, read_sections
 from smoosh.config.layout import channel_kinds, channel_list, global_warnings
 from smoosh.config.sections import CHANNEL_KEYS, SQLITE_KEYS, ChannelConfig, SqliteConfig, parse_ignore
@@ -261,6 +265,8 @@ class Config:
                                              warnings=warnings),
         )
         warnings[:0] = global_warnings(r, sections, kinds)
+        warnings.extend(_fidelity_warnings(where, sections, r.values.get("db_channels"), lists, channels,
+                                           values["sqlite"], cwd=cwd, roots=roots))
         return cls(**values, warnings=tuple(warnings))
 
     def http_host_port(self) -> tuple[str, int]:
@@ -300,6 +306,33 @@ class Config:
             f" max_io_rate={'infinity' if self.max_io_rate_bytes_per_s is None else format_size(self.max_io_rate_bytes_per_s) + '/s'}"
             f" io_priority={self.io_priority}"
         )
+
+
+def _fidelity_warnings(where: str, sections: Mapping[str, Mapping[str, str]], written_db_channels: str | None,
+                       lists: Mapping[str, tuple[str, ...]], channels: Mapping[str, ChannelConfig],
+                       sqlite: SqliteConfig, *, cwd: str, roots: tuple[str, ...]) -> list[str]:
+    """Where this file does otherwise than CouchDB would, or than it seems to say (``smoosh.config.fidelity``)."""
+    builtins = {name: channels.get(name) or _unlisted_builtin(name, sections, where=where, cwd=cwd)
+                for name in DEFAULT_DB_CHANNELS}
+    return [
+        *shadow_warnings(where, lists, channels),
+        *dropped_builtin_warnings(where, None if written_db_channels is None else written_db_channels.strip(),
+                                  lists["db_channels"], channels, builtins, sqlite),
+        *ignore_warnings(where, sections.get(f"{GLOBAL_SECTION}.ignore", {}), cwd=cwd, roots=roots),
+    ]
+
+
+def _unlisted_builtin(name: str, sections: Mapping[str, Mapping[str, str]], *, where: str, cwd: str) -> ChannelConfig:
+    """A built-in db channel the lists leave out, as CouchDB would read it: its own section, else the defaults.
+
+    The section is not in force here (it is warned about as ignored), so a bad value in it is
+    no error: the defaults stand in for it.
+    """
+    try:
+        return ChannelConfig.from_section(name, "db", sections.get(f"{GLOBAL_SECTION}.{name}", {}), path=where,
+                                          cwd=cwd, warnings=[])
+    except ConfigError:
+        return ChannelConfig.from_section(name, "db", {}, path=where, cwd=cwd, warnings=[])
 
 
 def _unique(items: Iterable[str]) -> tuple[str, ...]:
@@ -351,15 +384,18 @@ class AdminAddress:
         token: the bearer token for POSTs, or None.
         problem: the config file's error, when it has one (the address was then read on its
             own, leniently); None for a valid file.
+        state_dir: the daemon's ``state_dir`` (absolute), where its instance lock says whether
+            it runs; read leniently too.
     """
 
     http: str
     token: str | None
     problem: str | None = None
+    state_dir: str | None = None
 
 
 def read_admin_address(path: str | None = None) -> AdminAddress:
-    """The ``http`` and ``token`` of a config file, even when the file has errors elsewhere.
+    """The ``http``, ``token`` and ``state_dir`` of a config file, even when the file has errors elsewhere.
 
     An operator must never be locked out of a running daemon by a bad edit of its config
     (the daemon keeps the previous config and shows the error). So a file that does not
@@ -378,7 +414,7 @@ def read_admin_address(path: str | None = None) -> AdminAddress:
     try:
         # Warnings are the daemon's and `config check`'s to show, not every CLI command's.
         config = load_config(path, log_warnings=False)
-        return AdminAddress(config.http, config.token)
+        return AdminAddress(config.http, config.token, state_dir=config.state_dir)
     except ConfigError as error:
         problem = str(error)
     name = path or os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH
@@ -399,7 +435,8 @@ def read_admin_address(path: str | None = None) -> AdminAddress:
     except ValueError:
         http = DEFAULT_HTTP
     token = section.get("token", "").strip() or None
-    return AdminAddress(http, token, problem)
+    state_dir = resolve_path(section.get("state_dir", "").strip() or DEFAULT_STATE_DIR, os.getcwd())
+    return AdminAddress(http, token, problem, state_dir)
 
 
 def load_config(path: str | None = None, *, cwd: str | None = None, log_warnings: bool = True) -> Config:

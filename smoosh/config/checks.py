@@ -12,7 +12,7 @@ import glob
 import os
 from typing import TYPE_CHECKING
 
-from smoosh.config.defaults import DEFAULTS_NAME, GLOBAL_SECTION
+from smoosh.config.defaults import CONFIG_ENV, DEFAULTS_NAME, GLOBAL_SECTION
 from smoosh.config.values import error_message, static_prefix
 from smoosh.errors import ConfigError
 
@@ -41,6 +41,12 @@ def check_directories(config: Config) -> None:
             problem = _directory_problem(directory)
             if problem is not None and directory != entry:
                 problem = f"{problem}: {directory}"
+            if problem is not None and config.path is None:
+                # No file was read: the default directory is relative to wherever the command
+                # runs, and the fix is a config file, not this directory.
+                problem = (f"{problem} (no config file was found: this is the default; "
+                           "`smoosh config sample > smoosh.ini` writes one to edit, and --config "
+                           f"or ${CONFIG_ENV} names it)")
             if problem is not None:
                 raise ConfigError(error_message(where, GLOBAL_SECTION, key, entry, problem),
                                   path=config.path, section=GLOBAL_SECTION, key=key, value=entry)

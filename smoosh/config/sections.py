@@ -7,7 +7,8 @@ from __future__ import annotations
 import fnmatch
 import glob
 import math
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -35,6 +36,8 @@ __all__ = [
     "SqliteConfig",
     "parse_ignore",
     "method_for",
+    "suggested_method",
+    "BUILTIN_METHODS",
     "CHANNEL_KEYS",
     "SQLITE_KEYS",
     "CLEANUP_PREFIX",
@@ -43,8 +46,17 @@ __all__ = [
 #: The priority methods a channel can use (DESIGN 5.2).
 METHODS = ("ratio", "slack", "upgrade")
 
-#: A channel with neither a ``priority`` key nor a method prefix in its name uses this.
+#: A channel without a ``priority`` key that is not a built-in uses this (CouchDB's default).
 DEFAULT_METHOD = "ratio"
+
+#: CouchDB's built-in channels, whose name fixes their method (CouchDB ignores their ``priority``
+#: key; smoosh lets the key win, with a warning). Every other channel's method is its
+#: ``priority`` key, else :data:`DEFAULT_METHOD`: a name's prefix means nothing (``slack_overnight``
+#: is a ratio channel unless it says ``priority = slack``), as in CouchDB.
+BUILTIN_METHODS: dict[str, str] = {
+    "upgrade_dbs": "upgrade", "ratio_dbs": "ratio", "slack_dbs": "slack",
+    "upgrade_views": "upgrade", "ratio_views": "ratio", "slack_views": "slack",
+}
 
 #: Per method, the value a priority must exceed (ratio/upgrade: file/active; slack: bytes).
 DEFAULT_MIN_PRIORITY: dict[str, float] = {"ratio": 2.0, "slack": 536870912, "upgrade": 2.0}
@@ -124,7 +136,7 @@ SQLITE_KEYS: dict[str, str] = {
 
 
 def method_for(name: str, priority_key: str | None) -> str:
-    """The channel's method: its ``priority`` key, else its name's prefix, else ratio.
+    """The channel's method: its ``priority`` key, else a built-in's own, else ratio (CouchDB's rule).
 
     Parameters
     ----------
@@ -147,10 +159,14 @@ def method_for(name: str, priority_key: str | None) -> str:
         if method not in METHODS:
             raise ValueError("must be ratio, slack or upgrade")
         return method
-    for method in METHODS:
-        if name.startswith(method + "_"):
-            return method
-    return DEFAULT_METHOD
+    return BUILTIN_METHODS.get(name, DEFAULT_METHOD)
+
+
+def suggested_method(name: str) -> str | None:
+    """The method a channel's name suggests (a word of it: ``slack_overnight``, ``big-upgrade``), or None."""
+    words = set(re.split(r"[_-]", name.lower()))
+    suggested = [method for method in METHODS if method in words]
+    return suggested[0] if len(suggested) == 1 else None
 
 
 def _parse_timezone(text: str) -> str:
@@ -244,18 +260,31 @@ class ChannelConfig:
         r = SectionReader(path, section, values)
         method = r.get("priority", lambda text: method_for(name, text), method_for(name, None))
         written = r.raw("priority")
-        prefix_method = method_for(name, None)
-        if written is not None and name.startswith(prefix_method + "_") and method != prefix_method:
-            # CouchDB lets the name prefix win; smoosh lets the key win (DESIGN 5.2). Say so,
+        builtin = BUILTIN_METHODS.get(name)
+        if written is not None and builtin is not None and method != builtin:
+            # CouchDB ignores a built-in's priority key; smoosh lets the key win (DESIGN 5.2). Say so,
             # because a pasted config would now behave differently.
             warnings.append(
-                f"{path}: [{section}] priority = {written!r}: overrides the name's "
-                f"{prefix_method}_ prefix (CouchDB would use {prefix_method})"
+                f"{path}: [{section}] priority = {written!r}: overrides the built-in {name}'s method "
+                f"(CouchDB would use {builtin})"
+            )
+        suggested = suggested_method(name)
+        defaulted = written is None and builtin is None
+        if defaulted and suggested not in (None, method):
+            warnings.append(
+                f"{path}: [{section}]: no priority key, so the method is {method}, as in CouchDB (only the "
+                f"built-in channels take theirs from their name), though the name says {suggested}: "
+                f"write priority = {suggested} if that is what it is for"
             )
         if method == "slack":
             min_parse, max_parse = parse_threshold_size(allow_infinity=False), parse_threshold_size(allow_infinity=True)
         else:
             min_parse, max_parse = parse_ratio(allow_infinity=False), parse_ratio(allow_infinity=True)
+            if defaulted:
+                # A size here was likely written for a slack channel the name suggests: say why it is a ratio.
+                hint = (f"the method is {method} (no priority key; only the built-in channels take theirs from "
+                        "their name): for a threshold in bytes write priority = slack")
+                min_parse, max_parse = _hinted(min_parse, hint), _hinted(max_parse, hint)
         min_priority = r.get("min_priority", min_parse, DEFAULT_MIN_PRIORITY[method])
         max_priority = r.get("max_priority", max_parse, DEFAULT_MAX_PRIORITY)
         if method != "upgrade" and max_priority <= min_priority:
@@ -286,6 +315,20 @@ class ChannelConfig:
             warnings.append(unknown_key_warning(path, section, key, CHANNEL_KEYS,
                                                 {"[smoosh]": GLOBAL_KEYS, "[smoosh.sqlite]": SQLITE_KEYS}))
         return config
+
+
+def _hinted(parse: Callable[[str], float], hint: str) -> Callable[[str], float]:
+    """``parse`` whose complaint about a unit also says why the threshold is a ratio."""
+
+    def parse_with_hint(text: str) -> float:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            if "takes no unit" not in str(exc):
+                raise
+            raise ValueError(f"{exc}; {hint}") from None
+
+    return parse_with_hint
 
 
 def _number(value: float) -> str:

@@ -39,9 +39,9 @@ concurency = 2
     # Then each finding is one line, once, naming the key meant
     assert out.returncode == 0
     assert out.stderr.splitlines() == [
-        f"warning: {config}: [smoosh] stalenes: unknown key, ignored (did you mean staleness?)",
-        f"warning: {config}: [smoosh] concurrency: unknown key, ignored (did you mean concurrency in a channel's section?)",
-        f"warning: {config}: [smoosh.ratio_dbs] concurency: unknown key, ignored (did you mean concurrency?)",
+        f"smoosh: warning: {config}: [smoosh] stalenes: unknown key, ignored (did you mean staleness?)",
+        f"smoosh: warning: {config}: [smoosh] concurrency: unknown key, ignored (did you mean concurrency in a channel's section?)",
+        f"smoosh: warning: {config}: [smoosh.ratio_dbs] concurency: unknown key, ignored (did you mean concurrency?)",
     ]
     assert out.stdout == f"{config}: ok (4 channel(s))\n"
 
@@ -49,7 +49,7 @@ concurency = 2
 def test_a_key_far_from_every_known_key_gets_no_suggestion(tmp_path: Path) -> None:
     config = config_file(tmp_path, f"[smoosh]\nwatch = {tmp_path}\ndatabase_dir = ./data\n")
     out = smoosh("config", "check", "--config", str(config))
-    assert out.stderr == f"warning: {config}: [smoosh] database_dir: unknown key, ignored\n"
+    assert out.stderr == f"smoosh: warning: {config}: [smoosh] database_dir: unknown key, ignored\n"
 
 
 def test_run_logs_each_config_warning_once(tmp_path: Path) -> None:
@@ -71,7 +71,7 @@ def test_an_unclosed_section_header_is_one_line_of_the_same_shape_wherever_it_is
     line = blank_lines + 1
     out = smoosh("config", "check", "--config", str(config))
     assert out.returncode == 1
-    assert out.stderr == (f"error: {config}:{line}: '[smoosh.ratio_dbs': "
+    assert out.stderr == (f"smoosh: config error: {config}:{line}: '[smoosh.ratio_dbs': "
                           "a section header without its closing ]\n")
 
 
@@ -87,14 +87,14 @@ def test_a_missing_directory_is_the_same_one_line_error_in_config_check_and_in_r
     check = smoosh("config", "check", "--config", str(config))
     run = smoosh("run", "--config", str(config))
     # Then both refuse it with the same one line, exit 1
-    assert (check.returncode, check.stderr) == (1, f"error: {message}\n")
+    assert (check.returncode, check.stderr) == (1, f"smoosh: config error: {message}\n")
     assert (run.returncode, run.stderr) == (1, f"smoosh: config error: {message}\n")
 
 
 def test_a_watched_glob_needs_the_directory_of_its_fixed_part(tmp_path: Path) -> None:
     config = config_file(tmp_path, f"[smoosh]\nwatch = {tmp_path}/nope/*.db\n")
     out = smoosh("config", "check", "--config", str(config))
-    assert out.stderr == f"error: {config}: [smoosh] watch = '{tmp_path}/nope/*.db': no such directory: {tmp_path}/nope\n"
+    assert out.stderr == f"smoosh: config error: {config}: [smoosh] watch = '{tmp_path}/nope/*.db': no such directory: {tmp_path}/nope\n"
 
 
 def test_a_watch_option_naming_no_directory_is_refused_by_run(tmp_path: Path) -> None:
@@ -111,7 +111,7 @@ view_channels = upgrade_views,ratio_views,slack_views
 """)
     out = smoosh("config", "check", "--config", str(config))
     assert out.returncode == 0
-    assert out.stderr == (f"warning: {config}: [smoosh] view_channels = 'upgrade_views,ratio_views,slack_views': "
+    assert out.stderr == (f"smoosh: warning: {config}: [smoosh] view_channels = 'upgrade_views,ratio_views,slack_views': "
                           "no compactor has indexes, so channel(s) upgrade_views, ratio_views, slack_views "
                           "never get work\n")
 

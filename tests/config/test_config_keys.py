@@ -276,25 +276,69 @@ def test_channel_keys_parse_with_units() -> None:
     assert (slack.min_priority, slack.max_priority, slack.max_size_bytes) == (536870912, 10**10, math.inf)
 
 
-def test_method_comes_from_key_then_prefix_then_ratio() -> None:
+def test_method_comes_from_the_key_then_a_built_ins_name_then_ratio_as_in_couchdb() -> None:
+    # CouchDB: only the built-in names fix a method; any other channel reads `priority`, default ratio
     c = parse(
         """
         [smoosh]
-        db_channels = upgrade_x, slack_x, ratio_x, plain, explicit
+        db_channels = upgrade_dbs, slack_dbs, ratio_dbs, upgrade_x, slack_x, plain, explicit
+        view_channels = slack_views, upgrade_views
         [smoosh.explicit]
         priority = Slack
         """
     )
-    assert [c.channels[n].priority for n in c.db_channels] == ["upgrade", "slack", "ratio", "ratio", "slack"]
+    assert {n: c.channels[n].priority for n in (*c.db_channels, *c.view_channels)} == {
+        "upgrade_dbs": "upgrade", "slack_dbs": "slack", "ratio_dbs": "ratio", "upgrade_x": "ratio",
+        "slack_x": "ratio", "plain": "ratio", "explicit": "slack", "slack_views": "slack", "upgrade_views": "upgrade",
+    }
     assert c.channels["explicit"].min_priority == 536870912
+    assert c.channels["slack_x"].min_priority == 2.0
 
 
-def test_priority_key_overriding_the_name_prefix_is_warned_about() -> None:
-    c = parse("[smoosh]\n[smoosh.ratio_dbs]\npriority = slack\n")
+def test_a_channel_named_for_slack_without_a_priority_key_is_a_ratio_channel_and_warned_about() -> None:
+    # Given CouchDB's reading of [smoosh.slack_overnight] min_priority = 3.0: a ratio above 3
+    c = parse(
+        """
+        [smoosh]
+        db_channels = upgrade_dbs, ratio_dbs, slack_dbs, slack_overnight
+        [smoosh.slack_overnight]
+        min_priority = 3.0
+        from = 20:00
+        to = 06:00
+        """
+    )
+    # Then it is a ratio channel with a ratio threshold, not a slack one of 3 bytes
+    overnight = c.channels["slack_overnight"]
+    assert (overnight.priority, overnight.min_priority) == ("ratio", 3.0)
+    # And the name's hint is answered with what is in force and how to say otherwise
+    assert c.warnings[0] == (
+        "conf/smoosh.ini: [smoosh.slack_overnight]: no priority key, so the method is ratio, as in CouchDB (only "
+        "the built-in channels take theirs from their name), though the name says slack: write priority = slack "
+        "if that is what it is for"
+    )
+
+
+def test_a_size_threshold_on_a_channel_named_for_slack_says_why_it_is_a_ratio() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse("[smoosh]\ndb_channels = slack_big\n[smoosh.slack_big]\nmin_priority = 512MiB\n")
+    assert str(caught.value) == (
+        "conf/smoosh.ini: [smoosh.slack_big] min_priority = '512MiB': a ratio threshold takes no unit; the method "
+        "is ratio (no priority key; only the built-in channels take theirs from their name): for a threshold in "
+        "bytes write priority = slack"
+    )
+    explicit = parse("[smoosh]\ndb_channels = slack_big\n[smoosh.slack_big]\npriority = slack\nmin_priority = 512MiB\n")
+    assert explicit.channels["slack_big"].min_priority == 512 * 1024**2
+
+
+def test_priority_key_overriding_a_built_ins_method_is_warned_about() -> None:
+    c = parse("[smoosh]\ndb_channels = upgrade_dbs, ratio_dbs\n[smoosh.ratio_dbs]\npriority = slack\n")
     assert c.channels["ratio_dbs"].priority == "slack"
     assert c.warnings == (
-        "conf/smoosh.ini: [smoosh.ratio_dbs] priority = 'slack': overrides the name's ratio_ prefix (CouchDB would use ratio)",
+        "conf/smoosh.ini: [smoosh.ratio_dbs] priority = 'slack': overrides the built-in ratio_dbs's method (CouchDB would use ratio)",
     )
+    # A channel that is not a built-in reads its key in CouchDB too: nothing to say
+    assert parse("[smoosh]\ndb_channels = ratio_dbs, slack_dbs, ratio_small\n[smoosh.ratio_small]\n"
+                 "priority = slack\nmin_priority = 100MiB\n").warnings == ()
 
 
 def test_only_from_or_only_to_defaults_the_other_end() -> None:

@@ -84,11 +84,17 @@ def test_a_pasted_couchdb_config_loads() -> None:
     assert c.compaction_log_level == "info"
     assert c.ignore == ("/srv/shards/00000000-1fffffff/mydb.1623244354", "/srv/shards/x")
     # cleanup_index_files = true is CouchDB's and harmless; the warnings are the view
-    # channels, which no compactor can give work, and the section for a channel no list names.
+    # channels, which no compactor can give work, the section for a channel no list names, and
+    # the ignore entries, which are CouchDB's names where smoosh takes paths.
     assert c.warnings == (
         "conf/smoosh.ini: [smoosh] view_channels = 'upgrade_views,ratio_views,slack_views': no compactor has "
         "indexes, so channel(s) upgrade_views, ratio_views, slack_views never get work",
         "conf/smoosh.ini: [smoosh.overnight]: no channel list names 'overnight', section ignored",
+        "conf/smoosh.ini: [smoosh.ignore] shards/00000000-1fffffff/mydb.1623244354: a CouchDB shard name, not a "
+        "path: smoosh ignores database files by path (or glob pattern), so this is "
+        "/srv/shards/00000000-1fffffff/mydb.1623244354 and matches nothing",
+        "conf/smoosh.ini: [smoosh.ignore] shards/x: matches no database: /srv/shards/x is outside every root "
+        "(/srv/var/databases)",
     )
 
 
@@ -140,7 +146,7 @@ def test_unknown_keys_and_sections_are_warned_about_by_name(caplog: pytest.LogCa
 
 
 def test_keys_are_case_sensitive() -> None:
-    c = parse("[smoosh]\nMax_Jobs = 9\n[smoosh.ignore]\nDBs/A.db = true\n")
+    c = parse("[smoosh]\nMax_Jobs = 9\nroots = /srv\n[smoosh.ignore]\nDBs/A.db = true\n")
     assert c.max_jobs == 4
     assert c.warnings == ("conf/smoosh.ini: [smoosh] Max_Jobs: unknown key, ignored (did you mean max_jobs?)",)
     assert c.ignore == ("/srv/DBs/A.db",)
@@ -330,6 +336,18 @@ def test_shipped_config_documents_every_key() -> None:
     assert documented["smoosh.upgrade_dbs"] == set(CHANNEL_KEYS) - UPGRADE_IGNORES
     assert set(SQLITE_KEYS) <= documented["smoosh.sqlite"]
     assert "smoosh.ignore" in documented
+
+
+def test_the_shipped_config_names_the_keys_that_need_a_restart_as_the_code_does() -> None:
+    from smoosh.config.defaults import RESTART_KEYS
+
+    # The header's sentence on restarts, its comment markers dropped
+    header = " ".join(line.lstrip("; ") for line in SHIPPED.read_text().split("\n[smoosh]\n")[0].splitlines())
+    sentence = header[:header.index(" take effect only after a restart")]
+    sentence = sentence[sentence.rindex(".") + 1:]
+    assert set(re.findall(r"[a-z_]+", sentence)) - {"and"} == set(RESTART_KEYS)
+    # and the keys it says apply live, watch and token among them, are not restart keys
+    assert "every other key applies live, watch and token included" in header
 
 
 #: Channel keys that have no effect on an upgrade channel.

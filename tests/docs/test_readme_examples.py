@@ -64,6 +64,8 @@ def test_the_readme_has_shell_and_ini_examples() -> None:
 @pytest.mark.parametrize("line, command, body", SHELL, ids=[f"line {n}: {c}" for n, c, _ in SHELL])
 def test_every_shell_example_runs_or_parses(line: int, command: str, body: str | None, tmp_path: Path) -> None:
     words = shlex.split(command.split("<<", 1)[0])
+    if ">" in words:  # `smoosh config sample > smoosh.ini`: the command is what precedes the redirection
+        words = words[:words.index(">")]
     program = os.path.basename(words[0])
     if program == "smoosh":
         # Parsed by the CLI's own parser: an option renamed or removed fails here.
@@ -75,6 +77,10 @@ def test_every_shell_example_runs_or_parses(line: int, command: str, body: str |
     elif program == "make":
         (target,) = words[1:]
         assert re.search(rf"^{re.escape(target)}:", (ROOT / "Makefile").read_text(), re.M), command
+    elif program == "export":
+        # The tour's one way onto the checkout's commands: the venv `make` sets up, first on PATH.
+        assert words[1:] == ["PATH=$PWD/.venv/bin:$PATH"], command
+        assert "VENV := .venv" in (ROOT / "Makefile").read_text()
     elif program == "python" and body is not None:
         # The tour's database builder, run as written in a scratch directory.
         out = subprocess.run([sys.executable, *words[1:]], input=body, cwd=tmp_path, capture_output=True,
@@ -141,3 +147,37 @@ def test_the_keys_the_readme_says_need_a_restart_are_the_ones_that_do() -> None:
     sentence = README[:README.index(" need a restart")]
     sentence = sentence[sentence.rindex("\n\n"):]
     assert set(re.findall(r"`([a-z_]+)`", sentence)) == set(RESTART_KEYS)
+
+
+def test_the_installed_users_block_runs_as_written(tmp_path: Path) -> None:
+    # Given the README's block for a user who installed from the index, and a `smoosh` on PATH
+    (text,) = [text for _, text in blocks("sh") if "smoosh config sample --unit" in text]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "smoosh").write_text(f"#!/bin/sh\nexec {sys.executable} -m smoosh \"$@\"\n")
+    (bin_dir / "smoosh").chmod(0o755)
+    # and the sample's `watch` directory, as setting `watch` to the databases would provide
+    (tmp_path / "var" / "databases").mkdir(parents=True)
+    # When it runs, line by line, outside the checkout
+    out = subprocess.run(["bash", "-e", "-c", text], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}"))
+    # Then every file it writes is the one the checkout has, and the sample config checks
+    assert (out.returncode, out.stderr, out.stdout) == (0, "", "smoosh.ini: ok (4 channel(s))\n")
+    for written, shipped in (("smoosh.ini", "smoosh.ini"), ("smoosh.service", "smoosh.service"),
+                             ("smoosh-rules.yml", "prometheus/smoosh-rules.yml"), ("smoosh.json", "grafana/smoosh.json")):
+        assert (tmp_path / written).read_text() == (ROOT / "conf" / shipped).read_text(), written
+
+
+def test_the_readme_has_no_link_that_breaks_on_the_package_index() -> None:
+    # The index page renders this README without the repository around it, and gives headings no
+    # anchors: a relative link or a #fragment lands nowhere there (the project has no URL of its own).
+    links = re.findall(r"\[[^\]]*\]\(([^)]*)\)", README)
+    assert [link for link in links if not link.startswith(("http://", "https://"))] == []
+
+
+def test_every_example_calls_the_command_one_way_and_the_readme_says_once_how_it_is_found() -> None:
+    # One spelling of the command in every example: `smoosh`, put on PATH once in the tour
+    assert ".venv/bin/smoosh" not in README
+    assert README.count('export PATH="$PWD/.venv/bin:$PATH"') == 1
+    tour = README[README.index("## A five-minute tour"):README.index("## How it works")]
+    assert tour.index('export PATH="$PWD/.venv/bin:$PATH"') < tour.index("smoosh status")

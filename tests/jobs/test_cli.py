@@ -69,7 +69,7 @@ def test_show_prints_state_and_data_as_json_with_infinity_as_string(store_url: s
 
 def test_show_of_a_missing_job_exits_1_naming_it(store_url: str) -> None:
     code, out, err = run(parse(["jobs", "--store", store_url, "show", "smoosh:n1", "/nope.db"]))
-    assert (code, out, err) == (1, "", "job smoosh:n1 /nope.db not found\n")
+    assert (code, out, err) == (1, "", "smoosh: job smoosh:n1 /nope.db not found\n")
 
 
 def test_unopenable_store_exits_1(tmp_path: Path) -> None:

@@ -150,7 +150,7 @@ def test_jobs_pages_by_state_and_limit_and_status_jobs_follows(fleet: Fleet) -> 
     assert out.stdout.splitlines()[0].startswith(f"{everything['jobs'][0]['key']}  [")
     assert out.stdout.splitlines()[-1] == f"showing 1-1 of {everything['total']}; more with --offset 1"
     out = fleet.cli("status", "--jobs", "--state", "bogus")
-    assert out.returncode == 1 and "unknown state 'bogus'" in out.stderr
+    assert out.returncode == 2 and "unknown state 'bogus'" in out.stderr
 
 
 def test_every_command_that_prints_takes_json(fleet: Fleet) -> None:

@@ -60,7 +60,7 @@ def test_an_off_loopback_address_without_a_token_is_refused_by_run_and_config_ch
     message = f"{config}: [smoosh] http = '0.0.0.0:5986': binding off loopback needs [smoosh] token"
     check = smoosh_cli("config", "check", "--config", str(config))
     assert check.returncode == 1
-    assert check.stderr == f"error: {message}\n"
+    assert check.stderr == f"smoosh: config error: {message}\n"
     run = smoosh_cli("run", "--config", str(config), timeout_s=30)
     assert run.returncode == 1
     assert f"smoosh: config error: {message}" in run.stderr

@@ -98,8 +98,9 @@ class StoreError(SmooshError):
 
     def __init__(self, code: int, message: str | None = None) -> None:
         self.code = code
-        detail = message or _DESCRIPTIONS.get(code, "store error")
-        super().__init__(f"{detail} ({code})")
+        #: The message without its code (FoundationDB's description unless one was given).
+        self.detail = message or _DESCRIPTIONS.get(code, "store error")
+        super().__init__(f"{self.detail} ({code})")
 
     @property
     def retryable(self) -> bool:

@@ -32,6 +32,9 @@ at the same line as on a cluster):
   raises (FoundationDB at API version 610 and later): from then on every read, ``watch``,
   ``commit`` and ``on_error`` raises 1025 ``transaction_cancelled`` (writes are ignored), until
   ``reset``.
+* ``on_error`` retries :data:`~smoosh.store.errors.ON_ERROR_RETRYABLE`: FoundationDB's
+  retryable set without 1039, which a native transaction's ``onError`` raises. The retry loop
+  never hands it 1039 or 1031 (:meth:`Store.transact`).
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from typing import Callable, Iterable, TypeVar
 
 from smoosh.store.errors import (
     DATABASE_LOCKED,
-    RETRYABLE,
+    ON_ERROR_RETRYABLE,
     TRANSACTION_TIMED_OUT,
     StoreError,
 )
@@ -285,17 +288,18 @@ class Transaction(ReadView):
     def on_error(self, error: StoreError) -> None:
         """FoundationDB's ``on_error``: for a retryable error, back off and reset; else raise and cancel.
 
-        Retryable means FoundationDB's predicate (:data:`~smoosh.store.errors.RETRYABLE`):
-        1031 is not in it (the retry loop retries it on a fresh transaction). The backoff
-        grows with each call on the same transaction (see :class:`~smoosh.store.retry.Backoff`).
-        An ``on_error`` that raises leaves the transaction cancelled, as FoundationDB's does at
-        API version 610 and later: every later call raises 1025 until :meth:`reset`.
+        Retryable means :data:`~smoosh.store.errors.ON_ERROR_RETRYABLE`, what a native
+        FoundationDB transaction's ``onError`` retries: neither 1031 nor 1039 is in it (the
+        retry loop retries both on a fresh transaction). The backoff grows with each call on
+        the same transaction (see :class:`~smoosh.store.retry.Backoff`). An ``on_error`` that
+        raises leaves the transaction cancelled, as FoundationDB's does at API version 610 and
+        later: every later call raises 1025 until :meth:`reset`.
 
         Raises:
             StoreError: ``error`` itself when it is not retryable; 1025 on a cancelled
                 transaction (each store checks that first).
         """
-        if error.code not in RETRYABLE:
+        if error.code not in ON_ERROR_RETRYABLE:
             self.cancel()
             raise error
         backoff = self.__dict__.get("_backoff")
@@ -349,12 +353,13 @@ class Store(abc.ABC):
     ) -> T:
         """Run ``fn(tr)`` in a transaction and commit it, retrying as FoundationDB defines it.
 
-        After an error of FoundationDB's retryable set the transaction's :meth:`~Transaction.on_error`
-        backs off (exponentially, at most ``max_retry_delay_s``) and resets it; after 1031
-        (an attempt that timed out) the loop backs off the same way and starts a fresh
-        transaction. Any other error is raised at once, with its code. The body may thus
-        run more than once: it must not have side effects outside the transaction that
-        break when repeated. After 1021, 1031 or 1039 an attempt may have committed although
+        After an error of :data:`~smoosh.store.errors.ON_ERROR_RETRYABLE` the transaction's
+        :meth:`~Transaction.on_error` backs off (exponentially, at most ``max_retry_delay_s``)
+        and resets it; after 1031 (an attempt that timed out) or 1039 (the cluster's protocol
+        version changed, which a native transaction's ``on_error`` raises) the loop backs off
+        the same way and starts a fresh transaction. Any other error is raised at once, with
+        its code. The body may thus run more than once: it must not have side effects outside
+        the transaction that break when repeated. After 1021, 1031 or 1039 an attempt may have committed although
         it reported failure: a body that is not idempotent must find out itself (the job
         layer writes a transaction id with every write, see ``smoosh.jobs.txids``), and
         ``on_retry`` tells it when.
@@ -402,10 +407,11 @@ class Store(abc.ABC):
                         log.debug("retrying transaction after %s (retry %d)", e, retries)
                     if on_retry is not None:
                         on_retry(e)
-                    if e.code in RETRYABLE:
+                    if e.code in ON_ERROR_RETRYABLE:
                         tr.on_error(e)
                     else:
-                        # 1031: on_error would raise it; the timed-out transaction is spent.
+                        # 1031 and 1039: on_error would raise them and cancel the transaction
+                        # (1039 on a cluster without an external client); the attempt is spent.
                         tr.cancel()
                         if fresh_backoff is None:
                             fresh_backoff = Backoff(max_retry_delay_s)

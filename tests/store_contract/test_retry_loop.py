@@ -169,6 +169,15 @@ def test_on_error_resets_for_a_retryable_code_and_raises_any_other(ctx):
     assert [k for k, _ in ctx.store.create_transaction().get_range_startswith(ctx.prefix)] == [ctx.k(b"d")]
 
 
+@pytest.mark.parametrize("code", [1039, 1031, 2101])
+def test_on_error_raises_1039_as_a_native_transaction_does_and_cancels(ctx, code):
+    # FoundationDB's predicate calls 1039 retryable, but libfdb_c without an external client
+    # (bypass mode) runs native transactions, whose onError raises it: so does every store's.
+    tr = ctx.store.create_transaction()
+    assert _code(lambda: tr.on_error(StoreError(code))) == code
+    assert _code(lambda: tr.get(ctx.k(b"a"))) == 1025
+
+
 def test_retry_sleeps_stay_under_max_retry_delay(ctx, monkeypatch):
     ctx.only("memory", "sqlite", "faulty-memory", "faulty-sqlite", why="the binding's on_error sleeps inside libfdb_c")
     ctx.without_faults()

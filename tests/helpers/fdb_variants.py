@@ -3,7 +3,8 @@
 ``fdb`` opens the cluster ``SMOOSH_TEST_FDB_CLUSTER`` names (skipped without one);
 ``fdb-standin`` opens the same adapter over :mod:`helpers.fdb_standin`, a stand-in for the
 binding and a cluster that behaves as the real client does, so it runs everywhere. Both
-work under a fresh prefix per test, cleared before and after.
+work under a fresh prefix per test, cleared before and after, behind the key fence
+(:mod:`helpers.key_fence`): a write outside the prefix fails the test.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import uuid
 import pytest
 
 from helpers.fdb_standin import Binding
+from helpers.key_fence import fenced
 from helpers.summary import FDB_CLUSTER_ENV
 from smoosh.store import tuples
 from smoosh.store.base import Store
@@ -41,7 +43,7 @@ def fresh_tuple_prefix() -> bytes:
 
 
 class FdbVariant:
-    """One test's FoundationDB, under ``prefix``: the configured cluster or a fresh stand-in.
+    """One test's FoundationDB: the configured cluster or a fresh stand-in, fenced to ``prefix``.
 
     Every handle :meth:`open` returns shares it, as processes share a cluster.
     """
@@ -54,11 +56,11 @@ class FdbVariant:
 
             self.cluster_file: str | None = os.environ[FDB_CLUSTER_ENV]
             self.standin: Binding | None = None
-            self.binding = load_fdb()
+            self.binding = fenced(load_fdb(), prefix)
         else:
             self.cluster_file = None
             self.standin = Binding()
-            self.binding = self.standin
+            self.binding = fenced(self.standin, prefix)
 
     def open(self) -> Store:
         """A new handle (an ``FdbStore``) on this test's cluster."""

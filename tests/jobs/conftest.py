@@ -4,7 +4,8 @@
 ``SMOOSH_TEST_FDB_CLUSTER`` names a cluster file and is skipped, with the reason in the
 summary, elsewhere; ``fdb-standin`` runs the same adapter over a stand-in for the binding that
 behaves as the real client does. On both each test works under a fresh random prefix,
-cleared before and after. ``faulty-memory`` runs every test
+cleared before and after, and a write outside it fails the test (``helpers/key_fence.py``):
+nothing a test does can touch a live deployment's keys. ``faulty-memory`` runs every test
 through ``faulty:SEED:RATE:memory:`` (FoundationDB's errors injected into every transaction
 the layer runs, before and after real commits; the seed comes from the test's name, so a
 failure repeats); ``faulty-sqlite`` does the same around ``sqlite:`` under ``make soak``.
@@ -51,7 +52,7 @@ def prefix(store_kind: str) -> bytes:
 
 @pytest.fixture
 def store(request: pytest.FixtureRequest, store_kind: str, prefix: bytes, tmp_path: Any) -> Iterator[Store]:
-    """A fresh store of the test's kind (on FoundationDB: the test's prefix cleared before and after)."""
+    """A fresh store of the test's kind (on FoundationDB: fenced to the test's prefix, cleared before and after)."""
     fdb = FdbVariant(store_kind, prefix) if store_kind in FDB_KINDS else None
     st = open_kind(store_kind, tmp_path, seed=zlib.crc32(request.node.nodeid.encode()), fdb=fdb)
     if fdb is not None:

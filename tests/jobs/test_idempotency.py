@@ -1,5 +1,9 @@
 """Every job operation gives the same result whether a "may have committed" error came before
-or after its commit (fabric2's transaction ids), and the ids do not accumulate."""
+or after its commit (fabric2's transaction ids), and the ids do not accumulate.
+
+Every test works under a fresh prefix, cleared before and after, on every store: on a
+cluster a test on the default prefix would sweep a live deployment's transaction ids.
+"""
 
 from __future__ import annotations
 
@@ -167,8 +171,8 @@ def test_transaction_ids_do_not_accumulate(layer: Jobs) -> None:
     assert count_tx_ids(layer.store, layer.keys) == 0
 
 
-def test_ids_of_a_process_that_died_are_swept_after_their_ttl(fstore: FaultyStore, clock: FakeClock) -> None:
-    jobs = Jobs(fstore, clock=clock, monitors=False)
+def test_ids_of_a_process_that_died_are_swept_after_their_ttl(fstore: FaultyStore, clock: FakeClock, prefix: bytes) -> None:
+    jobs = Jobs(fstore, prefix=prefix, clock=clock, monitors=False)
     jobs.set_type_timeout(T, 30)
     for i in range(5):  # five processes that each die right after one call
         TxIds(fstore, jobs.keys, clock=clock).run(lambda tr, i=i: tr.set(jobs.keys.data(T, f"x{i}"), b""))
@@ -183,10 +187,10 @@ def test_ids_of_a_process_that_died_are_swept_after_their_ttl(fstore: FaultyStor
     jobs.close()
 
 
-def test_activity_monitor_sweeps_expired_ids_on_its_check(fstore: FaultyStore, clock: FakeClock) -> None:
+def test_activity_monitor_sweeps_expired_ids_on_its_check(fstore: FaultyStore, clock: FakeClock, prefix: bytes) -> None:
     from smoosh.jobs.monitor import ActivityMonitor
 
-    jobs = Jobs(fstore, clock=clock, monitors=False)
+    jobs = Jobs(fstore, prefix=prefix, clock=clock, monitors=False)
     jobs.set_type_timeout(T, 30)
     dead = TxIds(fstore, jobs.keys, clock=clock)
     dead.run(lambda tr: tr.set(jobs.keys.data(T, "x"), b""))

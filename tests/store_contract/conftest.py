@@ -4,7 +4,7 @@
 cluster file and is skipped (with the reason in the summary) elsewhere; ``fdb-standin`` runs
 the same adapter over a stand-in for the binding that behaves as the real client does
 (``helpers/fdb_standin.py``). On both every test works under a fresh random prefix, cleared
-before and after.
+before and after, and a write outside it fails the test (``helpers/key_fence.py``).
 
 ``faulty-memory`` runs every test through ``faulty:SEED:RATE:memory:`` (FoundationDB's errors
 injected into every ``transact``, before and after real commits; the seed comes from the

@@ -10,20 +10,13 @@ import pytest
 
 from smoosh.store.errors import StoreError
 from helpers.clocks import FakeClock
-
-
-def _code(fn):
-    try:
-        fn()
-    except StoreError as e:
-        return e.code
-    return None
+from helpers.codes import code_of
 
 
 def _deferred(ctx, write):
     """The codes of the write itself, then of the next read, then of the commit."""
     tr = ctx.store.create_transaction()
-    return _code(lambda: write(tr)), _code(lambda: tr.get(ctx.k(b"other"))), _code(tr.commit)
+    return code_of(lambda: write(tr)), code_of(lambda: tr.get(ctx.k(b"other"))), code_of(tr.commit)
 
 
 def test_key_over_10000_bytes_is_2102(ctx):
@@ -54,12 +47,12 @@ def test_a_deferred_error_is_the_first_and_every_read_the_commit_and_a_watch_mee
     tr.set(b"\xff/x", b"")  # would be 2004: skipped
     tr.set(ctx.k(b"ignored"), b"1")
     watch = tr.watch(ctx.k(b"w"))
-    assert _code(lambda: tr.get(ctx.k(b"kept"))) == 2103
-    assert _code(lambda: tr.snapshot.get(ctx.k(b"kept"))) == 2103
-    assert _code(lambda: tr.get_range_startswith(ctx.prefix)) == 2103
-    assert _code(lambda: watch.wait(5.0)) == 2103
-    assert _code(tr.commit) == 2103
-    assert _code(tr.commit) == 2103  # it stays until the transaction is reset
+    assert code_of(lambda: tr.get(ctx.k(b"kept"))) == 2103
+    assert code_of(lambda: tr.snapshot.get(ctx.k(b"kept"))) == 2103
+    assert code_of(lambda: tr.get_range_startswith(ctx.prefix)) == 2103
+    assert code_of(lambda: watch.wait(5.0)) == 2103
+    assert code_of(tr.commit) == 2103
+    assert code_of(tr.commit) == 2103  # it stays until the transaction is reset
     assert ctx.store.create_transaction().get_range_startswith(ctx.prefix) == []
 
 
@@ -77,7 +70,7 @@ def test_reset_and_a_retrying_on_error_clear_a_deferred_error(ctx):
     assert ctx.store.create_transaction().get_range_startswith(ctx.prefix) == [(ctx.k(b"a"), b"1"), (ctx.k(b"b"), b"2")]
 
 
-def test_transact_raises_a_deferred_error_from_the_commit_with_its_code(ctx):
+def test_transact_raises_a_deferred_error_from_the_commit_with_itscode_of(ctx):
     ctx.without_faults()  # counts attempts
     calls = []
 
@@ -99,7 +92,7 @@ def test_transaction_over_10_mb_fails_commit_with_2101(ctx):
             tr.set(ctx.k(b"big%03d" % i), b"v" * 95_000)
         tr.commit()
 
-    assert _code(fill_and_commit) == 2101
+    assert code_of(fill_and_commit) == 2101
     assert ctx.store.create_transaction().get(ctx.k(b"big000")) is None
 
 
@@ -111,7 +104,7 @@ def test_lowered_size_limit_counts_keys_values_and_conflict_ranges(ctx):
     tr = store.create_transaction()
     tr.set(ctx.k(b"a"), b"v" * 500)
     tr.add_read_conflict_range(ctx.k(b"a") * 100, ctx.k(b"b") * 100)
-    assert _code(tr.commit) == 2101
+    assert code_of(tr.commit) == 2101
 
 
 def test_transaction_older_than_the_age_limit_fails_reads_and_commit_with_1007(ctx):
@@ -123,8 +116,8 @@ def test_transaction_older_than_the_age_limit_fails_reads_and_commit_with_1007(c
     clock.now += 4.9
     assert tr.get(ctx.k(b"b")) is None
     clock.now += 0.2
-    assert _code(lambda: tr.get(ctx.k(b"b"))) == 1007
-    assert _code(tr.commit) == 1007
+    assert code_of(lambda: tr.get(ctx.k(b"b"))) == 1007
+    assert code_of(tr.commit) == 1007
 
 
 def test_transact_retries_a_too_old_transaction_with_a_fresh_one(ctx):

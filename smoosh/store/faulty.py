@@ -25,8 +25,9 @@ What is injected, and when (each decision drawn from one ``random.Random(SEED)``
 
 Half of the failing commits fail before and half after committing. Read-only commits never
 fail (FoundationDB does not send them to the cluster), nor do commits of a transaction whose
-write deferred an error: the client raises that before anything reaches the cluster. :meth:`FaultyStore.inject` forces
-given faults on the next write commits, for tests that need one exact fault.
+write deferred an error: the client raises that before anything reaches the cluster.
+:meth:`FaultyStore.inject` forces given faults on the next write commits, for tests that need
+one exact fault.
 
 Faults strike only the transactions of :meth:`~smoosh.store.base.Store.transact` (every
 transaction smoosh itself runs goes through it): a transaction from a direct

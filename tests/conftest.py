@@ -64,3 +64,15 @@ def daemons() -> Iterator[list[Daemon]]:
     for d in started:
         if d.proc.poll() is None:
             d.kill()
+
+
+@pytest.fixture(autouse=True)
+def _fdb_cluster_only_behind_the_key_fence(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a real cluster configured, an ``fdb:`` store opened other than through the suites'
+    fenced variants fails the test (see ``helpers/key_fence.py``)."""
+    from helpers.summary import FDB_CLUSTER_ENV
+
+    if os.environ.get(FDB_CLUSTER_ENV):
+        from helpers.key_fence import refuse_unfenced_stores
+
+        refuse_unfenced_stores(monkeypatch)

@@ -14,7 +14,7 @@ from smoosh.daemon.control.cluster_holds import ClusterHolds, Hold, describe_sco
 from smoosh.daemon.record.status import read_node_statuses
 from smoosh.store import open_store
 
-__all__ = ["cmd_cluster_control", "cmd_cluster_status", "format_holds"]
+__all__ = ["cmd_cluster_control", "cmd_cluster_status", "format_holds", "record_age_s"]
 
 
 def cmd_cluster_control(args: argparse.Namespace) -> int:
@@ -49,10 +49,17 @@ def cmd_cluster_control(args: argparse.Namespace) -> int:
 
 
 def cmd_cluster_status(args: argparse.Namespace) -> int:
-    """``smoosh status --store URL``: the cluster holds, and every node's record, from the store."""
+    """``smoosh status --store URL``: the cluster holds, and every node's record, from the store.
+
+    Each record carries its age (``age_s``); one older than a few status intervals is
+    ``stale``: its node has stopped, or cannot reach the store.
+    """
+    now = time.time()
     with open_store(args.store) as store:
-        nodes = read_node_statuses(store)
+        nodes = read_node_statuses(store, now)
         holds = ClusterHolds(store).current()
+    for record in nodes.values():
+        record["age_s"] = record_age_s(record, now)
     if args.json:
         print(jsonutil.dumps({"nodes": nodes, "holds": [h.to_json() for h in holds]}, indent=2))
         return 0
@@ -60,6 +67,15 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
         print(format_holds(holds))
     print(format_cluster(nodes))
     return 0
+
+
+def record_age_s(record: dict[str, Any], now: float) -> float | None:
+    """Seconds since a node wrote its status record (0 for one stamped ahead of this host's
+    clock), or None for a record without a time."""
+    updated_at = record.get("updated_at")
+    if not isinstance(updated_at, (int, float)):
+        return None
+    return round(max(0.0, now - updated_at), 1)
 
 
 def format_holds(holds: list[Hold]) -> str:

@@ -6,7 +6,7 @@ import datetime
 from typing import Any
 
 __all__ = ["format_status", "format_io_budget", "format_jobs", "format_no_jobs", "format_page", "format_cluster",
-           "format_explain", "status_summary", "fmt_bytes"]
+           "format_explain", "status_summary", "fmt_bytes", "fmt_age"]
 
 
 def status_summary(status: dict[str, Any]) -> str:
@@ -220,12 +220,15 @@ def _utc(at: Any) -> str:
 
 
 def format_cluster(nodes: dict[str, Any]) -> str:
-    """Every node's status record, stale ones marked."""
+    """Every node's status record, stale ones marked with the age of their last record."""
     if not nodes:
         return "no node has written a status record to this store"
     parts = []
     for node, record in sorted(nodes.items()):
-        stale = " (stale)" if record.get("stale") else ""
+        stale = ""
+        if record.get("stale"):
+            age_s = record.get("age_s")
+            stale = f" (stale: last record {fmt_age(age_s)} old)" if isinstance(age_s, (int, float)) else " (stale)"
         parts.append(f"== {node}{stale}, updated {_fmt_time(record.get('updated_at'))}")
         parts.append(format_status({"node": node, "channels": record.get("channels", {}),
                                     "reclaimable_bytes": record.get("reclaimable_bytes", 0)}))
@@ -237,6 +240,18 @@ def _fmt_time(at: Any) -> str:
     if not isinstance(at, (int, float)):
         return "?"
     return datetime.datetime.fromtimestamp(at).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def fmt_age(seconds: float) -> str:
+    """An age as an operator reads it: ``42 s``, ``5 min 12 s``, ``3 h 4 min``, ``2 d 3 h``."""
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60} s"
+    if whole < 86400:
+        return f"{whole // 3600} h {whole % 3600 // 60} min"
+    return f"{whole // 86400} d {whole % 86400 // 3600} h"
 
 
 def format_priority(value: Any) -> str:

@@ -2,6 +2,10 @@
 
 The lead wires :func:`add_jobs_parser` into ``smoosh/cli.py``; the parser's ``func`` default
 is :func:`jobs_command`, which returns the exit code (0 ok, 1 operational error).
+
+The store holds what is pending and running. A smoosh node removes a job's row once the job
+has finished (DESIGN §5.5; its daemon's ``/jobs`` keeps each key's history), so ``jobs list``
+says so rather than let an empty list of finished jobs look like nothing ever ran.
 """
 
 from __future__ import annotations
@@ -23,6 +27,9 @@ from smoosh.jobs.layer import JobInfo, Jobs
 LIST_HEADER = ("TYPE", "ID", "STATE", "SCHEDULED")
 #: The states of a job-layer row (DESIGN §5.5), what ``jobs list --state`` takes.
 JOB_LAYER_STATES = ("pending", "running", "finished")
+#: What ``jobs list`` adds when it shows no finished job although it was asked for them.
+FINISHED_NOT_KEPT = ("finished jobs are not kept: a smoosh node removes a job from the store once it has "
+                     "finished; `smoosh status --jobs` shows each key's history on its node")
 
 
 def add_jobs_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -120,14 +127,29 @@ def _list(jobs: Jobs, job_type: str | None, out: TextIO, *, states: list[str] | 
     rows = [LIST_HEADER]
     for info in infos:
         rows.append((_type_text(info.type), info.id, info.state, _time_text(info.scheduled_time)))
+    types = [_type_text(t) for t in jobs.get_types()]
     if len(rows) == 1:
-        where = f" of type {job_type}" if job_type else ""
-        print(f"no jobs found{where}", file=out)
-        return 0
-    widths = [max(len(row[i]) for row in rows) for i in range(len(LIST_HEADER))]
-    for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip(), file=out)
+        print(_nothing_found(job_type, states, types), file=out)
+    else:
+        widths = [max(len(row[i]) for row in rows) for i in range(len(LIST_HEADER))]
+        for row in rows:
+            print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip(), file=out)
+    asked_for_finished = not states or "finished" in states
+    if types and asked_for_finished and all(info.state != "finished" for info in infos):
+        print(FINISHED_NOT_KEPT, file=out)
     return 0
+
+
+def _nothing_found(job_type: str | None, states: list[str] | None, types: list[str]) -> str:
+    """Why ``jobs list`` shows no row, as far as the store can tell."""
+    if not types:
+        return "no jobs found: this store has no job types (is it the store the daemons use?)"
+    if job_type is not None and job_type not in types:
+        return f"no jobs found of type {job_type}: no such type in this store (its types: {', '.join(types)})"
+    where = f" of type {job_type}" if job_type else ""
+    if states:
+        where += f" in state {' or '.join(states)}"
+    return f"no jobs found{where}"
 
 
 def _show(jobs: Jobs, job_type: str, job_id: str, out: TextIO, err: TextIO) -> int:

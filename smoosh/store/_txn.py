@@ -8,6 +8,11 @@ order, and at commit hands a :class:`~smoosh.store._commit.CommitRequest` to its
 the read version, applies the mutations and arms the watches. This module owns the
 transaction's life (open, committed, cancelled, reset), FoundationDB's limits, the conflict
 ranges of reads and key selectors, the mutation log, and the base class of the stores.
+
+Errors surface where FoundationDB's client raises them (the rule is in
+:mod:`smoosh.store.base`): a write's error is deferred to the next read and the commit, as
+the client library's ``ThreadSafeTransaction`` does with every void call, and a cancelled
+transaction (by ``cancel`` or a failed ``on_error``) answers 1025 until it is reset.
 """
 
 from __future__ import annotations
@@ -63,6 +68,8 @@ from smoosh.store._watches import WatchRegistry
 RETENTION_MARGIN_S = 1.0
 
 _OPEN, _COMMITTED, _CANCELLED = range(3)
+#: What a read, a watch or the commit of a committed transaction raises (2000), and a write defers.
+ALREADY_COMMITTED = "transaction already committed; reset() it to reuse it"
 
 
 class BufferedStore(Store):
@@ -159,14 +166,40 @@ class BufferedTransaction(Transaction):
         self._mutation_bytes = 0
         self._write_range_bytes = 0
         self._stamp: bytes | None = None
+        #: The first error a write deferred: (code, message or None for the code's own).
+        self._deferred: tuple[int, str | None] | None = None
 
     # -- state and limits -------------------------------------------------------------
     def _check_open(self) -> None:
-        if self._state == _OPEN:
+        """What a read, a watch or the commit meets first: a deferred error, then the state."""
+        if self._state == _OPEN and self._deferred is None:
             return
+        code, message = self._blocker()
+        raise StoreError(code, message)
+
+    def _blocker(self) -> tuple[int, str | None]:
+        # The client library checks the deferred error before the transaction's own state.
+        if self._deferred is not None:
+            return self._deferred
         if self._state == _CANCELLED:
-            raise StoreError(TRANSACTION_CANCELLED)
-        raise StoreError(CLIENT_INVALID_OPERATION, "transaction already committed; reset() it to reuse it")
+            return TRANSACTION_CANCELLED, None
+        return CLIENT_INVALID_OPERATION, ALREADY_COMMITTED
+
+    def _defer(self, code: int, message: str | None = None) -> None:
+        # FoundationDB keeps the first error and skips every later write of the attempt.
+        if self._deferred is None:
+            self._deferred = (code, message)
+
+    def _refuse_write(self) -> None:
+        """A write on a transaction that takes none: ignored (cancelled, or an error already
+        deferred), or deferred as the misuse it is (committed)."""
+        if self._state == _COMMITTED:
+            self._defer(CLIENT_INVALID_OPERATION, ALREADY_COMMITTED)
+
+    @property
+    def deferred_error(self) -> StoreError | None:
+        """See :attr:`Transaction.deferred_error`."""
+        return None if self._deferred is None else StoreError(*self._deferred)
 
     def _snapshot(self) -> Snapshot:
         snap = self._held.snapshot
@@ -189,20 +222,25 @@ class BufferedTransaction(Transaction):
             raise StoreError(TRANSACTION_TOO_OLD)
 
     @staticmethod
-    def _check_key(key: bytes) -> None:
+    def _key_error(key: bytes) -> int:
+        """The code a write of ``key`` defers (0: none). Raises TypeError at once, as the binding does."""
         if not isinstance(key, bytes):
             raise TypeError(f"keys are bytes, not {type(key).__name__}")
-        if len(key) > KEY_SIZE_LIMIT_BYTES:
-            raise StoreError(KEY_TOO_LARGE)
+        # FoundationDB checks the legal range before the length.
         if key >= KEYSPACE_END:
-            raise StoreError(KEY_OUTSIDE_LEGAL_RANGE)
+            return KEY_OUTSIDE_LEGAL_RANGE
+        if len(key) > KEY_SIZE_LIMIT_BYTES:
+            return KEY_TOO_LARGE
+        return 0
 
     @staticmethod
-    def _check_value(value: bytes) -> None:
+    def _value_error(value: bytes) -> int:
+        """The code a write of ``value`` defers (0: none). Raises TypeError at once."""
         if not isinstance(value, bytes):
             raise TypeError(f"values are bytes, not {type(value).__name__}")
         if len(value) > VALUE_SIZE_LIMIT_BYTES:
-            raise StoreError(VALUE_TOO_LARGE)
+            return VALUE_TOO_LARGE
+        return 0
 
     def _size_bytes(self) -> int:
         # FoundationDB's "affected data": mutations (keys and values), their write conflict
@@ -285,46 +323,62 @@ class BufferedTransaction(Transaction):
         self._write_range_bytes += len(key) + len(end) if kind == OP_CLEAR_RANGE else 2 * len(key) + 1
 
     def set(self, key: bytes, value: bytes) -> None:
-        """See :meth:`Transaction.set`."""
-        self._check_open()
-        self._check_key(key)
-        self._check_value(value)
+        """See :meth:`Transaction.set`; its errors are deferred."""
+        error = self._key_error(key) or self._value_error(value)
+        if self._state != _OPEN or self._deferred is not None:
+            return self._refuse_write()
+        if error:
+            return self._defer(error)
         self._buf.set(key, value)
         self._record((OP_SET, key, value, 0), len(key) + len(value))
 
     def clear(self, key: bytes) -> None:
-        """See :meth:`Transaction.clear`."""
-        self._check_open()
-        self._check_key(key)
+        """See :meth:`Transaction.clear`; its errors are deferred."""
+        error = self._key_error(key)
+        if self._state != _OPEN or self._deferred is not None:
+            return self._refuse_write()
+        if error == KEY_TOO_LARGE:
+            return  # no key is that long: nothing to clear (FoundationDB's client skips it too)
+        if error:
+            return self._defer(error)
         self._buf.clear(key)
         self._record((OP_CLEAR, key, b"", 0), len(key))
 
     def clear_range(self, begin: bytes, end: bytes) -> None:
-        """See :meth:`Transaction.clear_range`; 2005 if ``begin > end``."""
-        self._check_open()
+        """See :meth:`Transaction.clear_range`; 2005 (deferred) if ``begin > end``."""
+        if self._state != _OPEN or self._deferred is not None:
+            return self._refuse_write()
         if begin > end:
-            raise StoreError(INVERTED_RANGE)
+            return self._defer(INVERTED_RANGE)
         if end > KEYSPACE_END:
-            raise StoreError(KEY_OUTSIDE_LEGAL_RANGE)
+            return self._defer(KEY_OUTSIDE_LEGAL_RANGE)
         if begin == end:
             return
         self._buf.clear_range(begin, end)
         self._record((OP_CLEAR_RANGE, begin, end, 0), len(begin) + len(end))
 
     def add(self, key: bytes, param: bytes) -> None:
-        """See :meth:`Transaction.add`."""
-        self._check_open()
-        self._check_key(key)
-        self._check_value(param)
+        """See :meth:`Transaction.add`; its errors are deferred."""
+        error = self._key_error(key) or self._value_error(param)
+        if self._state != _OPEN or self._deferred is not None:
+            return self._refuse_write()
+        if error:
+            return self._defer(error)
         self._buf.add(key, param)
         self._record((OP_ADD, key, param, 0), len(key) + len(param))
 
     def set_versionstamped_key(self, key: bytes, value: bytes) -> None:
-        """See :meth:`Transaction.set_versionstamped_key`; 2000 for a bad offset trailer."""
-        self._check_open()
-        body, offset = parse_stamp_operand(key, "key")
-        self._check_key(splice(body, offset, b"\x00" * STAMP_BYTES))
-        self._check_value(value)
+        """See :meth:`Transaction.set_versionstamped_key`; 2000 (deferred) for a bad offset trailer."""
+        value_error = self._value_error(value)
+        if self._state != _OPEN or self._deferred is not None:
+            return self._refuse_write()
+        try:
+            body, offset = parse_stamp_operand(key, "key")
+        except StoreError as e:
+            return self._defer(e.code, e.detail)
+        error = self._key_error(splice(body, offset, b"\x00" * STAMP_BYTES)) or value_error
+        if error:
+            return self._defer(error)
         # As FDB's RYW layer: the keys this write may land on (any stamp after our read
         # version) cannot be read back by this transaction.
         snap = self._held.snapshot
@@ -335,32 +389,48 @@ class BufferedTransaction(Transaction):
         self._record((OP_VS_KEY, body, value, offset), len(body) + len(value))
 
     def set_versionstamped_value(self, key: bytes, value: bytes) -> None:
-        """See :meth:`Transaction.set_versionstamped_value`; 2000 for a bad offset trailer."""
-        self._check_open()
-        self._check_key(key)
-        body, offset = parse_stamp_operand(value, "value")
-        self._check_value(body)
+        """See :meth:`Transaction.set_versionstamped_value`; 2000 (deferred) for a bad offset trailer."""
+        key_error = self._key_error(key)
+        if self._state != _OPEN or self._deferred is not None:
+            return self._refuse_write()
+        if key_error:
+            return self._defer(key_error)
+        try:
+            body, offset = parse_stamp_operand(value, "value")
+        except StoreError as e:
+            return self._defer(e.code, e.detail)
+        error = self._value_error(body)
+        if error:
+            return self._defer(error)
         self._buf.set_unreadable_value(key)
         self._record((OP_VS_VALUE, key, body, offset), len(key) + len(body))
 
     def add_read_conflict_key(self, key: bytes) -> None:
         """See :meth:`Transaction.add_read_conflict_key`; a key we already wrote adds nothing."""
-        self._check_open()
-        if self._buf.decides(key):
+        if self._state != _OPEN or self._deferred is not None or self._buf.decides(key):
             return
         self.add_read_conflict_range(key, key_after(key))
 
     def add_read_conflict_range(self, begin: bytes, end: bytes) -> None:
-        """See :meth:`Transaction.add_read_conflict_range`."""
-        self._check_open()
+        """See :meth:`Transaction.add_read_conflict_range`; 2005 at the call if ``begin > end``."""
         if begin > end:
-            raise StoreError(INVERTED_RANGE)
-        self._add_read_range(begin, end)
+            raise StoreError(INVERTED_RANGE)  # the C API checks the range before deferring anything
+        if self._state != _OPEN or self._deferred is not None:
+            return
+        try:
+            self._add_read_range(begin, end)
+        except StoreError as e:  # taking the read version (1007, an SQLite error): a void call defers it
+            self._defer(e.code, e.detail)
 
     def watch(self, key: bytes) -> Watch:
-        """See :meth:`Transaction.watch`; 1032 (raised by ``wait``) beyond the store's watch limit."""
-        self._check_open()
-        self._check_key(key)
+        """See :meth:`Transaction.watch`; its errors (1032 beyond the store's watch limit, a deferred
+        error, 1025 once cancelled, 2004) are raised by the watch's ``wait``, as FoundationDB's are."""
+        error = self._key_error(key)
+        if self._state != _OPEN or self._deferred is not None:
+            code, _ = self._blocker()
+            return self._failed_watch(key, code)
+        if error:
+            return self._failed_watch(key, error)
         w = self._store.watches.create(key)
         if w.is_ready():
             return w  # failed with 1032
@@ -428,8 +498,18 @@ class BufferedTransaction(Transaction):
         self._held.release(TRANSACTION_CANCELLED)
         self._clear_state()
 
+    def _failed_watch(self, key: bytes, code: int) -> Watch:
+        w = self._store.watches.create(key)
+        self._store.watches.settle(w, code)
+        return w
+
     def cancel(self) -> None:
         """See :meth:`Transaction.cancel`."""
         self._held.release(TRANSACTION_CANCELLED)
-        if self._state == _OPEN:
-            self._state = _CANCELLED
+        self._state = _CANCELLED
+
+    def on_error(self, error: StoreError) -> None:
+        """See :meth:`Transaction.on_error`; 1025 once the transaction is cancelled."""
+        if self._state == _CANCELLED:
+            raise StoreError(TRANSACTION_CANCELLED)
+        super().on_error(error)

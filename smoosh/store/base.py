@@ -12,6 +12,29 @@ The retry loop is written once, here. A store supplies two primitives for it:
 :meth:`Transaction.on_error` (FoundationDB's: back off and reset for a retryable error,
 raise anything else; the ``fdb:`` store hands it to the binding) and
 :meth:`Transaction.set_retry_options` (the transaction's timeout and backoff ceiling).
+
+Where errors surface is FoundationDB's rule, on every store (the client library's, as a real
+cluster showed; the embedded stores follow it so code written against them meets each error
+at the same line as on a cluster):
+
+* A write (``set``, ``clear``, ``clear_range``, ``add``, the versionstamped sets) never raises
+  at the call, except ``TypeError`` for a key or value that is not bytes. Its error is
+  *deferred*: a key over 10,000 bytes (2102), a value over 100,000 bytes (2103), a key at or
+  after ``b"\xff"`` (2004), ``clear_range(b, a)`` with ``b > a`` (2005), a versionstamp
+  operand without room for the stamp (2000). The first deferred error is kept and every
+  later write of the attempt is ignored; each read (``get``, ``get_key``, ``get_range``, the
+  snapshot's too) and ``commit`` raises it, and a ``watch`` fails with it. ``reset`` and a
+  successful ``on_error`` clear it. ``clear`` of a key over 10,000 bytes is no error at all:
+  no such key can exist, so there is nothing to clear.
+* ``add_read_conflict_range(b, a)`` with ``b > a`` raises 2005 at the call (the C API
+  checks it before anything is deferred).
+* A transaction is *cancelled* by :meth:`Transaction.cancel` and by an ``on_error`` that
+  raises (FoundationDB at API version 610 and later): from then on every read, ``watch``,
+  ``commit`` and ``on_error`` raises 1025 ``transaction_cancelled`` (writes are ignored), until
+  ``reset``.
+* ``on_error`` retries :data:`~smoosh.store.errors.ON_ERROR_RETRYABLE`: FoundationDB's
+  retryable set without 1039, which a native transaction's ``onError`` raises. The retry loop
+  never hands it 1039 or 1031 (:meth:`Store.transact`).
 """
 
 from __future__ import annotations
@@ -25,7 +48,7 @@ from typing import Callable, Iterable, TypeVar
 
 from smoosh.store.errors import (
     DATABASE_LOCKED,
-    RETRYABLE,
+    ON_ERROR_RETRYABLE,
     TRANSACTION_TIMED_OUT,
     StoreError,
 )
@@ -169,15 +192,19 @@ class Transaction(ReadView):
 
     @abc.abstractmethod
     def set(self, key: bytes, value: bytes) -> None:
-        """Write ``key`` = ``value`` (2102 / 2103 beyond the size limits)."""
+        """Write ``key`` = ``value``; beyond the limits (2102, 2103, 2004) the error is deferred.
+
+        Deferred, as every write's error is: the next read or the commit raises it (see the
+        module docstring).
+        """
 
     @abc.abstractmethod
     def clear(self, key: bytes) -> None:
-        """Delete ``key`` (no error if absent)."""
+        """Delete ``key`` (no error if absent, nor if longer than any key can be; 2004 deferred)."""
 
     @abc.abstractmethod
     def clear_range(self, begin: bytes, end: bytes) -> None:
-        """Delete every key in ``[begin, end)``."""
+        """Delete every key in ``[begin, end)``; 2005 deferred if ``begin > end``."""
 
     def clear_range_startswith(self, prefix: bytes) -> None:
         """Delete every key that starts with ``prefix``."""
@@ -216,11 +243,12 @@ class Transaction(ReadView):
 
     @abc.abstractmethod
     def reset(self) -> None:
-        """Discard reads, writes and watches (uncommitted watches fail with 1025) and start afresh."""
+        """Discard reads, writes, a deferred error and watches (uncommitted watches fail with 1025) and start afresh."""
 
     @abc.abstractmethod
     def cancel(self) -> None:
-        """Abandon the transaction; uncommitted watches fail with 1025."""
+        """Abandon the transaction: uncommitted watches fail with 1025, and so does every later
+        read, ``watch``, ``commit`` and ``on_error`` until :meth:`reset`."""
 
     @abc.abstractmethod
     def get_versionstamp(self) -> bytes:
@@ -235,6 +263,17 @@ class Transaction(ReadView):
     def has_writes(self) -> bool:
         """Whether the transaction holds any mutation (a read-only transaction commits nothing)."""
 
+    @property
+    def deferred_error(self) -> StoreError | None:
+        """The error a write of this attempt deferred, which the next read or commit raises.
+
+        None when there is none, or when the store does not say: the ``fdb:`` binding keeps
+        it inside the client library and only raises it. A wrapper that acts before the
+        commit (the fault-injecting store) asks, so that the deferred error comes first, as
+        it does on a cluster.
+        """
+        return None
+
     def set_retry_options(self, *, timeout_s: float | None = None, max_retry_delay_s: float = MAX_RETRY_DELAY_S) -> None:
         """FoundationDB's ``timeout`` and ``max_retry_delay`` transaction options.
 
@@ -247,16 +286,21 @@ class Transaction(ReadView):
         self._backoff: Backoff | None = None  # made by the first on_error
 
     def on_error(self, error: StoreError) -> None:
-        """FoundationDB's ``on_error``: for a retryable error, back off and reset; else raise.
+        """FoundationDB's ``on_error``: for a retryable error, back off and reset; else raise and cancel.
 
-        Retryable means FoundationDB's predicate (:data:`~smoosh.store.errors.RETRYABLE`):
-        1031 is not in it (the retry loop retries it on a fresh transaction). The backoff
-        grows with each call on the same transaction (see :class:`~smoosh.store.retry.Backoff`).
+        Retryable means :data:`~smoosh.store.errors.ON_ERROR_RETRYABLE`, what a native
+        FoundationDB transaction's ``onError`` retries: neither 1031 nor 1039 is in it (the
+        retry loop retries both on a fresh transaction). The backoff grows with each call on
+        the same transaction (see :class:`~smoosh.store.retry.Backoff`). An ``on_error`` that
+        raises leaves the transaction cancelled, as FoundationDB's does at API version 610 and
+        later: every later call raises 1025 until :meth:`reset`.
 
         Raises:
-            StoreError: ``error`` itself when it is not retryable.
+            StoreError: ``error`` itself when it is not retryable; 1025 on a cancelled
+                transaction (each store checks that first).
         """
-        if error.code not in RETRYABLE:
+        if error.code not in ON_ERROR_RETRYABLE:
+            self.cancel()
             raise error
         backoff = self.__dict__.get("_backoff")
         if backoff is None:
@@ -309,12 +353,13 @@ class Store(abc.ABC):
     ) -> T:
         """Run ``fn(tr)`` in a transaction and commit it, retrying as FoundationDB defines it.
 
-        After an error of FoundationDB's retryable set the transaction's :meth:`~Transaction.on_error`
-        backs off (exponentially, at most ``max_retry_delay_s``) and resets it; after 1031
-        (an attempt that timed out) the loop backs off the same way and starts a fresh
-        transaction. Any other error is raised at once, with its code. The body may thus
-        run more than once: it must not have side effects outside the transaction that
-        break when repeated. After 1021, 1031 or 1039 an attempt may have committed although
+        After an error of :data:`~smoosh.store.errors.ON_ERROR_RETRYABLE` the transaction's
+        :meth:`~Transaction.on_error` backs off (exponentially, at most ``max_retry_delay_s``)
+        and resets it; after 1031 (an attempt that timed out) or 1039 (the cluster's protocol
+        version changed, which a native transaction's ``on_error`` raises) the loop backs off
+        the same way and starts a fresh transaction. Any other error is raised at once, with
+        its code. The body may thus run more than once: it must not have side effects outside
+        the transaction that break when repeated. After 1021, 1031 or 1039 an attempt may have committed although
         it reported failure: a body that is not idempotent must find out itself (the job
         layer writes a transaction id with every write, see ``smoosh.jobs.txids``), and
         ``on_retry`` tells it when.
@@ -362,10 +407,11 @@ class Store(abc.ABC):
                         log.debug("retrying transaction after %s (retry %d)", e, retries)
                     if on_retry is not None:
                         on_retry(e)
-                    if e.code in RETRYABLE:
+                    if e.code in ON_ERROR_RETRYABLE:
                         tr.on_error(e)
                     else:
-                        # 1031: on_error would raise it; the timed-out transaction is spent.
+                        # 1031 and 1039: on_error would raise them and cancel the transaction
+                        # (1039 on a cluster without an external client); the attempt is spent.
                         tr.cancel()
                         if fresh_backoff is None:
                             fresh_backoff = Backoff(max_retry_delay_s)

@@ -52,12 +52,20 @@ RETRYABLE_NOT_COMMITTED = frozenset(
     }
 )
 
-#: FoundationDB's ``retryable`` predicate: what ``on_error`` retries.
+#: FoundationDB's ``retryable`` predicate (``fdb_error_predicate``).
 RETRYABLE = MAYBE_COMMITTED | RETRYABLE_NOT_COMMITTED
+
+#: What a transaction's ``on_error`` retries: the predicate's set without 1039. Only the
+#: multi-version client's transactions handle ``cluster_version_changed``; libfdb_c without an
+#: external client (bypass mode, smoosh's default) runs native transactions, whose ``onError``
+#: raises it although the predicate calls it retryable (found on a 7.3 cluster). Every store's
+#: ``on_error`` behaves so; smoosh's retry loop retries 1039 itself, on a fresh transaction.
+ON_ERROR_RETRYABLE = RETRYABLE - {CLUSTER_VERSION_CHANGED}
 
 #: What smoosh's retry loop (:meth:`~smoosh.store.base.Store.transact`) retries: FoundationDB's
 #: set plus 1031, which ``on_error`` does not retry. couch_jobs retries it too: one attempt
-#: that timed out (a slow commit, a stalled read) says nothing about the next.
+#: that timed out (a slow commit, a stalled read) says nothing about the next. The loop hands
+#: only :data:`ON_ERROR_RETRYABLE` to ``on_error``; 1031 and 1039 it retries on a fresh transaction.
 LOOP_RETRYABLE = RETRYABLE | {TRANSACTION_TIMED_OUT}
 
 #: Codes after which smoosh treats a transaction as "may have committed": FoundationDB's
@@ -98,8 +106,9 @@ class StoreError(SmooshError):
 
     def __init__(self, code: int, message: str | None = None) -> None:
         self.code = code
-        detail = message or _DESCRIPTIONS.get(code, "store error")
-        super().__init__(f"{detail} ({code})")
+        #: The message without its code (FoundationDB's description unless one was given).
+        self.detail = message or _DESCRIPTIONS.get(code, "store error")
+        super().__init__(f"{self.detail} ({code})")
 
     @property
     def retryable(self) -> bool:

@@ -24,8 +24,10 @@ What is injected, and when (each decision drawn from one ``random.Random(SEED)``
   doomed.
 
 Half of the failing commits fail before and half after committing. Read-only commits never
-fail (FoundationDB does not send them to the cluster). :meth:`FaultyStore.inject` forces
-given faults on the next write commits, for tests that need one exact fault.
+fail (FoundationDB does not send them to the cluster), nor do commits of a transaction whose
+write deferred an error: the client raises that before anything reaches the cluster.
+:meth:`FaultyStore.inject` forces given faults on the next write commits, for tests that need
+one exact fault.
 
 Faults strike only the transactions of :meth:`~smoosh.store.base.Store.transact` (every
 transaction smoosh itself runs goes through it): a transaction from a direct
@@ -301,7 +303,7 @@ class FaultyTransaction(_FaultyReadView, Transaction):
 
     def commit(self) -> None:
         """Commit the inner transaction, or fail before or after doing so (see the module docstring)."""
-        if not self._faulty or not self._tr.has_writes:
+        if not self._faulty or not self._tr.has_writes or self._tr.deferred_error is not None:
             self._tr.commit()
             return
         fault = self._store._commit_fault()
@@ -327,6 +329,10 @@ class FaultyTransaction(_FaultyReadView, Transaction):
     @property
     def has_writes(self) -> bool:
         return self._tr.has_writes
+
+    @property
+    def deferred_error(self) -> StoreError | None:
+        return self._tr.deferred_error
 
     def set_retry_options(self, *, timeout_s: float | None = None, max_retry_delay_s: float = MAX_RETRY_DELAY_S) -> None:
         self._tr.set_retry_options(timeout_s=timeout_s, max_retry_delay_s=max_retry_delay_s)

@@ -5,6 +5,13 @@ The seam mirrors FoundationDB's own transaction API, so this module only convert
 ``fdb.FDBError`` to :class:`~smoosh.store.errors.StoreError` with the same code, and watch
 futures to :class:`~smoosh.store.base.Watch`. Retries go through the binding's ``on_error``
 (its retryable set, its backoff, ``max_retry_delay``); the retry loop is the base class's.
+Errors surface where the client library raises them, which is the contract of every store
+(:mod:`smoosh.store.base`): a write's error at the next read or the commit, 1025 after a
+failed ``on_error``, and ``on_error(1039)`` raised in bypass mode (libfdb_c without an
+external client), so the retry loop retries 1039 itself.
+
+The suite runs this adapter without a cluster over a stand-in for the binding that models
+those behaviours (``tests/helpers/fdb_standin.py``, passed as ``binding``).
 
 Versions. Three things must agree: the binding (PyPI ``foundationdb``), the client library
 ``libfdb_c`` it loads, and the cluster. The binding announces a *header* API version (710 for
@@ -242,7 +249,22 @@ def _mapped(fdb: ModuleType) -> Iterator[None]:
     try:
         yield
     except fdb.FDBError as e:
-        raise StoreError(e.code, str(e)) from e
+        raise StoreError(e.code, _description(e)) from e
+
+
+def _description(error: Any) -> str | None:
+    """The binding's description of an ``FDBError`` (None: the code's own, from our table).
+
+    Not ``str(error)``: that already ends in the code (the StoreError adds it again), and the
+    7.1 binding's description is the C library's ``bytes``, which would print as ``b'...'``.
+    """
+    try:
+        description = error.description  # the binding asks libfdb_c for it
+    except Exception:  # only a courtesy: without it the StoreError gives the code's own description
+        return None
+    if isinstance(description, bytes):
+        description = description.decode("utf-8", "replace")
+    return description or None
 
 
 class _FdbReadView(ReadView):
@@ -372,13 +394,16 @@ class FdbStore(Store):
         cluster_file: the cluster file, or None for the default (``FDB_CLUSTER_FILE`` or the
             platform's default path).
         url: the URL it was opened with.
+        binding: the ``fdb`` module to use, its API version already selected (None: import
+            the binding and select one, :func:`load_fdb`). The tests pass a stand-in for the
+            binding and a cluster, or the real binding behind a fence on test keys.
 
     Raises:
         StoreUnavailable: no binding, no native client, or the database cannot be opened.
     """
 
-    def __init__(self, cluster_file: str | None = None, *, url: str | None = None) -> None:
-        self._fdb = load_fdb()
+    def __init__(self, cluster_file: str | None = None, *, url: str | None = None, binding: ModuleType | None = None) -> None:
+        self._fdb = binding if binding is not None else load_fdb()
         self.cluster_file = cluster_file
         self.url = url or f"fdb:{cluster_file or ''}"
         try:

@@ -1,7 +1,8 @@
 """Every shell and ini example of the README is run or checked (issue 19, DESIGN §11: "run or
 checked" README examples are executed), so an example cannot rot: `smoosh` command lines are
-parsed by the CLI's own argparse, the tour's Python heredoc runs, `make` targets exist, and
-every ini block passes `smoosh config check`."""
+parsed by the CLI's own argparse, the tour's Python heredoc runs, `make` targets exist, a
+pytest run names test paths that exist, an environment variable set before a command is one
+the project reads, and every ini block passes `smoosh config check`."""
 
 from __future__ import annotations
 
@@ -15,12 +16,15 @@ from pathlib import Path
 
 import pytest
 
+from helpers.summary import FDB_CLUSTER_ENV
 from smoosh.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 #: Commands an example may use besides `smoosh` and `make`, each checked its own way below.
 OTHER_COMMANDS = {"ls"}
+#: Environment variables an example may set before its command (the suite reads each).
+ENVIRONMENT = {FDB_CLUSTER_ENV, "SMOOSH_SOAK"}
 
 
 def blocks(language: str) -> list[tuple[int, str]]:
@@ -64,6 +68,9 @@ def test_the_readme_has_shell_and_ini_examples() -> None:
 @pytest.mark.parametrize("line, command, body", SHELL, ids=[f"line {n}: {c}" for n, c, _ in SHELL])
 def test_every_shell_example_runs_or_parses(line: int, command: str, body: str | None, tmp_path: Path) -> None:
     words = shlex.split(command.split("<<", 1)[0])
+    while re.fullmatch(r"[A-Z][A-Z0-9_]*=\S*", words[0]):
+        name = words.pop(0).split("=", 1)[0]
+        assert name in ENVIRONMENT, f"README line {line}: {name} is not a variable the project reads"
     if ">" in words:  # `smoosh config sample > smoosh.ini`: the command is what precedes the redirection
         words = words[:words.index(">")]
     program = os.path.basename(words[0])
@@ -88,6 +95,9 @@ def test_every_shell_example_runs_or_parses(line: int, command: str, body: str |
         assert out.returncode == 0, out.stderr
         assert re.fullmatch(r"\d+ bytes before\n", out.stdout), out.stdout
         assert int(out.stdout.split()[0]) > 10_000_000
+    elif program == "python" and words[1:3] == ["-m", "pytest"]:
+        paths = [w for w in words[3:] if w.startswith("tests/")]
+        assert paths and all((ROOT / p).exists() for p in paths), command
     else:
         assert program in OTHER_COMMANDS, f"README line {line}: no check for {command!r}: add one here"
 

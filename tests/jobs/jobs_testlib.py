@@ -3,11 +3,10 @@ directory on sys.path)."""
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import Any
 
-from helpers.summary import FDB_CLUSTER_ENV
+from helpers.fdb_variants import FdbVariant
 from smoosh.jobs.threads import THREAD_NAME_PREFIX
 from smoosh.store import open_store
 from smoosh.store.base import Store
@@ -53,8 +52,8 @@ FAULT_RATE = 0.2
 FAULTY_MAX_RETRY_DELAY_S = 0.002
 
 
-def open_kind(kind: str, tmp_path: Any, seed: int = 0) -> Store:
-    """A fresh store of ``kind`` (see the conftest's docstring)."""
+def open_kind(kind: str, tmp_path: Any, seed: int = 0, fdb: FdbVariant | None = None) -> Store:
+    """A fresh store of ``kind`` (see the conftest's docstring); ``fdb`` opens the FoundationDB kinds."""
     if kind.startswith("faulty-"):
         from smoosh.store.faulty import FaultyStore
 
@@ -64,4 +63,5 @@ def open_kind(kind: str, tmp_path: Any, seed: int = 0) -> Store:
         return open_store("memory:")
     if kind == "sqlite":
         return open_store(f"sqlite:{tmp_path / 'jobs.db'}")
-    return open_store(f"fdb:{os.environ[FDB_CLUSTER_ENV]}")
+    assert fdb is not None, f"{kind}: a FoundationDB store needs its test's FdbVariant (prefix and fence)"
+    return fdb.open()

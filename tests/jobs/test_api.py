@@ -14,6 +14,7 @@ from helpers.clocks import FakeClock
 from jobs_testlib import J1, J2, T1, T2
 
 from smoosh.jobs import EncodingError, Job, JobHalted, Jobs, NotFound, NoTypeTimeout
+from smoosh.store import tuples
 
 
 def run_in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
@@ -436,34 +437,43 @@ def test_list_jobs_lists_every_type_with_states(jobs: Jobs) -> None:
 
 
 # 36. use_fabric_transaction_object: the caller's writes and the job change commit together.
-def test_transact_composes_caller_writes_with_job_changes(jobs: Jobs, store: Any) -> None:
+def _app_key(prefix: bytes, name: str) -> bytes:
+    """A caller's own document, beside the layer's keys under the test's prefix (on a cluster a
+    test writes nowhere else): a string element, which no section of the layer uses."""
+    return tuples.pack(("app", name), prefix)
+
+
+def test_transact_composes_caller_writes_with_job_changes(jobs: Jobs, store: Any, prefix: bytes) -> None:
     jobs.add(T1, J1, {})
     job, _ = jobs.accept(T1)
+    doc1, doc2 = _app_key(prefix, "doc1"), _app_key(prefix, "doc2")
 
     def body(tr: Any) -> None:
         assert jobs.get_job_data(T1, J1, tx=tr) == {}
-        tr.set(b"app/doc1", b"{}")
-        tr.set(b"app/doc2", b"{}")
+        tr.set(doc1, b"{}")
+        tr.set(doc2, b"{}")
         jobs.finish(job, {"d": 1}, tx=tr)
 
     jobs.transact(body)
-    assert store.transact(lambda tr: tr.get(b"app/doc1")) == b"{}"
+    assert store.transact(lambda tr: (tr.get(doc1), tr.get(doc2))) == (b"{}", b"{}")
     assert jobs.get_job(T1, J1).data == {"d": 1}
     jobs.remove(T1, J1)
+    store.transact(lambda tr: tr.clear_range_startswith(tuples.pack(("app",), prefix)))
 
 
-def test_failed_caller_transaction_rolls_back_job_change(jobs: Jobs, store: Any) -> None:
+def test_failed_caller_transaction_rolls_back_job_change(jobs: Jobs, store: Any, prefix: bytes) -> None:
     jobs.add(T1, J1, {})
     job, _ = jobs.accept(T1)
+    doc = _app_key(prefix, "doc")
 
     def body(tr: Any) -> None:
-        tr.set(b"app/doc", b"{}")
+        tr.set(doc, b"{}")
         jobs.finish(job, {"d": 1}, tx=tr)
         raise RuntimeError("the caller's own step failed")
 
     with pytest.raises(RuntimeError):
         jobs.transact(body)
-    assert store.transact(lambda tr: tr.get(b"app/doc")) is None
+    assert store.transact(lambda tr: tr.get(doc)) is None
     assert jobs.get_job_state(T1, J1) == "running"
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from smoosh.jobs import Jobs
-from smoosh.cli.jobs import add_jobs_parser, jobs_command
+from smoosh.cli.jobs import FINISHED_NOT_KEPT, add_jobs_parser, jobs_command
 from smoosh.store import open_store
 
 
@@ -49,13 +49,48 @@ def test_list_prints_a_table_of_jobs(store_url: str) -> None:
     assert lines[0].split() == ["TYPE", "ID", "STATE", "SCHEDULED"]
     assert lines[1].split() == ["smoosh:n1", "/data/a.db", "pending", "2023-11-14T22:13:20Z"]
     assert lines[2].split() == ["smoosh:n1", "/data/b.db", "running", "-"]
+    assert lines[3:] == [FINISHED_NOT_KEPT]
 
 
 def test_list_filters_by_type_and_says_when_nothing_is_found(store_url: str) -> None:
     code, out, _ = run(parse(["jobs", "--store", store_url, "list", "--type", "smoosh:other"]))
-    assert (code, out) == (0, "no jobs found of type smoosh:other\n")
+    assert (code, out) == (0, "no jobs found of type smoosh:other: no such type in this store (its types: smoosh:n1)\n"
+                              + FINISHED_NOT_KEPT + "\n")
     code, out, _ = run(parse(["jobs", "list", "--type", "smoosh:n1"], store_default=store_url))
-    assert code == 0 and len(out.splitlines()) == 3
+    assert code == 0 and len(out.splitlines()) == 4
+
+
+def test_once_jobs_finished_and_were_removed_the_list_says_finished_jobs_are_not_kept(store_url: str) -> None:
+    # What a smoosh node does with a job: accept, finish, then remove its row.
+    store = open_store(store_url)
+    with Jobs(store, monitors=False) as jobs:
+        job, _data = jobs.accept("smoosh:n1", timeout=0)
+        jobs.finish(job)
+        jobs.remove("smoosh:n1", job.id)
+        jobs.remove("smoosh:n1", "/data/b.db")  # the one running since the fixture
+    store.close()
+    code, out, _ = run(parse(["jobs", "--store", store_url, "list"]))
+    assert (code, out) == (0, "no jobs found\n" + FINISHED_NOT_KEPT + "\n")
+    code, out, _ = run(parse(["jobs", "--store", store_url, "list", "--state", "finished"]))
+    assert (code, out) == (0, "no jobs found in state finished\n" + FINISHED_NOT_KEPT + "\n")
+    code, out, _ = run(parse(["jobs", "--store", store_url, "list", "--state", "running"]))
+    assert (code, out) == (0, "no jobs found in state running\n")  # not asked for finished jobs: no note
+
+
+def test_a_finished_job_still_in_the_store_is_listed_without_the_note(store_url: str) -> None:
+    store = open_store(store_url)
+    with Jobs(store, monitors=False) as jobs:
+        job, _data = jobs.accept("smoosh:n1", timeout=0)
+        jobs.finish(job)
+    store.close()
+    code, out, _ = run(parse(["jobs", "--store", store_url, "list", "--state", "finished"]))
+    assert code == 0
+    assert [line.split()[1:3] for line in out.splitlines()[1:]] == [["/data/a.db", "finished"]]
+
+
+def test_a_store_without_job_types_is_not_mistaken_for_one_whose_jobs_finished(tmp_path: Path) -> None:
+    code, out, _ = run(parse(["jobs", "--store", f"sqlite:{tmp_path / 'empty.db'}", "list"]))
+    assert (code, out) == (0, "no jobs found: this store has no job types (is it the store the daemons use?)\n")
 
 
 def test_show_prints_state_and_data_as_json_with_infinity_as_string(store_url: str) -> None:

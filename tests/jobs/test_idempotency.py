@@ -1,37 +1,48 @@
 """Every job operation gives the same result whether a "may have committed" error came before
-or after its commit (fabric2's transaction ids), and the ids do not accumulate."""
+or after its commit (fabric2's transaction ids), and the ids do not accumulate.
+
+Every test works under a fresh prefix, cleared before and after, on every store: on a
+cluster a test on the default prefix would sweep a live deployment's transaction ids.
+"""
 
 from __future__ import annotations
 
-import os
 import random
-import uuid
 from typing import Any, Iterator
 
 import pytest
 from helpers.clocks import FakeClock
+from helpers.fdb_variants import FDB_KINDS, FdbVariant, fresh_tuple_prefix, skip_without_cluster
 
 from smoosh.jobs import JobHalted, Jobs, NotFound
 from smoosh.jobs.model import Job
 from smoosh.jobs.txids import TX_ID_TTL_S, TxIds, count_tx_ids, sweep_expired
-from smoosh.store import tuples
 from smoosh.store.errors import StoreError
 from smoosh.store.faulty import FaultyStore
 
-from jobs_testlib import FDB_CLUSTER_ENV, open_kind
+from jobs_testlib import open_kind
 
 T = "t"
 MAYBE_COMMITTED = [1021, 1031, 1039]
 
 
-@pytest.fixture(params=["memory", "sqlite", "fdb"])
-def fstore(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[FaultyStore]:
-    """A store that fails only where a test says so (:meth:`FaultyStore.inject`)."""
-    if request.param == "fdb" and not os.environ.get(FDB_CLUSTER_ENV):
-        pytest.skip(f"no FoundationDB cluster: set {FDB_CLUSTER_ENV} to a cluster file")
-    store = FaultyStore(open_kind(request.param, tmp_path), seed=0, rate=0.0, max_retry_delay_s=0.001)
+@pytest.fixture
+def prefix() -> bytes:
+    return fresh_tuple_prefix()
+
+
+@pytest.fixture(params=["memory", "sqlite", "fdb", "fdb-standin"])
+def fstore(request: pytest.FixtureRequest, tmp_path: Any, prefix: bytes) -> Iterator[FaultyStore]:
+    """A store that fails only where a test says so (:meth:`FaultyStore.inject`); the prefix cleared before and after."""
+    skip_without_cluster(request.param)
+    fdb = FdbVariant(request.param, prefix) if request.param in FDB_KINDS else None
+    store = FaultyStore(open_kind(request.param, tmp_path, fdb=fdb), seed=0, rate=0.0, max_retry_delay_s=0.001)
+    store.transact(lambda tr: tr.clear_range_startswith(prefix))
     yield store
+    store.transact(lambda tr: tr.clear_range_startswith(prefix))
     store.close()
+    if fdb is not None:
+        fdb.close()
 
 
 @pytest.fixture
@@ -40,13 +51,11 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def layer(fstore: FaultyStore, clock: FakeClock) -> Iterator[Jobs]:
-    prefix = tuples.pack(("smoosh-test", uuid.uuid4().hex))
+def layer(fstore: FaultyStore, clock: FakeClock, prefix: bytes) -> Iterator[Jobs]:
     jobs = Jobs(fstore, prefix=prefix, clock=clock, monitors=False, rng=random.Random(3))
     jobs.set_type_timeout(T, 30)
     yield jobs
     jobs.close()
-    fstore.transact(lambda tr: tr.clear_range_startswith(prefix))
 
 
 def _running(jobs: Jobs) -> list[str]:
@@ -162,8 +171,8 @@ def test_transaction_ids_do_not_accumulate(layer: Jobs) -> None:
     assert count_tx_ids(layer.store, layer.keys) == 0
 
 
-def test_ids_of_a_process_that_died_are_swept_after_their_ttl(fstore: FaultyStore, clock: FakeClock) -> None:
-    jobs = Jobs(fstore, clock=clock, monitors=False)
+def test_ids_of_a_process_that_died_are_swept_after_their_ttl(fstore: FaultyStore, clock: FakeClock, prefix: bytes) -> None:
+    jobs = Jobs(fstore, prefix=prefix, clock=clock, monitors=False)
     jobs.set_type_timeout(T, 30)
     for i in range(5):  # five processes that each die right after one call
         TxIds(fstore, jobs.keys, clock=clock).run(lambda tr, i=i: tr.set(jobs.keys.data(T, f"x{i}"), b""))
@@ -178,10 +187,10 @@ def test_ids_of_a_process_that_died_are_swept_after_their_ttl(fstore: FaultyStor
     jobs.close()
 
 
-def test_activity_monitor_sweeps_expired_ids_on_its_check(fstore: FaultyStore, clock: FakeClock) -> None:
+def test_activity_monitor_sweeps_expired_ids_on_its_check(fstore: FaultyStore, clock: FakeClock, prefix: bytes) -> None:
     from smoosh.jobs.monitor import ActivityMonitor
 
-    jobs = Jobs(fstore, clock=clock, monitors=False)
+    jobs = Jobs(fstore, prefix=prefix, clock=clock, monitors=False)
     jobs.set_type_timeout(T, 30)
     dead = TxIds(fstore, jobs.keys, clock=clock)
     dead.run(lambda tr: tr.set(jobs.keys.data(T, "x"), b""))

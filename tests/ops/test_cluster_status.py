@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import datetime
-
 import json
+import re
 import time
 from pathlib import Path
 
@@ -67,11 +67,26 @@ def test_a_record_older_than_15_s_is_marked_stale(tmp_path: Path) -> None:
     nodes = json.loads(out.stdout)["nodes"]
     assert nodes["old"]["stale"] is True and nodes["fresh"]["stale"] is False
     assert nodes["old"]["updated_at"] == now - 60
+    assert 60 <= nodes["old"]["age_s"] < 75 and 0 <= nodes["fresh"]["age_s"] < 15
     assert nodes["old"]["channels"]["ratio_dbs"]["waiting"]["max"] == "infinity"
     text = smoosh_cli("status", "--store", store_url).stdout
     local = lambda t: datetime.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")  # noqa: E731
-    assert f"== old (stale), updated {local(now - 60)}" in text
+    # The CLI ran a moment after the records were written: the age is a minute and a few seconds.
+    assert re.search(rf"^== old \(stale: last record 1 min \d+ s old\), updated {re.escape(local(now - 60))}$",
+                     text, re.MULTILINE), text
     assert f"== fresh, updated {local(now)}" in text
+
+
+def test_a_stale_nodes_heading_gives_the_age_of_its_last_record() -> None:
+    from smoosh.cli.format import format_cluster
+
+    at = 1_700_000_000.0
+    local = datetime.datetime.fromtimestamp(at).strftime("%Y-%m-%d %H:%M:%S")
+    for age_s, said in [(16.4, "16 s"), (75, "1 min 15 s"), (3 * 3600 + 240, "3 h 4 min"), (2 * 86400 + 3 * 3600, "2 d 3 h")]:
+        text = format_cluster({"n1": {"updated_at": at, "stale": True, "age_s": age_s, "channels": {}}})
+        assert text.splitlines()[0] == f"== n1 (stale: last record {said} old), updated {local}"
+    fresh = format_cluster({"n1": {"updated_at": at, "stale": False, "age_s": 3.0, "channels": {}}})
+    assert fresh.splitlines()[0] == f"== n1, updated {local}"
 
 
 def test_an_empty_store_says_so(tmp_path: Path) -> None:

@@ -1,8 +1,10 @@
 """Fixtures of the store contract suite: every test runs on every available store.
 
 ``memory`` and ``sqlite`` always run; ``fdb`` runs where ``SMOOSH_TEST_FDB_CLUSTER`` names a
-cluster file and is skipped (with the reason in the summary) elsewhere. On FoundationDB every
-test works under a fresh random prefix, cleared before and after.
+cluster file and is skipped (with the reason in the summary) elsewhere; ``fdb-standin`` runs
+the same adapter over a stand-in for the binding that behaves as the real client does
+(``helpers/fdb_standin.py``). On both every test works under a fresh random prefix, cleared
+before and after, and a write outside it fails the test (``helpers/key_fence.py``).
 
 ``faulty-memory`` runs every test through ``faulty:SEED:RATE:memory:`` (FoundationDB's errors
 injected into every ``transact``, before and after real commits; the seed comes from the
@@ -12,8 +14,6 @@ test's name, so a failure repeats); ``faulty-sqlite`` does the same around ``sql
 
 from __future__ import annotations
 
-import os
-import uuid
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,10 +21,10 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from helpers.summary import FDB_CLUSTER_ENV
+from helpers.fdb_variants import FDB_KINDS, FdbVariant, fresh_raw_prefix, skip_without_cluster
 from smoosh.store.base import Store
 
-STORE_KINDS = ["memory", "sqlite", "fdb", "faulty-memory", pytest.param("faulty-sqlite", marks=pytest.mark.slow)]
+STORE_KINDS = ["memory", "sqlite", "fdb", "fdb-standin", "faulty-memory", pytest.param("faulty-sqlite", marks=pytest.mark.slow)]
 #: Chance that a write commit of a ``transact`` fails in the faulty variants.
 FAULT_RATE = 0.3
 
@@ -66,7 +66,7 @@ class StoreCtx:
             pytest.skip(f"{self.kind}: {why}")
 
 
-def _open(kind: str, tmp_path: Path, opts: dict[str, Any], seed: int = 0) -> Store:
+def _open(kind: str, tmp_path: Path, opts: dict[str, Any], seed: int = 0, fdb: FdbVariant | None = None) -> Store:
     if kind.startswith("faulty-"):
         from smoosh.store.faulty import FaultyStore
 
@@ -81,32 +81,33 @@ def _open(kind: str, tmp_path: Path, opts: dict[str, Any], seed: int = 0) -> Sto
         return SqliteStore(str(tmp_path / "store.db"), **opts)
     if opts:
         pytest.skip(f"FoundationDB limits are the cluster's: cannot set {sorted(opts)}")
-    from smoosh.store.fdb import FdbStore
-
-    return FdbStore(os.environ[FDB_CLUSTER_ENV])
+    assert fdb is not None
+    return fdb.open()
 
 
 @pytest.fixture(params=STORE_KINDS)
 def ctx(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreCtx]:
     kind = request.param
-    if kind == "fdb" and not os.environ.get(FDB_CLUSTER_ENV):
-        pytest.skip(f"no FoundationDB cluster: set {FDB_CLUSTER_ENV} to a cluster file")
+    skip_without_cluster(kind)
     opened: list[Store] = []
     seed = zlib.crc32(request.node.nodeid.encode())
+    prefix = fresh_raw_prefix() if kind in FDB_KINDS else b"t/"
+    fdb = FdbVariant(kind, prefix) if kind in FDB_KINDS else None
 
     def make(**opts: Any) -> Store:
-        s = _open(kind, tmp_path, opts, seed + len(opened))
+        s = _open(kind, tmp_path, opts, seed + len(opened), fdb)
         opened.append(s)
         return s
 
     store = make()
-    prefix = b"t/" if kind != "fdb" else b"smoosh-test/" + uuid.uuid4().hex.encode() + b"/"
-    if kind == "fdb":
-        store.transact(lambda tr: tr.clear_range_startswith(prefix))
+    if fdb is not None:
+        fdb.clear(store)
     try:
         yield StoreCtx(kind, store, prefix, make, tmp_path / "store.db" if kind.endswith("sqlite") else None)
     finally:
-        if kind == "fdb":
-            store.transact(lambda tr: tr.clear_range_startswith(prefix))
+        if fdb is not None:
+            fdb.clear(store)
         for s in reversed(opened):
             s.close()
+        if fdb is not None:
+            fdb.close()

@@ -176,3 +176,14 @@ def test_retry_options_become_the_transactions_timeout_and_max_retry_delay() -> 
     assert raw.calls == [("timeout", 59500), ("max_retry_delay", 250)]
     tr.set_retry_options(timeout_s=0.0)  # a deadline already reached: 1 ms, never 0 (= none)
     assert raw.calls[-2] == ("timeout", 1)
+
+
+def test_a_binding_error_becomes_a_store_error_with_the_libraries_description_once() -> None:
+    # The 7.1 binding's description is the C library's bytes, and its str() already ends in
+    # the code: the StoreError must read like every other store's, not "b'...' (1039) (1039)".
+    from helpers.fdb_standin import FDBError
+
+    with pytest.raises(StoreError) as e:
+        with fdb_store._mapped(types.SimpleNamespace(FDBError=FDBError)):  # type: ignore[arg-type]
+            raise FDBError(1039)
+    assert (e.value.code, str(e.value)) == (1039, "The protocol version of the cluster has changed (1039)")

@@ -33,7 +33,8 @@ from typing import Callable, Iterator, Mapping
 from smoosh.errors import SmooshError
 from smoosh.units import parse_size
 
-__all__ = ["DiskRoom", "MinFree", "NoRoom", "Reservation", "DEFAULT_MIN_FREE", "parse_min_free"]
+__all__ = ["DiskRoom", "MinFree", "NoRoom", "Reservation", "DEFAULT_MIN_FREE", "parse_min_free",
+           "DEFAULT_DISK_PRESSURE", "parse_disk_pressure"]
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,29 @@ def parse_min_free(text: str) -> MinFree:
     except ValueError:
         raise ValueError("must be a size (e.g. 1GiB) or a percentage of the file system from 0% to 90%") from None
     return MinFree(bytes=int(size))
+
+
+#: ``disk_pressure`` when the config says nothing: a file system 90% used is under pressure.
+DEFAULT_DISK_PRESSURE: float | None = 0.90
+
+
+def parse_disk_pressure(text: str) -> float | None:
+    """``disk_pressure``: a percentage of a file system's use (``90%``), or ``off``.
+
+    Raises:
+        ValueError: anything else, or a percentage outside 1-100.
+    """
+    value = text.strip().lower()
+    if value in ("off", "none", "never"):
+        return None
+    if value.endswith("%"):
+        try:
+            percent = float(value[:-1])
+        except ValueError:
+            percent = 0.0
+        if 1 <= percent <= 100:
+            return percent / 100
+    raise ValueError("must be a percentage of a file system's use from 1% to 100% (e.g. 90%), or off")
 
 
 class NoRoom(SmooshError):

@@ -63,7 +63,7 @@ from smoosh.config.values import (
     split_host_port,
     static_prefix,
 )
-from smoosh.disk_room import DEFAULT_MIN_FREE, MinFree, parse_min_free
+from smoosh.disk_room import DEFAULT_DISK_PRESSURE, DEFAULT_MIN_FREE, MinFree, parse_disk_pressure, parse_min_free
 from smoosh.errors import ConfigError
 from smoosh.units import format_duration, format_size
 
@@ -133,6 +133,8 @@ class Config:
     allow_mounts: tuple[str, ...] = ()
     #: Room kept free on each file system beside what compactions reserve (smoosh.disk_room).
     min_free_space: MinFree = DEFAULT_MIN_FREE
+    #: A file system used past this (0-1) is under disk pressure; None: never (smoosh.daemon.control.pressure).
+    disk_pressure: float | None = DEFAULT_DISK_PRESSURE
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
     @classmethod
@@ -258,6 +260,7 @@ class Config:
                                          DEFAULT_WAL_MAX_SIZE_BYTES)),
             max_io_rate_bytes_per_s=r.get("max_io_rate", parse_io_rate, DEFAULT_MAX_IO_RATE),
             min_free_space=r.get("min_free_space", parse_min_free, DEFAULT_MIN_FREE),
+            disk_pressure=r.get("disk_pressure", parse_disk_pressure, DEFAULT_DISK_PRESSURE),
             io_priority=r.get("io_priority", parse_io_priority, DEFAULT_IO_PRIORITY),
             channels=channels,
             ignore=parse_ignore(sections.get(f"{GLOBAL_SECTION}.ignore", {}), path=where, cwd=cwd),

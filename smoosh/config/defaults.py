@@ -200,6 +200,7 @@ GLOBAL_KEYS: dict[str, str] = {
     "wal_max_size": "wal_max_size_bytes",
     "max_io_rate": "max_io_rate_bytes_per_s",
     "min_free_space": "min_free_space",
+    "disk_pressure": "disk_pressure",
     "io_priority": "io_priority",
 }
 

@@ -107,6 +107,11 @@ AUTO_VACUUM_MODES: dict[str, str] = {
 }
 
 
+#: What a channel does while its databases' file system is under disk pressure: keep to its
+#: window, or run outside it (``ignore_window``).
+UNDER_PRESSURE = ("respect_window", "ignore_window")
+DEFAULT_UNDER_PRESSURE = "respect_window"
+
 #: ini key -> dataclass field, for the per-channel section (also checked against the docs).
 CHANNEL_KEYS: dict[str, str] = {
     "priority": "priority",
@@ -122,6 +127,7 @@ CHANNEL_KEYS: dict[str, str] = {
     "strict_window": "strict_window",
     "timezone": "timezone",
     "match": "match",
+    "under_pressure": "under_pressure",
 }
 
 #: ini key -> dataclass field, for ``[smoosh.sqlite]``.
@@ -200,6 +206,8 @@ class ChannelConfig:
     strict_window: bool = DEFAULT_STRICT_WINDOW
     timezone: str | None = None
     match: tuple[str, ...] = ()
+    #: Under disk pressure: ``respect_window`` (the default) or ``ignore_window`` (run outside it).
+    under_pressure: str = DEFAULT_UNDER_PRESSURE
 
     def matches(self, key: str) -> bool:
         """Whether this channel considers ``key`` (a cleanup key by its database path).
@@ -310,11 +318,19 @@ class ChannelConfig:
             strict_window=r.get("strict_window", parse_bool, DEFAULT_STRICT_WINDOW),
             timezone=timezone,
             match=r.get("match", lambda text: tuple(resolve_glob(p, cwd) for p in parse_list(text)), ()),
+            under_pressure=r.get("under_pressure", _parse_under_pressure, DEFAULT_UNDER_PRESSURE),
         )
         for key in r.unknown_keys():
             warnings.append(unknown_key_warning(path, section, key, CHANNEL_KEYS,
                                                 {"[smoosh]": GLOBAL_KEYS, "[smoosh.sqlite]": SQLITE_KEYS}))
         return config
+
+
+def _parse_under_pressure(text: str) -> str:
+    value = text.strip().lower()
+    if value not in UNDER_PRESSURE:
+        raise ValueError(f"must be one of {', '.join(UNDER_PRESSURE)}")
+    return value
 
 
 def _hinted(parse: Callable[[str], float], hint: str) -> Callable[[str], float]:

@@ -50,6 +50,7 @@ from smoosh.daemon.run.startup import take_over_jobs
 from smoosh.daemon.record.status import build_status, jobs_table
 from smoosh.daemon.control.suspension import Suspension
 from smoosh.errors import UnknownChannel
+from smoosh.daemon.control.pressure import DiskPressure
 from smoosh.disk_room import DiskRoom
 from smoosh.io_budget import IoBudget
 from smoosh.jobs import Jobs
@@ -131,6 +132,8 @@ class Server(LiveConfig):
         self._set_compactor_roots(config)
         # One set of disk reservations for the process (min_free_space): every compaction's room.
         self.disk_room = DiskRoom(config.min_free_space)
+        # Which file systems under the roots are fuller than disk_pressure (checked by the housekeeping).
+        self.pressure = DiskPressure(config.disk_pressure, clock=time.time)
         for compactor in self._compactors:
             set_io_budget = getattr(compactor, "set_io_budget", None)
             if set_io_budget is not None:
@@ -150,7 +153,7 @@ class Server(LiveConfig):
         self._offers = Offers(
             channels=lambda: self._registry.current, config_of=lambda: self._config,
             scheduler_of=lambda: self._scheduler, history=self._history, slots=self._slots,
-            clock=clock, dry_run=dry_run,
+            clock=clock, dry_run=dry_run, pressure=self.pressure.on,
         )
         self.intake = Intake(
             config_of=lambda: self._config, router=self._router, access=self._access,

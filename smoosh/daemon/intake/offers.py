@@ -42,12 +42,15 @@ class Offers:
         slots: the global ``max_jobs`` gate, for the words of ``holds``.
         clock: wall-clock seconds.
         dry_run: the daemon only reports what it would do.
+        pressure: whether a key's file system is under disk pressure
+            (:meth:`~smoosh.daemon.control.pressure.DiskPressure.on`): such a key is queued at the
+            bytes it would reclaim when that is above its channel's priority (worst first).
     """
 
     def __init__(
         self, *, channels: Callable[[], Mapping[str, Channel]], config_of: Callable[[], Config],
         scheduler_of: Callable[[], Any], history: HistoryTable, slots: SlotGate, clock: Callable[[], float],
-        dry_run: bool,
+        dry_run: bool, pressure: Callable[[str], bool] = lambda key: False,
     ) -> None:
         self._channels = channels
         self._config_of = config_of
@@ -56,6 +59,7 @@ class Offers:
         self._slots = slots
         self._clock = clock
         self.dry_run = dry_run
+        self._pressure = pressure
 
     def offer(self, key: str, names: tuple[str, ...], cfg: Config, priority_of: Callable[[ChannelConfig], float],
                sizes: Any, *, force: bool = False) -> Offered:
@@ -75,6 +79,9 @@ class Offers:
             considered.append(name)
             priority = priority_of(ch_cfg)
             if priority:
+                if sizes is not None and self._pressure(key):
+                    # Under disk pressure the largest reclaim goes first, whatever the method.
+                    priority = max(priority, float(sizes.file_bytes - sizes.active_bytes))
                 return self._take(key, name, channel, quantize(priority), force=force)
         if force and considered:
             name = next((n for n in considered if cfg.channels[n].priority != "upgrade"), considered[0])

@@ -37,3 +37,34 @@ class FakeClock:
         """Move the clock on by ``seconds``."""
         with self._lock:
             self._now += seconds
+
+
+class SteppedClocks:
+    """A wall clock and a monotonic clock a test moves by hand, for ``clock=`` of a server.
+
+    Time passing (:meth:`advance`) moves both; a step of the wall clock (:meth:`step_wall`:
+    NTP, a VM resync, ``date -s``) moves only the wall clock. Called, it reads the wall clock,
+    so a smoosh that takes one clock for everything runs on the wall clock, stepped.
+    """
+
+    #: Where the monotonic clock starts unless told (any origin will do: it is not a date).
+    MONOTONIC_START = 1_000.0
+
+    def __init__(self, wall: float = FakeClock.START, monotonic: float = MONOTONIC_START) -> None:
+        self.wall = FakeClock(wall)
+        self.monotonic = FakeClock(monotonic)
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        return self.wall()
+
+    def advance(self, seconds: float) -> None:
+        """Let ``seconds`` pass: both clocks move on."""
+        with self._lock:
+            self.wall.advance(seconds)
+            self.monotonic.advance(seconds)
+
+    def step_wall(self, seconds: float) -> None:
+        """Step the wall clock by ``seconds`` (negative: back); monotonic time does not move."""
+        with self._lock:
+            self.wall.advance(seconds)

@@ -152,6 +152,11 @@ class ChannelState:
         s = self._status
         return f"<Channel {self.name} active={s.get('active')} starting={s.get('starting')} waiting={s.get('waiting')}>"
 
+    def _wall_time(self, now: float) -> float:
+        """Unix seconds now: the host's wall clock, or ``now`` when the host ticks in wall time."""
+        wall_time = getattr(self._host, "wall_time", None)
+        return now if wall_time is None else float(wall_time())
+
     # -- under the lock ----------------------------------------------------------------------------
 
     def _keys_locked(self) -> set[str]:

@@ -137,7 +137,7 @@ class ChannelState:
 
     @property
     def paused_until(self) -> float | None:
-        """When the start-up pause ends, or None when the channel is not paused (any thread)."""
+        """When the start-up pause ends (the owner's clock), or None when the channel is not paused (any thread)."""
         return self._unpause_at if self._paused else None
 
     def waiting(self) -> list[tuple[str, float]]:

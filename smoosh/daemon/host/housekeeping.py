@@ -240,6 +240,8 @@ class Housekeeping:
             "their time, and every channel looks at its window again now",
             "back" if step_s < 0 else "forward", abs(step_s),
         )
+        if self.watcher is not None:
+            self.watcher.wall_stepped(step_s)  # rescans compare file times, which are wall time
         self.parts.on_clock_step(now)
 
     def _write_status(self, now: float) -> None:

@@ -18,7 +18,7 @@ from compactor.dbfactory import db_stats, integrity, make_bloated_db
 from smoosh.compactors import Interrupted, SqliteCompactor
 from smoosh.daemon.run.job_context import JobContext
 from smoosh.io_budget import IoBudget
-from helpers.clocks import FakeClock
+from helpers.clocks import FakeClock, recorded_sleeps
 
 CHUNK_PAGES = 50
 #: Bytes per second: slow enough that every chunk leaves a debt of a fraction of a second.
@@ -195,14 +195,7 @@ def test_a_clock_set_back_a_day_mid_compaction_holds_it_back_no_more_than_a_chun
     rate = 1024.0
     clock = FakeClock(10 * 86_400.0)
     budget = IoBudget(rate, clock=clock)
-    sleeps_s: list[float | None] = []
-    timed_wait = budget._cond.wait
-
-    def recorded_wait(timeout: float | None = None) -> bool:
-        sleeps_s.append(timeout)
-        return timed_wait(timeout)
-
-    budget._cond.wait = recorded_wait  # type: ignore[method-assign]
+    sleeps_s = recorded_sleeps(budget._cond)
     compactor = SqliteCompactor(settings(), io_budget=budget)
     ctx = ChunkStarts(JobContext(budget), clock)
     thread, outcome = run_in_thread(compactor, db, ctx)

@@ -68,3 +68,21 @@ class SteppedClocks:
         """Step the wall clock by ``seconds`` (negative: back); monotonic time does not move."""
         with self._lock:
             self.wall.advance(seconds)
+
+
+def recorded_sleeps(cond: threading.Condition) -> list[float | None]:
+    """Record the timeout of every timed wait on ``cond`` from now on, in the list returned.
+
+    A timed wait's timeout is how long its thread would sleep if nobody woke it: what a test
+    about a clock that steps needs to see (when a clock steps, nobody wakes anyone), without
+    sleeping that long itself.
+    """
+    sleeps_s: list[float | None] = []
+    timed_wait = cond.wait
+
+    def recorded_wait(timeout: float | None = None) -> bool:
+        sleeps_s.append(timeout)
+        return timed_wait(timeout)
+
+    cond.wait = recorded_wait  # type: ignore[method-assign]
+    return sleeps_s

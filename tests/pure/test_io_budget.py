@@ -10,7 +10,7 @@ from typing import Callable
 
 import pytest
 
-from helpers.clocks import FakeClock
+from helpers.clocks import FakeClock, recorded_sleeps
 from smoosh.io_budget import IoBudget
 from smoosh.ioprio import IOPRIO_CLASS_IDLE, apply_io_priority, get_thread_ioprio
 
@@ -95,14 +95,7 @@ def test_a_waiter_that_looks_after_the_clock_went_back_a_day_sleeps_what_it_owes
     clock = FakeClock(DAY_S * 10)
     budget = IoBudget(MiB, clock=clock)
     budget.charge(3 * MiB)
-    sleeps_s: list[float | None] = []
-    timed_wait = budget._cond.wait
-
-    def recorded_wait(timeout: float | None = None) -> bool:
-        sleeps_s.append(timeout)
-        return timed_wait(timeout)
-
-    budget._cond.wait = recorded_wait  # type: ignore[method-assign]
+    sleeps_s = recorded_sleeps(budget._cond)
     result: list[bool] = []
     waiter = threading.Thread(target=lambda: result.append(budget.wait(lambda: False)), daemon=True)
     waiter.start()

@@ -64,14 +64,24 @@ def progress_of(server: Server) -> float | None:
     return running[0]["progress"] if running else None
 
 
-def test_work_waits_for_the_window_and_a_strict_window_pauses_it_between_chunks(setup: Any) -> None:
-    config, db, clock = setup
+def started_with_the_key_queued(config: Any, db: Path, clock: Any) -> Server:
+    """A server with one worker (slow chunks: time to move the clock while one runs) and ``db`` queued."""
     server = Server(config, workers=1, watch_config=False, clock=clock,
                     compactors=[SlowChunks(config.sqlite, pause_s=0.002)])
     server.start()
     try:
         server.enqueue(str(db))
         wait_for(lambda: server.status()["channels"]["night_dbs"]["waiting"]["size"] == 1, 10, what="queued")
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def test_work_waits_for_the_window_and_a_strict_window_pauses_it_between_chunks(setup: Any) -> None:
+    config, db, clock = setup
+    server = started_with_the_key_queued(config, db, clock)
+    try:
         for _ in range(3):
             server.tick()  # ticks at noon: outside the window, nothing starts
         status = server.status()["channels"]["night_dbs"]
@@ -118,12 +128,8 @@ def test_a_step_of_the_wall_clock_into_the_window_is_seen_within_a_second(setup:
     # Given a key queued at noon, outside the 01:00-05:00 window
     config, db, _ = setup
     clocks = SteppedClocks(wall=at(23, 12))
-    server = Server(config, workers=1, watch_config=False, clock=clocks,
-                    compactors=[SlowChunks(config.sqlite, pause_s=0.002)])
-    server.start()
+    server = started_with_the_key_queued(config, db, clocks)
     try:
-        server.enqueue(str(db))
-        wait_for(lambda: server.status()["channels"]["night_dbs"]["waiting"]["size"] == 1, 10, what="queued")
         server.tick()
         assert server.status()["channels"]["night_dbs"]["in_window"] is False
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from compactor.dbfactory import make_bloated_db
 from helpers.clocks import SteppedClocks
 from helpers.daemon import wait_for
 from helpers.jobs_table import record_of
@@ -59,6 +60,28 @@ def test_a_crash_backoff_is_neither_delayed_nor_brought_forward_by_a_day_step_of
     wait_for(lambda: compactor.calls == 2, 20, what="the retry 100 s after the crash")
     # ... and meanwhile /jobs showed its retry at the wall time it came at on the stepped clock
     assert shown_at == retry_at + step_s
+
+
+@pytest.mark.parametrize("step_s", [-DAY_S, DAY_S], ids=["back", "forward"])
+def test_a_file_event_is_examined_after_its_quiet_second_whatever_the_wall_clock_did(
+    tmp_path: Path, running: Any, dbs: Path, step_s: float,
+) -> None:
+    # Given a database the watcher saw change (its event waits for a second without events)
+    clocks = SteppedClocks()
+    server = running(make_config(tmp_path), workers=0, clock=clocks)
+    db = dbs / "x.db"
+    make_bloated_db(str(db), rows=4000, delete_fraction=0.9)
+    server.intake.on_event(str(db))
+    server.tick()
+    # When the wall clock steps a day, and half a second passes: the event is not due yet
+    clocks.step_wall(step_s)
+    clocks.advance(0.5)
+    server.tick()
+    assert server.intake.debouncer.counts()["pending"] == 1
+    # Then a second after the event, it is examined and its channel takes it
+    clocks.advance(0.5)
+    server.tick()
+    wait_for(lambda: str(db) in server.channels()["ratio_dbs"].keys(), 10, what="the key queued")
 
 
 def step_line(direction: str) -> str:

@@ -19,7 +19,7 @@ from helpers.clocks import SteppedClocks
 from helpers.daemon import wait_for
 from helpers.jobs_table import record_of
 from server.test_server import FailingCompactor, make_config
-from smoosh.daemon.record.status import STATUS_INTERVAL_S
+from smoosh.daemon.record.status import STATUS_INTERVAL_S, read_node_statuses
 
 DAY_S = 86_400.0
 #: The backoff after a first crash in make_config's settings.
@@ -82,6 +82,24 @@ def test_a_file_event_is_examined_after_its_quiet_second_whatever_the_wall_clock
     clocks.advance(0.5)
     server.tick()
     wait_for(lambda: str(db) in server.channels()["ratio_dbs"].keys(), 10, what="the key queued")
+
+
+def test_the_node_status_record_keeps_its_cadence_and_says_the_stepped_wall_time(tmp_path: Path, running: Any) -> None:
+    # Given a node writing its status record every few seconds (other nodes read it; older
+    # than 15 s, it is stale)
+    clocks = SteppedClocks()
+    server = running(make_config(tmp_path), workers=0, clock=clocks)
+
+    def updated_at() -> float | None:
+        return read_node_statuses(server.store, now=clocks.wall()).get("t", {}).get("updated_at")
+
+    wait_for(lambda: updated_at() == clocks.wall(), 10, what="the first status record")
+    # When the wall clock is set back a day, and one status interval passes
+    clocks.step_wall(-DAY_S)
+    clocks.advance(STATUS_INTERVAL_S)
+    server.tick()
+    # Then the record is written again, stamped with the wall time a reader compares it with
+    wait_for(lambda: updated_at() == clocks.wall(), 10, what="the status record after the step")
 
 
 def step_line(direction: str) -> str:

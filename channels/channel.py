@@ -60,8 +60,10 @@ class Channel(ChannelRuns, ChannelCheckpoints):
         settings: ``capacity``, ``concurrency``, ``window`` and ``strict_window``.
         scheduler: starts the chosen keys (:class:`~channels.ports.Scheduler`).
         host: slots, holds, outcomes and wake-ups (:class:`~channels.ports.Host`).
-        now: the current time (Unix seconds): the initial pause and the first window check
-            count from it.
+        now: the current time on the owner's clock (the one it ticks with): the initial pause
+            and the first window check count from it. The window is read in wall time: the
+            host's ``wall_time()`` when it has one (see :class:`~channels.ports.Host`), else
+            ``now`` itself.
         state_dir: directory of ``<name>.smooshq``; None turns persistence off.
         checkpoint_interval_s: seconds between checkpoints.
         wait_s: seconds the channel stays paused after construction.
@@ -72,6 +74,9 @@ class Channel(ChannelRuns, ChannelCheckpoints):
 
     A checkpoint (``state_dir`` set) is restored at construction: missing means empty; a
     damaged one is moved aside to ``.corrupt-<unix seconds>`` and the channel starts empty.
+
+    Every time the channel keeps (the pause's end, the next window check and checkpoint, a
+    deferred key's not-before time) is on the owner's clock; only the window is wall time.
     """
 
     def __init__(
@@ -287,6 +292,16 @@ class Channel(ChannelRuns, ChannelCheckpoints):
             self._checkpointer.write(seq, {}, changes)  # {} deletes the file
         return dropped
 
+    def check_window(self, now: float) -> None:
+        """Look at the window now, whatever its schedule says (owner's loop): the wall clock stepped.
+
+        The routine check comes every :data:`WINDOW_CHECK_INTERVAL_S` on the owner's clock,
+        which a step of the wall clock does not move: a step into (or out of) the window
+        would wait for it. Entering the window starts queued work at the next tick.
+        """
+        self._check_window(now, force=True)
+        self._host.wake(self.name)
+
     def update_settings(self, settings: ChannelSettings, now: float) -> None:
         """Apply new settings live: capacity truncates at once, the rest applies from the next tick.
 
@@ -350,7 +365,7 @@ class Channel(ChannelRuns, ChannelCheckpoints):
         if window is None:
             return True
         try:
-            return bool(window.is_open(datetime.fromtimestamp(now, timezone.utc)))
+            return bool(window.is_open(datetime.fromtimestamp(self._wall_time(now), timezone.utc)))
         except Exception:
             self._log.exception("Channel %s: window check failed; keeping the last state.", self.name)
             return default

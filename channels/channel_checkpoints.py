@@ -76,7 +76,7 @@ class ChannelCheckpoints(ChannelState):
         checkpointer = self._checkpointer
         if checkpointer is None:
             return
-        mapping = checkpointer.restore(now)
+        mapping = checkpointer.restore(self._wall_time(now))  # a damaged file is set aside under a date
         # Stable sort: equal priorities keep the file's (oldest-first) order.
         entries = sorted(mapping.items(), key=lambda item: item[1], reverse=True)
         refused = [key for key, _ in entries if not self._host.admits(key)]

@@ -137,7 +137,7 @@ class ChannelState:
 
     @property
     def paused_until(self) -> float | None:
-        """When the start-up pause ends, or None when the channel is not paused (any thread)."""
+        """When the start-up pause ends (the owner's clock), or None when the channel is not paused (any thread)."""
         return self._unpause_at if self._paused else None
 
     def waiting(self) -> list[tuple[str, float]]:
@@ -151,6 +151,11 @@ class ChannelState:
     def __repr__(self) -> str:
         s = self._status
         return f"<Channel {self.name} active={s.get('active')} starting={s.get('starting')} waiting={s.get('waiting')}>"
+
+    def _wall_time(self, now: float) -> float:
+        """Unix seconds now: the host's wall clock, or ``now`` when the host ticks in wall time."""
+        wall_time = getattr(self._host, "wall_time", None)
+        return now if wall_time is None else float(wall_time())
 
     # -- under the lock ----------------------------------------------------------------------------
 

@@ -189,3 +189,9 @@ class Host(Protocol):
 
     def wake(self, channel: str) -> None:
         """Tick the channel soon (it has work it may be able to start)."""
+
+    # A host may also answer ``wall_time() -> float``: Unix seconds now, when the ``now`` it
+    # ticks the channel with is not wall time (smoosh ticks on the monotonic clock, so that a
+    # wall clock set back stalls no wait). The channel reads its window, which is defined in
+    # wall time, and names a damaged checkpoint set aside by it; without it, ``now`` is taken
+    # for wall time.

@@ -9,8 +9,9 @@ runs, and the next start waits 10 GB / rate afterwards.
 The debt is kept as one time, :meth:`IoBudget.paid_at`: charging ``n`` bytes at ``now``
 moves it to ``max(paid_at, now) + n / rate``. A rate change (live reload) keeps the bytes
 still owed and re-prices them at the new rate; an unlimited budget (rate None) owes nothing
-and only counts. The clock is injected (the server's), so tests step it by hand; a clock
-that goes backwards (a wall clock set back) moves the debt back with it, never stretching it.
+and only counts. The clock is injected (the server's monotonic one, DESIGN §12: a debt is a
+duration, not a date), so tests step it by hand. A clock that goes backwards anyway (a wall
+clock handed in and set back) moves the debt back with it, never stretching it.
 
 Ownership: one budget per process, made by its owner (the server, or ``smoosh worker``),
 which alone changes the rate (:meth:`IoBudget.set_rate`). Compaction threads charge it and
@@ -39,13 +40,13 @@ class IoBudget:
 
     Parameters:
         rate_bytes_per_s: the budget; None (or ``math.inf``) is unlimited.
-        clock: seconds (the owner's clock: tests inject theirs and step it).
+        clock: monotonic seconds (the owner's monotonic clock: tests inject theirs and step it).
 
     Raises:
         ValueError: a rate that is not a positive number.
     """
 
-    def __init__(self, rate_bytes_per_s: float | None = UNLIMITED, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, rate_bytes_per_s: float | None = UNLIMITED, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._cond = threading.Condition()
         self._rate = _checked(rate_bytes_per_s)
@@ -115,7 +116,10 @@ class IoBudget:
                 while True:
                     if stopped():
                         return False
-                    remaining_s = self._paid_at - self._now_locked()
+                    # The clock is read first: reading it moves _paid_at back when the clock
+                    # went back, so _paid_at read before it would count the step as debt.
+                    now = self._now_locked()
+                    remaining_s = self._paid_at - now
                     if remaining_s <= 0:
                         return True
                     self._asleep.add(token)
@@ -141,7 +145,8 @@ class IoBudget:
     def debt_s(self) -> float:
         """Seconds until the debt is paid, by the budget's clock (0.0 when not in debt)."""
         with self._cond:
-            return max(0.0, self._paid_at - self._now_locked())
+            now = self._now_locked()  # first: it may move _paid_at (see wait)
+            return max(0.0, self._paid_at - now)
 
     def in_debt(self) -> bool:
         """Whether a compaction must wait before it starts (or writes its next chunk)."""

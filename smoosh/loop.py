@@ -1,7 +1,9 @@
-"""One loop abstraction for every background role: tasks ticked on one thread, one injected clock.
+"""One loop abstraction for every background role: tasks ticked on one thread, one injected monotonic clock.
 
 A role is a :class:`Task`: ``tick(now)`` does whatever is due at ``now`` and returns when it
 next wants to run (an absolute time on the loop's clock), or None to wait until it is woken.
+The clock is monotonic (DESIGN §12): a due time is "so many seconds from now", and a wall
+clock set back a day would keep every task asleep for that day.
 A :class:`Loop` runs many tasks on ONE thread and is the owner of everything its tasks touch:
 other threads never call into a task, they :meth:`Loop.post` a message (a callable) that the
 loop runs between ticks, or :meth:`Loop.call` one and wait for its answer. So the state of a
@@ -31,7 +33,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: Wall-clock seconds (Unix time); tests inject their own.
+#: Monotonic seconds (``time.monotonic``); tests inject their own.
 Clock = Callable[[], float]
 
 #: Seconds before a task whose tick raised is ticked again (a persistent failure logs a few
@@ -73,10 +75,11 @@ class Loop:
 
     Parameters:
         name: the thread's name.
-        clock: the clock ``now`` is read from and due times are on (Unix seconds by default).
+        clock: the clock ``now`` is read from and due times are on (``time.monotonic`` by
+            default; a wall clock would stall every task for as long as it is set back).
     """
 
-    def __init__(self, name: str, *, clock: Clock = time.time) -> None:
+    def __init__(self, name: str, *, clock: Clock = time.monotonic) -> None:
         self.name = name
         self.clock = clock
         self._cond = threading.Condition()

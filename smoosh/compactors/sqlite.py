@@ -117,7 +117,7 @@ class SqliteCompactor:
         # Exact payloads and change counters per key, shared by re-checks and compactions.
         self._memory = KeyMemory(clock)
         # Databases whose log a reader pinned at their last compaction: path -> when first seen
-        # (wall seconds). Written by compaction threads, read by scrapes: one dict, whole-key
+        # (monotonic seconds: an age, which a wall clock step must not change). Written by compaction threads, read by scrapes: one dict, whole-key
         # writes and a copy to read (the GIL makes each atomic).
         self._pinned: dict[str, float] = {}
         self._tick_rate = sqlite_compact.TickRate()  # learned across this compactor's VACUUMs
@@ -315,7 +315,7 @@ class SqliteCompactor:
         self._memory.remember_counter(key, state)
 
     def pinned_wals(self) -> list[tuple[str, int, float]]:
-        """``(path, WAL bytes now, pinned since: wall seconds)`` of each database whose log a reader
+        """``(path, WAL bytes now, pinned since: monotonic seconds)`` of each database whose log a reader
         kept pinned at its last compaction (until one empties it), oldest first."""
         pinned = dict(self._pinned)
         return sorted(((p, sqlite_wal.wal_bytes(p), since) for p, since in pinned.items()), key=lambda t: t[2])
@@ -443,7 +443,7 @@ class SqliteCompactor:
                 try:
                     self._compact_open(path, cleanup, state, ctx, roots, identity)
                 except sqlite_wal.WalPinned:
-                    self._pinned.setdefault(path, time.time())
+                    self._pinned.setdefault(path, time.monotonic())
                     raise
                 self._pinned.pop(path, None)
             try:

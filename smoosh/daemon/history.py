@@ -17,6 +17,12 @@ A record that matters after a restart (a key crashing or busy, waiting for its r
 is written to the store by the server with :func:`encode_record` and read back with
 :func:`decode_record` (DESIGN §5.6: crash memory lives in the store); the busy count goes
 with it.
+
+Two clocks (DESIGN §12): every time in a record is wall time (a person reads it in ``/jobs``,
+and only wall time survives a restart), but the wait for a retry counts down on the monotonic
+clock: ``retry_mono`` is the retry's moment there, and every "is it due yet?" reads it, so a
+wall clock stepped back a day delays no retry by a day, and one stepped forward brings none
+forward. A caller that passes no monotonic time has one clock for both.
 """
 
 from __future__ import annotations
@@ -98,6 +104,9 @@ class KeyRecord:
     busy_count: int = 0
     #: When the busy count passed ``busy_retries`` (unix seconds); None while not starved.
     starved_since: float | None = None
+    #: ``retry_at`` on the monotonic clock: what the wait counts down to. Never stored (it
+    #: means nothing after a restart) nor shown; None exactly when ``retry_at`` is None.
+    retry_mono: float | None = None
 
     def to_json(self) -> dict[str, object]:
         """The record in the shape of ``GET /jobs``."""
@@ -204,23 +213,27 @@ class HistoryTable:
 
     def record(
         self, key: str, event: str, at: float, *, channel: str | None = None, reason: str | None = None,
-        retry_after_s: float | None = None,
+        retry_after_s: float | None = None, mono: float | None = None,
     ) -> KeyRecord:
         """Add an event to ``key``'s history and update its state.
 
         Parameters:
+            at: when it happened, wall time.
             retry_after_s: for a crash or a block, the wait before the retry instead of the
                 backoff the consecutive crashes give (a read-only file waits the longest).
+            mono: the same moment on the monotonic clock, which the retry's wait counts on
+                (None: ``at``, one clock for both).
 
         Returns:
-            The key's record; for a crash or a block, ``retry_at`` is set from the backoff.
+            The key's record; for a crash, a block or a busy database, ``retry_at`` (and
+            ``retry_mono``) are set from the wait.
         """
         with self._lock:
-            return self._record(key, event, at, channel, reason, retry_after_s)
+            return self._record(key, event, at, channel, reason, retry_after_s, mono)
 
     def _record(
         self, key: str, event: str, at: float, channel: str | None, reason: str | None,
-        retry_after_s: float | None = None,
+        retry_after_s: float | None = None, mono: float | None = None,
     ) -> KeyRecord:
         rec = self._records.get(key)
         if rec is None:
@@ -239,20 +252,21 @@ class HistoryTable:
         elif event == STARTED:
             rec.state = "running"
             rec.progress = 0.0
-            rec.retry_at = None
+            rec.retry_at = rec.retry_mono = None
         elif event in (FINISHED, REPLACED):
             rec.state = "finished"
             rec.progress = 1.0
-            rec.retry_at = None
+            rec.retry_at = rec.retry_mono = None
         elif event == STOPPED:
             rec.state = self._waiting_state(rec, at)
         elif event == DROPPED:
             rec.state = "dropped"
-            rec.retry_at = None
+            rec.retry_at = rec.retry_mono = None
         elif event == BUSY:
             rec.busy_count += 1
             rec.state = self._waiting_state(rec, at)
             rec.retry_at = at + BUSY_RETRY_S
+            rec.retry_mono = (at if mono is None else mono) + BUSY_RETRY_S
         elif event in (CRASHED, BLOCKED):
             rec.error_count += 1
             rec.last_error = reason
@@ -262,6 +276,7 @@ class HistoryTable:
                 # wait, a database that fails at once would be retried in a tight loop.
                 retry_after_s = backoff_s(max(crashes, 1), self.backoff_base_s)
             rec.retry_at = at + retry_after_s
+            rec.retry_mono = (at if mono is None else mono) + retry_after_s
             rec.state = "crashing"
         if rec.state == "crashing":
             self._crashing.add(key)
@@ -301,11 +316,11 @@ class HistoryTable:
         return counts
 
     def due(self, now: float) -> list[str]:
-        """Keys whose backoff or busy wait has ended; their ``retry_at`` is cleared."""
+        """Keys whose backoff or busy wait has ended at ``now`` (monotonic); their retry time is cleared."""
         with self._lock:
-            keys = [k for k, r in self._records.items() if r.retry_at is not None and r.retry_at <= now]
+            keys = [k for k, r in self._records.items() if r.retry_mono is not None and r.retry_mono <= now]
             for key in keys:
-                self._records[key].retry_at = None
+                self._records[key].retry_at = self._records[key].retry_mono = None
             return keys
 
     def waiting_retry(self, key: str) -> bool:
@@ -315,7 +330,7 @@ class HistoryTable:
             return rec is not None and rec.retry_at is not None
 
     def crashing(self, now: float) -> dict[str, int]:
-        """Keys in crash backoff at ``now``, counted per channel (``smoosh_crashing_jobs``).
+        """Keys in crash backoff at ``now`` (monotonic), counted per channel (``smoosh_crashing_jobs``).
 
         A key counts from its crash (or block) until its not-before time; once that time has
         come it waits in its channel like any queued key, though ``/jobs`` shows it
@@ -325,7 +340,7 @@ class HistoryTable:
         with self._lock:
             for key in self._crashing:
                 rec = self._records[key]
-                if rec.channel is not None and rec.retry_at is not None and rec.retry_at > now:
+                if rec.channel is not None and rec.retry_mono is not None and rec.retry_mono > now:
                     counts[rec.channel] = counts.get(rec.channel, 0) + 1
         return counts
 
@@ -342,8 +357,27 @@ class HistoryTable:
         with self._lock:
             return sorted(self._records.values(), key=lambda r: r.last_updated, reverse=True)
 
-    def restore(self, record: KeyRecord) -> None:
-        """Put back a record read from the store (at start-up)."""
+    def restore(self, record: KeyRecord, *, now: float | None = None, mono: float | None = None) -> None:
+        """Put back a record read from the store (at start-up).
+
+        Its retry time is wall time (the only time that survives a restart): the wait left,
+        ``retry_at - now``, is counted on the monotonic clock from ``mono``, once, here. A
+        wall clock stepped while no daemon ran cannot be told from time passing: stepped
+        forward, the retry comes early by the step; stepped back, it would come late by it,
+        so the wait is capped at the longest this table ever sets (no backoff is longer).
+
+        Parameters:
+            record: as :func:`decode_record` read it.
+            now: wall time now (None: one clock for both, the retry time is kept as it is).
+            mono: monotonic time now (None: ``now``).
+        """
+        if record.retry_at is None:
+            record.retry_mono = None
+        elif now is None:
+            record.retry_mono = record.retry_at
+        else:
+            left_s = min(record.retry_at - now, self._longest_wait_s())
+            record.retry_mono = (now if mono is None else mono) + left_s
         with self._lock:
             self._records[record.key] = record
             self._finished.pop(record.key, None)
@@ -356,6 +390,26 @@ class HistoryTable:
             else:
                 self._starved.pop(record.key, None)
 
+    def wall_stepped(self, now: float, mono: float) -> None:
+        """The wall clock stepped: retry times shown in wall time move with it (``/jobs`` stays true).
+
+        The waits themselves count on the monotonic clock and do not move; only the wall time
+        a person reads for them is worked out again from it. Records already in the store keep
+        the old time until their next write (a restart before then caps the wait: :meth:`restore`).
+
+        Parameters:
+            now: wall time now, after the step.
+            mono: monotonic time now.
+        """
+        with self._lock:
+            for rec in self._records.values():
+                if rec.retry_mono is not None:
+                    rec.retry_at = now + (rec.retry_mono - mono)
+
+    def _longest_wait_s(self) -> float:
+        """The longest wait for a retry the table sets: the capped backoff, or a busy database's."""
+        return max(longest_backoff_s(self.backoff_base_s), BUSY_RETRY_S)
+
     def snapshot(self, key: str) -> KeyRecord | None:
         """A copy of ``key``'s record, safe to encode on another thread."""
         with self._lock:
@@ -365,6 +419,7 @@ class HistoryTable:
             return KeyRecord(
                 rec.key, rec.channel, rec.state, rec.progress, rec.error_count, rec.last_error,
                 rec.last_updated, rec.retry_at, deque(rec.events), rec.busy_count, rec.starved_since,
+                rec.retry_mono,
             )
 
 

@@ -26,6 +26,7 @@ import time
 from typing import Any, Callable
 
 from channels import Channel
+from smoosh.clocks import Clocks
 from smoosh.compactors import load_compactors
 from smoosh.config import ChannelConfig, Config
 from smoosh.daemon.control.budget_gate import BudgetGate
@@ -75,7 +76,13 @@ class Server(LiveConfig):
         store: a store to use instead of opening ``config.store`` (the caller closes it).
         workers: in-process worker slots; None means ``config.max_jobs``, 0 none.
         dry_run: route, prioritise and queue as usual, but start no compaction.
-        clock: the wall clock (Unix seconds) every part of the daemon reads; tests inject one.
+        clock: the clocks (DESIGN §12): ``time.time`` (the default) for the real wall and
+            monotonic clocks; an object with ``wall()`` and ``monotonic()`` (a
+            :class:`smoosh.clocks.Clocks`, or a test's pair whose wall clock it steps alone);
+            or one callable for both (a test's clock that moves only when told). Whatever
+            waits (the loop's timers, backoffs, pacing, the debounce, rotation) counts on the
+            monotonic clock; what a person reads, a window and a stored retry time are wall
+            time.
         watch_config: reload the config file live when it changes.
         compactors: compactors to use instead of the built-in SQLite one and the plugins.
         reset_store: at start, move a corrupt SQLite store aside and start with an empty one
@@ -89,14 +96,15 @@ class Server(LiveConfig):
         store: Store | None = None,
         workers: int | None = None,
         dry_run: bool = False,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | Clocks = time.time,
         watch_config: bool = True,
         compactors: list[Any] | None = None,
         reset_store: bool = False,
     ) -> None:
         self._config = config
         self._reset_store = reset_store
-        self._clock = clock
+        self._clocks = clocks = Clocks.of(clock)
+        monotonic = clocks.monotonic
         self.dry_run = dry_run
         self._owns_store = store is None
         self._store = store
@@ -106,14 +114,14 @@ class Server(LiveConfig):
         self.node = config.node
         self.job_type = f"smoosh:{config.node}"
         self.counters = Counters()
-        self._loop = Loop("smoosh-server", clock=clock)
+        self._loop = Loop("smoosh-server", clock=monotonic)
         self._registry = ChannelRegistry(
-            self._loop, make=self._make_channel, clock=clock,
+            self._loop, make=self._make_channel, clock=monotonic,
             settings_of=lambda name: self._config.channels.get(name) if self._started else None,
         )
         self._slots = SlotGate(config.max_jobs)
         # One I/O budget for the process (max_io_rate): compactions charge it, starts wait for it.
-        self.io_budget = IoBudget(config.max_io_rate_bytes_per_s, clock=clock)
+        self.io_budget = IoBudget(config.max_io_rate_bytes_per_s, clock=monotonic)
         self._budget_gate = BudgetGate(self.io_budget, wake_channel=self.wake,
                                        rearm=lambda: self._loop.wake(self._budget_gate))
         self._history = HistoryTable(
@@ -133,7 +141,7 @@ class Server(LiveConfig):
         # One set of disk reservations for the process (min_free_space): every compaction's room.
         self.disk_room = DiskRoom(config.min_free_space)
         # Which file systems under the roots are fuller than disk_pressure (checked by the housekeeping).
-        self.pressure = DiskPressure(config.disk_pressure, clock=time.time)
+        self.pressure = DiskPressure(config.disk_pressure, clock=clocks.wall)
         for compactor in self._compactors:
             set_io_budget = getattr(compactor, "set_io_budget", None)
             if set_io_budget is not None:
@@ -141,7 +149,7 @@ class Server(LiveConfig):
             set_disk_room = getattr(compactor, "set_disk_room", None)
             if set_disk_room is not None:
                 set_disk_room(self.disk_room)
-        self._router = Router(self._compactors, clock=clock)
+        self._router = Router(self._compactors, clock=monotonic)
         self._suspension = Suspension(config.state_dir)
         self._lock = InstanceLock(config.state_dir)
         self._state_dir_claimed = False
@@ -153,11 +161,11 @@ class Server(LiveConfig):
         self._offers = Offers(
             channels=lambda: self._registry.current, config_of=lambda: self._config,
             scheduler_of=lambda: self._scheduler, history=self._history, slots=self._slots,
-            clock=clock, dry_run=dry_run, pressure=self.pressure.on,
+            clocks=clocks, dry_run=dry_run, pressure=self.pressure.on,
         )
         self.intake = Intake(
             config_of=lambda: self._config, router=self._router, access=self._access,
-            offer=self._offers.offer, own_paths=(), clock=clock, counters=self.counters,
+            offer=self._offers.offer, own_paths=(), clocks=clocks, counters=self.counters,
         )
         # The enqueue hot path (a repeated event, dropped as fresh: DESIGN §9 asks >= 1M/s)
         # goes straight to the intake: the method below is the API's signature and docs, and
@@ -167,7 +175,7 @@ class Server(LiveConfig):
         self._scheduler: JobScheduler | None = None
         self._outcomes = Outcomes(
             node=self.node, history=self._history, counters=self.counters, router=self._router,
-            forget=self.intake.forget, channel_of=lambda name: self._registry.current.get(name), clock=clock,
+            forget=self.intake.forget, channel_of=lambda name: self._registry.current.get(name), clocks=clocks,
             log_level=lambda: getattr(logging, self._config.compaction_log_level.upper(), logging.INFO),
             claimed_run=self._claimed_run,
         )
@@ -177,7 +185,7 @@ class Server(LiveConfig):
             node=self.node, registry=self._registry, slots=self._slots, budget_gate=self._budget_gate,
             intake=self.intake, outcomes=self._outcomes, suspension=self._suspension,
             worker_of=lambda: self._worker, scheduler_of=lambda: self._scheduler, store_of=lambda: self._store,
-            acted=self._operator_acted,
+            acted=self._operator_acted, wall_time=clocks.wall,
         )
         self._housekeeping: Housekeeping | None = None
         self._started = False
@@ -206,7 +214,7 @@ class Server(LiveConfig):
         self._jobs.set_type_timeout(self.job_type, cfg.job_timeout_s)
         self._scheduler = JobScheduler(
             self._jobs, self.job_type, recheck=self.intake.recheck, post=self._loop.post,
-            deliver=self._host.deliver, clock=self._clock,
+            deliver=self._host.deliver, clock=self._clocks.monotonic,
         )
         self._suspension.load()
         # Before any channel opens: a channel the cluster holds never starts a run first.
@@ -215,11 +223,12 @@ class Server(LiveConfig):
         # Before any worker of ours runs: every job of this node is taken back into its
         # channel, or followed when a live worker elsewhere runs it (one owner per key).
         found = take_over_jobs(
-            self._jobs, self.job_type, self._history, self._clock(),
+            self._jobs, self.job_type, self._history, self._clocks.wall(),
             node=self.node, job_timeout_s=cfg.job_timeout_s, admits=self.intake.admits,
+            mono=self._clocks.monotonic(),
         )
         self._outcomes.crash_records = set(found.recorded)
-        now = self._clock()
+        now = self._clocks.monotonic()  # the channels' clock (the loop's)
         for name, ch_cfg in cfg.channels.items():
             self._registry.open(name, ch_cfg, now)
         found.apply(self._registry.current, now)
@@ -230,19 +239,20 @@ class Server(LiveConfig):
             self._worker = Worker(
                 self._jobs, self._store, self.job_type, self._compactors, node=self.node,
                 job_timeout_s=cfg.job_timeout_s, concurrency=self._workers_n, signals="direct",
-                listener=self._scheduler, clock=self._clock, roots=lambda: self._config.roots,
+                listener=self._scheduler, clock=self._clocks.wall, monotonic=self._clocks.monotonic,
+                roots=lambda: self._config.roots,
                 io_budget=self.io_budget, io_priority=lambda: self._config.io_priority,
             )
             self._worker.on_released = self._settle
             self._worker.start()
             self._scheduler.local = self._worker
         self._housekeeping = Housekeeping(Parts(
-            node=self.node, clock=self._clock, config_of=lambda: self._config,
+            node=self.node, clock=self._clocks.monotonic, config_of=lambda: self._config,
             on_config_change=self._on_config_change, wake=self._loop.wake, intake=self.intake,
             access=self._access, slots=self._slots, channels=self.channels, status=self.status,
             store=self._store, scheduler=self._scheduler, worker=self._worker, counters=self.counters,
             compacting=self._compacting, cluster=cluster, on_holds=self._host.apply_cluster_holds,
-            post=self._loop.post,
+            post=self._loop.post, clocks=self._clocks, on_clock_step=self._clock_stepped,
         ), watch_config=self._watch_config)
         self.intake.wake = lambda: self._loop.wake(self.intake)
         self._loop.add(self.intake, "the intake")
@@ -324,8 +334,19 @@ class Server(LiveConfig):
         return self._store
 
     def tick(self, now: float | None = None) -> None:
-        """Run one iteration of the server's loop at ``now`` (tests step it with their clock)."""
+        """Run one iteration of the server's loop at ``now`` (monotonic; tests step it with their clock)."""
         self._loop.run_once(now)
+
+    def _clock_stepped(self, now: float) -> None:
+        """The wall clock stepped (the loop's thread; ``now`` is monotonic).
+
+        Nothing that waits moves (it all counts on the monotonic clock); what is defined or
+        shown in wall time is looked at again: every channel's window at once, rather than at
+        its next routine check a minute away, and the retry times ``/jobs`` shows.
+        """
+        self._history.wall_stepped(self._clocks.wall(), self._clocks.monotonic())
+        for channel in self._registry.current.values():
+            channel.check_window(now)
 
     # ------------------------------------------------------------------ the way in
 
@@ -476,7 +497,7 @@ class Server(LiveConfig):
         return explain_key(Sources(
             intake=self.intake, history=self._history, channels=self._registry.current, config=self._config,
             holds=lambda name, forced: self.holds(name, forced=forced),
-            slots=(self._slots.busy, self._slots.limit), clock=self._clock,
+            slots=(self._slots.busy, self._slots.limit), clocks=self._clocks,
         ), key)
 
     def jobs_table(self) -> list[dict[str, Any]]:
@@ -491,4 +512,4 @@ class Server(LiveConfig):
 
     def crashing_jobs(self) -> dict[str, int]:
         """Keys in crash backoff now, per channel (``smoosh_crashing_jobs``); any thread."""
-        return self._history.crashing(self._clock())
+        return self._history.crashing(self._clocks.monotonic())

@@ -65,7 +65,8 @@ class Jobs:
         store: any :class:`~smoosh.store.base.Store`; the caller keeps ownership (``close``
             does not close it).
         prefix: the key prefix under which every job-layer key lives.
-        clock: wall-clock seconds ("now" for scheduled times and the monitors' timers).
+        clock: wall-clock seconds ("now" for scheduled times and transaction ids; the monitors' timers
+            run on the monotonic clock).
         monitors: run activity monitors (and the type scanner) in this process. A short-lived
             reader such as the CLI passes False; subscriptions work either way.
         rng: randomness for picking jobs and jittering timers (tests pass a seeded one).

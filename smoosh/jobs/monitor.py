@@ -8,12 +8,17 @@ so the old worker's next ``update``/``finish`` raises JobHalted). The first chec
 start, or after the timeout changes, only takes the baseline.
 
 Steppable: ``tick(now)`` does whatever is due at ``now`` and returns when it is next due.
+:meth:`ActivityMonitor.step` ticks it on the monotonic clock: a check due "one timeout from
+now" must not come a day late when the wall clock is set back a day, nor at once when it is
+set forward (a check that comes early takes jobs whose worker is alive, but has not updated
+since the baseline, for dead).
 """
 
 from __future__ import annotations
 
 import logging
 import random
+import time
 from typing import Any, Callable
 
 from fdb.tuple import Versionstamp
@@ -45,7 +50,8 @@ class ActivityMonitor:
         store: the store.
         keys: the layer's key builders.
         job_type: the type watched.
-        clock: wall-clock seconds (the time :meth:`step` passes to :meth:`tick`).
+        clock: wall-clock seconds (transaction ids' issue times, shared with other processes).
+        monotonic: the clock :meth:`step` ticks on (the checks' schedule).
         rng: randomness for the jitter.
         max_jitter_s: ceiling of the jitter (couch_jobs' ``activity_monitor_max_jitter_msec``).
         batch: AIMD batch sizing of the re-enqueue transactions.
@@ -58,6 +64,7 @@ class ActivityMonitor:
         job_type: Any,
         *,
         clock: Callable[[], float],
+        monotonic: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
         max_jitter_s: float = MAX_JITTER_S,
         batch: BatchPolicy | None = None,
@@ -66,6 +73,7 @@ class ActivityMonitor:
         self.keys = keys
         self.job_type = job_type
         self.clock = clock
+        self.monotonic = monotonic
         self.rng = rng or random.Random()
         self.max_jitter_s = max_jitter_s
         self.batch = batch or BatchPolicy()
@@ -90,12 +98,12 @@ class ActivityMonitor:
         self._retime_requested = True
 
     def step(self) -> float:
-        """One round for the runner: tick at the clock's now; return seconds until the next."""
+        """One round for the runner: tick at the monotonic clock's now; return seconds until the next."""
         if self._retime_requested:
             self._retime_requested = False
             self.next_check_at = None
-        next_at = self.tick(self.clock())
-        return max(0.0, next_at - self.clock())
+        next_at = self.tick(self.monotonic())
+        return max(0.0, next_at - self.monotonic())
 
     def tick(self, now: float) -> float:
         """Do what is due at ``now``: schedule on the first call, check when the timer is up.

@@ -7,7 +7,7 @@ channel does with its window's answer.
 from __future__ import annotations
 
 import pytest
-from channel_testlib import NAME, MakeChannel, Settings, SwitchWindow
+from channel_testlib import NAME, T0, Journal, MakeChannel, RecordingHost, Settings, SwitchWindow
 
 from channels import Window
 
@@ -288,3 +288,52 @@ def test_an_outside_hold_and_a_suspension_are_two_holds_each_released_only_by_it
     h.tick()
     assert h.started() == ["/db/a", "/db/b"]
     assert h.host.holds[-1] == (NAME, False)
+
+
+class WallClockHost(RecordingHost):
+    """A host that ticks its channels on a monotonic clock and answers the wall time apart (as smoosh does)."""
+
+    def __init__(self, journal: Journal, wall_s: float) -> None:
+        super().__init__(journal)
+        self.wall_s = wall_s
+
+    def wall_time(self) -> float:
+        return self.wall_s
+
+
+#: The monotonic time the wall-clock tests tick at: as a date, a few minutes into 1970.
+MONOTONIC_S = 1_000.0
+
+
+def test_the_window_is_read_on_the_hosts_wall_clock_not_on_the_time_the_channel_is_ticked_with(
+    make_channel: MakeChannel,
+) -> None:
+    # Given a host whose wall clock says 03:30 and who ticks on monotonic seconds
+    host = WallClockHost(Journal(), wall_s=T0)
+    h = make_channel(settings=Settings(window=Window.parse("02:30", "04:30")), host=host, now=MONOTONIC_S)
+    # Then the window is open (at 00:16 on 1 January 1970, the monotonic time read as a date, it is not)
+    assert h.status()["in_window"] is True
+    h.channel.enqueue("/db/a", 5.0)
+    h.tick(1)
+    assert h.started() == ["/db/a"]
+
+
+def test_a_step_of_the_wall_clock_into_the_window_is_seen_when_the_owner_says_so_not_a_minute_later(
+    make_channel: MakeChannel,
+) -> None:
+    # Given a channel outside its window at 03:30 (wall), a key queued, the routine check a minute away
+    host = WallClockHost(Journal(), wall_s=T0)
+    h = make_channel(settings=Settings(window=Window.parse("04:00", "05:00")), host=host, now=MONOTONIC_S)
+    h.channel.enqueue("/db/a", 5.0)
+    assert h.tick(1) == h.now + 60  # the routine window check, on the owner's clock
+    # When the wall clock steps to 04:15 (monotonic time does not move) and the owner, who
+    # noticed the step, has the channel look at its window
+    host.wall_s = T0 + 45 * 60
+    h.tick(1)
+    assert h.status()["in_window"] is False  # its own schedule would look at 60 s
+    h.channel.check_window(h.now)
+    # Then it is in its window at once, and wakes itself to start the queued key at its next tick
+    assert h.status()["in_window"] is True
+    assert h.journal.names()[-1] == "wake"
+    h.tick()
+    assert h.started() == ["/db/a"]

@@ -18,7 +18,7 @@ from compactor.dbfactory import db_stats, integrity, make_bloated_db
 from smoosh.compactors import Interrupted, SqliteCompactor
 from smoosh.daemon.run.job_context import JobContext
 from smoosh.io_budget import IoBudget
-from helpers.clocks import FakeClock
+from helpers.clocks import FakeClock, recorded_sleeps
 
 CHUNK_PAGES = 50
 #: Bytes per second: slow enough that every chunk leaves a debt of a fraction of a second.
@@ -185,3 +185,37 @@ def test_a_worker_takes_no_job_while_the_budget_is_in_debt_and_takes_it_when_pai
         worker.stop(5)
         jobs.close()
         store.close()
+
+
+def test_a_clock_set_back_a_day_mid_compaction_holds_it_back_no_more_than_a_chunk(db: str) -> None:
+    # Given a paced compaction whose budget runs on a clock that can go back (a budget handed a
+    # wall clock), slow enough that no wait runs out by itself during the test; the sleeps of
+    # the compaction thread are recorded (a sleep is how long it waits if nobody wakes it:
+    # nobody does when a clock steps)
+    rate = 1024.0
+    clock = FakeClock(10 * 86_400.0)
+    budget = IoBudget(rate, clock=clock)
+    sleeps_s = recorded_sleeps(budget._cond)
+    compactor = SqliteCompactor(settings(), io_budget=budget)
+    ctx = ChunkStarts(JobContext(budget), clock)
+    thread, outcome = run_in_thread(compactor, db, ctx)
+    wait_until(lambda: budget.waiting() == 1)
+    chunk_s = budget.debt_s()
+    assert sleeps_s == [chunk_s]
+
+    # When the clock goes back a day and the compaction thread looks at it
+    clock.now -= 86_400.0
+    budget.wake()
+    wait_until(lambda: len(sleeps_s) == 2)
+
+    # Then it sleeps what the chunk still owes, not a day more (a paced compaction that sat at
+    # 31% for the length of the step, holding its slot); and it goes on, paced, to the end
+    assert sleeps_s[1] is not None and sleeps_s[1] <= chunk_s
+    while thread.is_alive():
+        wait_until(lambda: budget.waiting() == 1 or not thread.is_alive())
+        clock.now += budget.debt_s()
+        budget.wake()
+    thread.join(WAIT_S)
+    assert not isinstance(outcome[0], Exception), outcome
+    assert max(s for s in sleeps_s if s is not None) <= chunk_s
+    assert db_stats(db)["freelist_count"] == 0 and integrity(db) == "ok"

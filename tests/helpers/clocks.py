@@ -37,3 +37,52 @@ class FakeClock:
         """Move the clock on by ``seconds``."""
         with self._lock:
             self._now += seconds
+
+
+class SteppedClocks:
+    """A wall clock and a monotonic clock a test moves by hand, for ``clock=`` of a server.
+
+    Time passing (:meth:`advance`) moves both; a step of the wall clock (:meth:`step_wall`:
+    NTP, a VM resync, ``date -s``) moves only the wall clock. Called, it reads the wall clock,
+    so a smoosh that takes one clock for everything runs on the wall clock, stepped.
+    """
+
+    #: Where the monotonic clock starts unless told (any origin will do: it is not a date).
+    MONOTONIC_START = 1_000.0
+
+    def __init__(self, wall: float = FakeClock.START, monotonic: float = MONOTONIC_START) -> None:
+        self.wall = FakeClock(wall)
+        self.monotonic = FakeClock(monotonic)
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        return self.wall()
+
+    def advance(self, seconds: float) -> None:
+        """Let ``seconds`` pass: both clocks move on."""
+        with self._lock:
+            self.wall.advance(seconds)
+            self.monotonic.advance(seconds)
+
+    def step_wall(self, seconds: float) -> None:
+        """Step the wall clock by ``seconds`` (negative: back); monotonic time does not move."""
+        with self._lock:
+            self.wall.advance(seconds)
+
+
+def recorded_sleeps(cond: threading.Condition) -> list[float | None]:
+    """Record the timeout of every timed wait on ``cond`` from now on, in the list returned.
+
+    A timed wait's timeout is how long its thread would sleep if nobody woke it: what a test
+    about a clock that steps needs to see (when a clock steps, nobody wakes anyone), without
+    sleeping that long itself.
+    """
+    sleeps_s: list[float | None] = []
+    timed_wait = cond.wait
+
+    def recorded_wait(timeout: float | None = None) -> bool:
+        sleeps_s.append(timeout)
+        return timed_wait(timeout)
+
+    cond.wait = recorded_wait  # type: ignore[method-assign]
+    return sleeps_s

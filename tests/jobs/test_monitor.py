@@ -215,3 +215,27 @@ def test_inactive_job_is_requeued_by_background_monitor(make_jobs: Callable[...,
         jobs.update(job)
     with pytest.raises(JobHalted):
         jobs.finish(job)
+
+
+DAY_S = 86_400.0
+
+
+@pytest.mark.parametrize("step_s", [-DAY_S, DAY_S], ids=["back", "forward"])
+def test_a_step_of_the_wall_clock_neither_delays_nor_hastens_the_next_check(
+    quiet_jobs: Jobs, clock: FakeClock, step_s: float,
+) -> None:
+    # Given a monitor stepped as its runner steps it (step(): on the real monotonic clock),
+    # its first check scheduled a timeout (and jitter) away; the checks it makes are counted
+    monitor = make_monitor(quiet_jobs, clock)
+    checks: list[int] = []
+    check_activity = monitor.check_activity
+    monitor.check_activity = lambda: checks.append(1) or check_activity()  # type: ignore[method-assign]
+    wait_s = monitor.step()
+    assert TIMEOUT_S <= wait_s <= TIMEOUT_S * 1.5
+    # When the wall clock steps a day
+    clock.now += step_s
+    # Then the check is still as far away as it was: not a day later, and not at once (an
+    # early check would take a live worker that has not updated since the baseline for dead)
+    again_s = monitor.step()
+    assert checks == []
+    assert 0 < again_s <= wait_s

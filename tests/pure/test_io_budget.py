@@ -10,7 +10,7 @@ from typing import Callable
 
 import pytest
 
-from helpers.clocks import FakeClock
+from helpers.clocks import FakeClock, recorded_sleeps
 from smoosh.io_budget import IoBudget
 from smoosh.ioprio import IOPRIO_CLASS_IDLE, apply_io_priority, get_thread_ioprio
 
@@ -72,6 +72,45 @@ def test_a_clock_set_back_moves_the_debt_back_with_it() -> None:
     budget.charge(3 * MiB)
     clock.now = 4000.0  # a wall clock stepped back an hour must not stretch 3 s into an hour
     assert budget.paid_at() == 4003.0
+
+
+DAY_S = 86_400.0
+
+
+def test_a_clock_set_back_a_day_leaves_the_debt_what_it_was() -> None:
+    # Given 3 s of debt, read once (the debt is read before the clock is looked at again)
+    clock = FakeClock(DAY_S * 10)
+    budget = IoBudget(MiB, clock=clock)
+    budget.charge(3 * MiB)
+    # When the clock goes back a day and the debt is asked for first thing
+    clock.now -= DAY_S
+    # Then it is still 3 s, not a day and 3 s
+    assert budget.debt_s() == 3.0
+    assert budget.paid_at() == DAY_S * 9 + 3.0
+
+
+def test_a_waiter_that_looks_after_the_clock_went_back_a_day_sleeps_what_it_owes() -> None:
+    # Given a waiter owing 3 s, whose timed sleeps the test records (a sleep is how long it
+    # would wait if nobody woke it: the daemon wakes no one when a clock steps)
+    clock = FakeClock(DAY_S * 10)
+    budget = IoBudget(MiB, clock=clock)
+    budget.charge(3 * MiB)
+    sleeps_s = recorded_sleeps(budget._cond)
+    result: list[bool] = []
+    waiter = threading.Thread(target=lambda: result.append(budget.wait(lambda: False)), daemon=True)
+    waiter.start()
+    wait_until(lambda: budget.waiting() == 1)
+    assert sleeps_s == [3.0]
+    # When the clock goes back a day and the waiter looks at it again
+    clock.now -= DAY_S
+    budget.wake()
+    wait_until(lambda: len(sleeps_s) == 2)
+    # Then it sleeps the 3 s it still owes, not a day and 3 s
+    assert sleeps_s[1] == 3.0 and result == []
+    clock.now += 3.0
+    budget.wake()
+    waiter.join(WAIT_S)
+    assert result == [True]
 
 
 @pytest.mark.parametrize("rate", [0, -1, "5", True, math.nan])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -141,3 +142,8 @@ def test_a_call_to_a_stopping_loop_is_refused() -> None:
     finally:
         release.set()
         loop.stop()
+
+
+def test_a_loop_told_no_clock_keeps_its_timers_on_the_monotonic_clock() -> None:
+    # A wall clock set back a day would keep every task of the loop asleep for that day.
+    assert Loop("t-default").clock is time.monotonic

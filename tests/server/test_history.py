@@ -21,6 +21,7 @@ from smoosh.daemon.history import (
     consecutive_crashes,
     decode_record,
     encode_record,
+    longest_backoff_s,
 )
 
 
@@ -170,6 +171,45 @@ def test_crashing_keys_are_counted_per_channel_until_their_backoff_ends() -> Non
     assert table.crashing(61) == {"ratio_dbs": 1}
     table.forget("/a")
     assert table.crashing(61) == {}
+
+
+# ------------------------------------------------------------------ two clocks (issue 25)
+
+DAY_S = 86_400.0
+WALL = 1_700_000_000.0
+MONO = 500.0
+
+
+def test_a_retry_waits_on_the_monotonic_clock_and_its_wall_time_follows_a_step() -> None:
+    # Given a crash at WALL + 1 (monotonic MONO + 1) with a 30 s backoff
+    table = HistoryTable(backoff_base_s=30.0)
+    table.record("/a", STARTED, WALL, channel="ratio_dbs", mono=MONO)
+    rec = table.record("/a", CRASHED, WALL + 1, channel="ratio_dbs", reason="boom", mono=MONO + 1)
+    assert (rec.retry_at, rec.retry_mono) == (WALL + 31, MONO + 31)
+    # When the wall clock steps back a day 10 s later
+    table.wall_stepped(WALL + 10 - DAY_S, MONO + 10)
+    # Then the wait still ends 30 s after the crash on the monotonic clock, and /jobs shows
+    # the retry at the wall time it will happen at on the stepped clock
+    assert table.crashing(MONO + 30.9) == {"ratio_dbs": 1} and table.crashing(MONO + 31) == {}
+    assert table.get("/a").to_json()["retry_at"] == WALL + 31 - DAY_S
+    assert table.due(MONO + 30.9) == [] and table.due(MONO + 31) == ["/a"]
+
+
+@pytest.mark.parametrize(
+    ("wall_now", "left_s"),
+    [
+        (WALL, 100.0),  # no step while it was down: the 100 s left
+        (WALL + 40, 60.0),  # 40 s passed (or a step forward: the two look alike)
+        (WALL - DAY_S, longest_backoff_s(30.0)),  # stepped back a day: capped at the longest backoff
+    ],
+)
+def test_a_retry_time_read_from_the_store_leaves_its_wait_on_the_monotonic_clock(
+    wall_now: float, left_s: float,
+) -> None:
+    table = HistoryTable(backoff_base_s=30.0)
+    table.restore(KeyRecord("/a", channel="ratio_dbs", state="crashing", retry_at=WALL + 100), now=wall_now, mono=MONO)
+    assert table.get("/a").retry_mono == MONO + left_s
+    assert table.crashing(MONO + left_s - 0.1) == {"ratio_dbs": 1} and table.crashing(MONO + left_s) == {}
 
 
 # ------------------------------------------------------------------ starvation (issue 16)

@@ -15,9 +15,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from compactor.dbfactory import integrity, make_bloated_db
-from helpers.clocks import FakeClock
+from helpers.clocks import FakeClock, SteppedClocks
 from helpers.daemon import wait_for
-from helpers.jobs_table import state_of
+from helpers.jobs_table import record_of, state_of
 from smoosh import Server
 from smoosh.cli.format import format_status
 from smoosh.config import parse_config
@@ -201,3 +201,42 @@ def test_io_priority_idle_puts_the_compaction_thread_in_the_idle_class_for_that_
     wait_for(lambda: state_of(server, second) == "finished", 30, what="the second compaction")
     assert recorder.seen[1][0] != IOPRIO_CLASS_IDLE
     assert get_thread_ioprio()[0] != IOPRIO_CLASS_IDLE  # the rest of the process never changed class
+
+
+DAY_S = 86_400.0
+#: Pages per incremental chunk in the pacing case: each chunk owes CHUNK_PAGES pages of bytes.
+CHUNK_PAGES = 50
+
+
+def test_a_paced_incremental_compaction_keeps_its_pace_across_a_wall_clock_set_back_a_day(
+    tmp_path: Path, running: Any,
+) -> None:
+    # Given an incremental compaction paced at 1 KiB/s: each 50-page chunk owes minutes, so
+    # no wait of the compaction thread ever runs out by itself during the test
+    (tmp_path / "dbs").mkdir()
+    db = str(tmp_path / "dbs" / "inc.db")
+    make_bloated_db(db, auto_vacuum="incremental")
+    text = config_text(tmp_path, "max_io_rate = 1KiB") + f"\n[smoosh.sqlite]\nincremental_chunk_pages = {CHUNK_PAGES}\n"
+    clocks = SteppedClocks()
+    server = running(parse_config(text, str(tmp_path / "smoosh.ini")), workers=1, clock=clocks)
+    budget = server.io_budget
+    server.enqueue(db)
+    wait_for(lambda: budget.waiting() == 1, 20, what="the first chunk's wait")
+    charged = budget.charged_bytes
+
+    # When the wall clock is set back a day, then the debt's time passes and the compaction
+    # thread looks at the clock once (as its timed wait running out would have it)
+    owed_s = budget.debt_s()
+    clocks.step_wall(-DAY_S)
+    clocks.advance(owed_s)
+    budget.wake()
+
+    # Then the next chunk runs (it does not sleep a day), and each one after it runs when its
+    # own debt is paid, to the end
+    wait_for(lambda: budget.charged_bytes > charged, 10, what="the next chunk after the step")
+    while state_of(server, db) != "finished":
+        wait_for(lambda: budget.waiting() == 1 or state_of(server, db) == "finished", 20, what="the next chunk")
+        clocks.advance(budget.debt_s())
+        budget.wake()
+    assert record_of(server, db)["error_count"] == 0
+    assert integrity(db) == "ok"

@@ -12,7 +12,7 @@ from typing import Any, Iterator
 import pytest
 
 from compactor.dbfactory import db_stats, integrity, make_bloated_db
-from helpers.clocks import FakeClock
+from helpers.clocks import FakeClock, SteppedClocks
 from helpers.daemon import wait_for
 from helpers.jobs_table import state_of
 from helpers.locks import other_process_write
@@ -64,14 +64,24 @@ def progress_of(server: Server) -> float | None:
     return running[0]["progress"] if running else None
 
 
-def test_work_waits_for_the_window_and_a_strict_window_pauses_it_between_chunks(setup: Any) -> None:
-    config, db, clock = setup
+def started_with_the_key_queued(config: Any, db: Path, clock: Any) -> Server:
+    """A server with one worker (slow chunks: time to move the clock while one runs) and ``db`` queued."""
     server = Server(config, workers=1, watch_config=False, clock=clock,
                     compactors=[SlowChunks(config.sqlite, pause_s=0.002)])
     server.start()
     try:
         server.enqueue(str(db))
         wait_for(lambda: server.status()["channels"]["night_dbs"]["waiting"]["size"] == 1, 10, what="queued")
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def test_work_waits_for_the_window_and_a_strict_window_pauses_it_between_chunks(setup: Any) -> None:
+    config, db, clock = setup
+    server = started_with_the_key_queued(config, db, clock)
+    try:
         for _ in range(3):
             server.tick()  # ticks at noon: outside the window, nothing starts
         status = server.status()["channels"]["night_dbs"]
@@ -107,3 +117,31 @@ def test_work_waits_for_the_window_and_a_strict_window_pauses_it_between_chunks(
     # Read through apsw, the compactor's own library (DESIGN §11: one SQLite library per file).
     assert integrity(str(db)) == "ok"
     assert db_stats(str(db))["freelist_count"] == 0
+
+
+@pytest.mark.parametrize(
+    "step_s",
+    [-(10 * 3600 + 30 * 60), 13 * 3600 + 30 * 60],  # from noon to 01:30 the same day, or the next
+    ids=["back", "forward"],
+)
+def test_a_step_of_the_wall_clock_into_the_window_is_seen_within_a_second(setup: Any, step_s: float) -> None:
+    # Given a key queued at noon, outside the 01:00-05:00 window
+    config, db, _ = setup
+    clocks = SteppedClocks(wall=at(23, 12))
+    server = started_with_the_key_queued(config, db, clocks)
+    try:
+        server.tick()
+        assert server.status()["channels"]["night_dbs"]["in_window"] is False
+
+        # When the wall clock steps to 01:30, and one second passes
+        clocks.step_wall(step_s)
+        clocks.advance(1.0)
+        server.tick()
+
+        # Then the channel is in its window (its routine check is a minute away), and the
+        # queued key starts without a new event
+        assert server.status()["channels"]["night_dbs"]["in_window"] is True
+        server.tick()
+        wait_for(lambda: state_of(server, str(db)) in ("running", "finished"), 20, what="the compaction to start")
+    finally:
+        server.stop()

@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 from watchdog.observers import Observer
@@ -633,3 +633,43 @@ def test_settling_with_an_observer_that_cannot_tell_changes_nothing(watched: Pat
     assert w.settling() == 0  # nothing to wait for: the polling observer reports no queue
     make_db(db, commits=1)
     assert wait_for(lambda: seen.has(db))
+
+
+def test_a_periodic_rescan_still_sees_changes_stamped_by_a_wall_clock_set_back_a_day(
+    watched: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import smoosh.daemon.watch.watcher as watcher_module
+
+    monkeypatch.setattr(watcher_module, "RESCAN_MARGIN_S", 0.0)
+    day_s = 86_400.0
+    ahead_s = [day_s]
+
+    class SteppedTime:
+        """The watcher's ``time``: its wall clock a day ahead of the kernel's file times, until set back."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(time, name)
+
+        def time(self) -> float:
+            return time.time() + ahead_s[0]
+
+    monkeypatch.setattr(watcher_module, "time", SteppedTime())
+    quiet = make_db(watched / "quiet.db")
+    busy = make_db(watched / "busy.db")
+    time.sleep(0.05)  # file times come from a coarse clock: keep them clear of the scan's start
+    clock = FakeClock(0.0)
+    seen = Seen()
+    w = Watcher([str(watched)], seen, rescan_interval_s=600.0, clock=clock)
+    w.tick(600.0)  # the first scan (it starts a day ahead of the files' times) reports everything
+    assert seen.snapshot() == {str(quiet), str(busy)}
+    # When the wall clock is set back a day (the daemon tells the watcher), and the application
+    # then writes busy.db: its times are a day before the last scan's start
+    ahead_s[0] = 0.0
+    w.wall_stepped(-day_s)
+    w.wall_stepped(day_s / 2)  # a step forward moves nothing
+    time.sleep(0.05)
+    make_db(busy, commits=1)
+    seen.paths.clear()
+    w.tick(1200.0)
+    # Then the next periodic rescan reports it, and only it
+    assert seen.paths == [str(busy)]

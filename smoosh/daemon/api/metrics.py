@@ -239,7 +239,7 @@ def _compaction_families(server: Server, counters: Counters, channels: list[str]
 def _pinned_wal_families(server: Server) -> Iterator[Metric]:
     """The logs readers keep pinned: how many, the largest one's bytes, how long the oldest has been."""
     pinned = [w for c in server.compactors() for w in (getattr(c, "pinned_wals", lambda: [])() or [])]
-    now = time.time()
+    now = time.monotonic()
     count = GaugeMetricFamily("smoosh_wal_pinned_databases",
                               "WAL databases whose log a reader kept from being emptied at their last compaction.")
     count.add_metric([], len(pinned))

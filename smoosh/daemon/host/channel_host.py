@@ -16,6 +16,7 @@ may be called from any thread. The channels themselves are made by the server (i
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from channels.ports import Outcome, RunEvent
@@ -50,6 +51,8 @@ class ChannelHost:
         scheduler_of: the job scheduler once the server runs (None before).
         store_of: the job store once the server runs (None before and after).
         acted: publishes the status at once: an operator would notice the change just made.
+        wall_time: the wall clock: channels are ticked on the loop's monotonic clock and read
+            their windows in wall time (:meth:`wall_time`).
 
     Attributes:
         stopping: set once by the server's ``stop`` (on its caller's thread; a plain flag,
@@ -63,7 +66,7 @@ class ChannelHost:
         self, *, node: str, registry: ChannelRegistry, slots: SlotGate, budget_gate: BudgetGate,
         intake: Intake, outcomes: Outcomes, suspension: Suspension, worker_of: Callable[[], Any],
         scheduler_of: Callable[[], JobScheduler | None], store_of: Callable[[], Store | None],
-        acted: Callable[[], None],
+        acted: Callable[[], None], wall_time: Callable[[], float] = time.time,
     ) -> None:
         self.node = node
         self._registry = registry
@@ -76,6 +79,7 @@ class ChannelHost:
         self._scheduler_of = scheduler_of
         self._store_of = store_of
         self._acted = acted
+        self._wall_time = wall_time
         self.stopping = False
         self.cluster_holds: list[Hold] = []
 
@@ -107,6 +111,10 @@ class ChannelHost:
     def wake(self, channel: str) -> None:
         """Tick ``channel`` soon (any thread)."""
         self._registry.wake(channel)
+
+    def wall_time(self) -> float:
+        """Unix seconds now: a channel's window is defined in wall time, its ticks are monotonic."""
+        return self._wall_time()
 
     def admits(self, key: str) -> bool:
         """A key restored from a checkpoint is validated like a new one."""

@@ -13,6 +13,13 @@ The watch firing brings the next write forward, so a hold set by ``smoosh suspen
 is obeyed as soon as the store delivers the watch, and within one status interval even if
 a watch is lost; nothing polls for it.
 
+Every chore is due on the loop's monotonic clock; the status record carries wall time (a
+person reads ``updated_at``). Each tick also looks whether the wall clock stepped
+(:class:`~smoosh.clocks.WallSteps`): a step is logged once and handed to the server, which
+has every channel look at its window again. While a channel has a window the chores are due
+at least every :data:`STEP_CHECK_INTERVAL_S`, so a step into or out of it is seen within a
+second; without windows a step only needs its line, and the next chore's tick says it.
+
 Owner: the server's loop thread (every method but :meth:`stop`, which runs after the loop's
 last tick, and the watchdog callbacks, which only post or wake).
 """
@@ -24,6 +31,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
+from smoosh.clocks import Clocks, WallSteps
 from smoosh.config import Config
 from smoosh.daemon.control import control
 from smoosh.daemon.run import rotation
@@ -41,9 +49,13 @@ if TYPE_CHECKING:
     from smoosh.daemon.run.worker import Worker
     from smoosh.store import Store, Transaction, Watch
 
-__all__ = ["Housekeeping", "Parts"]
+__all__ = ["Housekeeping", "Parts", "STEP_CHECK_INTERVAL_S"]
 
 log = logging.getLogger(__name__)
+
+#: Seconds between two looks at the wall clock while a channel has a window (DESIGN §10:
+#: windows are re-evaluated within a second of a step).
+STEP_CHECK_INTERVAL_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -51,6 +63,7 @@ class Parts:
     """What the chores work on: the server's parts, handed over whole when it starts."""
 
     node: str
+    #: The loop's clock (monotonic): every chore is due on it.
     clock: Callable[[], float]
     config_of: Callable[[], Config]
     #: A reloaded config file (or the error that rejects it) goes to the server.
@@ -74,6 +87,11 @@ class Parts:
     on_holds: Callable[[list[Hold]], None]
     #: Hands a callable to the server's loop (:meth:`smoosh.loop.Loop.post`).
     post: Callable[[Callable[[], None]], None]
+    #: The daemon's clocks: the status record's ``updated_at`` is wall time; steps are watched.
+    clocks: Clocks
+    #: The wall clock stepped (called on the loop with its ``now``): the channels look at
+    #: their windows again.
+    on_clock_step: Callable[[float], None]
 
 
 class Housekeeping:
@@ -88,6 +106,7 @@ class Housekeeping:
         now = parts.clock()
         self._next_status_write = now
         self._next_rotation = now + parts.config_of().interval_s
+        self._steps = WallSteps(parts.clocks)
         #: The armed watch on the cluster holds (None: the next status write arms one).
         self._holds_watch: Watch | None = None
 
@@ -180,6 +199,7 @@ class Housekeeping:
     def tick(self, now: float) -> float | None:
         """Do the chores that are due at ``now``; return when the next one is."""
         parts = self.parts
+        self._look_at_the_wall_clock(now)
         mono = time.monotonic()
         dues: list[float] = []
         for part in (self.watcher, self.config_watcher):
@@ -204,12 +224,28 @@ class Housekeeping:
         dues.append(self._next_rotation)
         if now >= self._next_status_write:
             self._next_status_write = now + STATUS_INTERVAL_S
-            self._write_status(now)
+            self._write_status(parts.clocks.wall())
         dues.append(self._next_status_write)
+        if any(ch.window is not None for ch in parts.config_of().channels.values()):
+            dues.append(now + STEP_CHECK_INTERVAL_S)
         return min(dues)
 
+    def _look_at_the_wall_clock(self, now: float) -> None:
+        """Say a step of the wall clock once, and hand it to the server (``now``: the loop's)."""
+        step_s = self._steps.check()
+        if step_s is None:
+            return
+        log.warning(
+            "the wall clock stepped %s by %.1f s; waits, backoffs and pacing run on the monotonic clock and keep "
+            "their time, and every channel looks at its window again now",
+            "back" if step_s < 0 else "forward", abs(step_s),
+        )
+        if self.watcher is not None:
+            self.watcher.wall_stepped(step_s)  # rescans compare file times, which are wall time
+        self.parts.on_clock_step(now)
+
     def _write_status(self, now: float) -> None:
-        """Write the node's record and read the cluster holds, in one transaction on the starter."""
+        """Write the node's record (``now``: wall time) and read the cluster holds, in one transaction on the starter."""
         parts = self.parts
         store, scheduler, node, cluster = parts.store, parts.scheduler, parts.node, parts.cluster
         status = parts.status()

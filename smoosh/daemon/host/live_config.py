@@ -9,7 +9,7 @@ hands the work to it, and a rejected file only records its error.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from smoosh import logs
 from smoosh.config import Config
@@ -18,6 +18,7 @@ from smoosh.identity import Roots
 from smoosh.loop import quietly
 
 if TYPE_CHECKING:
+    from smoosh.clocks import Clocks
     from smoosh.daemon.control.budget_gate import BudgetGate
     from smoosh.daemon.history import HistoryTable
     from smoosh.daemon.host.housekeeping import Housekeeping
@@ -63,7 +64,7 @@ class LiveConfig:
     _scheduler: JobScheduler | None
     job_type: str
     _loop: Loop
-    _clock: Callable[[], float]
+    _clocks: Clocks
 
     def on_hold(self, channel: str, held: bool) -> None:
         """Running work of ``channel`` holds or goes on (the server's)."""
@@ -115,7 +116,7 @@ class LiveConfig:
             self._worker.set_concurrency(new.max_jobs)
         persist_dir = new.state_dir if (new.persist and self._state_dir_ok) else None
         self.intake.debouncer.set_recheck_interval(new.recheck_interval_s)
-        now = self._clock()
+        now = self._clocks.monotonic()  # the channels' clock (the loop's)
         registry = self._registry
         for name in list(registry.current):
             if name not in new.channels:

@@ -47,7 +47,7 @@ class ChannelRegistry:
         loop: the server's loop; each channel is a task on it.
         make: builds a channel from its name, its settings and the time now.
         settings_of: a channel's settings in the config in force, or None once it is removed.
-        clock: the daemon's wall clock.
+        clock: the loop's clock (monotonic): a channel restarted after a crash opens at its now.
     """
 
     def __init__(

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
+from smoosh.clocks import Clocks
 from smoosh.config import ChannelConfig, Config
 from smoosh.daemon.history import STARVED, HistoryTable, KeyRecord, consecutive_crashes
 from smoosh.daemon.intake.measurement import signature
@@ -65,7 +66,8 @@ class Sources:
         holds: ``holds(channel_name, forced)``: what keeps that channel from starting its next
             key (``forced``: a forced key, which the start-up pause does not hold back).
         slots: ``(busy, limit)`` of ``max_jobs``.
-        clock: wall-clock seconds.
+        clocks: the daemon's clocks: the answer tells wall time; a channel keeps its times
+            (a not-before time, the end of its pause) on the monotonic clock.
     """
 
     intake: Any
@@ -74,7 +76,7 @@ class Sources:
     config: Config
     holds: Callable[[str, bool], list[str]]
     slots: tuple[int, int]
-    clock: Callable[[], float]
+    clocks: Clocks
 
 
 def explain(src: Sources, key: object) -> dict[str, Any]:
@@ -107,7 +109,7 @@ def explain(src: Sources, key: object) -> dict[str, Any]:
     except InvalidKey as e:
         answer["reason"] = e.reason
         return answer
-    cfg, now = src.config, src.clock()
+    cfg, now = src.config, src.clocks.wall()
     router = intake.router
     left_s = intake.access.fresh_for_s(canonical)
     rec = src.history.snapshot(canonical)
@@ -142,6 +144,7 @@ def explain(src: Sources, key: object) -> dict[str, Any]:
         priority = priority_of(ch_cfg) if ch_cfg.matches(canonical) else 0.0
         answer["channels"][name] = channel_record(
             name, ch_cfg, channel, canonical, sizes, priority, compactor, rec, src.holds, now,
+            to_wall=src.clocks.wall_at,
         )
     _summarise(answer, canonical, names, cfg, sizes, priority_of, compactor, left_s, now, router)
     return answer
@@ -172,8 +175,13 @@ def key_state(place: str | None, rec: KeyRecord | None) -> str:
 def channel_record(
     name: str, ch: ChannelConfig, channel: Any, key: str, sizes: Any, priority: float, compactor: Any,
     rec: KeyRecord | None, holds: Callable[[str, bool], list[str]], now: float,
+    to_wall: Callable[[float], float] = float,
 ) -> dict[str, Any]:
-    """One channel's part of the answer: where it holds the key, what it gives it, what holds it back."""
+    """One channel's part of the answer: where it holds the key, what it gives it, what holds it back.
+
+    ``now`` is wall time; ``to_wall`` turns a time the channel keeps (on the clock it is ticked
+    with) into wall time, as the wall clock stands now.
+    """
     found = channel.locate(key)
     place = found.get("place") if found is not None else None
     forced = bool(found and found.get("forced"))
@@ -201,13 +209,17 @@ def channel_record(
         "next_open": next_open,
         "suspended": bool(status.get("suspended")),
         "held": status.get("held"),
-        "paused_until": channel.paused_until,
-        "not_before": found.get("not_before") if found is not None else None,
+        "paused_until": _wall_or_none(channel.paused_until, to_wall),
+        "not_before": _wall_or_none(found.get("not_before") if found is not None else None, to_wall),
         "holds": holds(name, forced),
     }
 
 
 # -- the parts --------------------------------------------------------------------------------------
+
+
+def _wall_or_none(at: float | None, to_wall: Callable[[float], float]) -> float | None:
+    return None if at is None else to_wall(at)
 
 
 def _names(cfg: Config, key: str) -> tuple[str, ...]:

@@ -26,6 +26,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from smoosh.clocks import Clocks
 from smoosh.compactors.base import refused
 from smoosh.config import Config
 from smoosh.daemon.intake.admission import AdmissionGate
@@ -81,7 +82,8 @@ class Intake:
             considers it, whatever its priority); true when one took it (an
             :class:`~smoosh.daemon.intake.verdicts.Offered` says which, or why it does not wait there).
         own_paths: smoosh's own files (state_dir, the store), never keys.
-        clock: wall-clock seconds (the debouncer's).
+        clocks: the daemon's clocks: the debounce counts on the monotonic one (the loop's,
+            which ticks the intake), a verdict's words tell wall time.
     """
 
     def __init__(
@@ -92,7 +94,7 @@ class Intake:
         access: AccessTable,
         offer: Callable[..., Any],
         own_paths: tuple[str, ...],
-        clock: Callable[[], float],
+        clocks: Clocks,
         counters: Any,
     ) -> None:
         self._config_of = config_of
@@ -100,7 +102,8 @@ class Intake:
         self.access = access
         self._offer = offer
         self.own_paths = own_paths
-        self._clock = clock
+        self._clock = clocks.monotonic
+        self._wall = clocks.wall
         self.counters = counters
         self._lock = threading.Lock()
         self._inflight: dict[str, _InFlight] = {}
@@ -190,7 +193,7 @@ class Intake:
         self.submit(canonical, waiter=waiter, force=force)
 
     def _stale(self, key: str, waiter: Waiter) -> None:
-        waiter.resolve(Verdict(waiter.key, NOT_QUEUED, reason=stale_reason(self.access.fresh_for_s(key), self._clock())))
+        waiter.resolve(Verdict(waiter.key, NOT_QUEUED, reason=stale_reason(self.access.fresh_for_s(key), self._wall())))
 
     def on_event(self, path: str) -> None:
         """The watcher saw ``path`` change: the hot path first, then the debouncer."""

@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
 from channels import Channel
+from smoosh.clocks import Clocks
 from smoosh.config import ChannelConfig, Config
 from smoosh.daemon.history import ADDED, HistoryTable
 from smoosh.daemon.control.slots import SlotGate
@@ -40,7 +41,8 @@ class Offers:
         scheduler_of: the job scheduler once the server runs (None before): asked which keys run.
         history: records a key's addition, and holds its backoff.
         slots: the global ``max_jobs`` gate, for the words of ``holds``.
-        clock: wall-clock seconds.
+        clocks: the daemon's clocks: wall time for the history and the window, monotonic time
+            for a backoff (the channels' clock).
         dry_run: the daemon only reports what it would do.
         pressure: whether a key's file system is under disk pressure
             (:meth:`~smoosh.daemon.control.pressure.DiskPressure.on`): such a key is queued at the
@@ -49,7 +51,7 @@ class Offers:
 
     def __init__(
         self, *, channels: Callable[[], Mapping[str, Channel]], config_of: Callable[[], Config],
-        scheduler_of: Callable[[], Any], history: HistoryTable, slots: SlotGate, clock: Callable[[], float],
+        scheduler_of: Callable[[], Any], history: HistoryTable, slots: SlotGate, clocks: Clocks,
         dry_run: bool, pressure: Callable[[str], bool] = lambda key: False,
     ) -> None:
         self._channels = channels
@@ -57,7 +59,7 @@ class Offers:
         self._scheduler_of = scheduler_of
         self._history = history
         self._slots = slots
-        self._clock = clock
+        self._clocks = clocks
         self.dry_run = dry_run
         self._pressure = pressure
 
@@ -101,15 +103,17 @@ class Offers:
             # Taken all the same (the key is not offered elsewhere), but it does not wait here.
             return Offered(name, quantized, f"already running in channel {name}" if key in channel.in_flight()
                            else f"channel {name} is full and its priority {quantized!r} is the lowest")
-        now = self._clock()
+        now = self._clocks.wall()
         if force:
             self._history.record(key, ADDED, now, channel=name, reason="forced")
             log.info("%r forced into %s", key, name)
             return Offered(name, math.inf, note=forced_note(self.holds(name, forced=True)))
         rec = self._history.get(key)
-        if rec is not None and rec.retry_at is not None and rec.retry_at > now:
-            # Crashing (or busy) still: it waits out its backoff in the channel.
-            channel.defer(key, quantized, rec.retry_at)
+        retry_mono = rec.retry_mono if rec is not None else None
+        if retry_mono is not None and retry_mono > self._clocks.monotonic():
+            # Crashing (or busy) still: it waits out its backoff in the channel, on the
+            # monotonic clock (a wall clock set back would keep it there for the step).
+            channel.defer(key, quantized, retry_mono)
         else:
             self._history.record(key, ADDED, now, channel=name)
         log.debug("%r queued in %s at priority %r", key, name, quantized)
@@ -128,10 +132,11 @@ class Offers:
         status = channel.status()
         next_open = None
         if window is not None and not status.get("in_window", True):
-            now = self._clock()
+            now = self._clocks.wall()
             next_open = window.next_open(datetime.fromtimestamp(now, timezone.utc)).timestamp()
+        paused_until = None if forced else channel.paused_until
         return hold_reasons(
             name, status, window=window, next_open=next_open,
-            paused_until=None if forced else channel.paused_until,
+            paused_until=None if paused_until is None else self._clocks.wall_at(paused_until),
             slots_busy=self._slots.busy, max_jobs=self._slots.limit, dry_run=self.dry_run,
         )

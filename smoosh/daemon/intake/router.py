@@ -41,10 +41,10 @@ class Router:
 
     Parameters:
         compactors: the compactors, first claim wins.
-        clock: the wall clock (unix seconds).
+        clock: monotonic seconds (the loop's clock): how long ago a key was compacted.
     """
 
-    def __init__(self, compactors: list[Any], *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, compactors: list[Any], *, clock: Callable[[], float] = time.monotonic) -> None:
         self.compactors = compactors
         self._clock = clock
         self._lock = threading.Lock()
@@ -122,7 +122,7 @@ class Router:
         )
 
     def record_compacted(self, key: str, size_after_bytes: int, now: float) -> None:
-        """Remember a successful compaction of ``key`` (cleanup keys are not remembered)."""
+        """Remember a successful compaction of ``key`` at ``now`` (the router's clock); not cleanup keys."""
         if key.startswith(CLEANUP_PREFIX):
             return
         with self._lock:

@@ -17,6 +17,7 @@ from typing import Callable, Protocol
 
 from channels import Channel
 from channels.ports import BLOCKED, BUSY, FAILED, GONE, INTERRUPTED, OK, REPLACED, Outcome, RunEvent
+from smoosh.clocks import Clocks
 from smoosh.compactors.base import READ_ONLY
 from smoosh.daemon.control import control
 from smoosh.daemon.history import (
@@ -149,6 +150,9 @@ class Outcomes:
         log_level: the level of the "compacted" line (``compaction_log_level``), read each time.
         channel_of: the channel of that name now, or None once closed.
         claimed_run: whether ``key`` runs (or ran) on this process's worker, claimed by it.
+        clocks: the daemon's clocks: history and counters are wall time (a person reads
+            them), a not-before time is monotonic (the channels' clock: a wall clock set
+            back must not hold a retry back for the step).
     """
 
     def __init__(
@@ -162,7 +166,7 @@ class Outcomes:
         log_level: Callable[[], int],
         channel_of: Callable[[str], Channel | None],
         claimed_run: Callable[[str], bool],
-        clock: Callable[[], float],
+        clocks: Clocks,
     ) -> None:
         self._node = node
         self._history = history
@@ -172,22 +176,27 @@ class Outcomes:
         self._log_level = log_level
         self._channel_of = channel_of
         self._claimed_run = claimed_run
-        self._clock = clock
+        self._clocks = clocks
         #: Keys with a crash record in the store: only those need one cleared.
         self.crash_records: set[str] = set()
         # key -> the store write to make with its job's removal (its crash record).
         self._pending_writes: dict[str, Write] = {}
 
     def on_outcome(self, channel: str, key: str, outcome: Outcome, now: float) -> float | None:
-        """Record how a run ended; the time the key may start again (crash backoff, busy wait) or None."""
+        """Record how a run ended at ``now`` (monotonic: the channels' clock).
+
+        Returns:
+            The monotonic time the key may start again (crash backoff, busy wait), or None.
+        """
         result = outcome.result
-        self._counters.count(channel, outcome, now)
+        wall = self._clocks.wall()
+        self._counters.count(channel, outcome, wall)
         history = self._history
         not_before: float | None = None
         fields = log_fields(channel, key, outcome)
         if result == OK:
             reclaimed = outcome.reclaimed_bytes
-            history.record(key, FINISHED, now, channel=channel, reason=f"reclaimed {reclaimed} bytes")
+            history.record(key, FINISHED, wall, channel=channel, reason=f"reclaimed {reclaimed} bytes")
             self._router.record_compacted(key, outcome.size_after_bytes, now)
             self._forget(key)
             # The one line a finished compaction writes (DESIGN §11), at compaction_log_level.
@@ -195,13 +204,14 @@ class Outcomes:
                     key, channel, outcome.duration_s, outcome.size_before_bytes, outcome.size_after_bytes, reclaimed,
                     extra=fields)
         elif result == GONE:
-            history.record(key, FINISHED, now, channel=channel, reason="database gone")
+            history.record(key, FINISHED, wall, channel=channel, reason="database gone")
             self._forget(key)
             log.info("%r is gone; dropped", key, extra=fields)
         elif result == BUSY:
-            rec = history.record(key, BUSY_EVENT, now, channel=channel, reason=outcome.error or "database busy")
-            not_before = rec.retry_at or now + BUSY_RETRY_S
-            if rec.state == STARVED and rec.starved_since == now:
+            rec = history.record(key, BUSY_EVENT, wall, channel=channel, reason=outcome.error or "database busy",
+                                 mono=now)
+            not_before = rec.retry_mono if rec.retry_mono is not None else now + BUSY_RETRY_S
+            if rec.state == STARVED and rec.starved_since == wall:
                 # Once, when it becomes starved (DESIGN §11: starved logs at WARNING); it is
                 # still retried, in case the application goes quiet.
                 log.warning("%r in %s was busy %d times in a row and is starved: %s; retrying in %.0f s",
@@ -210,15 +220,15 @@ class Outcomes:
             else:
                 log.info("%r was busy; retrying in %.0f s", key, not_before - now, extra=fields)
         elif result == BLOCKED:
-            not_before = self._blocked(channel, key, outcome.error or "", now, fields)
+            not_before = self._blocked(channel, key, outcome.error or "", wall, now, fields)
         elif result == REPLACED:
-            history.record(key, REPLACED_EVENT, now, channel=channel, reason=outcome.error or "replaced")
+            history.record(key, REPLACED_EVENT, wall, channel=channel, reason=outcome.error or "replaced")
             self._forget(key)
             log.error("compaction of %r in %s ended replaced: %s. %s", key, channel, outcome.error, REPLACED_RISK,
                       extra=fields)
         else:  # failed: a crash, with its backoff
-            rec = history.record(key, CRASHED, now, channel=channel, reason=outcome.error or result)
-            not_before = rec.retry_at or now
+            rec = history.record(key, CRASHED, wall, channel=channel, reason=outcome.error or result, mono=now)
+            not_before = rec.retry_mono if rec.retry_mono is not None else now
             log.warning(
                 "compaction of %r in %s %s (%s); retrying in %.0f s",
                 key, channel, "failed" if result == FAILED else f"ended {result}", rec.last_error, not_before - now,
@@ -229,8 +239,10 @@ class Outcomes:
             self._pending_writes[key] = write
         return not_before
 
-    def _blocked(self, channel: str, key: str, reason: str, now: float, fields: dict[str, object]) -> float:
-        """Record a compaction that could not make progress; the time it is tried again.
+    def _blocked(
+        self, channel: str, key: str, reason: str, wall: float, now: float, fields: dict[str, object],
+    ) -> float:
+        """Record a compaction that could not make progress; the (monotonic) time it is tried again.
 
         A read-only file does not become writable by itself (an operator changes the mode or
         the mount), so it waits the longest backoff at once instead of climbing to it; a reader
@@ -239,22 +251,23 @@ class Outcomes:
         history = self._history
         retry_after_s = longest_backoff_s(history.backoff_base_s) if reason == READ_ONLY else None
         rec = history.record(
-            key, BLOCKED_EVENT, now, channel=channel, reason=f"blocked: {reason}", retry_after_s=retry_after_s,
+            key, BLOCKED_EVENT, wall, channel=channel, reason=f"blocked: {reason}", retry_after_s=retry_after_s,
+            mono=now,
         )
-        not_before = rec.retry_at or now
+        not_before = rec.retry_mono if rec.retry_mono is not None else now
         log.warning("compaction of %r in %s ended blocked: %s; retrying in %.0f s", key, channel, reason, not_before - now,
                     extra=fields)
         return not_before
 
     def deliver(self, channel_name: str, event: RunEvent) -> Write | None:
         """A run event reaches its channel; for an end, the write to make with the job's removal."""
-        now = self._clock()
+        wall, now = self._clocks.wall(), self._clocks.monotonic()
         if event.kind == "running":
             rec = self._history.get(event.key)
             if rec is None or rec.state != "running":
-                self._history.record(event.key, STARTED, now, channel=channel_name)
+                self._history.record(event.key, STARTED, wall, channel=channel_name)
         elif event.kind == "dropped":
-            self._history.record(event.key, DROPPED, now, channel=channel_name, reason=event.reason)
+            self._history.record(event.key, DROPPED, wall, channel=channel_name, reason=event.reason)
         channel = self._channel_of(channel_name)
         ended = event.outcome if event.kind == "ended" else None
         # An interrupted run is not an outcome to record (no history, no backoff: the channel
@@ -263,7 +276,7 @@ class Outcomes:
         if ended is not None and ended.result == INTERRUPTED and (
             channel is None or channel.in_flight().get(event.key) == event.run
         ):
-            self._counters.count(channel_name, ended, now)
+            self._counters.count(channel_name, ended, wall)
         if channel is None:
             # Its channel was closed meanwhile: the outcome is still recorded.
             if ended is not None and ended.result != INTERRUPTED:

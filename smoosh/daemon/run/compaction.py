@@ -40,6 +40,7 @@ def compact(
         roots: the roots in force (None: no roots restriction); checked here, at use, so a
             file swapped for a link after it was queued is refused unopened.
         started: the run's start (``clock`` seconds), for its duration.
+        clock: monotonic seconds (a wall clock stepped mid-run would make the duration lie).
     """
     size_bytes = int(data.get("file_bytes") or 0)
 

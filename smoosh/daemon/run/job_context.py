@@ -168,7 +168,8 @@ class Running:
     done: bool = False
     # Published in the job's data so rotation can name this run (and no later one).
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
-    started_at: float = 0.0
+    started_at: float = 0.0  # wall time: shown, and sent with heartbeats
+    started_mono: float = 0.0  # the same moment on the monotonic clock: the duration counts from it
     # Claimed by this process's scheduler (add_claimed): its job is removed as it finishes,
     # in the same transaction, and a halted run is reported (nobody else follows it).
     claimed: bool = False

@@ -73,7 +73,8 @@ class JobScheduler:
         post: hands a callable to the server's loop (:meth:`smoosh.loop.Loop.post`).
         deliver: ``deliver(channel, event)`` on the loop: the server routes it to the channel;
             for an ``ended`` event it may return a write to make with the job's removal.
-        clock: wall-clock seconds.
+        clock: monotonic seconds (the loop's clock): when a run began running, which rotation
+            measures against the loop's ``now``.
         rng: makes run tokens (random, so a token never repeats across restarts).
     """
 

@@ -52,7 +52,7 @@ class Found:
     recorded: set[str] = field(default_factory=set)  # every key with a crash record in the store
 
     def apply(self, channels: Mapping[str, Any], now: float) -> None:
-        """Queue the keys taken back, follow the adopted runs, defer the keys still crashing."""
+        """Queue the keys taken back, follow the adopted runs, defer the keys still crashing (``now``: monotonic)."""
         for key, name in self.take_back.items():
             channel = channels.get(name)
             if channel is None:
@@ -66,11 +66,11 @@ class Found:
                 log.info("following %r, which a worker elsewhere is compacting for channel %s", key, name)
         for key, rec in self.crashing.items():
             channel = channels.get(rec.channel or "")
-            if channel is None or rec.retry_at is None or rec.retry_at <= now:
+            if channel is None or rec.retry_mono is None or rec.retry_mono <= now:
                 continue
             waiting = dict(channel.waiting())
             if key in waiting:
-                channel.defer(key, waiting[key], rec.retry_at)
+                channel.defer(key, waiting[key], rec.retry_mono)
 
 
 def take_over_jobs(
@@ -82,8 +82,13 @@ def take_over_jobs(
     node: str,
     job_timeout_s: float,
     admits: Callable[[str], bool],
+    mono: float | None = None,
 ) -> Found:
     """Sort out this node's jobs and crash records (see the module docstring).
+
+    ``now`` is wall time (heartbeats and stored retry times cross processes and restarts);
+    ``mono`` the same moment on the monotonic clock, which a restored backoff's wait is
+    counted on from here (None: ``now``, one clock for both).
 
     Returns:
         What to apply to the channels once they are open.
@@ -96,9 +101,9 @@ def take_over_jobs(
         if rec is None:
             log.warning("ignored an unreadable crash record of %r", key)
             continue
-        history.restore(rec)
+        history.restore(rec, now=now, mono=mono)
         found.recorded.add(rec.key)
-        if rec.retry_at is not None and rec.retry_at > now:
+        if rec.retry_mono is not None and rec.retry_mono > (now if mono is None else mono):
             found.crashing[rec.key] = rec
     for info in list(jobs.iter_jobs(job_type)):
         key, data = info.id, info.data

@@ -79,7 +79,9 @@ class Worker:
         signals: ``"direct"`` (in the daemon) or ``"store"`` (a worker process); see the module.
         listener: hears starts and ends (``signals="direct"``).
         hold_poll_s: how often a stand-alone worker reads its holds.
-        clock: wall-clock seconds, for ``duration_s`` and ``started_at``.
+        clock: wall-clock seconds, for ``started_at`` and the heartbeats' ``heartbeat_at``
+            (read by other processes: wall time is the one they share).
+        monotonic: monotonic seconds, for ``duration_s``.
         roots: the roots in force, read at every start (a reload applies); None: no roots
             restriction. A database outside them, or reached through a symbolic link, is
             refused (ends ``gone``) unopened.
@@ -104,6 +106,7 @@ class Worker:
         listener: RunListener | None = None,
         hold_poll_s: float = DEFAULT_HOLD_POLL_S,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
         roots: Callable[[], Sequence[str] | None] = lambda: None,
         accept_timeout_s: float | None = None,
         io_budget: IoBudget | None = None,
@@ -122,6 +125,7 @@ class Worker:
         self.listener = listener
         self.hold_poll_s = hold_poll_s
         self._clock = clock
+        self._monotonic = monotonic
         self._roots = roots
         self.io_budget = io_budget
         self._io_priority = io_priority
@@ -336,7 +340,8 @@ class Worker:
         """Register a job as running here (its slot, its heartbeats, its holds)."""
         ctx = JobContext(self.io_budget)
         running = Running(
-            job=job, data=dict(data), ctx=ctx, started_at=self._clock(), claimed=claimed,
+            job=job, data=dict(data), ctx=ctx, claimed=claimed,
+            started_at=self._clock(), started_mono=self._monotonic(),
             # The daemon's own worker sends no heartbeat at once: a short compaction (most of
             # a fleet) needs none at all. A stand-alone worker does: its heartbeat time is what
             # tells a restarting daemon that this job's worker is alive.
@@ -388,7 +393,7 @@ class Worker:
 
     def _run(self, running: Running) -> dict[str, Any] | None:
         key = running.key
-        started = running.started_at
+        started = running.started_mono
         with self._cond:
             stopping = self._stopping
         if stopping:
@@ -413,7 +418,8 @@ class Worker:
         # On the compaction thread itself: Linux keeps the I/O class per thread.
         restore_io_priority = apply_io_priority(self._io_priority())
         try:
-            return compact(running.key, running.data, running.ctx, self.compactors, self._roots(), started, self._clock)
+            return compact(running.key, running.data, running.ctx, self.compactors, self._roots(), started,
+                           self._monotonic)
         finally:
             restore_io_priority()
             with running.lock:

@@ -8,7 +8,9 @@ rescanned every ``rescan_interval`` because inotify drops events when its queue 
 ``observers.watchdog_overflows``). The start-up scan (and one after a config change) reports
 every database; a periodic rescan reports only the databases whose file or ``-wal`` changed
 (mtime or ctime: a rename sets the ctime) since the previous scan started, less
-``RESCAN_MARGIN_S``. An unchanged database has nothing new to say, and re-examining a
+``RESCAN_MARGIN_S`` (file times are wall time, so that start is too, moved back with the
+wall clock when it is set back: :meth:`Watcher.wall_stepped`). An unchanged database has
+nothing new to say, and re-examining a
 million of them every ten minutes (an exact ``dbstat`` pass each, once its remembered size is
 forgotten) would keep the disk busy for nothing. ``polling=True`` (network filesystems) uses watchdog's
 PollingObserver; running out of inotify watches falls back to it too.
@@ -163,6 +165,9 @@ class Watcher:
         # only those changed since the previous full scan started (periodic rescans).
         self._requested_everything = True
         self._last_full_scan_wall: float | None = None
+        # Seconds the wall clock was set back so far (steps back add up; under _lock): a scan
+        # that ran across a step starts its successor's window that much earlier.
+        self._wall_set_back_s = 0.0
         self._requested_roots: set[str] = set()
         self._scan_proc: subprocess.Popen[bytes] | None = None
         self._scans_completed = 0
@@ -303,6 +308,22 @@ class Watcher:
             self._requested_everything = True
         self._wake.set()
 
+    def wall_stepped(self, step_s: float) -> None:
+        """The wall clock stepped by ``step_s`` seconds (negative: back); any thread.
+
+        A periodic rescan reports the files changed since the previous full scan started, by
+        their times, which the kernel takes from the wall clock. Set back, the clock stamps
+        every later change before that start, and rescans would miss them all for as long as
+        the step: the start moves back with it. Set forward, nothing moves (what changed before
+        the step still lies after the start, and what changes after it further still).
+        """
+        if step_s >= 0:
+            return
+        with self._lock:
+            self._wall_set_back_s -= step_s
+            if self._last_full_scan_wall is not None:
+                self._last_full_scan_wall += step_s
+
     def overflowed(self) -> None:
         """The kernel dropped events (its inotify queue overflowed): rescan what changed since the last scan.
 
@@ -336,9 +357,12 @@ class Watcher:
         try:
             if full:
                 since = None if everything else self._last_full_scan_wall - RESCAN_MARGIN_S  # type: ignore[operator]
+                with self._lock:
+                    set_back_s = self._wall_set_back_s
                 started_wall = time.time()
                 self._scan(None, since)
-                self._last_full_scan_wall = started_wall
+                with self._lock:
+                    self._last_full_scan_wall = started_wall - (self._wall_set_back_s - set_back_s)
             else:
                 self._scan(roots)  # newly appeared roots: everything in them is new
         except Exception:

@@ -195,3 +195,8 @@ class Host(Protocol):
     # wall clock set back stalls no wait). The channel reads its window, which is defined in
     # wall time, and names a damaged checkpoint set aside by it; without it, ``now`` is taken
     # for wall time.
+    #
+    # And ``window_waived(channel) -> bool``: True while the channel should run outside its
+    # window (smoosh: disk pressure on a channel with ``under_pressure = ignore_window``). The
+    # channel asks at every window check; the host has it check at once when the answer changes
+    # (``Channel.check_window``).

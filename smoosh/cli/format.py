@@ -162,6 +162,8 @@ def format_explain(answer: dict[str, Any]) -> str:
     lines.append(f"  ignored:    {'yes ([smoosh.ignore])' if answer.get('ignored') else 'no'}")
     if answer.get("forced"):
         lines.append("  forced:     yes (until its run ends)")
+    if answer.get("disk_pressure"):
+        lines.append("  disk:       under pressure (past disk_pressure): queued worst-first by the bytes it would reclaim")
     crashes = answer.get("crashes")
     if crashes:
         retry = f", retry at {_utc(crashes['retry_at'])}" if crashes.get("retry_at") else ""

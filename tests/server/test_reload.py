@@ -93,6 +93,7 @@ LIVE: dict[str, tuple[str, Callable[[Server], bool]]] = {
     "wal_max_size": live("1MiB", lambda s: sqlite_compactor(s).wal_max_size_bytes == 1 << 20),
     "max_io_rate": live("5MiB", lambda s: s.io_budget.rate_bytes_per_s == 5 << 20),
     "min_free_space": live("7%", lambda s: s.disk_room.min_free.fraction == 0.07),
+    "disk_pressure": live("80%", lambda s: s.pressure.threshold == 0.8),
     "io_priority": live("idle", lambda s: worker(s)._io_priority() == "idle"),  # read at every start
     "ignore": live("", lambda s: True),  # not a [smoosh] key in files: skipped below
 }

@@ -171,6 +171,15 @@ class SmooshCollector(Collector):
             "(kept beside min_free_space on each file system).")
         reserved.add_metric([], server.disk_room.reserved_bytes())
         yield reserved
+        used = GaugeMetricFamily("smoosh_disk_used_ratio", "How full each file system under the roots is (used over "
+                                 "used plus available, as df shows it), named by its first root.", labels=["root"])
+        pressure = GaugeMetricFamily("smoosh_disk_pressure", "1 while the file system is used past disk_pressure: its "
+                                     "databases go worst-first.", labels=["root"])
+        for fs in server.pressure.snapshot():
+            used.add_metric([fs.roots[0]], fs.used)
+            pressure.add_metric([fs.roots[0]], 1 if fs.pressure else 0)
+        yield used
+        yield pressure
         yield from _pinned_wal_families(server)
 
 

@@ -52,7 +52,8 @@ class DiskPressure:
 
     Parameters:
         threshold: ``disk_pressure`` (0-1), or None: never under pressure.
-        usage: ``directory -> used fraction``; tests give their own.
+        usage: ``directory -> used fraction``; tests give their own (None: ``statvfs``, looked up
+            at each check).
         device: ``directory -> device number``; tests give their own.
         clock: wall seconds, for ``since`` and how long a pressure lasted.
     """
@@ -61,24 +62,33 @@ class DiskPressure:
         self,
         threshold: float | None = DEFAULT_DISK_PRESSURE,
         *,
-        usage: Callable[[str], float] = _usage,
+        usage: Callable[[str], float] | None = None,
         device: Callable[[str], int] = lambda directory: os.stat(directory).st_dev,
         clock: Callable[[], float],
     ) -> None:
         self._threshold = threshold
-        self._usage = usage
+        self._usage = usage if usage is not None else (lambda directory: _usage(directory))
         self._device = device
         self._clock = clock
         self._state: Mapping[int, FsUse] = {}
         self._pressured_roots: frozenset[str] = frozenset()
         self._roots: tuple[str, ...] = ()
 
+    @property
+    def threshold(self) -> float | None:
+        """``disk_pressure`` in force (0-1), or None: never under pressure."""
+        return self._threshold
+
     def set_threshold(self, threshold: float | None) -> None:
         """Change ``disk_pressure`` (live reload); the next :meth:`check` applies it."""
         self._threshold = threshold
 
-    def check(self, roots: Sequence[str]) -> None:
-        """Look at every file system under ``roots`` now (the loop thread); log each change of state."""
+    def check(self, roots: Sequence[str]) -> bool:
+        """Look at every file system under ``roots`` now (the loop thread); log each change of state.
+
+        Returns:
+            Whether any file system started or ended a pressure.
+        """
         now = self._clock()
         groups: dict[int, list[str]] = {}
         for root in roots:
@@ -87,6 +97,7 @@ class DiskPressure:
             except OSError:
                 continue  # a root that vanished: the roots check says so
         state: dict[int, FsUse] = {}
+        changed = False
         for dev, on_it in groups.items():
             try:
                 used = self._usage(on_it[0])
@@ -96,6 +107,7 @@ class DiskPressure:
             before = self._state.get(dev)
             since = (before.since if before is not None and before.pressure else now) if pressure else None
             state[dev] = FsUse(tuple(on_it), used, pressure, since)
+            changed = changed or pressure != (before is not None and before.pressure)
             if pressure and (before is None or not before.pressure):
                 log.warning(
                     "Disk pressure on the file system of %s: %.0f%% used (disk_pressure %.0f%%): its databases are "
@@ -108,6 +120,7 @@ class DiskPressure:
         self._state = state
         self._roots = tuple(roots)
         self._pressured_roots = frozenset(r for fs in state.values() if fs.pressure for r in fs.roots)
+        return changed
 
     def on(self, path: str) -> bool:
         """Whether ``path`` (a canonical database path) lies on a file system under pressure (any thread)."""

@@ -53,6 +53,7 @@ class ChannelHost:
         acted: publishes the status at once: an operator would notice the change just made.
         wall_time: the wall clock: channels are ticked on the loop's monotonic clock and read
             their windows in wall time (:meth:`wall_time`).
+        window_waived: whether a channel runs outside its window now (:meth:`window_waived`).
 
     Attributes:
         stopping: set once by the server's ``stop`` (on its caller's thread; a plain flag,
@@ -67,6 +68,7 @@ class ChannelHost:
         intake: Intake, outcomes: Outcomes, suspension: Suspension, worker_of: Callable[[], Any],
         scheduler_of: Callable[[], JobScheduler | None], store_of: Callable[[], Store | None],
         acted: Callable[[], None], wall_time: Callable[[], float] = time.time,
+        window_waived: Callable[[str], bool] = lambda channel: False,
     ) -> None:
         self.node = node
         self._registry = registry
@@ -80,6 +82,7 @@ class ChannelHost:
         self._store_of = store_of
         self._acted = acted
         self._wall_time = wall_time
+        self._window_waived = window_waived
         self.stopping = False
         self.cluster_holds: list[Hold] = []
 
@@ -115,6 +118,10 @@ class ChannelHost:
     def wall_time(self) -> float:
         """Unix seconds now: a channel's window is defined in wall time, its ticks are monotonic."""
         return self._wall_time()
+
+    def window_waived(self, channel: str) -> bool:
+        """Whether ``channel`` runs outside its window now: disk pressure, and ``under_pressure = ignore_window``."""
+        return self._window_waived(channel)
 
     def admits(self, key: str) -> bool:
         """A key restored from a checkpoint is validated like a new one."""

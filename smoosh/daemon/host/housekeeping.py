@@ -41,6 +41,7 @@ from smoosh.errors import ConfigError, SmooshError
 
 if TYPE_CHECKING:
     from channels import Channel
+    from smoosh.daemon.control.pressure import DiskPressure
     from smoosh.daemon.intake.intake import Intake
     from smoosh.daemon.record.outcomes import Counters
     from smoosh.daemon.run.scheduler import JobScheduler
@@ -92,6 +93,10 @@ class Parts:
     #: The wall clock stepped (called on the loop with its ``now``): the channels look at
     #: their windows again.
     on_clock_step: Callable[[float], None]
+    #: The file systems under the roots, checked for disk pressure with every status record.
+    pressure: DiskPressure
+    #: Disk pressure started or ended (called on the loop with its ``now``).
+    on_pressure_change: Callable[[float], None]
 
 
 class Housekeeping:
@@ -224,6 +229,8 @@ class Housekeeping:
         dues.append(self._next_rotation)
         if now >= self._next_status_write:
             self._next_status_write = now + STATUS_INTERVAL_S
+            if parts.pressure.check(parts.config_of().roots):
+                parts.on_pressure_change(now)
             self._write_status(parts.clocks.wall())
         dues.append(self._next_status_write)
         if any(ch.window is not None for ch in parts.config_of().channels.values()):

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from smoosh.daemon.run.scheduler import JobScheduler
     from smoosh.daemon.control.slots import SlotGate
     from smoosh.daemon.watch.staleness import AccessTable
+    from smoosh.daemon.control.pressure import DiskPressure
     from smoosh.disk_room import DiskRoom
     from smoosh.io_budget import IoBudget
     from smoosh.jobs import Jobs
@@ -50,6 +51,7 @@ class LiveConfig:
     _slots: SlotGate
     io_budget: IoBudget
     disk_room: DiskRoom
+    pressure: DiskPressure
     _budget_gate: BudgetGate
     _history: HistoryTable
     _access: AccessTable
@@ -94,6 +96,7 @@ class LiveConfig:
             self.io_budget.set_rate(new.max_io_rate_bytes_per_s)
             self._budget_gate.rate_changed()
         self.disk_room.set_min_free(new.min_free_space)
+        self.pressure.set_threshold(new.disk_pressure)
         self._history.configure(
             max_history=new.max_history,
             health_threshold_s=new.health_threshold_s,

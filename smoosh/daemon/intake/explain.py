@@ -10,6 +10,7 @@ The answer (JSON as served; infinite priorities are the string ``"infinity"``)::
 
     {"key", "state", "channel", "reason",
      "sizes": {"file_bytes", "active_bytes", "changes", "exact"} | null,
+     "disk_pressure": bool (its file system is past disk_pressure: queued worst-first by reclaimable bytes),
      "ignored", "forced", "stale_until": unix seconds | null,
      "crashes": {"consecutive", "error_count", "last_error", "retry_at"} | null,
      "busy": {"count", "starved_since"} | null,
@@ -77,6 +78,8 @@ class Sources:
     holds: Callable[[str, bool], list[str]]
     slots: tuple[int, int]
     clocks: Clocks
+    #: Whether a key's file system is under disk pressure (queued worst-first by reclaimable bytes).
+    pressure: Callable[[str], bool] = lambda path: False
 
 
 def explain(src: Sources, key: object) -> dict[str, Any]:
@@ -95,7 +98,7 @@ def explain(src: Sources, key: object) -> dict[str, Any]:
     answer: dict[str, Any] = {
         "key": key if isinstance(key, str) else repr(key), "state": REJECTED, "channel": None, "reason": None,
         "sizes": None, "ignored": False, "forced": False, "stale_until": None, "crashes": None, "busy": None,
-        "max_jobs": {"busy": busy, "limit": limit}, "channels": {},
+        "max_jobs": {"busy": busy, "limit": limit}, "disk_pressure": False, "channels": {},
     }
     try:
         canonical = intake.canonical_key(key)
@@ -127,6 +130,7 @@ def explain(src: Sources, key: object) -> dict[str, Any]:
         crashes=_crashes(rec, src.history.health_threshold_s),
         busy=None if rec is None or not rec.busy_count else {"count": rec.busy_count,
                                                              "starved_since": rec.starved_since},
+        disk_pressure=src.pressure(db_path(canonical)),
         sizes=None if sizes is None else {"file_bytes": sizes.file_bytes, "active_bytes": sizes.active_bytes,
                                           "changes": sizes.changes, "exact": exact},
     )

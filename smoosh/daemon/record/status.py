@@ -70,6 +70,19 @@ def build_status(server: Any) -> dict[str, Any]:
         "restart_required": list(server._restart_required),
         "scan": housekeeping.scan_status() if housekeeping is not None else {},
         "io_budget": io_budget_status(server),
+        "disk": disk_status(server),
+    }
+
+
+def disk_status(server: Any) -> dict[str, Any]:
+    """The disk as ``/status`` shows it: ``min_free_space``, the bytes running compactions reserved,
+    and each file system under the roots: how full, and whether under disk pressure since when."""
+    return {
+        "min_free_space": str(server.disk_room.min_free),
+        "reserved_bytes": server.disk_room.reserved_bytes(),
+        "disk_pressure": None if server.config.disk_pressure is None else f"{server.config.disk_pressure * 100:g}%",
+        "filesystems": [{"roots": list(fs.roots), "used": round(fs.used, 4), "pressure": fs.pressure,
+                         "since": fs.since} for fs in server.pressure.snapshot()],
     }
 
 

@@ -1,0 +1,109 @@
+"""Issue 27: under disk pressure, databases go worst-first and opted-in channels run outside their windows.
+
+A real server with an in-process worker and real SQLite files; how full the file system is
+comes from a stand-in for ``statvfs`` (the pressure module's one look at the disk), and the
+housekeeping is ticked by hand.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+import smoosh.daemon.control.pressure as pressure_module
+from compactor.dbfactory import make_bloated_db
+from helpers.clocks import FakeClock
+from helpers.daemon import wait_for
+from smoosh import Server
+from smoosh.config import parse_config
+
+DB_CHANNELS = "night_dbs"
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Path, dict[str, float]]]:
+    dbs = tmp_path / "dbs"
+    dbs.mkdir()
+    # small.db: few bytes to reclaim at a high ratio; big.db: many bytes at a lower one.
+    make_bloated_db(str(dbs / "small.db"), rows=300, delete_fraction=0.9)
+    make_bloated_db(str(dbs / "big.db"), rows=6000, delete_fraction=0.6)
+    used = {"ratio": 0.5}
+    monkeypatch.setattr(pressure_module, "_usage", lambda directory: used["ratio"])
+    text = f"""[smoosh]
+watch =
+roots = {dbs}
+state_dir = {tmp_path / 'state'}
+store = memory:
+node = t
+wait_secs = 0
+staleness = 0
+db_channels = night_dbs
+disk_pressure = 90%
+
+[smoosh.night_dbs]
+priority = ratio
+min_size = 0
+from = 01:00
+to = 05:00
+under_pressure = ignore_window
+# Queue, never start: the order the channel would start them in stays in view.
+concurrency = 0
+"""
+    yield parse_config(text, str(tmp_path / "smoosh.ini")), dbs, used
+
+
+def noon() -> float:
+    return dt.datetime(2026, 11, 23, 12, 0, tzinfo=dt.timezone.utc).timestamp()
+
+
+def test_a_full_disk_takes_the_largest_reclaim_first_and_opens_the_window(
+    fleet: tuple[Any, Path, dict[str, float]], caplog: pytest.LogCaptureFixture
+) -> None:
+    config, dbs, used = fleet
+    clock = FakeClock(noon())
+    server = Server(config, workers=0, watch_config=False, clock=clock)
+    server.start()
+    try:
+        for name in ("small.db", "big.db"):
+            server.enqueue(str(dbs / name))
+        wait_for(lambda: server.status()["channels"][DB_CHANNELS]["waiting"]["size"] == 2, 30, what="both queued")
+        channel = server.channels()[DB_CHANNELS]
+
+        def order() -> list[str]:
+            snapshot = channel.try_snapshot()
+            return [k for k, _p in snapshot[1]] if snapshot is not None else []
+
+        # A normal day at noon: outside the night window, the highest ratio first
+        assert order() == [str(dbs / "small.db"), str(dbs / "big.db")]
+        assert server.status()["channels"][DB_CHANNELS]["in_window"] is False
+        # When the disk fills past disk_pressure
+        used["ratio"] = 0.95
+        with caplog.at_level(logging.WARNING, logger="smoosh.daemon.control.pressure"):
+            clock.advance(6)  # the next status interval: the disk is looked at with every record
+            server.tick()
+        # Then it is said once, the night channel runs outside its window, and a key examined
+        # again is queued at the bytes it would reclaim: the big database first
+        assert [r.getMessage().split(":")[0] for r in caplog.records] == [f"Disk pressure on the file system of {dbs}"]
+        wait_for(lambda: server.status()["channels"][DB_CHANNELS]["in_window"], 30, what="the window waived")
+        for name in ("small.db", "big.db"):
+            server.enqueue(str(dbs / name), force=False)
+        wait_for(lambda: order()[:1] == [str(dbs / "big.db")], 30, what="big first")
+        assert order() == [str(dbs / "big.db"), str(dbs / "small.db")]
+        priorities = dict(channel.try_snapshot()[1])
+        assert priorities[str(dbs / "big.db")] > 1_000_000  # its reclaimable bytes, not its ratio
+        disk = server.status()["disk"]
+        assert disk["disk_pressure"] == "90%"
+        assert disk["filesystems"] == [{"roots": [str(dbs)], "used": 0.95, "pressure": True,
+                                        "since": disk["filesystems"][0]["since"]}]
+        assert server.explain(str(dbs / "big.db"))["disk_pressure"] is True
+        # And when the pressure ends the window holds again
+        used["ratio"] = 0.5
+        clock.advance(6)
+        server.tick()
+        wait_for(lambda: not server.status()["channels"][DB_CHANNELS]["in_window"], 30, what="the window back")
+    finally:
+        server.stop()

@@ -283,11 +283,13 @@ class Server(LiveConfig):
 
         Raises:
             InstanceLocked: another daemon runs on this state_dir.
+            LockFailed: the lock cannot be taken or verified (the daemon must not start).
         """
         if self._state_dir_claimed:
             return
+        # The lock first: a daemon that cannot take it says that, and only that.
+        self._lock.acquire()
         self._state_dir_ok = prepare_state_dir(self._config.state_dir)
-        self._lock.take()
         self._state_dir_claimed = True
 
     def __enter__(self) -> Server:

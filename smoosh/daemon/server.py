@@ -35,6 +35,7 @@ from smoosh.daemon.intake.explain import Sources, explain as explain_key
 from smoosh.daemon.history import HistoryTable
 from smoosh.daemon.host.housekeeping import Housekeeping, Parts
 from smoosh.daemon.control.instance_lock import InstanceLock, prepare_state_dir
+from smoosh.daemon.control.node_claim import Identity, running_here
 from smoosh.daemon.intake.intake import Intake
 from smoosh.daemon.intake.measurement import own_paths
 from smoosh.daemon.intake.offers import Offers
@@ -47,7 +48,7 @@ from smoosh.daemon.run.scheduler import JobScheduler
 from smoosh.daemon.control.slots import SlotGate
 from smoosh.daemon.watch.staleness import AccessTable
 from smoosh.daemon.run.startup import take_over_jobs
-from smoosh.daemon.record.status import build_status, jobs_table
+from smoosh.daemon.record.status import build_status, claim_node, jobs_table, mark_stopped
 from smoosh.daemon.control.suspension import Suspension
 from smoosh.errors import UnknownChannel
 from smoosh.io_budget import IoBudget
@@ -63,6 +64,9 @@ log = logging.getLogger(__name__)
 
 #: Seconds a clean stop may take before the daemon gives up waiting (DESIGN §5.1).
 STOP_TIMEOUT_S = 10.0
+#: Longest a clean stop waits to mark the node's status record stopped (a store that does not
+#: answer must not eat the stop's budget).
+MARK_STOPPED_TIMEOUT_S = 2.0
 
 
 class Server(LiveConfig):
@@ -97,7 +101,9 @@ class Server(LiveConfig):
         self._clock = clock
         self.dry_run = dry_run
         self._owns_store = store is None
-        self._store = store
+        # The store the caller handed over, or None: the server opens its own as it starts.
+        self._given_store = store
+        self._store: Store | None = None
         self._workers_n = config.max_jobs if workers is None else workers
         self._workers_from_config = workers is None  # then max_jobs sets them, live
         self._watch_config = watch_config and config.path is not None
@@ -136,6 +142,10 @@ class Server(LiveConfig):
         self._suspension = Suspension(config.state_dir)
         self._lock = InstanceLock(config.state_dir)
         self._state_dir_claimed = False
+        #: This daemon's process in the node's status record; drawn as it claims the node.
+        self._process: Identity | None = None
+        #: The previous daemon of this node, found dead by the claim: its jobs are taken back.
+        self._dead_holders: frozenset[str] = frozenset()
         self._config_error: str | None = None
         self._restart_required: list[str] = []
         self._state_dir_ok = False
@@ -185,13 +195,12 @@ class Server(LiveConfig):
         if self._started:
             return
         cfg = self._config
-        self.claim_state_dir()
+        self.claim_node()
         log.info(
             "starting smoosh on node %r: store %s, %d channel(s), %d worker(s)%s",
             self.node, cfg.store, len(cfg.channels), self._workers_n, ", dry run" if self.dry_run else "",
         )
-        if self._store is None:
-            self._store = open_job_store(cfg.store, reset=self._reset_store)
+        assert self._store is not None and self._process is not None
         self.intake.own_paths = own_paths(cfg)
         self._jobs = Jobs(self._store)
         self._jobs.set_type_timeout(self.job_type, cfg.job_timeout_s)
@@ -208,6 +217,7 @@ class Server(LiveConfig):
         found = take_over_jobs(
             self._jobs, self.job_type, self._history, self._clock(),
             node=self.node, job_timeout_s=cfg.job_timeout_s, admits=self.intake.admits,
+            dead_holders=self._dead_holders,
         )
         self._outcomes.crash_records = set(found.recorded)
         now = self._clock()
@@ -223,6 +233,7 @@ class Server(LiveConfig):
                 job_timeout_s=cfg.job_timeout_s, concurrency=self._workers_n, signals="direct",
                 listener=self._scheduler, clock=self._clock, roots=lambda: self._config.roots,
                 io_budget=self.io_budget, io_priority=lambda: self._config.io_priority,
+                holder=self._process.instance,
             )
             self._worker.on_released = self._settle
             self._worker.start()
@@ -233,7 +244,7 @@ class Server(LiveConfig):
             access=self._access, slots=self._slots, channels=self.channels, status=self.status,
             store=self._store, scheduler=self._scheduler, worker=self._worker, counters=self.counters,
             compacting=self._compacting, cluster=cluster, on_holds=self._host.apply_cluster_holds,
-            post=self._loop.post,
+            post=self._loop.post, process=self._process,
         ), watch_config=self._watch_config)
         self.intake.wake = lambda: self._loop.wake(self.intake)
         self._loop.add(self.intake, "the intake")
@@ -266,11 +277,10 @@ class Server(LiveConfig):
         scheduler = self._scheduler
         if scheduler is not None:
             quietly(lambda: scheduler.close(max(0.5, deadline - time.monotonic())), "stopping", log)
+        self._release_node(deadline)
         if self._jobs is not None:
             quietly(self._jobs.close, "stopping", log)
-        if self._owns_store and self._store is not None:
-            quietly(self._store.close, "stopping", log)
-            self._store = None
+        self._close_store()
         self._lock.release()
         self._state_dir_claimed = False
         log.info("smoosh stopped")
@@ -291,6 +301,54 @@ class Server(LiveConfig):
         self._lock.acquire()
         self._state_dir_ok = prepare_state_dir(self._config.state_dir)
         self._state_dir_claimed = True
+
+    def claim_node(self) -> None:
+        """Take ``state_dir``, open the store and claim this node's name in it (idempotent); :meth:`start` does it first.
+
+        Before anything is logged: a second live daemon of this node on this store says so,
+        and nothing else (DESIGN §10). On any failure the store is closed again and the
+        state_dir released.
+
+        Raises:
+            InstanceLocked: another daemon runs on this state_dir.
+            LockFailed: the state_dir's lock cannot be taken or verified.
+            NodeInUse: a live daemon of another process serves this node on this store.
+            CorruptStore: the SQLite store is damaged (the message names ``--reset-store``).
+            SmooshError: the store cannot be opened, or fails.
+        """
+        if self._process is not None:
+            return
+        self.claim_state_dir()
+        process = Identity.of_this_process(self._config.state_dir)
+        try:
+            if self._store is None:
+                self._store = self._given_store or open_job_store(self._config.store, reset=self._reset_store)
+            running_here.add(process.instance)
+            self._dead_holders = claim_node(self._store, self.node, process, self._clock())
+        except BaseException:
+            running_here.discard(process.instance)
+            self._close_store()
+            self._lock.release()
+            self._state_dir_claimed = False
+            raise
+        self._process = process
+
+    def _release_node(self, deadline: float) -> None:
+        """Say in the node's record that this daemon stopped (a restart anywhere need not wait for it to go stale)."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        store = self._store
+        if store is not None:
+            timeout_s = min(MARK_STOPPED_TIMEOUT_S, max(0.1, deadline - time.monotonic()))
+            quietly(lambda: mark_stopped(store, self.node, process, timeout_s), "stopping", log)
+        running_here.discard(process.instance)
+
+    def _close_store(self) -> None:
+        """Close the store when this server opened it."""
+        store, self._store = self._store, None
+        if store is not None and self._owns_store:
+            quietly(store.close, "stopping", log)
 
     def __enter__(self) -> Server:
         self.start()

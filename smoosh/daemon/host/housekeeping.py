@@ -7,6 +7,10 @@ cleaner, rotation (DESIGN §5.6) and the node's status record in the store (ever
 written by the scheduler's starter thread: store I/O never runs on the loop). The daemon
 keeps one watchdog observer, shared by the file watcher and the config watcher.
 
+The status record names this daemon's process, and the transaction that writes it reads the
+record it replaces: a record another live daemon wrote (two daemons given one ``node``) is
+logged once, as an ERROR.
+
 The cluster holds (:mod:`smoosh.daemon.control.cluster_holds`) ride on the status record: the
 transaction that writes it also reads the holds and, when none is armed, watches them.
 The watch firing brings the next write forward, so a hold set by ``smoosh suspend --store``
@@ -28,11 +32,12 @@ from smoosh.config import Config
 from smoosh.daemon.control import control
 from smoosh.daemon.run import rotation
 from smoosh.daemon.control.cluster_holds import ClusterHolds, Hold
-from smoosh.daemon.record.status import STATUS_INTERVAL_S, put_node_status
+from smoosh.daemon.record.status import STATUS_INTERVAL_S, other_live_daemon, put_node_status, read_node_record
 from smoosh.errors import ConfigError, SmooshError
 
 if TYPE_CHECKING:
     from channels import Channel
+    from smoosh.daemon.control.node_claim import Identity
     from smoosh.daemon.intake.intake import Intake
     from smoosh.daemon.record.outcomes import Counters
     from smoosh.daemon.run.scheduler import JobScheduler
@@ -74,6 +79,8 @@ class Parts:
     on_holds: Callable[[list[Hold]], None]
     #: Hands a callable to the server's loop (:meth:`smoosh.loop.Loop.post`).
     post: Callable[[Callable[[], None]], None]
+    #: This daemon's process, named in its status record (None: the record names none).
+    process: Identity | None = None
 
 
 class Housekeeping:
@@ -90,6 +97,9 @@ class Housekeeping:
         self._next_rotation = now + parts.config_of().interval_s
         #: The armed watch on the cluster holds (None: the next status write arms one).
         self._holds_watch: Watch | None = None
+        #: The instance of another live daemon last found writing this node's record (the
+        #: starter thread's alone: the status write runs there).
+        self._other_daemon: str | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -215,21 +225,41 @@ class Housekeeping:
         status = parts.status()
         arm = self._holds_watch is None
 
-        def body(tr: Transaction) -> tuple[list[Hold], Watch | None]:
-            put_node_status(tr, node, status, now)
+        process = parts.process
+
+        def body(tr: Transaction) -> tuple[list[Hold], Watch | None, dict[str, Any] | None]:
+            previous = read_node_record(tr.snapshot, node) if process is not None else None
+            put_node_status(tr, node, status, now, process=process)
             # Snapshot reads: the write stays conflict-free. The watch is armed at this
             # commit against what this read saw, so no change can slip between the two.
-            return cluster.read(tr), (cluster.watch(tr) if arm else None)
+            return cluster.read(tr), (cluster.watch(tr) if arm else None), previous
 
         def write() -> None:
             try:
-                holds, watch = store.transact(body)
+                holds, watch, previous = store.transact(body)
             except SmooshError as e:
                 log.warning("could not write this node's status record: %s", e)
                 return
+            if process is not None:
+                self._check_other_daemon(previous, process, now)
             parts.post(lambda: self._holds_read(holds, watch))
 
         scheduler.background(write)
+
+    def _check_other_daemon(self, previous: dict[str, Any] | None, ours: Identity, now: float) -> None:
+        """The record this write replaced came from another live daemon: say so, once per such daemon.
+
+        A second daemon of this node refuses to start (the node's claim); this catches the one
+        that started while this daemon's record was stale (its store unreachable meanwhile).
+        Runs on the starter thread, after the write.
+        """
+        other = other_live_daemon(previous, ours, now)
+        if other is None or other.instance == self._other_daemon:
+            return
+        self._other_daemon = other.instance
+        log.error("another smoosh (host %s, pid %d) also runs as node %r on this store: the two take each "
+                  "other's jobs; stop one, or give each its own node name ([smoosh] node)",
+                  other.host, other.pid, self.parts.node)
 
     def _holds_read(self, holds: list[Hold], watch: Watch | None) -> None:
         """The holds as the last status write read them (loop thread); follow the new watch."""

@@ -21,7 +21,7 @@ from typing import Any, Callable, Collection, Literal
 from smoosh.daemon.control import control
 from smoosh.daemon.run.job_context import HALTED, Running
 from smoosh.daemon.keypool import DEFAULT_IDLE_EXIT_S
-from smoosh.daemon.run.startup import DAEMON_WORKER
+from smoosh.daemon.run.startup import DAEMON_WORKER, HOLDER
 from smoosh.jobs import JobHalted
 
 __all__ = ["Heartbeat", "ERROR_PAUSE_S"]
@@ -54,6 +54,8 @@ class Heartbeat:
         job_timeout_s: the type timeout, read at every heartbeat (a config reload changes it).
         hold_poll_s: how often a stand-alone worker reads its holds (seconds).
         clock: wall-clock seconds, for ``heartbeat_at``.
+        holder: the instance of the process the worker runs in, named in every heartbeat: a
+            restarting daemon takes back the jobs of a holder it knows dead, and follows the others.
     """
 
     def __init__(
@@ -70,6 +72,7 @@ class Heartbeat:
         job_timeout_s: Callable[[], float],
         hold_poll_s: float,
         clock: Callable[[], float],
+        holder: str | None = None,
     ) -> None:
         # The heartbeat thread waits on a condition of its own (same lock), woken only when a
         # run needs it sooner than it planned to wake: not once per start and end of a run.
@@ -84,6 +87,7 @@ class Heartbeat:
         self._job_timeout_s = job_timeout_s
         self._hold_poll_s = hold_poll_s
         self._clock = clock
+        self._holder = holder
         #: When the heartbeat thread will next look (monotonic seconds); under the lock.
         self._beat_at = float("inf")
         self._thread: threading.Thread | None = None  # under the lock
@@ -174,6 +178,8 @@ class Heartbeat:
             "worker": DAEMON_WORKER if self._signals == "direct" else "process",
             "suspendable": r.ctx.suspendable,
         }
+        if self._holder is not None:
+            data[HOLDER] = self._holder
         try:
             with r.lock:
                 if r.done:

@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 from channels.ports import FAILED, Outcome, RunEvent
 from smoosh.daemon.keypool import KeyPool
+from smoosh.daemon.run.startup import DAEMON_WORKER, HOLDER
 from smoosh.jobs import Jobs, NotFound, Subscription
 from smoosh.store.base import Transaction
 
@@ -243,6 +244,11 @@ class JobScheduler:
         data = self._recheck_or_drop(run)
         if data is None:
             return None
+        holder = getattr(self.local, "holder", None)
+        if holder is not None:
+            # Claimed by this process from its first commit: a restart after a kill -9 knows
+            # whose it was before any heartbeat says so.
+            data = {**data, "worker": DAEMON_WORKER, HOLDER: holder}
         try:
             # The commit that claims this run also finishes the runs that just ended.
             claimed = self.local.claim_transact(run.key, lambda tr: self._add_claimed(tr, run, data))
@@ -374,3 +380,4 @@ class JobScheduler:
 
     def _token(self) -> int:
         return self._rng.getrandbits(62)
+

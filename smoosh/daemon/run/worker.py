@@ -88,6 +88,9 @@ class Worker:
             in debt, and every chunk boundary of a running compaction waits for it. None: no pacing.
         io_priority: read at every start: ``"idle"`` puts the compaction thread in the idle
             I/O class for that compaction (:mod:`smoosh.ioprio`), ``"normal"`` leaves it.
+        holder: the instance of the process it runs in, named in its jobs' heartbeats (and in
+            the jobs the daemon claims for it): a restarting daemon follows the jobs of a live
+            holder and takes back those of a dead one.
     """
 
     def __init__(
@@ -108,6 +111,7 @@ class Worker:
         accept_timeout_s: float | None = None,
         io_budget: IoBudget | None = None,
         io_priority: Callable[[], str] = lambda: "normal",
+        holder: str | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, not {concurrency!r}")
@@ -125,6 +129,7 @@ class Worker:
         self._roots = roots
         self.io_budget = io_budget
         self._io_priority = io_priority
+        self.holder = holder
         lock = threading.RLock()
         self._cond = threading.Condition(lock)
         self._running: set[Running] = set()
@@ -153,7 +158,7 @@ class Worker:
         self._heartbeat = Heartbeat(
             lock, runs=lambda: self._running, stopping=lambda: self._stopping, jobs=jobs, store=store,
             node=node, job_type=job_type, signals=signals, job_timeout_s=lambda: self.job_timeout_s,
-            hold_poll_s=hold_poll_s, clock=clock,
+            hold_poll_s=hold_poll_s, clock=clock, holder=holder,
         )
 
     # ------------------------------------------------------------------ lifecycle

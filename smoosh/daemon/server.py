@@ -32,10 +32,12 @@ from smoosh.daemon.control.budget_gate import BudgetGate
 from smoosh.daemon.host.channel_host import ChannelHost
 from smoosh.daemon.control.cluster_holds import ClusterHolds
 from smoosh.daemon.intake.explain import Sources, explain as explain_key
-from smoosh.daemon.history import HistoryTable
+from smoosh.daemon.history import ADDED, HistoryTable
 from smoosh.daemon.host.housekeeping import Housekeeping, Parts
 from smoosh.daemon.control.instance_lock import InstanceLock, prepare_state_dir
 from smoosh.daemon.control.node_claim import Identity, running_here
+from smoosh.daemon.control.store_health import StoreHealth
+from smoosh.daemon.control.watched_store import WatchedStore
 from smoosh.daemon.intake.intake import Intake
 from smoosh.daemon.intake.measurement import own_paths
 from smoosh.daemon.intake.offers import Offers
@@ -101,9 +103,12 @@ class Server(LiveConfig):
         self._clock = clock
         self.dry_run = dry_run
         self._owns_store = store is None
-        # The store the caller handed over, or None: the server opens its own as it starts.
+        # The store the caller handed over, or None: wrapped at start so every transaction of
+        # the daemon reports to the store's health (smoosh.daemon.control.store_health).
         self._given_store = store
         self._store: Store | None = None
+        self._store_health = StoreHealth(store.url if store is not None else config.store, clock=clock,
+                                         wake_channel=lambda name: self._registry.wake(name))
         self._workers_n = config.max_jobs if workers is None else workers
         self._workers_from_config = workers is None  # then max_jobs sets them, live
         self._watch_config = watch_config and config.path is not None
@@ -178,7 +183,7 @@ class Server(LiveConfig):
             node=self.node, registry=self._registry, slots=self._slots, budget_gate=self._budget_gate,
             intake=self.intake, outcomes=self._outcomes, suspension=self._suspension,
             worker_of=lambda: self._worker, scheduler_of=lambda: self._scheduler, store_of=lambda: self._store,
-            acted=self._operator_acted,
+            acted=self._operator_acted, store_health=self._store_health,
         )
         self._housekeeping: Housekeeping | None = None
         self._started = False
@@ -206,7 +211,7 @@ class Server(LiveConfig):
         self._jobs.set_type_timeout(self.job_type, cfg.job_timeout_s)
         self._scheduler = JobScheduler(
             self._jobs, self.job_type, recheck=self.intake.recheck, post=self._loop.post,
-            deliver=self._host.deliver, clock=self._clock,
+            deliver=self._host.deliver, clock=self._clock, requeue=self._requeue,
         )
         self._suspension.load()
         # Before any channel opens: a channel the cluster holds never starts a run first.
@@ -244,7 +249,7 @@ class Server(LiveConfig):
             access=self._access, slots=self._slots, channels=self.channels, status=self.status,
             store=self._store, scheduler=self._scheduler, worker=self._worker, counters=self.counters,
             compacting=self._compacting, cluster=cluster, on_holds=self._host.apply_cluster_holds,
-            post=self._loop.post, process=self._process,
+            post=self._loop.post, process=self._process, store_health=self._store_health,
         ), watch_config=self._watch_config)
         self.intake.wake = lambda: self._loop.wake(self.intake)
         self._loop.add(self.intake, "the intake")
@@ -322,7 +327,8 @@ class Server(LiveConfig):
         process = Identity.of_this_process(self._config.state_dir)
         try:
             if self._store is None:
-                self._store = self._given_store or open_job_store(self._config.store, reset=self._reset_store)
+                inner = self._given_store or open_job_store(self._config.store, reset=self._reset_store)
+                self._store = WatchedStore(inner, self._store_health, owns_inner=self._owns_store)
             running_here.add(process.instance)
             self._dead_holders = claim_node(self._store, self.node, process, self._clock())
         except BaseException:
@@ -332,6 +338,7 @@ class Server(LiveConfig):
             self._state_dir_claimed = False
             raise
         self._process = process
+        self._store_health.quiet_store_logs()
 
     def _release_node(self, deadline: float) -> None:
         """Say in the node's record that this daemon stopped (a restart anywhere need not wait for it to go stale)."""
@@ -345,10 +352,22 @@ class Server(LiveConfig):
         running_here.discard(process.instance)
 
     def _close_store(self) -> None:
-        """Close the store when this server opened it."""
+        """Close the store when this server opened it; from now on nothing is reported of it."""
         store, self._store = self._store, None
+        self._store_health.closing()
+        self._store_health.unquiet_store_logs()
         if store is not None and self._owns_store:
             quietly(store.close, "stopping", log)
+
+    def _requeue(self, channel: str, key: str, priority: float) -> None:
+        """The store failed to add the job of ``key`` (loop thread): it waits in its channel again.
+
+        The channel's starts wait for the store to be back (its health holds them), so the key
+        is compacted then, instead of being dropped until its next event.
+        """
+        target = self._registry.current.get(channel)
+        if target is not None and target.enqueue(key, priority):
+            self._history.record(key, ADDED, self._clock(), channel=channel, reason="queued again: the job store failed")
 
     def __enter__(self) -> Server:
         self.start()
@@ -367,6 +386,11 @@ class Server(LiveConfig):
         """The job layer this server schedules through."""
         assert self._jobs is not None, "server not started"
         return self._jobs
+
+    @property
+    def store_health(self) -> StoreHealth:
+        """The job store's health (``/status``'s ``store``, ``/metrics``'s ``smoosh_store_state``)."""
+        return self._store_health
 
     @property
     def store(self) -> Store:
@@ -528,13 +552,14 @@ class Server(LiveConfig):
 
     def jobs_table(self) -> list[dict[str, Any]]:
         """Per-key state, progress, error count, last error and history (``GET /jobs``), most recent first."""
-        return jobs_table(self._history, self._worker)[0]
+        return jobs_table(self._history, self._worker, held=self._store_health.holding())[0]
 
     def jobs_page(
         self, *, states: frozenset[str] | None = None, limit: int | None = None, offset: int = 0,
     ) -> tuple[list[dict[str, Any]], int]:
         """A page of :meth:`jobs_table`: only ``states``, ``limit`` rows after ``offset``; with the matching total."""
-        return jobs_table(self._history, self._worker, states=states, limit=limit, offset=offset)
+        return jobs_table(self._history, self._worker, states=states, limit=limit, offset=offset,
+                          held=self._store_health.holding())
 
     def crashing_jobs(self) -> dict[str, int]:
         """Keys in crash backoff now, per channel (``smoosh_crashing_jobs``); any thread."""

@@ -7,9 +7,12 @@ cleaner, rotation (DESIGN §5.6) and the node's status record in the store (ever
 written by the scheduler's starter thread: store I/O never runs on the loop). The daemon
 keeps one watchdog observer, shared by the file watcher and the config watcher.
 
-The status record names this daemon's process, and the transaction that writes it reads the
-record it replaces: a record another live daemon wrote (two daemons given one ``node``) is
-logged once, as an ERROR.
+The status record is also the job store's heartbeat: written every ~5 s whatever else
+happens, it proves (or disproves) that the store takes writes, and every tick looks for a
+transaction that has had no answer for too long
+(:class:`~smoosh.daemon.control.store_health.StoreHealth`). It names this daemon's process,
+and the same transaction reads the record it replaces: a record another live daemon wrote
+(two daemons given one ``node``) is logged once, as an ERROR.
 
 The cluster holds (:mod:`smoosh.daemon.control.cluster_holds`) ride on the status record: the
 transaction that writes it also reads the holds and, when none is armed, watches them.
@@ -32,12 +35,14 @@ from smoosh.config import Config
 from smoosh.daemon.control import control
 from smoosh.daemon.run import rotation
 from smoosh.daemon.control.cluster_holds import ClusterHolds, Hold
+from smoosh.daemon.control.store_health import FULL, classify
 from smoosh.daemon.record.status import STATUS_INTERVAL_S, other_live_daemon, put_node_status, read_node_record
 from smoosh.errors import ConfigError, SmooshError
 
 if TYPE_CHECKING:
     from channels import Channel
     from smoosh.daemon.control.node_claim import Identity
+    from smoosh.daemon.control.store_health import StoreHealth
     from smoosh.daemon.intake.intake import Intake
     from smoosh.daemon.record.outcomes import Counters
     from smoosh.daemon.run.scheduler import JobScheduler
@@ -81,6 +86,8 @@ class Parts:
     post: Callable[[Callable[[], None]], None]
     #: This daemon's process, named in its status record (None: the record names none).
     process: Identity | None = None
+    #: The job store's health, checked for stalled transactions at every tick.
+    store_health: StoreHealth | None = None
 
 
 class Housekeeping:
@@ -216,6 +223,8 @@ class Housekeeping:
             self._next_status_write = now + STATUS_INTERVAL_S
             self._write_status(now)
         dues.append(self._next_status_write)
+        if parts.store_health is not None:
+            parts.store_health.check()
         return min(dues)
 
     def _write_status(self, now: float) -> None:
@@ -236,9 +245,12 @@ class Housekeeping:
 
         def write() -> None:
             try:
-                holds, watch, previous = store.transact(body)
+                # No longer than the interval: this write is how the store's health is known,
+                # and a store that does not answer must not hold the starter for a minute.
+                holds, watch, previous = store.transact(body, timeout_s=2 * STATUS_INTERVAL_S, on_retry=_give_up_if_full)
             except SmooshError as e:
-                log.warning("could not write this node's status record: %s", e)
+                # The store's health says it once per change (and the state is in /status).
+                log.debug("could not write this node's status record: %s", e)
                 return
             if process is not None:
                 self._check_other_daemon(previous, process, now)
@@ -340,3 +352,15 @@ class Housekeeping:
             "examining": intake.examining(),
         }
 
+
+def _give_up_if_full(error: SmooshError) -> None:
+    """The status write's retries end at an attempt that found the store full (it is tried again next interval).
+
+    Retrying cannot help until space is freed, and every failed commit is a line in the
+    store's log: one attempt per status interval tells when the store has room again.
+
+    Raises:
+        SmooshError: ``error``, when it says the store is full.
+    """
+    if classify(error) == FULL:
+        raise error

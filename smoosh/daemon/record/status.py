@@ -79,6 +79,7 @@ def build_status(server: Any) -> dict[str, Any]:
         "restart_required": list(server._restart_required),
         "scan": housekeeping.scan_status() if housekeeping is not None else {},
         "io_budget": io_budget_status(server),
+        "store": server.store_health.snapshot(),
     }
 
 
@@ -243,6 +244,7 @@ def _decode(value: bytes | None) -> dict[str, Any] | None:
 
 def jobs_table(
     history: Any, worker: Any, *, states: frozenset[str] | None = None, limit: int | None = None, offset: int = 0,
+    held: str | None = None,
 ) -> tuple[list[dict[str, Any]], int]:
     """Per-key state, progress, error count, last error and history (``GET /jobs``), most recent first.
 
@@ -252,6 +254,8 @@ def jobs_table(
         states: only records in these states (None: all).
         limit: at most this many rows (None: all).
         offset: rows of the matching list to skip first (paging).
+        held: why waiting keys cannot start now, whatever their own history says (the job
+            store is full or unreachable); shown as the ``last_error`` of every pending key.
 
     Returns:
         ``(rows, total)``: the page, and how many records match in all.
@@ -266,5 +270,7 @@ def jobs_table(
         row = rec.to_json()
         if row["state"] == "running" and rec.key in progress:
             row["progress"] = progress[rec.key]
+        elif held is not None and row["state"] == "pending":
+            row["last_error"] = held
         rows.append(row)
     return rows, len(matching)

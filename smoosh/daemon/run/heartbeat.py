@@ -19,6 +19,7 @@ import time
 from typing import Any, Callable, Collection, Literal
 
 from smoosh.daemon.control import control
+from smoosh.daemon.control.store_health import log_failure
 from smoosh.daemon.run.job_context import HALTED, Running
 from smoosh.daemon.keypool import DEFAULT_IDLE_EXIT_S
 from smoosh.daemon.run.startup import DAEMON_WORKER, HOLDER
@@ -154,8 +155,8 @@ class Heartbeat:
                 if now >= r.next_update:
                     r.next_update = now + self._job_timeout_s() / 3.0
                     self._send_heartbeat(r)
-            except Exception:
-                log.exception("Heartbeat of job %r failed; going on.", r.key)
+            except Exception as exc:
+                log_failure(log, exc, "Heartbeat of job %r", r.key, health_says_it=self._signals == "direct")
         dues = [r.next_update for r in running]
         if self._signals == "store":
             dues.append(self._next_poll)

@@ -34,6 +34,7 @@ from typing import Any, Callable, Literal, Protocol, Sequence
 
 from channels.ports import FAILED, INTERRUPTED, Outcome
 from smoosh.compactors import Compactor
+from smoosh.daemon.control.store_health import log_failure
 from smoosh.daemon.run.compaction import compact
 from smoosh.daemon.run.finishes import DeferredFinishes
 from smoosh.daemon.run.heartbeat import ERROR_PAUSE_S, Heartbeat
@@ -328,9 +329,9 @@ class Worker:
                         continue
                     raise
                 self._launch(job, data, reserved=True)
-            except Exception:
+            except Exception as exc:
                 # One bad job or a store hiccup never ends the worker.
-                log.exception("Worker for %r: dispatching failed; going on.", self.job_type)
+                log_failure(log, exc, "Worker for %r: dispatching", self.job_type, health_says_it=self.signals == "direct")
                 with self._cond:
                     self._cond.wait(ERROR_PAUSE_S)
 

@@ -8,7 +8,9 @@ Each snapshot gets a sequence number when it is taken. Writes are serialised by 
 and a write older than the newest one written is skipped, so a slow periodic write can
 never bring back a queue that ``flush`` or ``close`` has replaced since. A periodic write
 is never started while the previous one still runs. Failures are logged and counted; they
-never reach the channel's loop.
+never reach the channel's loop. A failure of the file system (a full disk, a checkpoint path
+that is a directory, a permission) is one line naming the file and the error: a traceback
+would say nothing more, and it repeats at every interval while the cause lasts.
 """
 
 from __future__ import annotations
@@ -115,16 +117,18 @@ class Checkpointer:
         except CorruptCheckpoint as exc:
             try:
                 moved = quarantine(self.path, now_s)
-            except OSError:
-                self._log.exception("Channel %s: corrupt checkpoint %r could not be moved aside.", self.name, self.path)
+            except OSError as move_exc:
+                self._log.error("Channel %s: corrupt checkpoint %r could not be moved aside (%s).",
+                                self.name, self.path, _os_error_text(move_exc))
                 self.errors += 1
                 moved = self.path
             self._log.error(
                 "Channel %s: checkpoint %r is corrupt (%s); moved it to %r and starting empty.",
                 self.name, self.path, exc.reason, moved,
             )
-        except OSError:
-            self._log.exception("Channel %s: could not read checkpoint %r; starting empty.", self.name, self.path)
+        except OSError as exc:
+            self._log.error("Channel %s: could not read checkpoint %r (%s); starting empty.",
+                            self.name, self.path, _os_error_text(exc))
             self.errors += 1
         return {}
 
@@ -167,8 +171,12 @@ class Checkpointer:
                 return True
             try:
                 write_checkpoint(self.path, mapping)
-            except Exception:
-                self._log.warning("Channel %s: could not write checkpoint %r.", self.name, self.path, exc_info=True)
+            except Exception as exc:
+                if isinstance(exc, OSError):
+                    self._log.warning("Channel %s: could not write checkpoint %r (%s).",
+                                      self.name, self.path, _os_error_text(exc))
+                else:  # a key or priority it cannot store: a bug, worth its traceback
+                    self._log.warning("Channel %s: could not write checkpoint %r.", self.name, self.path, exc_info=True)
                 self.errors += 1
                 failed = True
             else:
@@ -188,3 +196,8 @@ class Checkpointer:
             writer.join(timeout)
             return not writer.is_alive()
         return True
+
+
+def _os_error_text(exc: OSError) -> str:
+    """An ``OSError`` in one line: the system's words, without the path the message names already."""
+    return exc.strerror or str(exc)

@@ -33,9 +33,12 @@ from smoosh.daemon.control.budget_gate import BudgetGate
 from smoosh.daemon.host.channel_host import ChannelHost
 from smoosh.daemon.control.cluster_holds import ClusterHolds
 from smoosh.daemon.intake.explain import Sources, explain as explain_key
-from smoosh.daemon.history import HistoryTable
+from smoosh.daemon.history import ADDED, HistoryTable
 from smoosh.daemon.host.housekeeping import Housekeeping, Parts
 from smoosh.daemon.control.instance_lock import InstanceLock, prepare_state_dir
+from smoosh.daemon.control.node_claim import Identity, running_here
+from smoosh.daemon.control.store_health import StoreHealth
+from smoosh.daemon.control.watched_store import WatchedStore
 from smoosh.daemon.intake.intake import Intake
 from smoosh.daemon.intake.measurement import own_paths
 from smoosh.daemon.intake.offers import Offers
@@ -48,7 +51,7 @@ from smoosh.daemon.run.scheduler import JobScheduler
 from smoosh.daemon.control.slots import SlotGate
 from smoosh.daemon.watch.staleness import AccessTable
 from smoosh.daemon.run.startup import take_over_jobs
-from smoosh.daemon.record.status import build_status, jobs_table
+from smoosh.daemon.record.status import build_status, claim_node, jobs_table, mark_stopped
 from smoosh.daemon.control.suspension import Suspension
 from smoosh.errors import UnknownChannel
 from smoosh.daemon.control.pressure import DiskPressure
@@ -66,6 +69,9 @@ log = logging.getLogger(__name__)
 
 #: Seconds a clean stop may take before the daemon gives up waiting (DESIGN §5.1).
 STOP_TIMEOUT_S = 10.0
+#: Longest a clean stop waits to mark the node's status record stopped (a store that does not
+#: answer must not eat the stop's budget).
+MARK_STOPPED_TIMEOUT_S = 2.0
 
 
 class Server(LiveConfig):
@@ -107,7 +113,13 @@ class Server(LiveConfig):
         monotonic = clocks.monotonic
         self.dry_run = dry_run
         self._owns_store = store is None
-        self._store = store
+        # The store the caller handed over, or None: wrapped at start so every transaction of
+        # the daemon reports to the store's health (smoosh.daemon.control.store_health).
+        self._given_store = store
+        self._store: Store | None = None
+        self._store_health = StoreHealth(store.url if store is not None else config.store, clock=clocks.wall,
+                                         monotonic=clocks.monotonic,
+                                         wake_channel=lambda name: self._registry.wake(name))
         self._workers_n = config.max_jobs if workers is None else workers
         self._workers_from_config = workers is None  # then max_jobs sets them, live
         self._watch_config = watch_config and config.path is not None
@@ -153,6 +165,10 @@ class Server(LiveConfig):
         self._suspension = Suspension(config.state_dir)
         self._lock = InstanceLock(config.state_dir)
         self._state_dir_claimed = False
+        #: This daemon's process in the node's status record; drawn as it claims the node.
+        self._process: Identity | None = None
+        #: The previous daemon of this node, found dead by the claim: its jobs are taken back.
+        self._dead_holders: frozenset[str] = frozenset()
         self._config_error: str | None = None
         self._restart_required: list[str] = []
         self._state_dir_ok = False
@@ -186,6 +202,7 @@ class Server(LiveConfig):
             intake=self.intake, outcomes=self._outcomes, suspension=self._suspension,
             worker_of=lambda: self._worker, scheduler_of=lambda: self._scheduler, store_of=lambda: self._store,
             acted=self._operator_acted, wall_time=clocks.wall, window_waived=self._window_waived,
+            store_health=self._store_health,
         )
         self._housekeeping: Housekeeping | None = None
         self._started = False
@@ -202,19 +219,18 @@ class Server(LiveConfig):
         if self._started:
             return
         cfg = self._config
-        self.claim_state_dir()
+        self.claim_node()
         log.info(
             "starting smoosh on node %r: store %s, %d channel(s), %d worker(s)%s",
             self.node, cfg.store, len(cfg.channels), self._workers_n, ", dry run" if self.dry_run else "",
         )
-        if self._store is None:
-            self._store = open_job_store(cfg.store, reset=self._reset_store)
+        assert self._store is not None and self._process is not None
         self.intake.own_paths = own_paths(cfg)
         self._jobs = Jobs(self._store)
         self._jobs.set_type_timeout(self.job_type, cfg.job_timeout_s)
         self._scheduler = JobScheduler(
             self._jobs, self.job_type, recheck=self.intake.recheck, post=self._loop.post,
-            deliver=self._host.deliver, clock=self._clocks.monotonic,
+            deliver=self._host.deliver, clock=self._clocks.monotonic, requeue=self._requeue,
         )
         self._suspension.load()
         # Before any channel opens: a channel the cluster holds never starts a run first.
@@ -226,6 +242,7 @@ class Server(LiveConfig):
             self._jobs, self.job_type, self._history, self._clocks.wall(),
             node=self.node, job_timeout_s=cfg.job_timeout_s, admits=self.intake.admits,
             mono=self._clocks.monotonic(),
+            dead_holders=self._dead_holders,
         )
         self._outcomes.crash_records = set(found.recorded)
         now = self._clocks.monotonic()  # the channels' clock (the loop's)
@@ -242,6 +259,7 @@ class Server(LiveConfig):
                 listener=self._scheduler, clock=self._clocks.wall, monotonic=self._clocks.monotonic,
                 roots=lambda: self._config.roots,
                 io_budget=self.io_budget, io_priority=lambda: self._config.io_priority,
+                holder=self._process.instance,
             )
             self._worker.on_released = self._settle
             self._worker.start()
@@ -254,6 +272,7 @@ class Server(LiveConfig):
             compacting=self._compacting, cluster=cluster, on_holds=self._host.apply_cluster_holds,
             post=self._loop.post, clocks=self._clocks, on_clock_step=self._clock_stepped,
             pressure=self.pressure, on_pressure_change=self._pressure_changed,
+            process=self._process, store_health=self._store_health,
         ), watch_config=self._watch_config)
         self.intake.wake = lambda: self._loop.wake(self.intake)
         self._loop.add(self.intake, "the intake")
@@ -286,11 +305,10 @@ class Server(LiveConfig):
         scheduler = self._scheduler
         if scheduler is not None:
             quietly(lambda: scheduler.close(max(0.5, deadline - time.monotonic())), "stopping", log)
+        self._release_node(deadline)
         if self._jobs is not None:
             quietly(self._jobs.close, "stopping", log)
-        if self._owns_store and self._store is not None:
-            quietly(self._store.close, "stopping", log)
-            self._store = None
+        self._close_store()
         self._lock.release()
         self._state_dir_claimed = False
         log.info("smoosh stopped")
@@ -303,12 +321,77 @@ class Server(LiveConfig):
 
         Raises:
             InstanceLocked: another daemon runs on this state_dir.
+            LockFailed: the lock cannot be taken or verified (the daemon must not start).
         """
         if self._state_dir_claimed:
             return
+        # The lock first: a daemon that cannot take it says that, and only that.
+        self._lock.acquire()
         self._state_dir_ok = prepare_state_dir(self._config.state_dir)
-        self._lock.take()
         self._state_dir_claimed = True
+
+    def claim_node(self) -> None:
+        """Take ``state_dir``, open the store and claim this node's name in it (idempotent); :meth:`start` does it first.
+
+        Before anything is logged: a second live daemon of this node on this store says so,
+        and nothing else (DESIGN §10). On any failure the store is closed again and the
+        state_dir released.
+
+        Raises:
+            InstanceLocked: another daemon runs on this state_dir.
+            LockFailed: the state_dir's lock cannot be taken or verified.
+            NodeInUse: a live daemon of another process serves this node on this store.
+            CorruptStore: the SQLite store is damaged (the message names ``--reset-store``).
+            SmooshError: the store cannot be opened, or fails.
+        """
+        if self._process is not None:
+            return
+        self.claim_state_dir()
+        process = Identity.of_this_process(self._config.state_dir)
+        try:
+            if self._store is None:
+                inner = self._given_store or open_job_store(self._config.store, reset=self._reset_store)
+                self._store = WatchedStore(inner, self._store_health, owns_inner=self._owns_store)
+            running_here.add(process.instance)
+            self._dead_holders = claim_node(self._store, self.node, process, self._clocks.wall())
+        except BaseException:
+            running_here.discard(process.instance)
+            self._close_store()
+            self._lock.release()
+            self._state_dir_claimed = False
+            raise
+        self._process = process
+        self._store_health.quiet_store_logs()
+
+    def _release_node(self, deadline: float) -> None:
+        """Say in the node's record that this daemon stopped (a restart anywhere need not wait for it to go stale)."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        store = self._store
+        if store is not None:
+            timeout_s = min(MARK_STOPPED_TIMEOUT_S, max(0.1, deadline - time.monotonic()))
+            quietly(lambda: mark_stopped(store, self.node, process, timeout_s), "stopping", log)
+        running_here.discard(process.instance)
+
+    def _close_store(self) -> None:
+        """Close the store when this server opened it; from now on nothing is reported of it."""
+        store, self._store = self._store, None
+        self._store_health.closing()
+        self._store_health.unquiet_store_logs()
+        if store is not None and self._owns_store:
+            quietly(store.close, "stopping", log)
+
+    def _requeue(self, channel: str, key: str, priority: float) -> None:
+        """The store failed to add the job of ``key`` (loop thread): it waits in its channel again.
+
+        The channel's starts wait for the store to be back (its health holds them), so the key
+        is compacted then, instead of being dropped until its next event.
+        """
+        target = self._registry.current.get(channel)
+        if target is not None and target.enqueue(key, priority):
+            self._history.record(key, ADDED, self._clocks.wall(), channel=channel,
+                                 reason="queued again: the job store failed")
 
     def __enter__(self) -> Server:
         self.start()
@@ -327,6 +410,11 @@ class Server(LiveConfig):
         """The job layer this server schedules through."""
         assert self._jobs is not None, "server not started"
         return self._jobs
+
+    @property
+    def store_health(self) -> StoreHealth:
+        """The job store's health (``/status``'s ``store``, ``/metrics``'s ``smoosh_store_state``)."""
+        return self._store_health
 
     @property
     def store(self) -> Store:
@@ -517,13 +605,14 @@ class Server(LiveConfig):
 
     def jobs_table(self) -> list[dict[str, Any]]:
         """Per-key state, progress, error count, last error and history (``GET /jobs``), most recent first."""
-        return jobs_table(self._history, self._worker)[0]
+        return jobs_table(self._history, self._worker, held=self._store_health.holding())[0]
 
     def jobs_page(
         self, *, states: frozenset[str] | None = None, limit: int | None = None, offset: int = 0,
     ) -> tuple[list[dict[str, Any]], int]:
         """A page of :meth:`jobs_table`: only ``states``, ``limit`` rows after ``offset``; with the matching total."""
-        return jobs_table(self._history, self._worker, states=states, limit=limit, offset=offset)
+        return jobs_table(self._history, self._worker, states=states, limit=limit, offset=offset,
+                          held=self._store_health.holding())
 
     def crashing_jobs(self) -> dict[str, int]:
         """Keys in crash backoff now, per channel (``smoosh_crashing_jobs``); any thread."""

@@ -5,6 +5,7 @@ Import as ``from faults.faultlib import ...`` (``tests/`` is on sys.path, see te
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import signal
@@ -97,3 +98,36 @@ def corrupt_files(state_dir: Path) -> list[str]:
 
 def queued_keys(ckpts: dict[str, dict[str, float]]) -> set[str]:
     return {key for mapping in ckpts.values() for key in mapping}
+
+
+@contextlib.contextmanager
+def tmpfs_on(directory: Path, options: str, *, without_root: str = "") -> Iterator[Path]:
+    """A tmpfs mounted on ``directory`` (``mount -o OPTIONS``) while the block runs, unmounted after.
+
+    Skips the test where it cannot be mounted: mounting needs root (``without_root`` adds what
+    covers the case then).
+    """
+    if os.geteuid() != 0:
+        pytest.skip(f"mounting a tmpfs needs root{f' ({without_root})' if without_root else ''}")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(directory)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield directory
+    finally:
+        subprocess.run(["umount", "-l", str(directory)], check=False)
+
+
+def fill(directory: Path) -> Path:
+    """Write a filler file until the file system is full; its path (remove it to make room)."""
+    filler = directory / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        while True:
+            os.write(fd, b"\0" * 4096)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return filler

@@ -18,7 +18,7 @@ from typing import Iterator
 import pytest
 
 from compactor.dbfactory import make_bloated_db
-from faults.faultlib import start_daemon
+from faults.faultlib import fill, start_daemon, tmpfs_on
 from helpers.daemon import Daemon, free_port, wait_for, write_config
 from persist import read_checkpoint
 
@@ -31,30 +31,8 @@ TMPFS_SIZE = "256k"
 def tiny_state_dir(tmp_path: Path) -> Iterator[Path]:
     state = tmp_path / "state"
     state.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root (the RLIMIT_FSIZE test covers the writer)")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_SIZE}", "tmpfs", str(state)],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
+    with tmpfs_on(state, f"size={TMPFS_SIZE}", without_root="the RLIMIT_FSIZE test covers the writer"):
         yield state
-    finally:
-        subprocess.run(["umount", "-l", str(state)], check=False)
-
-
-def fill(directory: Path) -> Path:
-    """Write a filler file until the file system is full."""
-    filler = directory / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-    try:
-        while True:
-            os.write(fd, b"\0" * 4096)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-    return filler
 
 
 def ratio_status(d: Daemon) -> dict:

@@ -29,6 +29,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from channels.ports import RESULTS
+from smoosh.daemon.control.store_health import STATES as STORE_STATES
 from smoosh.daemon.record.histogram import Histogram
 from smoosh import __version__
 
@@ -151,6 +152,14 @@ class SmooshCollector(Collector):
             "smoosh_config_error", "1 while the last config edit was rejected (the previous config is in force).")
         config_error.add_metric([], 1 if status.get("config_error") else 0)
         yield config_error
+
+        store = status.get("store") or {}
+        store_state = GaugeMetricFamily(
+            "smoosh_store_state", "1 for the job store's state now (" + ", ".join(STORE_STATES) + "), 0 for the "
+            "others; while it is not ok no new compaction starts.", labels=["state"])
+        for state in STORE_STATES:
+            store_state.add_metric([state], 1 if store.get("state") == state else 0)
+        yield store_state
 
         # The version's one home, as `smoosh --version` prints it.
         build = GaugeMetricFamily("smoosh_build_info", "Always 1; the version of smoosh running.", labels=["version"])

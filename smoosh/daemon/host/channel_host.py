@@ -25,6 +25,7 @@ from smoosh.daemon.control.cluster_holds import Hold, covering
 
 if TYPE_CHECKING:
     from smoosh.daemon.control.budget_gate import BudgetGate
+    from smoosh.daemon.control.store_health import StoreHealth
     from smoosh.daemon.intake.intake import Intake
     from smoosh.daemon.record.outcomes import Outcomes
     from smoosh.daemon.host.registry import ChannelRegistry
@@ -54,6 +55,7 @@ class ChannelHost:
         wall_time: the wall clock: channels are ticked on the loop's monotonic clock and read
             their windows in wall time (:meth:`wall_time`).
         window_waived: whether a channel runs outside its window now (:meth:`window_waived`).
+        store_health: the job store's health: no start while the store is full or unreachable.
 
     Attributes:
         stopping: set once by the server's ``stop`` (on its caller's thread; a plain flag,
@@ -68,7 +70,7 @@ class ChannelHost:
         intake: Intake, outcomes: Outcomes, suspension: Suspension, worker_of: Callable[[], Any],
         scheduler_of: Callable[[], JobScheduler | None], store_of: Callable[[], Store | None],
         acted: Callable[[], None], wall_time: Callable[[], float] = time.time,
-        window_waived: Callable[[str], bool] = lambda channel: False,
+        window_waived: Callable[[str], bool] = lambda channel: False, store_health: StoreHealth | None = None,
     ) -> None:
         self.node = node
         self._registry = registry
@@ -83,6 +85,7 @@ class ChannelHost:
         self._acted = acted
         self._wall_time = wall_time
         self._window_waived = window_waived
+        self._store_health = store_health
         self.stopping = False
         self.cluster_holds: list[Hold] = []
 
@@ -92,12 +95,16 @@ class ChannelHost:
         """A global slot for ``channel`` (see :class:`~channels.ports.Host`); none once the server stops.
 
         None either while the I/O budget is in debt: the channel is woken when it is paid
-        (:class:`~smoosh.daemon.control.budget_gate.BudgetGate`). ``force`` (a run that runs already)
-        skips both.
+        (:class:`~smoosh.daemon.control.budget_gate.BudgetGate`); nor while the job store is full
+        or unreachable: the channel is woken when it is back
+        (:class:`~smoosh.daemon.control.store_health.StoreHealth`). ``force`` (a run that runs
+        already) skips them all.
         """
         if self.stopping and not force:
             return False
         if not force and not self._budget_gate.admits(channel):
+            return False
+        if not force and self._store_health is not None and not self._store_health.admits(channel):
             return False
         return self._slots.acquire(channel, force=force)
 

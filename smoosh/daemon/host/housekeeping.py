@@ -7,6 +7,13 @@ cleaner, rotation (DESIGN §5.6) and the node's status record in the store (ever
 written by the scheduler's starter thread: store I/O never runs on the loop). The daemon
 keeps one watchdog observer, shared by the file watcher and the config watcher.
 
+The status record is also the job store's heartbeat: written every ~5 s whatever else
+happens, it proves (or disproves) that the store takes writes, and every tick looks for a
+transaction that has had no answer for too long
+(:class:`~smoosh.daemon.control.store_health.StoreHealth`). It names this daemon's process,
+and the same transaction reads the record it replaces: a record another live daemon wrote
+(two daemons given one ``node``) is logged once, as an ERROR.
+
 The cluster holds (:mod:`smoosh.daemon.control.cluster_holds`) ride on the status record: the
 transaction that writes it also reads the holds and, when none is armed, watches them.
 The watch firing brings the next write forward, so a hold set by ``smoosh suspend --store``
@@ -36,12 +43,15 @@ from smoosh.config import Config
 from smoosh.daemon.control import control
 from smoosh.daemon.run import rotation
 from smoosh.daemon.control.cluster_holds import ClusterHolds, Hold
-from smoosh.daemon.record.status import STATUS_INTERVAL_S, put_node_status
+from smoosh.daemon.control.store_health import FULL, classify
+from smoosh.daemon.record.status import STATUS_INTERVAL_S, other_live_daemon, put_node_status, read_node_record
 from smoosh.errors import ConfigError, SmooshError
 
 if TYPE_CHECKING:
     from channels import Channel
     from smoosh.daemon.control.pressure import DiskPressure
+    from smoosh.daemon.control.node_claim import Identity
+    from smoosh.daemon.control.store_health import StoreHealth
     from smoosh.daemon.intake.intake import Intake
     from smoosh.daemon.record.outcomes import Counters
     from smoosh.daemon.run.scheduler import JobScheduler
@@ -97,6 +107,10 @@ class Parts:
     pressure: DiskPressure
     #: Disk pressure started or ended (called on the loop with its ``now``).
     on_pressure_change: Callable[[float], None]
+    #: This daemon's process, named in its status record (None: the record names none).
+    process: Identity | None = None
+    #: The job store's health, checked for stalled transactions at every tick.
+    store_health: StoreHealth | None = None
 
 
 class Housekeeping:
@@ -114,6 +128,9 @@ class Housekeeping:
         self._steps = WallSteps(parts.clocks)
         #: The armed watch on the cluster holds (None: the next status write arms one).
         self._holds_watch: Watch | None = None
+        #: The instance of another live daemon last found writing this node's record (the
+        #: starter thread's alone: the status write runs there).
+        self._other_daemon: str | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -235,6 +252,8 @@ class Housekeeping:
         dues.append(self._next_status_write)
         if any(ch.window is not None for ch in parts.config_of().channels.values()):
             dues.append(now + STEP_CHECK_INTERVAL_S)
+        if parts.store_health is not None:
+            parts.store_health.check()
         return min(dues)
 
     def _look_at_the_wall_clock(self, now: float) -> None:
@@ -258,21 +277,44 @@ class Housekeeping:
         status = parts.status()
         arm = self._holds_watch is None
 
-        def body(tr: Transaction) -> tuple[list[Hold], Watch | None]:
-            put_node_status(tr, node, status, now)
+        process = parts.process
+
+        def body(tr: Transaction) -> tuple[list[Hold], Watch | None, dict[str, Any] | None]:
+            previous = read_node_record(tr.snapshot, node) if process is not None else None
+            put_node_status(tr, node, status, now, process=process)
             # Snapshot reads: the write stays conflict-free. The watch is armed at this
             # commit against what this read saw, so no change can slip between the two.
-            return cluster.read(tr), (cluster.watch(tr) if arm else None)
+            return cluster.read(tr), (cluster.watch(tr) if arm else None), previous
 
         def write() -> None:
             try:
-                holds, watch = store.transact(body)
+                # No longer than the interval: this write is how the store's health is known,
+                # and a store that does not answer must not hold the starter for a minute.
+                holds, watch, previous = store.transact(body, timeout_s=2 * STATUS_INTERVAL_S, on_retry=_give_up_if_full)
             except SmooshError as e:
-                log.warning("could not write this node's status record: %s", e)
+                # The store's health says it once per change (and the state is in /status).
+                log.debug("could not write this node's status record: %s", e)
                 return
+            if process is not None:
+                self._check_other_daemon(previous, process, now)
             parts.post(lambda: self._holds_read(holds, watch))
 
         scheduler.background(write)
+
+    def _check_other_daemon(self, previous: dict[str, Any] | None, ours: Identity, now: float) -> None:
+        """The record this write replaced came from another live daemon: say so, once per such daemon.
+
+        A second daemon of this node refuses to start (the node's claim); this catches the one
+        that started while this daemon's record was stale (its store unreachable meanwhile).
+        Runs on the starter thread, after the write.
+        """
+        other = other_live_daemon(previous, ours, now)
+        if other is None or other.instance == self._other_daemon:
+            return
+        self._other_daemon = other.instance
+        log.error("another smoosh (host %s, pid %d) also runs as node %r on this store: the two take each "
+                  "other's jobs; stop one, or give each its own node name ([smoosh] node)",
+                  other.host, other.pid, self.parts.node)
 
     def _holds_read(self, holds: list[Hold], watch: Watch | None) -> None:
         """The holds as the last status write read them (loop thread); follow the new watch."""
@@ -353,3 +395,15 @@ class Housekeeping:
             "examining": intake.examining(),
         }
 
+
+def _give_up_if_full(error: SmooshError) -> None:
+    """The status write's retries end at an attempt that found the store full (it is tried again next interval).
+
+    Retrying cannot help until space is freed, and every failed commit is a line in the
+    store's log: one attempt per status interval tells when the store has room again.
+
+    Raises:
+        SmooshError: ``error``, when it says the store is full.
+    """
+    if classify(error) == FULL:
+        raise error

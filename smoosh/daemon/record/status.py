@@ -5,17 +5,26 @@ the intake's measurements for the reclaimable-bytes estimate. Every node also wr
 record to the store every ~5 s, so ``smoosh status --store URL`` lists every node of a
 FoundationDB cluster (or of one shared SQLite store) without contacting any daemon
 (DESIGN §5.7).
+
+The record also names the process that wrote it (:class:`~smoosh.daemon.control.node_claim.Identity`)
+and says when it stopped cleanly: a daemon starting on a node name claims it here
+(:func:`claim_node`), and refuses to start while another live process serves it (DESIGN §10).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
 import msgpack
 
+from smoosh.daemon.control.node_claim import Identity, NodeInUse, provably_dead
 from smoosh.jsonutil import jsonable
 from smoosh.store import Store, Transaction, tuples
+from smoosh.store.base import ReadView
+
+log = logging.getLogger(__name__)
 
 #: Seconds between two status records written by one node.
 STATUS_INTERVAL_S = 5.0
@@ -71,6 +80,7 @@ def build_status(server: Any) -> dict[str, Any]:
         "scan": housekeeping.scan_status() if housekeeping is not None else {},
         "io_budget": io_budget_status(server),
         "disk": disk_status(server),
+        "store": server.store_health.snapshot(),
     }
 
 
@@ -105,8 +115,14 @@ def write_node_status(store: Store, node: str, status: dict[str, Any], now: floa
     store.transact(lambda tr: put_node_status(tr, node, status, now))
 
 
-def put_node_status(tr: Transaction, node: str, status: dict[str, Any], now: float) -> None:
-    """:func:`write_node_status` inside the caller's transaction (write-only: it never conflicts)."""
+def put_node_status(
+    tr: Transaction, node: str, status: dict[str, Any], now: float, *, process: Identity | None = None,
+) -> None:
+    """:func:`write_node_status` inside the caller's transaction (write-only: it never conflicts).
+
+    Parameters:
+        process: the daemon writing it (a daemon always names itself; tests may not).
+    """
     channels = {
         name: {k: v for k, v in entry.items() if k != "would_run"}
         for name, entry in status.get("channels", {}).items()
@@ -116,7 +132,96 @@ def put_node_status(tr: Transaction, node: str, status: dict[str, Any], now: flo
         "channels": jsonable(channels),
         "reclaimable_bytes": status.get("reclaimable_bytes", 0),
     }
+    if process is not None:
+        record["process"] = process.to_record()
     tr.set(_key(node), msgpack.packb(record, use_bin_type=True))
+
+
+def read_node_record(view: ReadView, node: str) -> dict[str, Any] | None:
+    """``node``'s status record as ``view`` reads it (a snapshot read adds no conflict); None if none or unreadable."""
+    return _decode(view.get(_key(node)))
+
+
+def other_live_daemon(record: dict[str, Any] | None, ours: Identity, now: float) -> Identity | None:
+    """The live daemon of another process that wrote ``record``, or None (see :func:`provably_dead`).
+
+    A record that names no process (written by an older smoosh, or by a test) proves nothing
+    either way and is taken for no live daemon.
+    """
+    theirs, proof = _writer(record, ours, now)
+    return theirs if theirs is not None and proof is None else None
+
+
+def _writer(record: dict[str, Any] | None, ours: Identity, now: float) -> tuple[Identity | None, str | None]:
+    """Who wrote ``record`` (None if it names no process), and why that one is provably dead (None: it may live)."""
+    theirs = Identity.from_record(record.get("process")) if record else None
+    if record is None or theirs is None:
+        return None, None
+    age_s = now - float(record.get("updated_at") or 0)
+    return theirs, provably_dead(theirs, ours, age_s=age_s, stale_after_s=STALE_AFTER_S,
+                                 stopped=record.get("stopped") is True)
+
+
+def claim_node(store: Store, node: str, ours: Identity, now: float) -> frozenset[str]:
+    """Claim ``node`` for this daemon in its status record, unless another live process serves it.
+
+    One transaction reads the record (a read that conflicts, so two daemons starting at once
+    cannot both see it free) and writes this daemon's identity into it, keeping its channels
+    until the first regular write replaces them.
+
+    Parameters:
+        store: the job store.
+        node: the node name.
+        ours: this daemon.
+        now: wall-clock seconds (the record's ``updated_at`` is the writer's).
+
+    Returns:
+        The instance ids of the previous daemon of this node, provably dead (empty when there
+        was none, or when its record named no process): the running jobs it held are this
+        daemon's to take back (:func:`smoosh.daemon.run.startup.take_over_jobs`).
+
+    Raises:
+        NodeInUse: a live daemon of another process serves ``node`` (the message names its
+            host and PID, and says to give each daemon its own node name).
+        SmooshError: the store failed.
+    """
+
+    def body(tr: Transaction) -> tuple[Identity | None, str | None, bool]:
+        record = read_node_record(tr, node) or {}
+        theirs, proof = _writer(record, ours, now)
+        if theirs is not None and proof is None:
+            raise NodeInUse(node, theirs.host, theirs.pid)
+        status = {"channels": record.get("channels") or {}, "reclaimable_bytes": record.get("reclaimable_bytes", 0)}
+        put_node_status(tr, node, status, now, process=ours)
+        return theirs, proof, record.get("stopped") is True
+
+    theirs, proof, stopped = store.transact(body)
+    if theirs is None or theirs.instance == ours.instance:
+        return frozenset()
+    if not stopped:
+        log.info("node %r was last served by host %s, pid %d, which is gone (%s): its running jobs are taken back",
+                 node, theirs.host, theirs.pid, proof)
+    return frozenset({theirs.instance})
+
+
+def mark_stopped(store: Store, node: str, ours: Identity, timeout_s: float) -> None:
+    """Say in ``node``'s status record that this daemon stopped cleanly (a restart anywhere need not wait).
+
+    Only this daemon's own record is marked: another's, written since, is left alone.
+
+    Raises:
+        SmooshError: the store failed within ``timeout_s``.
+    """
+
+    def body(tr: Transaction) -> None:
+        record = read_node_record(tr, node)
+        theirs = Identity.from_record(record.get("process")) if record is not None else None
+        if record is None or theirs is None or theirs.instance != ours.instance:
+            return
+        record["stopped"] = True
+        tr.set(_key(node), msgpack.packb(record, use_bin_type=True))
+
+    store.transact(body, timeout_s=timeout_s)
 
 
 def read_node_statuses(store: Store, now: float | None = None) -> dict[str, dict[str, Any]]:
@@ -127,25 +232,32 @@ def read_node_statuses(store: Store, now: float | None = None) -> dict[str, dict
     nodes: dict[str, dict[str, Any]] = {}
     for key, value in rows:
         node = tuples.unpack(key)[-1]
-        if len(value) > MAX_RECORD_BYTES:
-            continue  # not a record smoosh wrote: refuse to decode it
-        try:
-            # Limits as well as the size check above: a small record can still claim a
-            # billion-element array in its header, and the store may be shared.
-            record = msgpack.unpackb(value, raw=False,
-                                     max_str_len=MAX_RECORD_BYTES, max_bin_len=MAX_RECORD_BYTES,
-                                     max_array_len=MAX_RECORD_BYTES, max_map_len=MAX_RECORD_BYTES, max_ext_len=0)
-        except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
-            continue
-        if not isinstance(record, dict):
+        record = _decode(value)
+        if record is None:
             continue
         record["stale"] = now - float(record.get("updated_at", 0)) > STALE_AFTER_S
         nodes[str(node)] = record
     return nodes
 
 
+def _decode(value: bytes | None) -> dict[str, Any] | None:
+    """A status record's bytes decoded, or None (absent, or not a record smoosh wrote)."""
+    if value is None or len(value) > MAX_RECORD_BYTES:
+        return None  # not a record smoosh wrote: refuse to decode it
+    try:
+        # Limits as well as the size check above: a small record can still claim a
+        # billion-element array in its header, and the store may be shared.
+        record = msgpack.unpackb(value, raw=False,
+                                 max_str_len=MAX_RECORD_BYTES, max_bin_len=MAX_RECORD_BYTES,
+                                 max_array_len=MAX_RECORD_BYTES, max_map_len=MAX_RECORD_BYTES, max_ext_len=0)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
 def jobs_table(
     history: Any, worker: Any, *, states: frozenset[str] | None = None, limit: int | None = None, offset: int = 0,
+    held: str | None = None,
 ) -> tuple[list[dict[str, Any]], int]:
     """Per-key state, progress, error count, last error and history (``GET /jobs``), most recent first.
 
@@ -155,6 +267,8 @@ def jobs_table(
         states: only records in these states (None: all).
         limit: at most this many rows (None: all).
         offset: rows of the matching list to skip first (paging).
+        held: why waiting keys cannot start now, whatever their own history says (the job
+            store is full or unreachable); shown as the ``last_error`` of every pending key.
 
     Returns:
         ``(rows, total)``: the page, and how many records match in all.
@@ -169,5 +283,7 @@ def jobs_table(
         row = rec.to_json()
         if row["state"] == "running" and rec.key in progress:
             row["progress"] = progress[rec.key]
+        elif held is not None and row["state"] == "pending":
+            row["last_error"] = held
         rows.append(row)
     return rows, len(matching)

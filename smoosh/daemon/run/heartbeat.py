@@ -19,9 +19,10 @@ import time
 from typing import Any, Callable, Collection, Literal
 
 from smoosh.daemon.control import control
+from smoosh.daemon.control.store_health import log_failure
 from smoosh.daemon.run.job_context import HALTED, Running
 from smoosh.daemon.keypool import DEFAULT_IDLE_EXIT_S
-from smoosh.daemon.run.startup import DAEMON_WORKER
+from smoosh.daemon.run.startup import DAEMON_WORKER, HOLDER
 from smoosh.jobs import JobHalted
 
 __all__ = ["Heartbeat", "ERROR_PAUSE_S"]
@@ -58,6 +59,8 @@ class Heartbeat:
         job_timeout_s: the type timeout, read at every heartbeat (a config reload changes it).
         hold_poll_s: how often a stand-alone worker reads its holds (seconds).
         clock: wall-clock seconds, for ``heartbeat_at``.
+        holder: the instance of the process the worker runs in, named in every heartbeat: a
+            restarting daemon takes back the jobs of a holder it knows dead, and follows the others.
     """
 
     def __init__(
@@ -74,6 +77,7 @@ class Heartbeat:
         job_timeout_s: Callable[[], float],
         hold_poll_s: float,
         clock: Callable[[], float],
+        holder: str | None = None,
     ) -> None:
         # The heartbeat thread waits on a condition of its own (same lock), woken only when a
         # run needs it sooner than it planned to wake: not once per start and end of a run.
@@ -88,6 +92,7 @@ class Heartbeat:
         self._job_timeout_s = job_timeout_s
         self._hold_poll_s = hold_poll_s
         self._clock = clock
+        self._holder = holder
         #: When the heartbeat thread will next look (monotonic seconds); under the lock.
         self._beat_at = float("inf")
         self._thread: threading.Thread | None = None  # under the lock
@@ -172,8 +177,8 @@ class Heartbeat:
                 if now >= r.next_update:
                     r.next_update = now + self._job_timeout_s() / 3.0
                     self._send_heartbeat(r)
-            except Exception:
-                log.exception("Heartbeat of job %r failed; going on.", r.key)
+            except Exception as exc:
+                log_failure(log, exc, "Heartbeat of job %r", r.key, health_says_it=self._signals == "direct")
         dues = [r.next_update for r in running]
         if self._signals == "store":
             dues.append(self._next_poll)
@@ -196,6 +201,8 @@ class Heartbeat:
             "worker": DAEMON_WORKER if self._signals == "direct" else "process",
             "suspendable": r.ctx.suspendable,
         }
+        if self._holder is not None:
+            data[HOLDER] = self._holder
         try:
             with r.lock:
                 if r.done:

@@ -28,7 +28,9 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from channels.ports import FAILED, Outcome, RunEvent
+from smoosh.daemon.control.store_health import classify
 from smoosh.daemon.keypool import KeyPool
+from smoosh.daemon.run.startup import DAEMON_WORKER, HOLDER
 from smoosh.jobs import Jobs, NotFound, Subscription
 from smoosh.store.base import Transaction
 
@@ -76,6 +78,9 @@ class JobScheduler:
         clock: monotonic seconds (the loop's clock): when a run began running, which rotation
             measures against the loop's ``now``.
         rng: makes run tokens (random, so a token never repeats across restarts).
+        requeue: ``requeue(channel, key, priority)`` on the loop, for a key whose job the store
+            failed to add (full, unreachable): it waits in its channel again instead of being
+            dropped (None: dropped, as any other failed start).
     """
 
     def __init__(
@@ -88,6 +93,7 @@ class JobScheduler:
         deliver: Callable[[str, RunEvent], Callable[[Transaction], None] | None],
         clock: Callable[[], float],
         rng: random.Random | None = None,
+        requeue: Callable[[str, str, float], None] | None = None,
     ) -> None:
         self.jobs = jobs
         self.job_type = job_type
@@ -96,6 +102,7 @@ class JobScheduler:
         self._deliver = deliver
         self._clock = clock
         self._rng = rng or random.Random()
+        self._requeue = requeue
         self._runs: dict[str, Run] = {}
         #: This process's worker, which runs claimed jobs (None: every job waits for a worker).
         self.local: Any = None
@@ -196,8 +203,12 @@ class JobScheduler:
         return self._runs.get(key)
 
     def background(self, fn: Callable[[], None]) -> None:
-        """Run store work ``fn`` on the starter thread, in order with the runs' own."""
-        self._starter.submit(fn)
+        """Run store work ``fn`` on the starter thread, in order with the runs' own.
+
+        A store that is full or unreachable fails it quietly: the store's health says that
+        once (:mod:`smoosh.daemon.control.store_health`); any other failure is logged.
+        """
+        self._starter.submit(lambda: _store_work(fn))
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Stop following every run (their jobs stay where they are); store work queued so far finishes."""
@@ -244,12 +255,16 @@ class JobScheduler:
         data = self._recheck_or_drop(run)
         if data is None:
             return None
+        holder = getattr(self.local, "holder", None)
+        if holder is not None:
+            # Claimed by this process from its first commit: a restart after a kill -9 knows
+            # whose it was before any heartbeat says so.
+            data = {**data, "worker": DAEMON_WORKER, HOLDER: holder}
         try:
             # The commit that claims this run also finishes the runs that just ended.
             claimed = self.local.claim_transact(run.key, lambda tr: self._add_claimed(tr, run, data))
         except Exception as exc:
-            log.warning("Could not add the job of %r: %s", run.key, exc, exc_info=log.isEnabledFor(logging.DEBUG))
-            self._emit(run, "dropped", reason=f"its job could not be added: {exc}")
+            self._add_failed(run, exc)
             return None
         if isinstance(claimed, str):
             self._owned_elsewhere(run, claimed)
@@ -273,13 +288,26 @@ class JobScheduler:
         try:
             owner = self.jobs.transact(lambda tr: self._add(tr, run, data))
         except Exception as exc:
-            log.warning("Could not add the job of %r: %s", run.key, exc, exc_info=log.isEnabledFor(logging.DEBUG))
-            self._emit(run, "dropped", reason=f"its job could not be added: {exc}")
+            self._add_failed(run, exc)
             return
         if owner is not None:
             self._owned_elsewhere(run, owner)
             return
         self._follow(run)
+
+    def _add_failed(self, run: Run, exc: Exception) -> None:
+        """The job of ``run`` could not be added: dropped, or queued again when the store is to blame."""
+        requeue = self._requeue
+        if requeue is not None and classify(exc) is not None:
+            # The store's health says it once (smoosh.daemon.control.store_health), and holds
+            # the channels' starts until the store is back: the key waits in its channel.
+            log.debug("Could not add the job of %r: %s; it waits in its channel for the store.", run.key, exc)
+            self._emit(run, "dropped", reason=f"the job store failed ({exc}); queued again")
+            channel, key, priority = run.channel, run.key, run.priority
+            self._post(lambda: requeue(channel, key, priority))
+            return
+        log.warning("Could not add the job of %r: %s", run.key, exc, exc_info=log.isEnabledFor(logging.DEBUG))
+        self._emit(run, "dropped", reason=f"its job could not be added: {exc}")
 
     def _running_owner(self, tr: Transaction, run: Run) -> str | None:
         """The channel of a job that runs for the key already (one key, one job), or None."""
@@ -375,3 +403,17 @@ class JobScheduler:
 
     def _token(self) -> int:
         return self._rng.getrandbits(62)
+
+
+def _store_work(fn: Callable[[], None]) -> None:
+    """Run ``fn``; a failure that is the store's health is logged at DEBUG only.
+
+    Raises:
+        Exception: any other failure of ``fn`` (the starter logs it with its traceback).
+    """
+    try:
+        fn()
+    except Exception as exc:
+        if classify(exc) is None:
+            raise
+        log.debug("store work %r failed: %s", fn, exc)

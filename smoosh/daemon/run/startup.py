@@ -7,10 +7,15 @@ accept anything:
 * a **pending** job (added, never accepted; or put back by a stopping worker): taken back:
   the job is removed and its key goes to the top of its channel (priority infinity), so the
   channel's pause, window and concurrency govern it;
-* a **running** job whose worker is gone (this daemon's own worker died with it, or no
-  heartbeat came within the type timeout: a kill -9): taken back the same way;
-* a **running** job with a live worker elsewhere (a ``smoosh worker`` process that accepted
-  it meanwhile): adopted: its channel follows it and counts it as active.
+* a **running** job whose holder is provably dead: taken back the same way. Provably: the
+  previous daemon of this node held it, which the node's claim at start found dead
+  (:func:`smoosh.daemon.record.status.claim_node`: it stopped, or its process is gone after
+  a kill -9); or its heartbeat expired (none within the type timeout); or no worker ever
+  heartbeated it nor named itself in it, which only this node's previous daemon leaves
+  behind (a ``smoosh worker`` heartbeats the moment it accepts a job, and the claim just
+  proved no other daemon serves this node);
+* any other **running** job (a ``smoosh worker`` process, or another live daemon, heartbeats
+  it): adopted: its channel follows it and counts it as active.
 
 Keys found in the job store are validated like new ones. The crash records (DESIGN §5.6: a
 key's crash history and not-before time live in the store) are read back too, so a key that
@@ -29,12 +34,14 @@ from smoosh.jobs import Jobs, NotFound
 from smoosh.store import tuples
 from smoosh.store.base import Transaction
 
-__all__ = ["Found", "take_over_jobs", "crash_record_key", "DAEMON_WORKER"]
+__all__ = ["Found", "take_over_jobs", "crash_record_key", "DAEMON_WORKER", "HOLDER"]
 
 log = logging.getLogger(__name__)
 
 #: The ``worker`` a job's data names when the daemon's own (in-process) worker runs it.
 DAEMON_WORKER = "daemon"
+#: The field of a job's data naming the instance (a daemon's or a worker's) that runs it.
+HOLDER = "holder"
 
 
 def crash_record_key(node: str, key: str) -> bytes:
@@ -83,12 +90,22 @@ def take_over_jobs(
     job_timeout_s: float,
     admits: Callable[[str], bool],
     mono: float | None = None,
+    dead_holders: frozenset[str] = frozenset(),
 ) -> Found:
     """Sort out this node's jobs and crash records (see the module docstring).
 
-    ``now`` is wall time (heartbeats and stored retry times cross processes and restarts);
-    ``mono`` the same moment on the monotonic clock, which a restored backoff's wait is
-    counted on from here (None: ``now``, one clock for both).
+    Parameters:
+        jobs: the job layer.
+        job_type: this node's job type.
+        history: the history table the crash records go back into.
+        now: wall-clock seconds (heartbeats and stored retry times cross processes and
+            restarts; heartbeats are stamped with wall time, in other processes too).
+        node: the node name.
+        job_timeout_s: the type timeout: a heartbeat older than this has expired.
+        admits: whether a key found in the store is still a key of this daemon.
+        mono: the same moment as ``now`` on the monotonic clock, which a restored backoff's
+            wait is counted on from here (None: ``now``, one clock for both).
+        dead_holders: instances known dead (the previous daemon of this node, from its claim).
 
     Returns:
         What to apply to the channels once they are open.
@@ -114,7 +131,7 @@ def take_over_jobs(
         if not admits(key):
             _remove(jobs, job_type, key)
             continue
-        if info.state == "running" and _live(data, now, job_timeout_s):
+        if info.state == "running" and not _provably_dead(data, now, job_timeout_s, dead_holders):
             if channel is not None:
                 found.follow[key] = channel
             continue
@@ -124,12 +141,17 @@ def take_over_jobs(
     return found
 
 
-def _live(data: Mapping[str, Any], now: float, job_timeout_s: float) -> bool:
-    """Whether a running job's worker is alive elsewhere: not ours, and a recent heartbeat."""
-    if data.get("worker") == DAEMON_WORKER:
-        return False  # this node's daemon ran it in process: it died with that daemon
+def _provably_dead(data: Mapping[str, Any], now: float, job_timeout_s: float, dead_holders: frozenset[str]) -> bool:
+    """Whether a running job's holder is provably gone (see the module docstring); else it is followed."""
+    holder = data.get(HOLDER)
+    if isinstance(holder, str) and holder in dead_holders:
+        return True  # the previous daemon of this node ran it, and that one is dead
     heartbeat_at = data.get("heartbeat_at")
-    return isinstance(heartbeat_at, (int, float)) and now - heartbeat_at < job_timeout_s
+    if isinstance(heartbeat_at, (int, float)) and not isinstance(heartbeat_at, bool):
+        return now - heartbeat_at >= job_timeout_s
+    # Never heartbeated: a holder that named itself is alive (it is not the dead one); a job
+    # that names none was accepted by this node's previous daemon, which the claim found dead.
+    return not isinstance(holder, str)
 
 
 def _remove(jobs: Jobs, job_type: str, key: str) -> None:

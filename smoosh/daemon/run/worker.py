@@ -34,6 +34,7 @@ from typing import Any, Callable, Literal, Protocol, Sequence
 
 from channels.ports import FAILED, INTERRUPTED, Outcome
 from smoosh.compactors import Compactor
+from smoosh.daemon.control.store_health import log_failure
 from smoosh.daemon.run.compaction import compact
 from smoosh.daemon.run.finishes import DeferredFinishes
 from smoosh.daemon.run.heartbeat import ERROR_PAUSE_S, Heartbeat
@@ -90,6 +91,9 @@ class Worker:
             in debt, and every chunk boundary of a running compaction waits for it. None: no pacing.
         io_priority: read at every start: ``"idle"`` puts the compaction thread in the idle
             I/O class for that compaction (:mod:`smoosh.ioprio`), ``"normal"`` leaves it.
+        holder: the instance of the process it runs in, named in its jobs' heartbeats (and in
+            the jobs the daemon claims for it): a restarting daemon follows the jobs of a live
+            holder and takes back those of a dead one.
     """
 
     def __init__(
@@ -111,6 +115,7 @@ class Worker:
         accept_timeout_s: float | None = None,
         io_budget: IoBudget | None = None,
         io_priority: Callable[[], str] = lambda: "normal",
+        holder: str | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, not {concurrency!r}")
@@ -129,6 +134,7 @@ class Worker:
         self._roots = roots
         self.io_budget = io_budget
         self._io_priority = io_priority
+        self.holder = holder
         lock = threading.RLock()
         self._cond = threading.Condition(lock)
         self._running: set[Running] = set()
@@ -157,7 +163,7 @@ class Worker:
         self._heartbeat = Heartbeat(
             lock, runs=lambda: self._running, stopping=lambda: self._stopping, jobs=jobs, store=store,
             node=node, job_type=job_type, signals=signals, job_timeout_s=lambda: self.job_timeout_s,
-            hold_poll_s=hold_poll_s, clock=clock,
+            hold_poll_s=hold_poll_s, clock=clock, holder=holder,
         )
 
     # ------------------------------------------------------------------ lifecycle
@@ -327,9 +333,9 @@ class Worker:
                         continue
                     raise
                 self._launch(job, data, reserved=True)
-            except Exception:
+            except Exception as exc:
                 # One bad job or a store hiccup never ends the worker.
-                log.exception("Worker for %r: dispatching failed; going on.", self.job_type)
+                log_failure(log, exc, "Worker for %r: dispatching", self.job_type, health_says_it=self.signals == "direct")
                 with self._cond:
                     self._cond.wait(ERROR_PAUSE_S)
 

@@ -31,6 +31,7 @@ def run_worker_process(config: Any, store_url: str | None = None, concurrency: i
     Returns:
         The exit code: 0 after a clean stop.
     """
+    import secrets
     import signal
 
     from smoosh.compactors import load_compactors
@@ -62,7 +63,9 @@ def run_worker_process(config: Any, store_url: str | None = None, concurrency: i
         roots = tuple(getattr(config, "roots", ()) or ()) or None
         worker = Worker(jobs, store, job_type, compactors, node=node, job_timeout_s=job_timeout_s,
                         concurrency=concurrency or 1, signals="store", roots=lambda: roots,
-                        io_budget=io_budget, io_priority=lambda: io_priority)
+                        io_budget=io_budget, io_priority=lambda: io_priority,
+                        # Named in every heartbeat: a restarting daemon follows its jobs while it lives.
+                        holder=f"worker-{secrets.token_hex(8)}")
 
         def on_signal(signum: int, frame: Any) -> None:
             stop.set()

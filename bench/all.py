@@ -26,6 +26,7 @@ BENCHMARKS = [
     ("http_enqueue", ["--runs", "3"]),
     ("daemon_rss", ["--runs", "1"]),
     ("drain", ["--runs", "3"]),
+    ("worst_first", ["--runs", "3"]),
     ("writer", ["--runs", "1"]),
 ]
 

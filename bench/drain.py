@@ -7,9 +7,10 @@ lie in a watched directory. Measured, each on fresh copies:
   the tool a user would otherwise write. Timed from its first file to its last.
 * **smoosh, default config**: ``smoosh run`` (a subprocess, the embedded SQLite job store,
   in-process workers, the watcher), timed from the moment it answers ``GET /status`` until
-  ``/metrics`` counts every file compacted ok. Budget: at most 3x the bare loop.
-* **smoosh, concurrency = 2** (the ratio channel runs two at once): budget at most 1.0x the
-  bare loop: two cores should beat one loop.
+  ``/metrics`` counts every file compacted ok. Budget: at most 2.0x the bare loop.
+* **smoosh, concurrency = 2** (the ratio channel runs two at once): budget at most 1.25x the
+  bare loop (DESIGN §9, restated from 1.0x: two bare VACUUM threads with a durable job per file,
+  the floor under any design with durable jobs, measured about 1.0x; it is printed beside).
 * **the floors**: the bare loop with a durable job per file (a claim and a finish, each a
   ``synchronous=FULL`` commit), and both on two threads: what any daemon that runs two
   compactions at once, and records each as a job that survives a crash, cannot beat here.
@@ -52,6 +53,7 @@ if __package__ in (None, ""):
 from bench._daemon import Daemon, free_port  # noqa: E402
 from bench._fixtures import make_bloated_db  # noqa: E402
 from bench._harness import Metric, parse_args, percentile, repeat, report  # noqa: E402
+from smoosh.daemon.watch.scan import SETTLE_S  # noqa: E402
 
 #: Rows of 400 bytes in the template: a ~230 KiB file, a per-tenant database of a small fleet.
 TEMPLATE_ROWS = 440
@@ -112,7 +114,12 @@ print(time.perf_counter() - t0)
 
 
 def copies(template: str, directory: Path, count: int) -> list[str]:
-    """``count`` copies of ``template`` in ``directory`` (flushed, so no run pays for writing them)."""
+    """``count`` copies of ``template`` in ``directory`` (flushed, so no run pays for writing them).
+
+    They are left to age past the scan's settling time first: a database written a moment ago
+    is one still being copied in, which the daemon rightly lets settle a second before it looks
+    (smoosh.daemon.watch.scan.SETTLE_S), and the fleet this measures was written long before.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     paths = []
     for i in range(count):
@@ -120,6 +127,7 @@ def copies(template: str, directory: Path, count: int) -> list[str]:
         shutil.copyfile(template, path)
         paths.append(str(path))
     os.sync()
+    time.sleep(SETTLE_S + 0.5)
     return paths
 
 
@@ -326,10 +334,11 @@ def main(argv: list[str] | None = None) -> int:
         Metric(f"bare VACUUM on 2 threads + a durable job per file (2 commits), {count} files", "s",
                res["bare_two_durable"], higher_is_better=False, reference=bare, reference_name="bare loop"),
         Metric(f"smoosh run, default config, {count} files", "s", res["default"], higher_is_better=False,
-               budget=3 * bare, budget_text=f"<= 3x bare ({3 * bare:.2f} s)", reference=bare,
+               budget=2 * bare, budget_text=f"<= 2.0x bare ({2 * bare:.2f} s)", reference=bare,
                reference_name="bare loop"),
         Metric(f"smoosh run, concurrency = 2, {count} files", "s", res["two"], higher_is_better=False,
-               budget=bare, budget_text=f"<= 1.0x bare ({bare:.2f} s)", reference=bare, reference_name="bare loop"),
+               budget=1.25 * bare, budget_text=f"<= 1.25x bare ({1.25 * bare:.2f} s)", reference=bare,
+               reference_name="bare loop"),
         Metric(f"smoosh run, concurrency = 2, memory job store (no durable commit), {count} files", "s",
                res["two_memory"], higher_is_better=False, reference=bare, reference_name="bare loop"),
     ]
@@ -347,10 +356,14 @@ def main(argv: list[str] | None = None) -> int:
                    higher_is_better=False)
             for label, key in cpu_rows
         ]
+        # What the daemon spends per compaction beyond the VACUUM itself: its CPU per file less
+        # the bare loop's (the VACUUM and a connection), paired run by run (DESIGN §9: <= 1.0 ms).
+        beyond = [(d - b) * per_file for d, b in zip(res["default_cpu"], res["bare_cpu"])]
+        metrics.append(Metric("daemon CPU per compaction beyond the VACUUM (default config; less the bare loop's)",
+                              "ms", beyond, higher_is_better=False, budget=1.0, budget_text="<= 1.0 ms"))
         metrics.append(Metric(
             "smoosh run, concurrency = 2: its CPU over two cores (the soonest it could end)", "s",
-            [v / 2 for v in res["two_cpu"]], higher_is_better=False, budget=bare,
-            budget_text=f"<= 1.0x bare ({bare:.2f} s)", reference=bare, reference_name="bare loop"))
+            [v / 2 for v in res["two_cpu"]], higher_is_better=False, reference=bare, reference_name="bare loop"))
     metrics += [
         Metric("hand-off, eligible to compaction start, p50 (default)", "ms", [percentile(lat1, 0.5)], higher_is_better=False),
         Metric("hand-off, eligible to compaction start, p99 (default)", "ms", [percentile(lat1, 0.99)], higher_is_better=False),

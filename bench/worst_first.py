@@ -36,6 +36,7 @@ if __package__ in (None, ""):
 from bench._daemon import Daemon, free_port  # noqa: E402
 from bench._fixtures import make_bloated_db  # noqa: E402
 from bench._harness import Metric, parse_args, report  # noqa: E402
+from smoosh.daemon.watch.scan import SETTLE_S  # noqa: E402
 
 #: (copies, rows of 400 bytes, fraction deleted): many small tenants with most of their pages
 #: free, a few big ones with less of theirs free but most of the fleet's reclaimable bytes.
@@ -73,6 +74,7 @@ def _fleet(base: Path, shape: list[tuple[int, int, float]]) -> list[str]:
             shutil.copyfile(template, path)
             paths.append(path)
     os.sync()
+    time.sleep(SETTLE_S + 0.5)  # written long before, as a real fleet is (see bench.drain.copies)
     return paths
 
 

@@ -27,6 +27,7 @@ BENCHMARKS = [
     ("daemon_rss", ["--runs", "1"]),
     ("drain", ["--runs", "3"]),
     ("worst_first", ["--runs", "3"]),
+    ("wal_bound", ["--runs", "1"]),
     ("writer", ["--runs", "1"]),
 ]
 

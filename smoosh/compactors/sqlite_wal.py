@@ -36,9 +36,10 @@ __all__ = ["cleanup", "truncate_wal", "refuse_pinned_wal", "empty_moved_wal", "w
 log = logging.getLogger("smoosh.compactors.sqlite_compact")  # the compaction's lines, one logger
 
 #: How long a ``cleanup:`` job looks for a moment when no reader pins the log (seconds): a
-#: reader that holds its transactions for seconds at a time lets go within it; one that never
-#: does is named.
-READERS_WAIT_S = 5.0
+#: reader that holds its transactions for a few seconds at a time lets go within it; one that
+#: never does is named (within this of the log outgrowing ``wal_max_size``: see the intake's
+#: look at a busy database's WAL).
+READERS_WAIT_S = 3.0
 #: How often it looks meanwhile (one read of ``/proc/locks``; seconds).
 READERS_POLL_S = 0.05
 #: The busy timeout of the ``TRUNCATE`` checkpoint, tried only when no reader pins the log: it

@@ -55,6 +55,12 @@ EXAMINE_THREADS = 1
 MEASURE_THREADS = 3
 
 
+#: A busy key's ``-wal`` is looked at no more often than this on its events (seconds).
+WAL_LOOK_INTERVAL_S = 1.0
+#: Busy keys whose last look is remembered; past it the table starts again.
+MAX_WAL_LOOKS = 100_000
+
+
 @dataclass(slots=True)
 class _InFlight:
     """A key waiting for or in its examination (one per key: a fleet has many).
@@ -104,6 +110,8 @@ class Intake:
         self.own_paths = own_paths
         self._clock = clocks.monotonic
         self._wall = clocks.wall
+        #: key -> when its WAL was last looked at on an event (see _watch_wal).
+        self._wal_looked: dict[str, float] = {}
         self.counters = counters
         self._lock = threading.Lock()
         self._inflight: dict[str, _InFlight] = {}
@@ -196,12 +204,38 @@ class Intake:
         waiter.resolve(Verdict(waiter.key, NOT_QUEUED, reason=stale_reason(self.access.fresh_for_s(key), self._wall())))
 
     def on_event(self, path: str) -> None:
-        """The watcher saw ``path`` change: the hot path first, then the debouncer."""
+        """The watcher saw ``path`` change: the hot path first, then the debouncer (and the WAL's size)."""
         if self.access.is_fresh(path):
             self.counters.enqueue_stale += 1
             return
-        if self.debouncer.event(path, self._clock()):
+        now = self._clock()
+        if self.debouncer.event(path, now):
             self.wake()
+        self._watch_wal(path, now)
+
+    def _watch_wal(self, key: str, now: float) -> None:
+        """Look at ``key``'s ``-wal`` at most once per :data:`WAL_LOOK_INTERVAL_S` while events come.
+
+        A database written without pause is examined at most every ``recheck_interval`` (its
+        events never fall quiet, or no channel took it and it is held), and its WAL is the
+        thing that grows then: behind a reader that never lets go it passes ``wal_max_size``
+        long before that. One ``lstat`` a second per busy key (events' threads: the observer's,
+        a scan's) makes its cleanup key a job within a second. The table of last looks is
+        replaced whole when it grows, never changed by two threads at once in a way that matters
+        (a lost entry only means one more look).
+        """
+        looked = self._wal_looked
+        last = looked.get(key)
+        if last is not None and now - last < WAL_LOOK_INTERVAL_S:
+            return
+        if len(looked) >= MAX_WAL_LOOKS:
+            self._wal_looked = looked = {}
+        looked[key] = now
+        try:
+            self.validate(key)
+        except InvalidKey:
+            return
+        self._feed_cleanup(key)
 
     def on_scanned(self, path: str) -> None:
         """A scan found the database ``path``: examined at once (a scan never waits on the debounce).

@@ -460,7 +460,8 @@ class Channel(ChannelRuns, ChannelCheckpoints):
             with self._lock:
                 if not self._can_start_locked():
                     break
-            if not self._host.acquire_slot(self.name):
+                forced_next = self._forced_waiting_locked()
+            if not (self._host.acquire_slot(self.name, forced=True) if forced_next else self._host.acquire_slot(self.name)):
                 self._log.debug("Channel %s: no global slot free.", self.name)
                 return  # in line for a slot: the host wakes this channel when one frees
             with self._lock:

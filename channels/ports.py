@@ -161,10 +161,12 @@ class Scheduler(Protocol):
 class Host(Protocol):
     """What a channel asks of the daemon that runs it."""
 
-    def acquire_slot(self, channel: str, *, force: bool = False) -> bool:
+    def acquire_slot(self, channel: str, *, force: bool = False, forced: bool = False) -> bool:
         """Take one of the node's global slots (``max_jobs``); False: none is free for it now.
 
-        ``force`` takes one even past the limit (a run adopted at start-up runs already).
+        ``force`` takes one even past the limit (a run adopted at start-up runs already);
+        ``forced``: the key the channel starts next is an operator's forced one (a host may let
+        it past a limit of its own below ``max_jobs``).
         """
 
     def release_slot(self, channel: str) -> None:

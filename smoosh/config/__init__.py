@@ -38,6 +38,7 @@ from smoosh.config.defaults import (
     DEFAULT_JOB_TIMEOUT_S, DEFAULT_MAX_JOBS, DEFAULT_INTERVAL_S, DEFAULT_MAX_CHURN, DEFAULT_RECHECK_INTERVAL_S,
     DEFAULT_EXACT_SIZE_INTERVAL_S, DEFAULT_RESCAN_INTERVAL_S, DEFAULT_WAL_MAX_SIZE_BYTES,
     DEFAULT_MAX_IO_RATE, DEFAULT_IO_PRIORITY, GLOBAL_KEYS, MIN_TOKEN_BYTES, RESTART_KEYS,
+    DEFAULT_MIN_JOBS, DEFAULT_BACKLOG_FULL_BYTES,
 )
 from smoosh.config.fidelity import dropped_builtin_warnings, ignore_warnings, shadow_warnings
 from smoosh.config.ini import ini_parser, read_sections
@@ -135,6 +136,10 @@ class Config:
     min_free_space: MinFree = DEFAULT_MIN_FREE
     #: A file system used past this (0-1) is under disk pressure; None: never (smoosh.daemon.control.pressure).
     disk_pressure: float | None = DEFAULT_DISK_PRESSURE
+    #: The backlog controller's bounds (smoosh.daemon.control.backlog): the fewest slots, and the
+    #: reclaimable bytes waiting at which all of max_jobs run.
+    min_jobs: int = DEFAULT_MIN_JOBS
+    backlog_full_bytes: int = DEFAULT_BACKLOG_FULL_BYTES
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
     @classmethod
@@ -249,6 +254,9 @@ class Config:
             busy_retries=r.get("busy_retries", parse_int(0), DEFAULT_BUSY_RETRIES),
             job_timeout_s=r.get("job_timeout", parse_duration_at_least(1.0, 0.0, strict=True), DEFAULT_JOB_TIMEOUT_S),
             max_jobs=r.get("max_jobs", parse_int(1), DEFAULT_MAX_JOBS),
+            min_jobs=r.get("min_jobs", parse_int(1), DEFAULT_MIN_JOBS),
+            backlog_full_bytes=int(r.get("backlog_full", parse_threshold_size(allow_infinity=False),
+                                         DEFAULT_BACKLOG_FULL_BYTES)),
             interval_s=r.get("interval", parse_duration_at_least(1.0, 0.0, strict=True), DEFAULT_INTERVAL_S),
             max_churn=r.get("max_churn", parse_int(0), DEFAULT_MAX_CHURN),
             recheck_interval_s=r.get("recheck_interval", parse_duration_at_least(1.0, 0.0), DEFAULT_RECHECK_INTERVAL_S),
@@ -267,6 +275,8 @@ class Config:
             sqlite=SqliteConfig.from_section(sections.get(f"{GLOBAL_SECTION}.sqlite", {}), path=where,
                                              warnings=warnings),
         )
+        if values["min_jobs"] > values["max_jobs"]:
+            raise r.error("min_jobs", r.raw("min_jobs") or "", f"must be at most max_jobs ({values['max_jobs']})")
         warnings[:0] = global_warnings(r, sections, kinds)
         warnings.extend(_fidelity_warnings(where, sections, r.values.get("db_channels"), lists, channels,
                                            values["sqlite"], cwd=cwd, roots=roots))

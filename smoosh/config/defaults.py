@@ -141,6 +141,12 @@ DEFAULT_JOB_TIMEOUT_S = 30.0
 #: Compactions running at once across all channels.
 DEFAULT_MAX_JOBS = 4
 
+#: The fewest compactions the backlog controller lets run at once (while anything waits).
+DEFAULT_MIN_JOBS = 1
+
+#: Reclaimable bytes waiting at which the backlog controller runs every one of max_jobs (256 MiB).
+DEFAULT_BACKLOG_FULL_BYTES = 256 * 1024 * 1024
+
 #: How often rotation looks for work waiting on max_jobs, in seconds (DESIGN §5.6).
 DEFAULT_INTERVAL_S = 60.0
 
@@ -192,6 +198,8 @@ GLOBAL_KEYS: dict[str, str] = {
     "max_history": "max_history",
     "job_timeout": "job_timeout_s",
     "max_jobs": "max_jobs",
+    "min_jobs": "min_jobs",
+    "backlog_full": "backlog_full_bytes",
     "interval": "interval_s",
     "max_churn": "max_churn",
     "recheck_interval": "recheck_interval_s",

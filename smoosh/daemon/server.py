@@ -54,6 +54,7 @@ from smoosh.daemon.run.startup import take_over_jobs
 from smoosh.daemon.record.status import build_status, claim_node, jobs_table, mark_stopped
 from smoosh.daemon.control.suspension import Suspension
 from smoosh.errors import UnknownChannel
+from smoosh.daemon.control.backlog import BacklogController
 from smoosh.daemon.control.pressure import DiskPressure
 from smoosh.disk_room import DiskRoom
 from smoosh.io_budget import IoBudget
@@ -132,6 +133,9 @@ class Server(LiveConfig):
             settings_of=lambda name: self._config.channels.get(name) if self._started else None,
         )
         self._slots = SlotGate(config.max_jobs)
+        # The slots follow the backlog between min_jobs and max_jobs, and back off on harm.
+        self.controller = BacklogController(min_jobs=config.min_jobs, max_jobs=config.max_jobs,
+                                            backlog_full_bytes=config.backlog_full_bytes)
         # One I/O budget for the process (max_io_rate): compactions charge it, starts wait for it.
         self.io_budget = IoBudget(config.max_io_rate_bytes_per_s, clock=monotonic)
         self._budget_gate = BudgetGate(self.io_budget, wake_channel=self.wake,
@@ -271,7 +275,8 @@ class Server(LiveConfig):
             store=self._store, scheduler=self._scheduler, worker=self._worker, counters=self.counters,
             compacting=self._compacting, cluster=cluster, on_holds=self._host.apply_cluster_holds,
             post=self._loop.post, clocks=self._clocks, on_clock_step=self._clock_stepped,
-            pressure=self.pressure, on_pressure_change=self._pressure_changed,
+            pressure=self.pressure, on_pressure_change=self._pressure_changed, controller=self.controller,
+            on_slots=self._slots_set,
             process=self._process, store_health=self._store_health,
         ), watch_config=self._watch_config)
         self.intake.wake = lambda: self._loop.wake(self.intake)
@@ -444,6 +449,15 @@ class Server(LiveConfig):
             return False
         settings = self._config.channels.get(channel)
         return settings is not None and settings.under_pressure == "ignore_window"
+
+    def _slots_set(self, slots: int) -> None:
+        """The backlog controller set the node's slots (the loop's thread): more slots wake the
+        channels waiting for one."""
+        grew = slots > self._slots.soft_limit
+        self._slots.soft_limit = slots
+        if grew:
+            for name in self._slots.waiting():
+                self._registry.wake(name)
 
     def _pressure_changed(self, now: float) -> None:
         """Disk pressure started or ended somewhere (the loop's thread): the channels whose window

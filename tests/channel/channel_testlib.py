@@ -122,7 +122,7 @@ class RecordingHost:
         self.fail_on_hold = 0
         self.fail_on_outcome = 0
 
-    def acquire_slot(self, channel: str, *, force: bool = False) -> bool:
+    def acquire_slot(self, channel: str, *, force: bool = False, forced: bool = False) -> bool:
         self.journal.append(("acquire_slot", force) if force else ("acquire_slot",))
         if force or self.grant:
             self.slots += 1

@@ -211,7 +211,7 @@ class SharedSlots(RecordingHost):
         self.line: list[str] = []
         self.woken: list[str] = []
 
-    def acquire_slot(self, channel: str, *, force: bool = False) -> bool:
+    def acquire_slot(self, channel: str, *, force: bool = False, forced: bool = False) -> bool:
         if force or self.slots < self.limit:
             self.slots += 1
             if channel in self.line:

@@ -107,3 +107,23 @@ def test_a_full_disk_takes_the_largest_reclaim_first_and_opens_the_window(
         wait_for(lambda: not server.status()["channels"][DB_CHANNELS]["in_window"], 30, what="the window back")
     finally:
         server.stop()
+
+
+def test_the_node_runs_as_many_compactions_as_its_backlog_asks(tmp_path: Path, running: Any, dbs: Path) -> None:
+    # Issue 27's backlog controller on a real server: a small backlog takes one slot of four at
+    # the first status interval, and /status and /metrics say what it saw and set.
+    from server.test_server import make_config
+
+    make_bloated_db(str(dbs / "a.db"), rows=300, delete_fraction=0.8)
+    clock = FakeClock()
+    server = running(make_config(tmp_path, extra="max_jobs = 4\nwait_secs = 3600\nbacklog_full = 1GiB"),
+                     workers=0, clock=clock)
+    assert server.status()["controller"]["slots"] == 4  # every slot until it has looked
+    server.enqueue(str(dbs / "a.db"))
+    wait_for(lambda: server.status()["reclaimable_bytes"] > 0, 30, what="the key queued and measured")
+    clock.advance(6)
+    server.tick()
+    controller = server.status()["controller"]
+    assert controller["backlog_bytes"] == server.status()["reclaimable_bytes"] > 0
+    assert (controller["for_backlog"], controller["slots"]) == (2, 2)  # 1 + its share of 3, rounded up
+    assert server._slots.in_force == 2

@@ -84,7 +84,7 @@ LIVE: dict[str, tuple[str, Callable[[Server], bool]]] = {
     "max_history": live("3", lambda s: s._history.max_history == 3),
     "busy_retries": live("4", lambda s: s._history.busy_retries == 4),
     "job_timeout": live("11s", lambda s: worker(s).job_timeout_s == 11 and s.jobs.get_type_timeout(s.job_type) == 11),
-    "max_jobs": live("3", lambda s: s._slots.limit == 3),
+    "max_jobs": live("3", lambda s: s._slots.limit == 3 and s.controller.max_jobs == 3),
     "interval": live("5s", lambda s: s._housekeeping._next_rotation <= s._clocks.monotonic() + 5),
     "max_churn": live("2", lambda s: s.config.max_churn == 2),  # read at every rotation
     "recheck_interval": live("3s", lambda s: s.intake.debouncer._recheck_interval_s == 3),
@@ -94,6 +94,8 @@ LIVE: dict[str, tuple[str, Callable[[Server], bool]]] = {
     "max_io_rate": live("5MiB", lambda s: s.io_budget.rate_bytes_per_s == 5 << 20),
     "min_free_space": live("7%", lambda s: s.disk_room.min_free.fraction == 0.07),
     "disk_pressure": live("80%", lambda s: s.pressure.threshold == 0.8),
+    "min_jobs": live("2", lambda s: s.controller.min_jobs == 2),
+    "backlog_full": live("1GiB", lambda s: s.controller.backlog_full_bytes == 1 << 30),
     "io_priority": live("idle", lambda s: worker(s)._io_priority() == "idle"),  # read at every start
     "ignore": live("", lambda s: True),  # not a [smoosh] key in files: skipped below
 }

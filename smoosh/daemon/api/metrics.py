@@ -190,6 +190,18 @@ class SmooshCollector(Collector):
         yield used
         yield pressure
         yield from _pinned_wal_families(server)
+        decision = server.controller.last
+        for name, help_text, value in (
+            ("smoosh_backlog_bytes", "Reclaimable bytes waiting in the channels, as the backlog controller last saw them.",
+             decision.backlog_bytes),
+            ("smoosh_controller_busy", "Busy results (the application held its lock) in the controller's last interval.",
+             decision.busy),
+            ("smoosh_controller_slots", "Compactions the backlog controller lets run at once (between min_jobs and "
+             "max_jobs).", decision.slots),
+        ):
+            gauge = GaugeMetricFamily(name, help_text)
+            gauge.add_metric([], value)
+            yield gauge
 
 
 def _compaction_families(server: Server, counters: Counters, channels: list[str]) -> Iterator[Metric]:

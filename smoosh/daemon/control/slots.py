@@ -8,6 +8,10 @@ say) that asked earlier. A channel that can no longer start anything (suspended,
 window, out of work) leaves the line with :meth:`SlotGate.withdraw`, so it never holds a
 slot back from the others. When a slot frees, the owner wakes the channels in line.
 
+Two limits: ``limit`` is ``max_jobs``, which nothing passes; ``soft_limit`` is what the backlog
+controller lets run now (:mod:`~smoosh.daemon.control.backlog`), which a forced key (an
+operator's ``enqueue --force``) passes, up to ``max_jobs``.
+
 Owner: the server's loop thread (no lock; channels ask from their ticks).
 """
 
@@ -25,25 +29,35 @@ class SlotGate:
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
+        #: The slots the backlog controller lets run now (at most ``limit`` counts).
+        self.soft_limit = limit
         self._busy = 0
         self._serial = 0
         # channel -> when it joined the line (a serial number: the order is all that counts).
         self._line: dict[str, int] = {}
 
     @property
+    def in_force(self) -> int:
+        """The slots that may run now: ``min(limit, soft_limit)``."""
+        return min(self.limit, self.soft_limit)
+
+    @property
     def busy(self) -> int:
         """Slots taken now."""
         return self._busy
 
-    def acquire(self, channel: str, *, force: bool = False) -> bool:
+    def acquire(self, channel: str, *, force: bool = False, forced: bool = False) -> bool:
         """Take a slot for ``channel``; False (and a place in line) when none is free for it.
 
         A slot is free for ``channel`` when more slots are free than channels ahead of it.
-        ``force`` takes one past the limit (a run that runs already, adopted at start-up).
+        ``force`` takes one past the limit (a run that runs already, adopted at start-up);
+        ``forced`` (the channel's next key is an operator's forced one) counts ``limit`` only,
+        not the backlog controller's ``soft_limit``.
         """
         since = self._line.get(channel)
         ahead = sum(1 for name, s in self._line.items() if name != channel and (since is None or s < since))
-        if force or self.limit - self._busy > ahead:
+        limit = self.limit if forced else self.in_force
+        if force or limit - self._busy > ahead:
             self._line.pop(channel, None)
             self._busy += 1
             return True

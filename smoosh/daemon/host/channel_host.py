@@ -91,14 +91,15 @@ class ChannelHost:
 
     # ------------------------------------------------------------------ the port (loop thread)
 
-    def acquire_slot(self, channel: str, *, force: bool = False) -> bool:
+    def acquire_slot(self, channel: str, *, force: bool = False, forced: bool = False) -> bool:
         """A global slot for ``channel`` (see :class:`~channels.ports.Host`); none once the server stops.
 
         None either while the I/O budget is in debt: the channel is woken when it is paid
         (:class:`~smoosh.daemon.control.budget_gate.BudgetGate`); nor while the job store is full
         or unreachable: the channel is woken when it is back
         (:class:`~smoosh.daemon.control.store_health.StoreHealth`). ``force`` (a run that runs
-        already) skips them all.
+        already) skips them all; ``forced`` (an operator's forced key is next) passes the backlog
+        controller's limit, not ``max_jobs``.
         """
         if self.stopping and not force:
             return False
@@ -106,7 +107,7 @@ class ChannelHost:
             return False
         if not force and self._store_health is not None and not self._store_health.admits(channel):
             return False
-        return self._slots.acquire(channel, force=force)
+        return self._slots.acquire(channel, force=force, forced=forced)
 
     def release_slot(self, channel: str) -> None:
         """Give a slot back; the channels in line for one are woken."""

@@ -49,6 +49,7 @@ from smoosh.errors import ConfigError, SmooshError
 
 if TYPE_CHECKING:
     from channels import Channel
+    from smoosh.daemon.control.backlog import BacklogController
     from smoosh.daemon.control.pressure import DiskPressure
     from smoosh.daemon.control.node_claim import Identity
     from smoosh.daemon.control.store_health import StoreHealth
@@ -107,6 +108,9 @@ class Parts:
     pressure: DiskPressure
     #: Disk pressure started or ended (called on the loop with its ``now``).
     on_pressure_change: Callable[[float], None]
+    #: The backlog controller, stepped with every status record; its slots go to ``on_slots``.
+    controller: BacklogController
+    on_slots: Callable[[int], None]
     #: This daemon's process, named in its status record (None: the record names none).
     process: Identity | None = None
     #: The job store's health, checked for stalled transactions at every tick.
@@ -248,7 +252,10 @@ class Housekeeping:
             self._next_status_write = now + STATUS_INTERVAL_S
             if parts.pressure.check(parts.config_of().roots):
                 parts.on_pressure_change(now)
-            self._write_status(parts.clocks.wall())
+            status = parts.status()
+            busy = sum(n for (_channel, result), n in parts.counters.compactions.items() if result == "busy")
+            parts.on_slots(parts.controller.step(int(status.get("reclaimable_bytes") or 0), busy).slots)
+            self._write_status(parts.clocks.wall(), status)
         dues.append(self._next_status_write)
         if any(ch.window is not None for ch in parts.config_of().channels.values()):
             dues.append(now + STEP_CHECK_INTERVAL_S)
@@ -270,11 +277,15 @@ class Housekeeping:
             self.watcher.wall_stepped(step_s)  # rescans compare file times, which are wall time
         self.parts.on_clock_step(now)
 
-    def _write_status(self, now: float) -> None:
-        """Write the node's record (``now``: wall time) and read the cluster holds, in one transaction on the starter."""
+    def _write_status(self, now: float, status: dict[str, Any] | None = None) -> None:
+        """Write the node's record (``now``: wall time) and read the cluster holds, in one transaction on the starter.
+
+        ``status``: the status table just built for this interval (None: build it).
+        """
         parts = self.parts
         store, scheduler, node, cluster = parts.store, parts.scheduler, parts.node, parts.cluster
-        status = parts.status()
+        if status is None:
+            status = parts.status()
         arm = self._holds_watch is None
 
         process = parts.process
@@ -359,7 +370,7 @@ class Housekeeping:
         ]
         chosen = rotation.choose(
             now, runs, interval_s=cfg.interval_s, max_churn=cfg.max_churn,
-            busy_slots=parts.slots.busy, max_jobs=cfg.max_jobs, waiting_keys=waiting_keys,
+            busy_slots=parts.slots.busy, max_jobs=parts.slots.in_force, waiting_keys=waiting_keys,
         )
         for run in chosen:
             if run.key in local and worker is not None:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from smoosh.daemon.run.scheduler import JobScheduler
     from smoosh.daemon.control.slots import SlotGate
     from smoosh.daemon.watch.staleness import AccessTable
+    from smoosh.daemon.control.backlog import BacklogController
     from smoosh.daemon.control.pressure import DiskPressure
     from smoosh.disk_room import DiskRoom
     from smoosh.io_budget import IoBudget
@@ -51,6 +52,7 @@ class LiveConfig:
     _slots: SlotGate
     io_budget: IoBudget
     disk_room: DiskRoom
+    controller: BacklogController
     pressure: DiskPressure
     _budget_gate: BudgetGate
     _history: HistoryTable
@@ -90,6 +92,9 @@ class LiveConfig:
         if new.log_format != old.log_format:
             # Only the handler `smoosh run` installed changes; an embedding application's stays.
             logs.set_format(new.log_format)
+        # The controller's bounds change with the config; its last decision stands within them.
+        self.controller.configure(min_jobs=new.min_jobs, max_jobs=new.max_jobs,
+                                  backlog_full_bytes=new.backlog_full_bytes)
         self._slots.limit = new.max_jobs
         if new.max_io_rate_bytes_per_s != old.max_io_rate_bytes_per_s:
             # Bytes still owed are re-priced at the new rate; paused chunks and waiting starts look again.

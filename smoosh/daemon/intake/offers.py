@@ -138,5 +138,6 @@ class Offers:
         return hold_reasons(
             name, status, window=window, next_open=next_open,
             paused_until=None if paused_until is None else self._clocks.wall_at(paused_until),
-            slots_busy=self._slots.busy, max_jobs=self._slots.limit, dry_run=self.dry_run,
+            slots_busy=self._slots.busy, max_jobs=self._slots.limit if forced else self._slots.in_force,
+            dry_run=self.dry_run,
         )

@@ -80,8 +80,16 @@ def build_status(server: Any) -> dict[str, Any]:
         "scan": housekeeping.scan_status() if housekeeping is not None else {},
         "io_budget": io_budget_status(server),
         "disk": disk_status(server),
+        "controller": controller_status(server),
         "store": server.store_health.snapshot(),
     }
+
+
+def controller_status(server: Any) -> dict[str, Any]:
+    """The backlog controller as ``/status`` shows it: what it saw at its last look and the slots it set."""
+    d = server.controller.last
+    return {"backlog_bytes": d.backlog_bytes, "busy": d.busy, "for_backlog": d.for_backlog, "for_harm": d.for_harm,
+            "slots": d.slots, "min_jobs": server.controller.min_jobs, "max_jobs": server.controller.max_jobs}
 
 
 def disk_status(server: Any) -> dict[str, Any]:

@@ -1,0 +1,100 @@
+"""The backlog controller: how many compactions run at once follows the backlog, and backs off on harm.
+
+ScyllaDB and Redpanda derive their compaction shares from the backlog; a constant ``max_jobs``
+runs as many compactions for 3 bytes waiting as for 300 GB, and keeps on when the application
+is hurting. So the node's slots (the global gate every start passes) are set here, between
+``min_jobs`` and ``max_jobs``, every status interval:
+
+* **the backlog** (the reclaimable bytes of the keys waiting in every channel, from their last
+  measurements) asks for ``min_jobs`` plus a share of the rest proportional to it, all of them
+  at ``backlog_full`` and above;
+* **harm** (compactions that gave up on a busy database since the last look: the application
+  was holding its lock, and smoosh's VACUUM made it wait or would have) halves the slots at
+  once, down to ``min_jobs``; each quiet interval after gives one back (additive increase,
+  multiplicative decrease, as TCP does with its window).
+
+The slots are ``min(backlog's, harm's)``. Its inputs and output are gauges
+(``smoosh_backlog_bytes``, ``smoosh_controller_slots``, ``smoosh_controller_busy``) and part
+of ``/status``. A change of the slots is logged at INFO, naming why.
+
+Owner: the server's loop (:meth:`BacklogController.step`, from the housekeeping); readers read
+the last :class:`Decision`, replaced whole.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+__all__ = ["BacklogController", "Decision"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One step of the controller: what it saw and what it set."""
+
+    #: Reclaimable bytes waiting in the channels.
+    backlog_bytes: int
+    #: Busy results (harm) since the step before.
+    busy: int
+    #: The slots the backlog asks for.
+    for_backlog: int
+    #: The slots harm allows.
+    for_harm: int
+    #: The slots in force: ``min(for_backlog, for_harm)``.
+    slots: int
+
+
+class BacklogController:
+    """Sets the node's slots from the backlog and from harm (see the module docstring).
+
+    Parameters:
+        min_jobs: the fewest slots (at least 1 while anything waits).
+        max_jobs: the most slots.
+        backlog_full_bytes: the backlog at which every slot runs.
+    """
+
+    def __init__(self, *, min_jobs: int, max_jobs: int, backlog_full_bytes: int) -> None:
+        self.max_jobs = self._harm_cap = max(1, max_jobs)
+        self._busy_seen: int | None = None
+        self.configure(min_jobs=min_jobs, max_jobs=max_jobs, backlog_full_bytes=backlog_full_bytes)
+        # Every slot until the first look: a daemon that starts on a fleet drains it as before,
+        # and a small backlog brings the slots down at the first status interval.
+        self.last = Decision(0, 0, self.max_jobs, self.max_jobs, self.max_jobs)
+
+    def configure(self, *, min_jobs: int, max_jobs: int, backlog_full_bytes: int) -> None:
+        """Apply new bounds (live reload); the next :meth:`step` uses them.
+
+        A harm cap at the old maximum (no harm seen lately) moves to the new one; a lowered one stays.
+        """
+        unharmed = self._harm_cap >= self.max_jobs
+        self.max_jobs = max(1, max_jobs)
+        self.min_jobs = max(1, min(min_jobs, self.max_jobs))
+        self.backlog_full_bytes = max(1, backlog_full_bytes)
+        self._harm_cap = self.max_jobs if unharmed else min(max(self._harm_cap, self.min_jobs), self.max_jobs)
+
+    def step(self, backlog_bytes: int, busy_total: int) -> Decision:
+        """Look once: ``backlog_bytes`` waiting now, ``busy_total`` busy results since start.
+
+        Returns:
+            The decision; its ``slots`` is what the node's gate should allow.
+        """
+        busy = 0 if self._busy_seen is None else max(0, busy_total - self._busy_seen)
+        self._busy_seen = busy_total
+        if busy:
+            self._harm_cap = max(self.min_jobs, self._harm_cap // 2)
+        elif self._harm_cap < self.max_jobs:
+            self._harm_cap += 1
+        share = min(1.0, max(0, backlog_bytes) / self.backlog_full_bytes)
+        for_backlog = min(self.max_jobs, self.min_jobs + math.ceil(share * (self.max_jobs - self.min_jobs)))
+        slots = max(self.min_jobs, min(for_backlog, self._harm_cap))
+        decision = Decision(int(backlog_bytes), busy, for_backlog, self._harm_cap, slots)
+        if slots != self.last.slots:
+            why = (f"{busy} compaction(s) gave up on a busy database: backing off" if slots < self.last.slots and busy
+                   else f"backlog of {backlog_bytes} reclaimable bytes")
+            log.info("Compactions at once: %d -> %d (%s).", self.last.slots, slots, why)
+        self.last = decision
+        return decision

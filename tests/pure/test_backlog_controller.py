@@ -1,0 +1,70 @@
+"""The backlog controller: slots follow the backlog between min_jobs and max_jobs, and back off on harm (AIMD)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from smoosh.daemon.control.backlog import BacklogController
+
+MiB = 2**20
+
+
+def controller() -> BacklogController:
+    return BacklogController(min_jobs=1, max_jobs=4, backlog_full_bytes=256 * MiB)
+
+
+def test_every_slot_until_the_first_look_then_as_many_as_the_backlog_asks() -> None:
+    c = controller()
+    assert c.last.slots == 4  # a daemon starting on a fleet drains it as before
+    assert c.step(0, 0).slots == 1
+    assert c.step(10 * MiB, 0).slots == 2  # a small backlog: min_jobs plus its share, rounded up
+    assert c.step(128 * MiB, 0).slots == 3
+    assert c.step(256 * MiB, 0).slots == 4
+    assert c.step(10**12, 0).slots == 4
+
+
+def test_harm_halves_the_slots_at_once_and_each_quiet_look_gives_one_back(caplog: pytest.LogCaptureFixture) -> None:
+    c = controller()
+    c.step(10**12, 0)
+    with caplog.at_level(logging.INFO, logger="smoosh.daemon.control.backlog"):
+        assert c.step(10**12, 3).slots == 2  # three busy results since the last look
+        assert c.step(10**12, 5).slots == 1  # two more: halved again, never below min_jobs
+        assert c.step(10**12, 5).slots == 2  # quiet: one back
+        assert c.step(10**12, 5).slots == 3
+        assert c.step(10**12, 5).slots == 4
+        assert c.step(10**12, 5).slots == 4
+    assert [r.getMessage() for r in caplog.records][:2] == [
+        "Compactions at once: 4 -> 2 (3 compaction(s) gave up on a busy database: backing off).",
+        "Compactions at once: 2 -> 1 (2 compaction(s) gave up on a busy database: backing off).",
+    ]
+    assert c.last.busy == 0 and c.last.for_harm == 4
+
+
+def test_the_slots_are_the_fewer_of_the_backlogs_and_harms() -> None:
+    c = controller()
+    c.step(10**12, 0)
+    c.step(10**12, 1)  # harm: 2
+    d = c.step(1 * MiB, 1)  # small backlog: 2, harm recovering: 3
+    assert (d.for_backlog, d.for_harm, d.slots) == (2, 3, 2)
+
+
+def test_new_bounds_apply_at_the_next_look() -> None:
+    c = controller()
+    c.configure(min_jobs=2, max_jobs=8, backlog_full_bytes=MiB)
+    assert c.step(0, 0).slots == 2
+    assert c.step(MiB, 0).slots == 8
+
+
+def test_the_gate_holds_to_the_controllers_slots_but_lets_a_forced_key_up_to_max_jobs() -> None:
+    from smoosh.daemon.control.slots import SlotGate
+
+    gate = SlotGate(3)
+    gate.soft_limit = 1  # what the controller lets run now
+    assert gate.acquire("ratio_dbs")
+    assert not gate.acquire("slack_dbs")  # the backlog asks for one
+    assert gate.acquire("upgrade_dbs", forced=True)  # an operator forced its next key
+    assert gate.acquire("ratio_dbs", forced=True)
+    assert not gate.acquire("ratio_dbs", forced=True)  # max_jobs holds for everyone
+    assert gate.in_force == 1 and gate.busy == 3

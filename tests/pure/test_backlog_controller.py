@@ -64,6 +64,7 @@ def test_the_gate_holds_to_the_controllers_slots_but_lets_a_forced_key_up_to_max
     gate.soft_limit = 1  # what the controller lets run now
     assert gate.acquire("ratio_dbs")
     assert not gate.acquire("slack_dbs")  # the backlog asks for one
+    gate.withdraw("slack_dbs")  # (out of work: it waits in line no more)
     assert gate.acquire("upgrade_dbs", forced=True)  # an operator forced its next key
     assert gate.acquire("ratio_dbs", forced=True)
     assert not gate.acquire("ratio_dbs", forced=True)  # max_jobs holds for everyone

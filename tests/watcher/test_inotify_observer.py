@@ -233,6 +233,30 @@ def test_after_drain_runs_once_the_events_queued_before_it_are_dispatched(
     assert seen_then == [True]
 
 
+def test_after_drain_reads_a_descriptor_the_first_schedule_opened_while_the_thread_slept(
+    tmp_path: Path, observer: InotifyObserver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an observer thread asleep since before its first watch: it had no descriptor then
+    # (one turn with nothing scheduled puts it back to sleep), and the first schedule's wake-up
+    # has not reached it yet (the schedule's wake is held back: the thread is slow to run)
+    turned = threading.Event()
+    assert observer.after_drain(turned.set)
+    assert turned.wait(5)
+    rec = Recorder()
+    with monkeypatch.context() as slow_thread:
+        slow_thread.setattr(observer, "_wake", lambda: None)
+        observer.schedule(rec, str(tmp_path), recursive=False, event_filter=WANTED)
+    f = tmp_path / "a.db"
+    f.write_bytes(b"x")
+    seen_then: list[bool] = []
+    done = threading.Event()
+    # When a callback is asked for after a write
+    assert observer.after_drain(lambda: (seen_then.append(rec.saw("created", f)), done.set()))
+    # Then the thread reads the new descriptor before it calls back: the write's event first
+    assert done.wait(5)
+    assert seen_then == [True]
+
+
 def test_after_drain_runs_without_watches_and_refuses_before_a_start(observer: InotifyObserver) -> None:
     done = threading.Event()
     assert observer.after_drain(done.set)  # nothing scheduled: nothing to wait for

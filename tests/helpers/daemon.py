@@ -16,6 +16,9 @@ from typing import Any, Callable
 
 #: Seconds a test waits for the daemon to answer on its port.
 START_TIMEOUT_S = 20.0
+#: Seconds a test waits for something that must happen (an event, a state the daemon reaches
+#: whatever its speed) before it fails: a bound on a hang, never a measure of speed.
+HANG_S = 60.0
 
 
 def free_port() -> int:

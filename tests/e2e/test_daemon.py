@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from compactor.dbfactory import make_bloated_db
-from helpers.daemon import Daemon, free_port, wait_for, write_config
+from helpers.chunked import STALLED_AFTER_FIRST_CHUNK, chunk_section, chunked_db
+from helpers.daemon import HANG_S, Daemon, free_port, wait_for, write_config
 
 
 def start(daemons: list[Daemon], config: Path, *args: str) -> Daemon:
@@ -121,21 +122,24 @@ def test_suspend_holds_work_and_resume_starts_it_at_once(tmp_path: Path, daemons
 def test_kill_9_mid_compaction_leaves_the_database_intact_and_a_restart_finishes_it(
     tmp_path: Path, daemons: list[Daemon]
 ) -> None:
-    # One-page chunks make an incremental compaction slow enough to kill in the middle.
-    config = write_config(
-        tmp_path, port=free_port(), channels="[smoosh.sqlite]\nincremental_chunk_pages = 1\n"
-    )
+    # Given a daemon stalled after the first chunk of an incremental compaction (helpers.chunked)
     db = tmp_path / "dbs" / "big.db"
-    make_bloated_db(str(db), rows=30000, delete_fraction=0.8, auto_vacuum="incremental")
-    rows_before = sqlite3.connect(db).execute("SELECT count(*) FROM docs").fetchone()[0]
+    db.parent.mkdir()
+    made = chunked_db(db)
+    port = free_port()
+    config = write_config(tmp_path, port=port, channels=chunk_section(made), extra_global=STALLED_AFTER_FIRST_CHUNK)
     d = start(daemons, config)
-    wait_for(lambda: mid_compaction(config, db), 30, what="the compaction to be under way", daemon=d, every_s=0.02)
+    wait_for(lambda: mid_compaction(config, db), HANG_S, what="the compaction to be under way", daemon=d)
+    # When it is killed with SIGKILL
     d.kill()
+    # Then the database is intact, every row in it, the compaction's work half done
     assert integrity(db) == "ok"
-    assert sqlite3.connect(db).execute("SELECT count(*) FROM docs").fetchone()[0] == rows_before
+    assert sqlite3.connect(db).execute("SELECT count(*) FROM docs").fetchone()[0] == made["rows"]
     size_at_kill = db.stat().st_size
+    # ... and a restart (its I/O budget no longer stalling) finishes it
+    write_config(tmp_path, port=port, channels=chunk_section(made))
     d2 = start(daemons, config)
-    wait_for(lambda: job(d2, db).get("state") == "finished", 60, what="the compaction after restart", daemon=d2)
+    wait_for(lambda: job(d2, db).get("state") == "finished", HANG_S, what="the compaction after restart", daemon=d2)
     assert db.stat().st_size < size_at_kill
     assert integrity(db) == "ok"
 
@@ -193,39 +197,37 @@ def test_live_config_edits_add_and_remove_channels_and_reject_invalid_edits(tmp_
 
 
 def test_a_killed_worker_process_has_its_job_finished_by_another(tmp_path: Path, daemons: list[Daemon]) -> None:
-    # Heartbeats (every job_timeout / 3) are what carry progress into the store: a short
-    # job_timeout samples it often enough to catch the compaction in its middle.
-    config = write_config(
-        tmp_path, port=free_port(), channels="[smoosh.sqlite]\nincremental_chunk_pages = 1\n",
-        extra_global="job_timeout = 1s",
-    )
-    d = start(daemons, config, "--workers", "0")
+    # Given a worker process stalled after the first chunk of an incremental compaction
+    # (helpers.chunked), its progress in the store (heartbeats, every job_timeout / 3)
     db = tmp_path / "dbs" / "big.db"
-    make_bloated_db(str(db), rows=20000, delete_fraction=0.8, auto_vacuum="incremental")
+    db.parent.mkdir()
+    made = chunked_db(db)
+    config = write_config(tmp_path, port=free_port(), channels=chunk_section(made), extra_global="job_timeout = 1s")
+    d = start(daemons, config, "--workers", "0")
+    stalled = write_config(tmp_path, port=free_port(), name="first.ini", channels=chunk_section(made),
+                           extra_global=f"job_timeout = 1s\n{STALLED_AFTER_FIRST_CHUNK}")
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    first = subprocess.Popen([sys.executable, "-m", "smoosh", "worker", "--config", str(config)],
+    first = subprocess.Popen([sys.executable, "-m", "smoosh", "worker", "--config", str(stalled)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
-        wait_for(lambda: mid_compaction(config, db), 30, what="the first worker to be mid-compaction",
-                 daemon=d, every_s=0.02)
+        wait_for(lambda: mid_compaction(config, db), HANG_S, what="the first worker to be mid-compaction", daemon=d)
+        # When it is killed with SIGKILL
         first.kill()
-        first.wait(10)
+        first.wait(HANG_S)
         assert integrity(db) == "ok"
-        # The second worker takes larger chunks: one page at a time only made the first
-        # compaction slow enough to be caught in the middle.
-        config2 = write_config(tmp_path, port=free_port(), name="second.ini", extra_global="job_timeout = 1s",
-                               channels="[smoosh.sqlite]\nincremental_chunk_pages = 256\n")
-        second = subprocess.Popen([sys.executable, "-m", "smoosh", "worker", "--config", str(config2)],
+        # Then another worker (no I/O budget stalling it) finishes the job
+        second = subprocess.Popen([sys.executable, "-m", "smoosh", "worker", "--config", str(config)],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         try:
-            wait_for(lambda: job(d, db).get("state") == "finished", 60, what="the second worker to finish it", daemon=d)
+            wait_for(lambda: job(d, db).get("state") == "finished", HANG_S, what="the second worker to finish it", daemon=d)
         finally:
             second.terminate()
-            second.wait(15)
+            second.wait(HANG_S)
     finally:
         if first.poll() is None:
             first.kill()
     assert integrity(db) == "ok"
+    assert sqlite3.connect(db).execute("SELECT count(*) FROM docs").fetchone()[0] == made["rows"]
 
 
 def test_http_enqueue_validates_its_body(tmp_path: Path, daemons: list[Daemon]) -> None:

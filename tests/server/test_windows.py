@@ -11,13 +11,15 @@ from typing import Any, Iterator
 
 import pytest
 
-from compactor.dbfactory import db_stats, integrity, make_bloated_db
+from compactor.dbfactory import db_stats, integrity
+from compactor.gates import GatedCompactor
+from helpers.chunked import chunk_section, chunked_db
 from helpers.clocks import FakeClock
-from helpers.daemon import wait_for
+from helpers.daemon import HANG_S, wait_for
 from helpers.jobs_table import state_of
 from helpers.locks import other_process_write
-from helpers.slow import SlowChunks
 from smoosh import Server
+from smoosh.compactors import SqliteCompactor
 from smoosh.config import parse_config
 
 
@@ -30,9 +32,7 @@ def setup(tmp_path: Path) -> Iterator[tuple[Any, Path, FakeClock]]:
     dbs = tmp_path / "dbs"
     dbs.mkdir()
     db = dbs / "big.db"
-    # One-page chunks: the compaction takes thousands of short transactions, so there is time
-    # to move the clock while it runs.
-    make_bloated_db(str(db), rows=3000, delete_fraction=0.8, auto_vacuum="incremental")
+    made = chunked_db(db)
     text = f"""[smoosh]
 watch =
 roots = {dbs}
@@ -50,9 +50,7 @@ from = 01:00
 to = 05:00
 strict_window = true
 
-[smoosh.sqlite]
-incremental_chunk_pages = 1
-"""
+{chunk_section(made)}"""
     config = parse_config(text, str(tmp_path / "smoosh.ini"))
     clock = FakeClock(at(23, 12))
     yield config, db, clock
@@ -66,12 +64,14 @@ def progress_of(server: Server) -> float | None:
 
 def test_work_waits_for_the_window_and_a_strict_window_pauses_it_between_chunks(setup: Any) -> None:
     config, db, clock = setup
-    server = Server(config, workers=1, watch_config=False, clock=clock,
-                    compactors=[SlowChunks(config.sqlite, pause_s=0.002)])
+    # The compaction stops at its second chunk boundary until the test has moved the clock:
+    # there is always a "while it runs" to act in, however fast the chunks are
+    gated = GatedCompactor(SqliteCompactor(config.sqlite), at_checkpoint=2)
+    server = Server(config, workers=1, watch_config=False, clock=clock, compactors=[gated])
     server.start()
     try:
         server.enqueue(str(db))
-        wait_for(lambda: server.status()["channels"]["night_dbs"]["waiting"]["size"] == 1, 10, what="queued")
+        wait_for(lambda: server.status()["channels"]["night_dbs"]["waiting"]["size"] == 1, HANG_S, what="queued")
         for _ in range(3):
             server.tick()  # ticks at noon: outside the window, nothing starts
         status = server.status()["channels"]["night_dbs"]
@@ -80,19 +80,21 @@ def test_work_waits_for_the_window_and_a_strict_window_pauses_it_between_chunks(
         clock.set(at(24, 1, 30))  # inside: queued work starts at once, without a new event
         server.wake("night_dbs")
         server.tick()
-        wait_for(lambda: (progress_of(server) or 0) > 0.05, 20, what="the compaction to run")
+        assert gated.reached.wait(HANG_S), "the compaction never ran"
+        assert (progress_of(server) or 0) > 0
 
         clock.set(at(24, 5, 30))  # leaving a strict window holds the running compaction at once
         server.wake("night_dbs")
         server.tick()
         assert server.status()["channels"]["night_dbs"]["in_window"] is False
         assert server._worker.status()[0]["held"]  # type: ignore[attr-defined]
+        gated.release.set()  # on to its chunk boundary, where the hold stops it
 
         def paused() -> bool:
             # Between chunks it holds no lock: the application (another process) writes at once.
             return other_process_write(db) == "wrote"
 
-        wait_for(paused, 5, what="the compaction to pause at a chunk boundary")
+        wait_for(paused, HANG_S, what="the compaction to pause at a chunk boundary")
         held_at = progress_of(server)
         assert held_at is not None and held_at < 1.0
         assert paused() and progress_of(server) == held_at  # still paused: no chunk ran meanwhile
@@ -101,8 +103,9 @@ def test_work_waits_for_the_window_and_a_strict_window_pauses_it_between_chunks(
         server.wake("night_dbs")
         server.tick()
         wait_for(lambda: state_of(server, str(db)) == "finished",
-                 60, what="the compaction to finish")
+                 HANG_S, what="the compaction to finish")
     finally:
+        gated.release.set()
         server.stop()
     # Read through apsw, the compactor's own library (DESIGN §11: one SQLite library per file).
     assert integrity(str(db)) == "ok"

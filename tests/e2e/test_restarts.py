@@ -193,13 +193,15 @@ def test_a_restarted_daemon_follows_the_job_a_worker_process_is_running(
 # ---------------------------------------------------------------- 4: one daemon per state_dir
 
 
-def run_second_daemon(config: Path) -> tuple[subprocess.CompletedProcess[str], float]:
-    """`smoosh run` as an operator starts it (default log level), with its exit and its time."""
+def run_second_daemon(config: Path) -> subprocess.CompletedProcess[str]:
+    """`smoosh run` as an operator starts it (default log level), run to its exit.
+
+    One that waited for what holds the state_dir or the port would not exit while the holder
+    lives: the ceiling (HANG_S) fails it, and no time is asserted.
+    """
     env = {k: v for k, v in os.environ.items() if k != "SMOOSH_LOG_LEVEL"}
-    t0 = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "smoosh", "run", "--config", str(config)],
-                         capture_output=True, text=True, timeout=30, env=env, cwd=str(config.parent), check=False)
-    return out, time.monotonic() - t0
+    return subprocess.run([sys.executable, "-m", "smoosh", "run", "--config", str(config)],
+                          capture_output=True, text=True, timeout=HANG_S, env=env, cwd=str(config.parent), check=False)
 
 
 def test_a_second_daemon_on_the_same_state_dir_exits_at_once_naming_the_holder(
@@ -207,9 +209,8 @@ def test_a_second_daemon_on_the_same_state_dir_exits_at_once_naming_the_holder(
 ) -> None:
     config = write_config(tmp_path, port=free_port())
     first = start_daemon(daemons, config)
-    out, took_s = run_second_daemon(config)
+    out = run_second_daemon(config)
     assert out.returncode == 1
-    assert took_s < 5
     lock = tmp_path / "state" / "smoosh.lock"
     expected = f"smoosh: another smoosh is running on this state_dir: {lock} is locked by pid {first.proc.pid}"
     assert expected in out.stderr.splitlines()
@@ -222,7 +223,7 @@ def test_a_second_daemon_on_the_same_state_dir_exits_at_once_naming_the_holder(
 def test_a_second_daemon_prints_exactly_one_line(tmp_path: Path, daemons: list[Daemon]) -> None:
     config = write_config(tmp_path, port=free_port())
     first = start_daemon(daemons, config)
-    out, _ = run_second_daemon(config)
+    out = run_second_daemon(config)
     lock = tmp_path / "state" / "smoosh.lock"
     assert out.stderr.splitlines() == [
         f"smoosh: another smoosh is running on this state_dir: {lock} is locked by pid {first.proc.pid}"
@@ -238,10 +239,9 @@ def test_a_taken_admin_port_is_one_line_naming_the_address(tmp_path: Path) -> No
         port = taken.getsockname()[1]
         config = write_config(tmp_path, port=port)
         # When smoosh runs on it
-        out, took_s = run_second_daemon(config)
+        out = run_second_daemon(config)
     # Then it says so in one line, before starting anything, and leaves its state_dir free
     assert out.returncode == 1
-    assert took_s < 5
     assert out.stderr.splitlines() == [f"smoosh: cannot listen on 127.0.0.1:{port} for the admin API: Address already in use"]
     lock = InstanceLock(str(tmp_path / "state"))
     lock.acquire()
@@ -266,7 +266,7 @@ def test_a_database_committed_to_every_5_ms_is_still_compacted(
     processes.append(writer)
     assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
     # Then it is examined within recheck_interval of its first event and compacted
-    wait_for(lambda: job(d, db).get("state") == "finished", 8, what="the compaction of the busy database", daemon=d)
+    wait_for(lambda: job(d, db).get("state") == "finished", HANG_S, what="the compaction of the busy database", daemon=d)
     history = job(d, db)["history"]
     assert history[0]["event"] == "finished" and history[0]["reason"].startswith("reclaimed ")
     metrics = urllib.request.urlopen(d.url + "/metrics", timeout=10).read().decode()
@@ -300,10 +300,10 @@ def test_http_localhost_port_0_is_accepted_by_the_check_and_served_by_run(tmp_pa
             m = re.search(r"admin API on (http://\S+)", log_path.read_text())
             return m.group(1) if m else None
 
-        url = wait_for(serving, 20, what="the admin API")
+        url = wait_for(serving, HANG_S, what="the admin API")
         assert re.fullmatch(r"http://127\.0\.0\.1:[1-9][0-9]*", url)  # an ephemeral port on loopback
         with urllib.request.urlopen(url + "/status", timeout=10) as r:
             assert json.loads(r.read())["node"] == "testnode"
     finally:
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(15) == 0
+        assert proc.wait(HANG_S) == 0

@@ -15,6 +15,7 @@ import pytest
 
 from compactor.dbfactory import db_stats, integrity, make_bloated_db, row_count
 from compactor.gates import GatedCompactor
+from helpers.daemon import HANG_S
 from helpers.locks import ChildConnection
 from smoosh.daemon import control
 from smoosh.compactors import SqliteCompactor
@@ -27,7 +28,7 @@ JOB_TYPE = "smoosh:" + NODE
 CHANNEL = "ratio_dbs"
 HERE = os.path.dirname(os.path.abspath(__file__))
 #: Upper bound for any wait on another thread or process in these tests (seconds).
-WAIT_S = 15.0
+WAIT_S = HANG_S  # a ceiling on a hang, never a measure of speed
 
 
 def settings(**kw: Any) -> SimpleNamespace:
@@ -408,7 +409,7 @@ def test_worker_process_runs_jobs_and_stops_cleanly_on_sigterm(tmp_path) -> None
         jobs.add(JOB_TYPE, path, start_data(path))
         assert finished(jobs, path)["result"] == "ok"
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(10) == 0
+        assert proc.wait(HANG_S) == 0
     finally:
         if proc.poll() is None:
             proc.kill()

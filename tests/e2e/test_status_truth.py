@@ -9,7 +9,7 @@ from pathlib import Path
 
 from compactor.dbfactory import make_bloated_db
 from faults.faultlib import start_daemon
-from helpers.daemon import Daemon, free_port, wait_for, write_config
+from helpers.daemon import HANG_S, Daemon, free_port, wait_for, write_config
 
 
 #: Small bloated databases dropped into the watched directory before the start.
@@ -39,7 +39,7 @@ def test_a_drain_of_small_databases_shows_active_compactions_not_starting_ones(
         return status["waiting"]["size"] == 0 and status["active"] == status["starting"] == 0 and \
             sum(j["state"] == "finished" for j in d.get("/jobs")["jobs"]) >= FLEET
 
-    wait_for(drained, 60, what="the drain", daemon=d, every_s=0.0)
+    wait_for(drained, HANG_S, what="the drain", daemon=d, every_s=0.0)
     # Then compactions were seen running ...
     assert max(active for active, _ in samples) == 1
     # ... and a run showed as starting only for the moment between its start and the

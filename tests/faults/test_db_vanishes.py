@@ -14,7 +14,7 @@ from typing import Any
 
 from compactor.dbfactory import make_bloated_db, row_count
 from faults.faultlib import damaged, start_daemon
-from helpers.daemon import Daemon, free_port, wait_for, write_config
+from helpers.daemon import HANG_S, Daemon, free_port, wait_for, write_config
 
 
 
@@ -37,7 +37,7 @@ def assert_later_keys_still_compacted(d: Daemon, base: Path) -> None:
     later = base / "dbs" / "later.db"
     make_bloated_db(str(later), rows=2000, delete_fraction=0.9)
     before = later.stat().st_size
-    wait_for(lambda: record(d, later).get("state") == "finished", 30, what="a later key's compaction", daemon=d)
+    wait_for(lambda: record(d, later).get("state") == "finished", HANG_S, what="a later key's compaction", daemon=d)
     assert later.stat().st_size < before / 3
     assert damaged([later]) == {}
 
@@ -48,7 +48,7 @@ def test_databases_deleted_truncated_or_replaced_while_queued(tmp_path: Path, da
     dbs = {name: tmp_path / "dbs" / f"{name}.db" for name in ("deleted", "truncated", "emptied", "replaced", "kept")}
     for db in dbs.values():
         make_bloated_db(str(db), rows=2000, delete_fraction=0.9)
-    wait_for(lambda: d.get("/status")["channels"]["ratio_dbs"]["waiting"]["size"] == len(dbs), 20,
+    wait_for(lambda: d.get("/status")["channels"]["ratio_dbs"]["waiting"]["size"] == len(dbs), HANG_S,
              what="all queued", daemon=d)
     kept_size = dbs["kept"].stat().st_size
 
@@ -58,10 +58,10 @@ def test_databases_deleted_truncated_or_replaced_while_queued(tmp_path: Path, da
     replaced_digest = replace_with_compact_db(dbs["replaced"], tmp_path / "scratch.db")
     assert d.post("/resume", {})[0] == 200
 
-    wait_for(lambda: record(d, dbs["kept"]).get("state") == "finished", 30, what="the untouched key", daemon=d)
+    wait_for(lambda: record(d, dbs["kept"]).get("state") == "finished", HANG_S, what="the untouched key", daemon=d)
     # The cut file's compaction crashed: it waits out its backoff in the channel (deferred).
     wait_for(lambda: (lambda s: s["active"] == 0 and s["waiting"]["size"] == s["deferred"] <= 1)(
-             d.get("/status")["channels"]["ratio_dbs"]), 30, what="every other key to leave the queue", daemon=d)
+             d.get("/status")["channels"]["ratio_dbs"]), HANG_S, what="every other key to leave the queue", daemon=d)
     assert dbs["kept"].stat().st_size < kept_size / 3
     assert digest(dbs["replaced"]) == replaced_digest, "the compact replacement was rewritten"
     assert not dbs["deleted"].exists(), "a deleted database was recreated"
@@ -79,9 +79,9 @@ def test_databases_deleted_truncated_or_replaced_mid_compaction(tmp_path: Path, 
     def hit_mid_compaction(name: str, fault: Any) -> tuple[dict[str, Any], Path]:
         db = tmp_path / "dbs" / f"{name}.db"
         make_bloated_db(str(db), rows=15000, delete_fraction=0.8, auto_vacuum="incremental")
-        wait_for(lambda: record(d, db).get("state") == "running", 30, what=f"{name} running", daemon=d, every_s=0.02)
+        wait_for(lambda: record(d, db).get("state") == "running", HANG_S, what=f"{name} running", daemon=d, every_s=0.02)
         fault(db)
-        wait_for(lambda: record(d, db).get("state") in ("finished", "crashing", "pending"), 60,
+        wait_for(lambda: record(d, db).get("state") in ("finished", "crashing", "pending"), HANG_S,
                  what=f"the job of {name} to end", daemon=d)
         return record(d, db), db
 

@@ -20,7 +20,7 @@ import pytest
 
 from compactor.dbfactory import make_bloated_db, row_count
 from faults.faultlib import damaged, processes, start_daemon, start_worker
-from helpers.daemon import Daemon, free_port, wait_for, write_config
+from helpers.daemon import HANG_S, Daemon, free_port, wait_for, write_config
 from smoosh.jobs import Jobs
 from smoosh.store import open_store
 
@@ -83,7 +83,7 @@ def run_trials(base: Path, daemons: list[Daemon], processes: list, kills: int) -
                 # A running job of this round: a worker has accepted it and is compacting (its
                 # progress reaches the store only with the heartbeat, every job_timeout / 3).
                 wait_for(lambda: any(0 <= p < 0.9 for k, p in running_progress(jobs).items() if k in map(str, dbs)),
-                         60, what=f"{where}: a job mid-compaction", daemon=d, every_s=0.02)
+                         HANG_S, what=f"{where}: a job mid-compaction", daemon=d, every_s=0.02)
                 time.sleep(rng.uniform(0.05, 0.4))
                 for w in workers:
                     w.kill()
@@ -93,7 +93,7 @@ def run_trials(base: Path, daemons: list[Daemon], processes: list, kills: int) -
                 assert damaged(dbs) == {}, f"{where}: damaged by kill -9 of the workers"
                 last = kill_no == round_kills - 1
                 workers = [start_worker(processes, finishing if last else config) for _ in range(WORKERS)]
-            wait_for(lambda: all(history(d).get(str(db), {}).get("state") == "finished" for db in dbs), 120,
+            wait_for(lambda: all(history(d).get(str(db), {}).get("state") == "finished" for db in dbs), 2 * HANG_S,
                      what=f"{where}: every job finished by the later workers", daemon=d)
             assert damaged(dbs) == {}, where
             for db in dbs:

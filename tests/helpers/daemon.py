@@ -110,19 +110,19 @@ class Daemon:
             return False
 
     def get(self, path: str) -> Any:
-        with urllib.request.urlopen(self.url + path, timeout=10) as r:
+        with urllib.request.urlopen(self.url + path, timeout=HANG_S) as r:
             return json.loads(r.read())
 
     def post(self, path: str, body: Any, headers: dict[str, str] | None = None) -> tuple[int, Any]:
         data = json.dumps(body).encode() if not isinstance(body, bytes) else body
         req = urllib.request.Request(self.url + path, data=data, method="POST", headers=headers or {})
         try:
-            with urllib.request.urlopen(req, timeout=10) as r:
+            with urllib.request.urlopen(req, timeout=HANG_S) as r:
                 return r.status, json.loads(r.read())
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read())
 
-    def stop(self, timeout_s: float = 15.0) -> int:
+    def stop(self, timeout_s: float = HANG_S) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         try:
@@ -133,7 +133,7 @@ class Daemon:
     def kill(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
-        self.proc.wait(10)
+        self.proc.wait(HANG_S)
         self._log.close()
 
     def log(self) -> str:

@@ -13,7 +13,7 @@ import pytest
 from opslib import request, smoosh_cli
 
 from compactor.dbfactory import make_bloated_db
-from helpers.daemon import Daemon, free_port, wait_for, write_config
+from helpers.daemon import HANG_S, Daemon, free_port, wait_for, write_config
 
 #: A database small enough to be below every channel's min_size (64KiB in the tests' config).
 TINY_ROWS = 10
@@ -135,7 +135,7 @@ def test_a_key_whose_compaction_runs_is_not_queued_already_running(tmp_path: Pat
     d = Daemon(config)
     try:
         d.wait_ready()
-        wait_for(lambda: d.get("/status")["channels"]["ratio_dbs"]["active"] == 1, 20, what="the compaction", daemon=d)
+        wait_for(lambda: d.get("/status")["channels"]["ratio_dbs"]["active"] == 1, HANG_S, what="the compaction", daemon=d)
         # When it is enqueued again
         reply = request(d.url + "/enqueue?wait=1", "POST", {"keys": [key]})
         # Then it is not queued: it runs already

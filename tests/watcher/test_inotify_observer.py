@@ -1,9 +1,9 @@
 """smoosh's one-thread inotify observer against real directories and real file operations.
 
-Waiting for an event uses a bounded poll (up to 5 s, every 20 ms): the kernel delivers it,
-not a timer of the observer's. Only the queue overflow is handed to the observer as the
-kernel's record would be: a test cannot make the kernel drop events without changing a
-system-wide limit.
+Waiting for an event uses a bounded poll (every 20 ms, under a ceiling that only bounds a
+hang): the kernel delivers it, not a timer of the observer's. Only the queue overflow is
+handed to the observer as the kernel's record would be: a test cannot make the kernel drop
+events without changing a system-wide limit.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from watchdog.events import (
 
 from smoosh.daemon.inotify import IN_Q_OVERFLOW, InotifyObserver, inotify_available
 from watcher.test_watcher import wait_for
+from helpers.daemon import HANG_S
 
 pytestmark = pytest.mark.skipif(not inotify_available(), reason="needs Linux inotify")
 
@@ -229,7 +230,7 @@ def test_after_drain_runs_once_the_events_queued_before_it_are_dispatched(
     # When a callback is asked for after a write
     assert observer.after_drain(lambda: (seen_then.append(rec.saw("created", f)), done.set()))
     # Then it runs on the observer's thread after that write's event was dispatched
-    assert done.wait(5)
+    assert done.wait(HANG_S)
     assert seen_then == [True]
 
 
@@ -241,7 +242,7 @@ def test_after_drain_reads_a_descriptor_the_first_schedule_opened_while_the_thre
     # has not reached it yet (the schedule's wake is held back: the thread is slow to run)
     turned = threading.Event()
     assert observer.after_drain(turned.set)
-    assert turned.wait(5)
+    assert turned.wait(HANG_S)
     rec = Recorder()
     with monkeypatch.context() as slow_thread:
         slow_thread.setattr(observer, "_wake", lambda: None)
@@ -253,14 +254,14 @@ def test_after_drain_reads_a_descriptor_the_first_schedule_opened_while_the_thre
     # When a callback is asked for after a write
     assert observer.after_drain(lambda: (seen_then.append(rec.saw("created", f)), done.set()))
     # Then the thread reads the new descriptor before it calls back: the write's event first
-    assert done.wait(5)
+    assert done.wait(HANG_S)
     assert seen_then == [True]
 
 
 def test_after_drain_runs_without_watches_and_refuses_before_a_start(observer: InotifyObserver) -> None:
     done = threading.Event()
     assert observer.after_drain(done.set)  # nothing scheduled: nothing to wait for
-    assert done.wait(5)
+    assert done.wait(HANG_S)
     idle = InotifyObserver()
     try:
         assert idle.after_drain(lambda: None) is False  # no thread: the caller does not wait

@@ -14,8 +14,8 @@ from typing import Any
 
 from compactor.dbfactory import make_bloated_db, row_count
 from faults.faultlib import damaged, start_daemon
+from helpers.chunked import STALLED_AFTER_FIRST_CHUNK, chunk_section, chunked_db
 from helpers.daemon import HANG_S, Daemon, free_port, wait_for, write_config
-
 
 
 def record(d: Daemon, key: Path) -> dict[str, Any]:
@@ -72,17 +72,32 @@ def test_databases_deleted_truncated_or_replaced_while_queued(tmp_path: Path, da
 
 
 def test_databases_deleted_truncated_or_replaced_mid_compaction(tmp_path: Path, daemons: list[Daemon]) -> None:
-    # One-page incremental chunks: each compaction lasts long enough to be hit in the middle.
-    d = start_daemon(daemons, write_config(tmp_path, port=free_port(),
-                                           channels="[smoosh.sqlite]\nincremental_chunk_pages = 1\n"))
+    # Each compaction is stalled after its first chunk on the I/O budget (helpers.chunked) while
+    # the fault hits it, then let go by a live edit that lifts the budget: hit in its middle
+    # however fast or slow the disk.
+    port = free_port()
+    chunks = chunk_section(chunked_db(tmp_path / "sizing.db"))  # every database here is made alike
+
+    def edit_config(stalled: bool) -> None:
+        new = write_config(tmp_path, port=port, name="next.ini", channels=chunks,
+                           extra_global=STALLED_AFTER_FIRST_CHUNK if stalled else "")
+        os.replace(new, tmp_path / "smoosh.ini")  # as editors save: the daemon reloads it live
+        wanted = 1 if stalled else "infinity"
+        wait_for(lambda: d.get("/status")["io_budget"]["max_io_rate"] == wanted, HANG_S,
+                 what=f"max_io_rate {wanted} in force", daemon=d)
+
+    d = start_daemon(daemons, write_config(tmp_path, port=port, channels=chunks, extra_global=STALLED_AFTER_FIRST_CHUNK))
 
     def hit_mid_compaction(name: str, fault: Any) -> tuple[dict[str, Any], Path]:
         db = tmp_path / "dbs" / f"{name}.db"
-        make_bloated_db(str(db), rows=15000, delete_fraction=0.8, auto_vacuum="incremental")
-        wait_for(lambda: record(d, db).get("state") == "running", HANG_S, what=f"{name} running", daemon=d, every_s=0.02)
+        chunked_db(db)
+        wait_for(lambda: d.get("/status")["io_budget"]["paused"] == 1 and record(d, db).get("state") == "running",
+                 HANG_S, what=f"{name} stalled after its first chunk", daemon=d)
         fault(db)
+        edit_config(stalled=False)
         wait_for(lambda: record(d, db).get("state") in ("finished", "crashing", "pending"), HANG_S,
                  what=f"the job of {name} to end", daemon=d)
+        edit_config(stalled=True)
         return record(d, db), db
 
     def delete(db: Path) -> None:
@@ -111,12 +126,13 @@ def test_databases_deleted_truncated_or_replaced_mid_compaction(tmp_path: Path, 
     assert rec["history"][0]["event"] == "replaced"
     assert rec["history"][0]["reason"].endswith("; integrity_check of the new file: ok")
     assert f"ERROR smoosh.daemon.outcomes: compaction of {str(db)!r} in ratio_dbs ended replaced: " in d.log()
-    with urllib.request.urlopen(d.url + "/metrics", timeout=10) as reply:
+    with urllib.request.urlopen(d.url + "/metrics", timeout=HANG_S) as reply:
         assert 'smoosh_compactions_total{channel="ratio_dbs",result="replaced"} 1.0' in reply.read().decode()
     assert damaged([db]) == {}
     assert row_count(str(db)) == 50
     assert digest(db) == replaced_digest, "the file renamed over the one being compacted was modified"
 
     assert d.proc.poll() is None, "the daemon died"
+    edit_config(stalled=False)
     assert_later_keys_still_compacted(d, tmp_path)
     assert d.stop() == 0

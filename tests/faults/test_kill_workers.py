@@ -34,8 +34,9 @@ DATABASES_PER_ROUND = 4
 KILLS_PER_ROUND = 3
 #: Worker processes alive at a time.
 WORKERS = 2
-#: Rows per database: with one-page incremental chunks each compaction takes a second or two.
-ROWS = 15000
+#: Rows per database: with one-page incremental chunks each compaction is about 430 commits,
+#: hundreds of moments for a kill to hit (what it hits is random; any moment is a valid trial).
+ROWS = 5000
 SEED = int(os.environ.get("SMOOSH_FAULT_SEED", str(time.time_ns() % 1_000_000)))
 JOB_TYPE = "smoosh:testnode"
 
@@ -70,7 +71,7 @@ def run_trials(base: Path, daemons: list[Daemon], processes: list, kills: int) -
                 for w in workers:
                     w.terminate()
                 for w in workers:
-                    w.wait(15)
+                    w.wait(HANG_S)
                 workers = [start_worker(processes, config) for _ in range(WORKERS)]
             dbs = [base / "dbs" / f"r{round_no}-{i}.db" for i in range(DATABASES_PER_ROUND)]
             rows = {}

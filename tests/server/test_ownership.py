@@ -382,10 +382,12 @@ def test_reloads_crashes_and_operator_calls_at_once_keep_one_channel_per_name(
     try:
         for t in threads:
             t.start()
-        time.sleep(2.0)
+        # Until each has happened often enough (however long that takes here), not for 2 s
+        wait_for(lambda: errors or (min(counts["reloads"], counts["crashes"], counts["operator"]) > 10
+                                    and built.builds > 20), HANG_S, what="enough reloads, crashes and operator calls")
         stop.set()
         for t in threads:
-            t.join(10)
+            t.join(HANG_S)
     finally:
         logging.getLogger("smoosh.daemon.server").disabled = False
     assert errors == []

@@ -218,20 +218,24 @@ def test_running_out_of_watches_mid_tree_raises_and_keeps_no_half_watched_tree(t
     assert not any(observer.is_watching_dir(str(tmp_path / f"d{i}")) for i in range(4))
 
 
+def created_seen_by_after_drain(observer: InotifyObserver, rec: Recorder, f: Path) -> bool:
+    """Write ``f``, then ask for an after_drain callback: whether ``f``'s creation had been
+    dispatched to ``rec`` when the callback ran (on the observer's thread)."""
+    f.write_bytes(b"x")
+    seen_then: list[bool] = []
+    done = threading.Event()
+    assert observer.after_drain(lambda: (seen_then.append(rec.saw("created", f)), done.set()))
+    assert done.wait(HANG_S)
+    return seen_then == [True]
+
+
 def test_after_drain_runs_once_the_events_queued_before_it_are_dispatched(
     tmp_path: Path, observer: InotifyObserver
 ) -> None:
     rec = Recorder()
     observer.schedule(rec, str(tmp_path), recursive=False, event_filter=WANTED)
-    f = tmp_path / "a.db"
-    f.write_bytes(b"x")
-    seen_then: list[bool] = []
-    done = threading.Event()
-    # When a callback is asked for after a write
-    assert observer.after_drain(lambda: (seen_then.append(rec.saw("created", f)), done.set()))
-    # Then it runs on the observer's thread after that write's event was dispatched
-    assert done.wait(HANG_S)
-    assert seen_then == [True]
+    # When a callback is asked for after a write, then it runs after that write's event was dispatched
+    assert created_seen_by_after_drain(observer, rec, tmp_path / "a.db")
 
 
 def test_after_drain_reads_a_descriptor_the_first_schedule_opened_while_the_thread_slept(
@@ -247,15 +251,9 @@ def test_after_drain_reads_a_descriptor_the_first_schedule_opened_while_the_thre
     with monkeypatch.context() as slow_thread:
         slow_thread.setattr(observer, "_wake", lambda: None)
         observer.schedule(rec, str(tmp_path), recursive=False, event_filter=WANTED)
-    f = tmp_path / "a.db"
-    f.write_bytes(b"x")
-    seen_then: list[bool] = []
-    done = threading.Event()
-    # When a callback is asked for after a write
-    assert observer.after_drain(lambda: (seen_then.append(rec.saw("created", f)), done.set()))
-    # Then the thread reads the new descriptor before it calls back: the write's event first
-    assert done.wait(HANG_S)
-    assert seen_then == [True]
+    # When a callback is asked for after a write, then the thread reads the new descriptor
+    # before it calls back: the write's event first
+    assert created_seen_by_after_drain(observer, rec, tmp_path / "a.db")
 
 
 def test_after_drain_runs_without_watches_and_refuses_before_a_start(observer: InotifyObserver) -> None:

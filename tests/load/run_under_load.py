@@ -11,7 +11,7 @@ Run as ``python tests/load/run_under_load.py [--runs N] [--disk-procs N] [--writ
 
 measures what one SQLite commit (``synchronous = FULL``) costs on the loaded disk, then runs
 COMMAND (default ``make test``) ``--runs`` times in a row (default 1), stopping at the first
-failure. The loaders are stopped whatever happens (a failed run, Ctrl-C, SIGTERM; and, if this
+failure, and measures a commit again after each run. The loaders are stopped whatever happens (a failed run, Ctrl-C, SIGTERM; and, if this
 process is killed, the kernel stops them: see ``loaders.die_with_parent``). It prints one
 line per run (its exit code and duration) and the loaders' own figures, and exits with the
 first failing run's code (0 when every run passed).
@@ -97,7 +97,7 @@ def main() -> int:
             code = subprocess.call(args.command)
             took_s = time.monotonic() - t0
             print(f"run {run} of {args.runs}: {' '.join(args.command)} exited {code} after {took_s:.0f} s "
-                  f"({int(took_s // 60)}:{int(took_s % 60):02d})", flush=True)
+                  f"({int(took_s // 60)}:{int(took_s % 60):02d}); one SQLite commit now {probe(directory)}", flush=True)
             if code != 0:
                 break
     except KeyboardInterrupt:

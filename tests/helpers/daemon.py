@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -141,15 +142,23 @@ class Daemon:
         return self.log_path.read_text(errors="replace")
 
 
+#: The admin API's access lines (DEBUG): in a failed wait they are mostly the test's own polls.
+_ACCESS_LINE = re.compile(r'^\S+ \S+ DEBUG smoosh\.daemon\.http: \S+ "[A-Z]+ ')
+
+
 def wait_for(cond: Callable[[], Any], timeout_s: float, *, what: str, daemon: Daemon | None = None, every_s: float = 0.05) -> Any:
-    """Poll ``cond`` until it returns something truthy; fail naming ``what`` after ``timeout_s``."""
+    """Poll ``cond`` until it returns something truthy; fail naming ``what`` after ``timeout_s``
+    (with the end of ``daemon``'s log, its access lines left out)."""
     deadline = time.monotonic() + timeout_s
     while True:
         value = cond()
         if value:
             return value
         if time.monotonic() > deadline:
-            detail = f"\n--- daemon log ---\n{daemon.log()[-6000:]}" if daemon else ""
+            detail = ""
+            if daemon:
+                lines = [line for line in daemon.log().splitlines() if not _ACCESS_LINE.match(line)]
+                detail = "\n--- daemon log, without its access lines ---\n" + "\n".join(lines)[-6000:]
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what}{detail}")
         time.sleep(every_s)
 

@@ -11,10 +11,12 @@ Run as ``python tests/load/run_under_load.py [--runs N] [--disk-procs N] [--writ
 
 measures what one SQLite commit (``synchronous = FULL``) costs on the loaded disk, then runs
 COMMAND (default ``make test``) ``--runs`` times in a row (default 1), stopping at the first
-failure, and measures a commit again after each run. The loaders are stopped whatever happens (a failed run, Ctrl-C, SIGTERM; and, if this
-process is killed, the kernel stops them: see ``loaders.die_with_parent``). It prints one
-line per run (its exit code and duration) and the loaders' own figures, and exits with the
-first failing run's code (0 when every run passed).
+failure, and measures a commit again after each run. The loaders are stopped whatever happens
+(a failed run, Ctrl-C, SIGTERM; if this process is killed, the kernel stops them: see
+``loaders.die_with_parent``), and an interrupted run's whole process group (make, pytest, its
+workers, the daemons they started) is ended with it. It prints one line per run (its exit
+code and duration) and the loaders' own figures, and exits with the first failing run's code
+(0 when every run passed).
 """
 
 from __future__ import annotations
@@ -70,6 +72,24 @@ def probe(directory: str) -> dict[str, float]:
     return json.loads(out.strip().splitlines()[-1])
 
 
+def run_command(command: list[str]) -> int:
+    """Run ``command`` in a process group of its own; interrupted, end the whole group (make,
+    pytest, its workers and the daemons they started), not only its first process."""
+    proc = subprocess.Popen(command, start_new_session=True)
+    try:
+        return proc.wait()
+    except BaseException:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        except ProcessLookupError:
+            pass
+        raise
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=1, help="runs of COMMAND in a row (default 1)")
@@ -94,7 +114,7 @@ def main() -> int:
               f"{args.cpu_procs} busy process(es); one SQLite commit now {probe(directory)}", flush=True)
         for run in range(1, args.runs + 1):
             t0 = time.monotonic()
-            code = subprocess.call(args.command)
+            code = run_command(args.command)
             took_s = time.monotonic() - t0
             print(f"run {run} of {args.runs}: {' '.join(args.command)} exited {code} after {took_s:.0f} s "
                   f"({int(took_s // 60)}:{int(took_s % 60):02d}); one SQLite commit now {probe(directory)}", flush=True)

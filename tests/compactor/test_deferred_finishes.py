@@ -14,7 +14,7 @@ import pytest
 
 from compactor.dbfactory import make_bloated_db
 from helpers.clocks import FakeClock
-from helpers.daemon import wait_for
+from helpers.daemon import HANG_S, wait_for
 from server.test_server import make_config
 from smoosh import Server
 from smoosh.daemon.run.finishes import FINISH_MERGE_WAIT_S, DeferredFinishes
@@ -104,12 +104,12 @@ def test_a_claim_of_the_same_key_waits_for_the_commit_carrying_its_last_finish(j
 
     def slow_claim(tr: Any) -> None:
         inside.set()
-        assert release.wait(10)
+        assert release.wait(HANG_S)
 
     # One thread's claim (of another key) carries a's finish and is still committing
     first = threading.Thread(target=lambda: finishes.transact("/db/b", slow_claim))
     first.start()
-    assert inside.wait(10)
+    assert inside.wait(HANG_S)
 
     def claim_a_again(tr: Any) -> None:
         seen.append(state(jobs, "/db/a"))  # outside the transaction: what is committed now
@@ -145,10 +145,10 @@ def test_a_drained_fleet_leaves_no_job_in_the_store_idle_or_stopped(tmp_path: An
             def compacted() -> int:
                 return sum(n for (_, result), n in server.counters.compactions.items() if result == "ok")
 
-            wait_for(lambda: compacted() >= len(keys), 30, what="the fleet compacted")
+            wait_for(lambda: compacted() >= len(keys), HANG_S, what="the fleet compacted")
             if not stop_at_once:
                 # Idle: the last run's finish is committed on its own within the hold-off
-                wait_for(lambda: server.jobs.list_jobs() == [], 10, what="every job finished and removed")
+                wait_for(lambda: server.jobs.list_jobs() == [], HANG_S, what="every job finished and removed")
         finally:
             server.stop()
         if stop_at_once:

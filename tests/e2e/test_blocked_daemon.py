@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from compactor.dbfactory import integrity, make_bloated_db
-from helpers.daemon import Daemon, free_port, wait_for, write_config
+from helpers.daemon import HANG_S, Daemon, free_port, wait_for, write_config
 from helpers.locks import ChildConnection
 from smoosh.daemon.history import longest_backoff_s
 
@@ -99,7 +99,7 @@ def test_a_pinned_wal_and_a_read_only_file_end_blocked_everywhere_an_operator_lo
             done = [jobs.get(str(k), {}) for k in (pinned, read_only)]
             return jobs if all(j.get("state") == "crashing" for j in done) else None
 
-        jobs = wait_for(both_blocked, 8, what="both keys blocked in /jobs", daemon=d)
+        jobs = wait_for(both_blocked, HANG_S, what="both keys blocked in /jobs", daemon=d)
 
         # Then /jobs says blocked, with the reason an operator can act on
         wal = os.path.getsize(str(pinned) + "-wal")

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from compactor.dbfactory import make_bloated_db
-from helpers.daemon import Daemon, free_port, wait_for, write_config
+from helpers.daemon import HANG_S, Daemon, free_port, wait_for, write_config
 
 NODES = ("n1", "n2", "n3")
 CHANNEL = "ratio_dbs"
@@ -160,7 +160,7 @@ def test_a_node_killed_with_sigkill_turns_stale_and_comes_back_under_the_hold(tm
         body = json.loads(cli("status", "--store", store_url, "--json").stdout)
         return body if body["nodes"]["n2"]["stale"] else None
 
-    body = wait_for(n2_stale, 40, what="n2's record to turn stale", every_s=1.0)
+    body = wait_for(n2_stale, HANG_S, what="n2's record to turn stale", every_s=1.0)
     assert body["nodes"]["n1"]["stale"] is False
     assert [(h["node"], h["channel"]) for h in body["holds"]] == [(None, None)]
     # Restarted, it is held from its first status on: the hold is read before any channel opens.

@@ -13,7 +13,7 @@ import pytest
 
 from compactor.dbfactory import db_stats, integrity, make_bloated_db, row_count
 from faults.faultlib import start_daemon
-from helpers.daemon import Daemon, free_port, wait_for, write_config
+from helpers.daemon import HANG_S, Daemon, free_port, wait_for, write_config
 from persist import read_checkpoint
 
 
@@ -50,7 +50,7 @@ def test_sigint_and_sigterm_alike_interrupt_a_vacuum_take_its_key_back_and_exit_
     made = make_bloated_db(str(db), rows=150_000, delete_fraction=0.1)
     d = start_daemon(daemons, config)
     # /jobs says running once the worker has begun the compaction (a quick read, unlike the store)
-    wait_for(lambda: compaction_running(d, db), 20, what="the VACUUM to start", daemon=d, every_s=0.01)
+    wait_for(lambda: compaction_running(d, db), HANG_S, what="the VACUUM to start", daemon=d, every_s=0.01)
 
     # When the daemon gets the signal
     d.proc.send_signal(sig)

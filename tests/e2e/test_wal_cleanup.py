@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from compactor.dbfactory import integrity, make_bloated_db, row_count
-from helpers.daemon import Daemon, free_port, wait_for, write_config
+from helpers.daemon import HANG_S, Daemon, free_port, wait_for, write_config
 from helpers.locks import ChildConnection
 
 
@@ -54,7 +54,7 @@ def test_a_wal_past_wal_max_size_is_truncated_and_counted_like_a_compaction(tmp_
 
         # Then the daemon queues its cleanup key by itself and truncates the WAL to 0 bytes
         done = wait_for(lambda: _jobs(d).get(cleanup, {}).get("state") == "finished" and wal.stat().st_size == 0,
-                        20, what="the cleanup of the WAL", daemon=d)
+                        HANG_S, what="the cleanup of the WAL", daemon=d)
         assert done
         job = _jobs(d)[cleanup]
         assert job["channel"] == "index_cleanup"
@@ -113,8 +113,8 @@ def test_the_leftovers_of_a_deleted_database_are_removed_by_its_cleanup_key(
     # (otherwise nobody does: the daemon's start-up scan finds them; no file event ever would)
 
     # Then the leftovers are removed, and the run counted like a compaction
-    wait_for(lambda: not any(p.exists() for p in leftovers), 20, what="the leftovers removed", daemon=d)
-    wait_for(lambda: _jobs(d).get(f"cleanup:{db}", {}).get("state") == "finished", 10, what="the run recorded", daemon=d)
+    wait_for(lambda: not any(p.exists() for p in leftovers), HANG_S, what="the leftovers removed", daemon=d)
+    wait_for(lambda: _jobs(d).get(f"cleanup:{db}", {}).get("state") == "finished", HANG_S, what="the run recorded", daemon=d)
     assert re.search(r'smoosh_compactions_total\{channel="index_cleanup",result="ok"\} 1\.0', _metrics(d))
     assert d.stop() == 0
     assert f"removed {str(db) + '-wal'!r}: its database {str(db)!r} no longer exists" in d.log_path.read_text()

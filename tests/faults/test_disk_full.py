@@ -19,7 +19,7 @@ import pytest
 
 from compactor.dbfactory import make_bloated_db
 from faults.faultlib import fill, start_daemon, tmpfs_on
-from helpers.daemon import Daemon, free_port, wait_for, write_config
+from helpers.daemon import HANG_S, Daemon, free_port, wait_for, write_config
 from persist import read_checkpoint
 
 
@@ -50,14 +50,14 @@ def test_a_full_disk_keeps_the_old_checkpoint_counts_the_error_and_recovers(
     first = [tmp_path / "dbs" / f"first-{i}.db" for i in range(3)]
     for db in first:
         make_bloated_db(str(db), rows=200)
-    wait_for(lambda: set(read_checkpoint(ckpt)) == {str(db) for db in first}, 20, what="the first checkpoint", daemon=d)
+    wait_for(lambda: set(read_checkpoint(ckpt)) == {str(db) for db in first}, HANG_S, what="the first checkpoint", daemon=d)
 
     filler = fill(tiny_state_dir)
     later = [tmp_path / "dbs" / f"later-{i}.db" for i in range(10)]
     for db in later:
         make_bloated_db(str(db), rows=200)
-    wait_for(lambda: ratio_status(d)["waiting"]["size"] == len(first) + len(later), 20, what="later keys queued", daemon=d)
-    wait_for(lambda: ratio_status(d)["checkpoint_errors"] > 0, 20, what="a counted checkpoint error", daemon=d)
+    wait_for(lambda: ratio_status(d)["waiting"]["size"] == len(first) + len(later), HANG_S, what="later keys queued", daemon=d)
+    wait_for(lambda: ratio_status(d)["checkpoint_errors"] > 0, HANG_S, what="a counted checkpoint error", daemon=d)
 
     # The old checkpoint is whole, no temp file was left behind (beside the instance lock),
     # and the daemon goes on.
@@ -70,7 +70,7 @@ def test_a_full_disk_keeps_the_old_checkpoint_counts_the_error_and_recovers(
 
     filler.unlink()
     expected = {str(db) for db in first + later}
-    wait_for(lambda: set(read_checkpoint(ckpt)) == expected, 20, what="the checkpoint after space came back", daemon=d)
+    wait_for(lambda: set(read_checkpoint(ckpt)) == expected, HANG_S, what="the checkpoint after space came back", daemon=d)
     assert d.stop() == 0
     assert set(read_checkpoint(ckpt)) == expected
 

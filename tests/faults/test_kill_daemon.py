@@ -25,7 +25,7 @@ import pytest
 from faults.faultlib import (
     SOAK, checkpoints, corrupt_files, damaged, processes, queued_keys, start_daemon, start_writer,
 )
-from helpers.daemon import Daemon, free_port, write_config
+from helpers.daemon import HANG_S, Daemon, free_port, wait_for, write_config
 
 __all__ = ["processes"]  # fixture
 
@@ -55,19 +55,23 @@ def run_trials(base: Path, daemons: list[Daemon], processes: list, trials: int) 
         where = f"trial {trial} (SMOOSH_FAULT_SEED={SEED})"
         wait_s = rng.choice([0, 3600])
         run_s = rng.uniform(*RUN_S)
-        if trial == trials - 1 and keys_checked == 0:
-            # Random choices can leave every trial with an empty checkpoint (compacted at
-            # once, or killed before the first write): make the last one count.
-            wait_s, run_s = 3600, 2 * RUN_S[1]
+        # Random choices can leave every trial with an empty checkpoint (compacted at once, or
+        # killed before the first write): the last one then counts, killed once one is written.
+        must_count = trial == trials - 1 and keys_checked == 0
+        if must_count:
+            wait_s = 3600
         config = configure(base, port, wait_s)
         writer = start_writer(processes, dbs, DATABASES, SEED + trial)
         d1 = start_daemon(daemons, config)
-        time.sleep(run_s)
+        if must_count:
+            wait_for(lambda: queued_keys(checkpoints(state)), HANG_S, what=f"{where}: a checkpoint with keys", daemon=d1)
+        else:
+            time.sleep(run_s)  # a random moment: what the kill may hit is the point
         # The writer dies too (SQLite is crash-safe for it): no new events and no lock left
         # held by a paused process while the files are checked.
         writer.kill()
         d1.kill()
-        writer.wait(10)
+        writer.wait(HANG_S)
 
         # The last checkpoint before the kill: it must read, whatever instant the kill hit.
         last = checkpoints(state)

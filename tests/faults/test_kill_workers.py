@@ -20,7 +20,7 @@ import pytest
 
 from compactor.dbfactory import make_bloated_db, row_count
 from faults.faultlib import damaged, processes, start_daemon, start_worker
-from helpers.daemon import Daemon, free_port, wait_for, write_config
+from helpers.daemon import HANG_S, Daemon, free_port, wait_for, write_config
 from smoosh.jobs import Jobs
 from smoosh.store import open_store
 
@@ -34,8 +34,9 @@ DATABASES_PER_ROUND = 4
 KILLS_PER_ROUND = 3
 #: Worker processes alive at a time.
 WORKERS = 2
-#: Rows per database: with one-page incremental chunks each compaction takes a second or two.
-ROWS = 15000
+#: Rows per database: with one-page incremental chunks each compaction is about 430 commits,
+#: hundreds of moments for a kill to hit (what it hits is random; any moment is a valid trial).
+ROWS = 5000
 SEED = int(os.environ.get("SMOOSH_FAULT_SEED", str(time.time_ns() % 1_000_000)))
 JOB_TYPE = "smoosh:testnode"
 
@@ -70,7 +71,7 @@ def run_trials(base: Path, daemons: list[Daemon], processes: list, kills: int) -
                 for w in workers:
                     w.terminate()
                 for w in workers:
-                    w.wait(15)
+                    w.wait(HANG_S)
                 workers = [start_worker(processes, config) for _ in range(WORKERS)]
             dbs = [base / "dbs" / f"r{round_no}-{i}.db" for i in range(DATABASES_PER_ROUND)]
             rows = {}
@@ -83,7 +84,7 @@ def run_trials(base: Path, daemons: list[Daemon], processes: list, kills: int) -
                 # A running job of this round: a worker has accepted it and is compacting (its
                 # progress reaches the store only with the heartbeat, every job_timeout / 3).
                 wait_for(lambda: any(0 <= p < 0.9 for k, p in running_progress(jobs).items() if k in map(str, dbs)),
-                         60, what=f"{where}: a job mid-compaction", daemon=d, every_s=0.02)
+                         HANG_S, what=f"{where}: a job mid-compaction", daemon=d, every_s=0.02)
                 time.sleep(rng.uniform(0.05, 0.4))
                 for w in workers:
                     w.kill()
@@ -93,7 +94,7 @@ def run_trials(base: Path, daemons: list[Daemon], processes: list, kills: int) -
                 assert damaged(dbs) == {}, f"{where}: damaged by kill -9 of the workers"
                 last = kill_no == round_kills - 1
                 workers = [start_worker(processes, finishing if last else config) for _ in range(WORKERS)]
-            wait_for(lambda: all(history(d).get(str(db), {}).get("state") == "finished" for db in dbs), 120,
+            wait_for(lambda: all(history(d).get(str(db), {}).get("state") == "finished" for db in dbs), 2 * HANG_S,
                      what=f"{where}: every job finished by the later workers", daemon=d)
             assert damaged(dbs) == {}, where
             for db in dbs:

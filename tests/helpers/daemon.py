@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -16,6 +17,9 @@ from typing import Any, Callable
 
 #: Seconds a test waits for the daemon to answer on its port.
 START_TIMEOUT_S = 20.0
+#: Seconds a test waits for something that must happen (an event, a state the daemon reaches
+#: whatever its speed) before it fails: a bound on a hang, never a measure of speed.
+HANG_S = 60.0
 
 
 def free_port() -> int:
@@ -107,7 +111,7 @@ class Daemon:
             return False
 
     def get(self, path: str) -> Any:
-        with urllib.request.urlopen(self.url + path, timeout=10) as r:
+        with urllib.request.urlopen(self.url + path, timeout=HANG_S) as r:
             return json.loads(r.read())
 
     def post(self, path: str, body: Any, headers: dict[str, str] | None = None) -> tuple[int, Any]:
@@ -116,12 +120,12 @@ class Daemon:
         req = urllib.request.Request(self.url + path, data=data, method="POST",
                                      headers={"Content-Type": "application/json", **(headers or {})})
         try:
-            with urllib.request.urlopen(req, timeout=10) as r:
+            with urllib.request.urlopen(req, timeout=HANG_S) as r:
                 return r.status, json.loads(r.read())
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read())
 
-    def stop(self, timeout_s: float = 15.0) -> int:
+    def stop(self, timeout_s: float = HANG_S) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         try:
@@ -132,7 +136,7 @@ class Daemon:
     def kill(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
-        self.proc.wait(10)
+        self.proc.wait(HANG_S)
         self._log.close()
 
     def log(self) -> str:
@@ -140,15 +144,23 @@ class Daemon:
         return self.log_path.read_text(errors="replace")
 
 
+#: The admin API's access lines (DEBUG): in a failed wait they are mostly the test's own polls.
+_ACCESS_LINE = re.compile(r'^\S+ \S+ DEBUG smoosh\.daemon\.http: \S+ "[A-Z]+ ')
+
+
 def wait_for(cond: Callable[[], Any], timeout_s: float, *, what: str, daemon: Daemon | None = None, every_s: float = 0.05) -> Any:
-    """Poll ``cond`` until it returns something truthy; fail naming ``what`` after ``timeout_s``."""
+    """Poll ``cond`` until it returns something truthy; fail naming ``what`` after ``timeout_s``
+    (with the end of ``daemon``'s log, its access lines left out)."""
     deadline = time.monotonic() + timeout_s
     while True:
         value = cond()
         if value:
             return value
         if time.monotonic() > deadline:
-            detail = f"\n--- daemon log ---\n{daemon.log()[-6000:]}" if daemon else ""
+            detail = ""
+            if daemon:
+                lines = [line for line in daemon.log().splitlines() if not _ACCESS_LINE.match(line)]
+                detail = "\n--- daemon log, without its access lines ---\n" + "\n".join(lines)[-6000:]
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what}{detail}")
         time.sleep(every_s)
 

@@ -17,6 +17,7 @@ from smoosh.jobs import BatchPolicy, Jobs
 from smoosh.jobs.monitor import ActivityMonitor
 from smoosh.jobs.notifier import Notifier
 from smoosh.store.errors import TRANSACTION_TIMED_OUT, TRANSACTION_TOO_LARGE, TRANSACTION_TOO_OLD, StoreError
+from helpers.daemon import HANG_S
 
 api_cases = load_cases("test_api")
 monitor_cases = load_cases("test_monitor")
@@ -128,4 +129,4 @@ def test_notifier_delivers_to_many_subscribers(jobs: Jobs) -> None:
     for _ in range(12):
         jobs.accept(T1)
     for sub in subs:
-        assert sub.wait(timeout=5) == (T1, sub.id, "running", {})
+        assert sub.wait(timeout=HANG_S) == (T1, sub.id, "running", {})

@@ -16,10 +16,11 @@ import pytest
 
 from smoosh.jobs import Jobs
 from smoosh.store import open_store
+from helpers.daemon import HANG_S
 
 WORKER = str(Path(__file__).with_name("mp_worker.py"))
 #: Bound on every wait for a subprocess (seconds).
-PROCESS_WAIT_S = 15.0
+PROCESS_WAIT_S = HANG_S  # a ceiling on a hang, never a measure of speed
 
 
 def start_worker(db: Path, job_type: str, out_dir: Path, mode: str, accept_timeout_s: float, max_jobs: int = 0) -> subprocess.Popen[bytes]:

@@ -9,9 +9,10 @@ import pytest
 from jobs_testlib import J1, J2, T1
 
 from smoosh.jobs import Jobs, NotFound
+from helpers.daemon import HANG_S
 
 #: Generous wait for an event that must come (the notifier is a thread).
-EVENT_WAIT_S = 5.0
+EVENT_WAIT_S = HANG_S  # a ceiling on a hang, never a measure of speed
 #: Short wait for an event that must not come.
 NO_EVENT_WAIT_S = 0.15
 

@@ -16,11 +16,12 @@ from jobs_testlib import J1, T1, T2, job_threads
 from smoosh.jobs import Jobs, NotFound
 from smoosh.jobs.notifier import TypeMonitor
 from smoosh.jobs.threads import RESTART_DELAY_S
+from helpers.daemon import HANG_S
 
-EVENT_WAIT_S = 5.0
+EVENT_WAIT_S = HANG_S  # a ceiling on a hang, never a measure of speed
 
 
-def wait_until(predicate: Callable[[], bool], timeout_s: float = 5.0) -> bool:
+def wait_until(predicate: Callable[[], bool], timeout_s: float = EVENT_WAIT_S) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if predicate():
@@ -91,7 +92,7 @@ def test_crashed_activity_monitor_is_logged_and_restarted(jobs: Jobs, caplog: py
         jobs.set_type_timeout(T1, 2)  # re-time: the monitor steps at once, and crashes
         assert wait_until(lambda: runner.crashes == 1)
         # Restarted: after the pause it schedules its next check again.
-        assert wait_until(lambda: monitor.next_check_at is not None, RESTART_DELAY_S + 5)
+        assert wait_until(lambda: monitor.next_check_at is not None, RESTART_DELAY_S + EVENT_WAIT_S)
     assert runner.is_alive()
     assert f"background thread {runner.name} crashed; restarting it" in caplog.messages
 

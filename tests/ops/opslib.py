@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from helpers.daemon import Daemon, free_port, wait_for, write_config
+from helpers.daemon import HANG_S, Daemon, free_port, wait_for, write_config
 
 #: Seconds a CLI subprocess may take before the test fails.
 CLI_TIMEOUT_S = 60.0
@@ -92,7 +92,7 @@ def start_paused_daemon(base: Path) -> PausedDaemon:
         make_bloated_db(str(fresh), delete_fraction=0.9)
         code, body = daemon.post("/enqueue", {"keys": [str(fresh)]})
         assert code == 202 and body == {"accepted": 1, "rejected": []}, body
-        wait_for(lambda: daemon.get("/status")["channels"]["ratio_dbs"]["waiting"]["size"] == 3, 20,
+        wait_for(lambda: daemon.get("/status")["channels"]["ratio_dbs"]["waiting"]["size"] == 3, HANG_S,
                  what="fresh.db queued in ratio_dbs", daemon=daemon)
     except BaseException:
         daemon.kill()

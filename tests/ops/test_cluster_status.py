@@ -10,7 +10,7 @@ from pathlib import Path
 
 from opslib import smoosh_cli
 
-from helpers.daemon import Daemon, free_port, wait_for, write_config
+from helpers.daemon import HANG_S, Daemon, free_port, wait_for, write_config
 
 
 def test_two_daemons_sharing_a_store_are_both_listed_and_an_old_record_is_stale(tmp_path: Path, daemons: list[Daemon]) -> None:
@@ -32,7 +32,7 @@ def test_two_daemons_sharing_a_store_are_both_listed_and_an_old_record_is_stale(
         alpha = nodes.get("alpha", {}).get("channels", {}).get("slack_dbs", {})
         return nodes if "beta" in nodes and alpha.get("suspended") else None
 
-    nodes = wait_for(both_listed, 15, what="both nodes' records, alpha's showing the suspension", daemon=d_alpha)
+    nodes = wait_for(both_listed, HANG_S, what="both nodes' records, alpha's showing the suspension", daemon=d_alpha)
     assert set(nodes) == {"alpha", "beta"}
     for name, record in nodes.items():
         assert {"updated_at", "stale", "channels"} <= set(record), name

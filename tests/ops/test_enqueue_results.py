@@ -13,7 +13,8 @@ import pytest
 from opslib import request, smoosh_cli
 
 from compactor.dbfactory import make_bloated_db
-from helpers.daemon import Daemon, free_port, wait_for, write_config
+from helpers.chunked import STALLED_AFTER_FIRST_CHUNK, chunk_section, chunked_db
+from helpers.daemon import HANG_S, Daemon, free_port, wait_for, write_config
 
 #: A database small enough to be below every channel's min_size (64KiB in the tests' config).
 TINY_ROWS = 10
@@ -127,15 +128,16 @@ def test_the_cli_prints_one_line_per_key_and_exits_1_when_one_was_rejected(fleet
 
 
 def test_a_key_whose_compaction_runs_is_not_queued_already_running(tmp_path: Path) -> None:
-    # Given a compaction under way (one-page chunks: slow enough to be caught running)
+    # Given a compaction under way, stalled after its first chunk (helpers.chunked)
     base = Path(os.path.realpath(tmp_path))
-    config = write_config(base, port=free_port(), channels="[smoosh.sqlite]\nincremental_chunk_pages = 1\n")
+    (base / "dbs").mkdir()
     key = str(base / "dbs" / "big.db")
-    make_bloated_db(key, rows=30000, delete_fraction=0.8, auto_vacuum="incremental")
+    made = chunked_db(Path(key))
+    config = write_config(base, port=free_port(), channels=chunk_section(made), extra_global=STALLED_AFTER_FIRST_CHUNK)
     d = Daemon(config)
     try:
         d.wait_ready()
-        wait_for(lambda: d.get("/status")["channels"]["ratio_dbs"]["active"] == 1, 20, what="the compaction", daemon=d)
+        wait_for(lambda: d.get("/status")["channels"]["ratio_dbs"]["active"] == 1, HANG_S, what="the compaction", daemon=d)
         # When it is enqueued again
         reply = request(d.url + "/enqueue?wait=1", "POST", {"keys": [key]})
         # Then it is not queued: it runs already
@@ -156,7 +158,7 @@ def test_a_key_still_being_examined_when_the_wait_ends_says_so(tmp_path: Path) -
 
     class Slow(SqliteCompactor):
         def sizes(self, key: str, *, exact: bool = False) -> Any:
-            release.wait(10)
+            release.wait(HANG_S)
             return super().sizes(key, exact=exact)
 
     config = make_config(tmp_path)

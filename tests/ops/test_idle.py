@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from helpers.daemon import Daemon, free_port, wait_for, write_config
+from helpers.daemon import HANG_S, Daemon, free_port, wait_for, write_config
 
 #: DESIGN §9: an idle daemon runs about a dozen threads (issue 13: at most 12).
 MAX_IDLE_THREADS = 12
@@ -26,7 +26,7 @@ def test_an_idle_daemon_runs_at_most_twelve_threads(tmp_path: Path, daemons: lis
     daemons.append(d)
     d.wait_ready()
     # Idle: the start-up scan (a thread of its own while it runs) has ended, nothing is examined.
-    wait_for(lambda: (lambda s: s["scans_completed"] >= 1 and s["examining"] == 0)(d.get("/status")["scan"]), 10,
+    wait_for(lambda: (lambda s: s["scans_completed"] >= 1 and s["examining"] == 0)(d.get("/status")["scan"]), HANG_S,
              what="the start-up scan to end", daemon=d)
-    wait_for(lambda: len(threads_of(d.proc.pid)) <= MAX_IDLE_THREADS, 5,
+    wait_for(lambda: len(threads_of(d.proc.pid)) <= MAX_IDLE_THREADS, HANG_S,
              what=f"at most {MAX_IDLE_THREADS} threads", daemon=d)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from compactor.dbfactory import make_bloated_db
-from helpers.daemon import Daemon, free_port, wait_for, write_config
+from helpers.daemon import HANG_S, Daemon, free_port, wait_for, write_config
 from opslib import smoosh_cli
 
 #: A key the config does not know: the daemon logs one WARNING about it at start-up.
@@ -38,7 +38,7 @@ def test_json_lines_carry_the_compactions_fields(tmp_path: Path, daemons: list[D
     db = tmp_path / "dbs" / "tenant.db"
     make_bloated_db(str(db), rows=3000, delete_fraction=0.9)
     before = db.stat().st_size
-    wait_for(lambda: '"compacted ' in d.log(), 30, what="the compaction's line", daemon=d)
+    wait_for(lambda: '"compacted ' in d.log(), HANG_S, what="the compaction's line", daemon=d)
     assert d.stop() == 0
     # Then every line of stderr is one JSON object with the common fields
     records = [json.loads(line) for line in lines_of(d)]
@@ -100,7 +100,7 @@ def test_a_reload_switches_the_format_live(tmp_path: Path, daemons: list[Daemon]
     # When the config says json and it is re-read (SIGHUP, or the file watcher: whichever first)
     config.write_text(config.read_text().replace("[smoosh]\n", "[smoosh]\nlog_format = json\n", 1))
     d.proc.send_signal(signal.SIGHUP)
-    wait_for(lambda: '"config reloaded' in d.log(), 10, what="the reload's line, in JSON", daemon=d)
+    wait_for(lambda: '"config reloaded' in d.log(), HANG_S, what="the reload's line, in JSON", daemon=d)
     assert d.stop() == 0
     # Then the lines before it are text and every line from it on is JSON
     lines = lines_of(d)

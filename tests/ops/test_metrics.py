@@ -12,7 +12,7 @@ from opslib import PausedDaemon, request, smoosh_cli
 from prometheus_client.parser import text_string_to_metric_families
 
 from compactor.dbfactory import make_bloated_db
-from helpers.daemon import Daemon, free_port, wait_for, write_config
+from helpers.daemon import HANG_S, Daemon, free_port, wait_for, write_config
 
 CHANNELS = {"upgrade_dbs", "ratio_dbs", "slack_dbs", "index_cleanup"}
 RESULTS = ("ok", "failed", "busy", "gone", "interrupted", "replaced", "blocked")
@@ -123,7 +123,7 @@ def test_a_finished_compaction_counts_its_result_duration_and_bytes(tmp_path: Pa
         m = scrape(d.url)
         return m if any(m.get("smoosh_compactions_total", {}).values()) else None
 
-    m = wait_for(counted, 30, what="a compaction in /metrics", daemon=d)
+    m = wait_for(counted, HANG_S, what="a compaction in /metrics", daemon=d)
     jobs = {j["key"]: j for j in d.get("/jobs")["jobs"]}
     after = footprint(db)
     # Then one successful compaction of ratio_dbs is counted, with its duration

@@ -16,7 +16,7 @@ import pytest
 from opslib import request, smoosh_cli
 
 from compactor.dbfactory import make_bloated_db
-from helpers.daemon import Daemon, free_port, wait_for, write_config
+from helpers.daemon import HANG_S, Daemon, free_port, wait_for, write_config
 from smoosh.cli import main
 
 
@@ -77,7 +77,7 @@ def test_enqueue_force_compacts_a_database_below_every_threshold_during_the_paus
     assert fleet.cli("enqueue", tiny).stdout.startswith(f"not queued {tiny}: below every channel's threshold")
     out = fleet.cli("enqueue", "--force", "tiny.db")
     assert (out.returncode, out.stdout) == (0, f"queued {tiny} in ratio_dbs at priority inf (forced)\n")
-    wait_for(lambda: tiny in {j["key"] for j in fleet.jobs("?state=finished").json()["jobs"]}, 20,
+    wait_for(lambda: tiny in {j["key"] for j in fleet.jobs("?state=finished").json()["jobs"]}, HANG_S,
              what="the forced compaction", daemon=fleet.daemon)
 
 

@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 from opslib import request, smoosh_cli
 
-from helpers.daemon import write_config
-
-#: The most /status may take while a channel's lock is held by someone else.
-ANSWER_WITHIN_S = 1.0
+from helpers.daemon import HANG_S, write_config
 
 
 @pytest.fixture
@@ -40,26 +36,25 @@ def hold_lock(lock: threading.Lock) -> tuple[threading.Event, threading.Thread]:
     def run() -> None:
         with lock:
             held.set()
-            release.wait(30)
+            release.wait(2 * HANG_S)
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    assert held.wait(5)
+    assert held.wait(HANG_S)
     return release, thread
 
 
-def test_status_answers_within_a_second_while_a_channel_is_stuck(server: object) -> None:
+def test_status_answers_while_a_channel_is_stuck(server: object) -> None:
     url = f"http://{server.admin.address}"  # type: ignore[attr-defined]
     channel = server.channels()["ratio_dbs"]  # type: ignore[attr-defined]
+    # The lock is held until the test ends: an answer that needed it would never come
     release, thread = hold_lock(channel._lock)
     try:
-        started = time.monotonic()
-        reply = request(url + "/status", timeout_s=ANSWER_WITHIN_S + 1)
-        assert time.monotonic() - started < ANSWER_WITHIN_S
+        reply = request(url + "/status", timeout_s=HANG_S)
         assert reply.status == 200
         assert "ratio_dbs" in reply.json()["channels"]
-        assert request(url + "/metrics", timeout_s=ANSWER_WITHIN_S + 1).status == 200
-        out = smoosh_cli("status", "--url", url, timeout_s=10)
+        assert request(url + "/metrics", timeout_s=HANG_S).status == 200
+        out = smoosh_cli("status", "--url", url, timeout_s=HANG_S)
         assert out.returncode == 0, out.stderr
         assert "ratio_dbs" in out.stdout
     finally:

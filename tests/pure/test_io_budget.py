@@ -11,12 +11,13 @@ from typing import Callable
 import pytest
 
 from helpers.clocks import FakeClock, recorded_sleeps
+from helpers.daemon import HANG_S
 from smoosh.io_budget import IoBudget
 from smoosh.ioprio import IOPRIO_CLASS_IDLE, apply_io_priority, get_thread_ioprio
 
 MiB = 1 << 20
 #: Upper bound for any wait on another thread (seconds); a pass takes milliseconds.
-WAIT_S = 10.0
+WAIT_S = HANG_S  # a ceiling on a hang, never a measure of speed
 
 
 def wait_until(predicate: Callable[[], bool]) -> None:

@@ -7,6 +7,7 @@ import threading
 import pytest
 
 from smoosh.daemon.keypool import KeyPool
+from helpers.daemon import HANG_S
 
 
 def test_keys_run_in_arrival_order_and_a_failure_does_not_stop_the_thread() -> None:
@@ -24,7 +25,7 @@ def test_keys_run_in_arrival_order_and_a_failure_does_not_stop_the_thread() -> N
     pool.start()
     for key in ("a", "bad", "b", "last"):
         assert pool.submit(key)
-    assert done.wait(5)
+    assert done.wait(HANG_S)
     assert seen == ["a", "bad", "b", "last"]
     pool.stop()
 
@@ -40,7 +41,7 @@ def test_stop_returns_the_keys_never_taken_and_refuses_new_ones() -> None:
     pool = KeyPool(fn, 1, "t")
     pool.start()
     pool.submit("running")
-    assert started.wait(5)
+    assert started.wait(HANG_S)
     pool.submit("x")
     pool.submit("y")
     assert pool.backlog() == 2

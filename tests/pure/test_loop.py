@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from smoosh.loop import CRASH_PAUSE_S, Loop, LoopStopped
+from helpers.daemon import HANG_S
 
 
 class Recorder:
@@ -103,10 +104,10 @@ def test_the_thread_sleeps_until_woken_and_call_runs_on_it() -> None:
     loop.add(task, "task")
     loop.start()
     try:
-        assert woken.wait(5)
+        assert woken.wait(HANG_S)
         woken.clear()
         loop.wake(task)
-        assert woken.wait(5)
+        assert woken.wait(HANG_S)
         assert set(task.threads) == {"t-thread"}
         assert loop.call(lambda: threading.current_thread().name, 5) == "t-thread"
         with pytest.raises(ZeroDivisionError):

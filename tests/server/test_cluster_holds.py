@@ -14,7 +14,7 @@ from typing import Any
 from server.test_server import make_config
 
 from compactor.dbfactory import make_bloated_db
-from helpers.daemon import wait_for
+from helpers.daemon import HANG_S, wait_for
 from smoosh.daemon.control.cluster_holds import ClusterHolds
 from smoosh.daemon.record.status import read_node_statuses
 from smoosh.store import open_store
@@ -47,7 +47,7 @@ def test_a_hold_set_before_start_stops_the_channel_from_its_first_moment_and_res
     db = tmp_path / "n1" / "dbs" / "a.db"
     make_bloated_db(str(db))
     server.enqueue(str(db))
-    wait_for(lambda: sum(c["waiting"]["size"] for c in server.status()["channels"].values()) == 1, 10,
+    wait_for(lambda: sum(c["waiting"]["size"] for c in server.status()["channels"].values()) == 1, HANG_S,
              what="the key queued")
     channels = server.status()["channels"]
     assert all(c["held"] == {"node": "n1", "channel": None, "by": "ops@admin", "at": T0} for c in channels.values())
@@ -57,7 +57,7 @@ def test_a_hold_set_before_start_stops_the_channel_from_its_first_moment_and_res
 
     assert b'smoosh_channel_held{channel="ratio_dbs"} 1.0' in render(server)[0]
     assert holds.release("n1", None) == []
-    wait_for(lambda: any(j["key"] == str(db) and j["state"] == "finished" for j in server.jobs_table()), 30,
+    wait_for(lambda: any(j["key"] == str(db) and j["state"] == "finished" for j in server.jobs_table()), HANG_S,
              what="the compaction once released")
     assert all(c["held"] is None for c in server.status()["channels"].values())
     assert b'smoosh_channel_held{channel="ratio_dbs"} 0.0' in render(server)[0]

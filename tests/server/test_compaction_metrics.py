@@ -13,7 +13,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from helpers.clocks import FakeClock
-from helpers.daemon import wait_for
+from helpers.daemon import HANG_S, wait_for
 from server.test_server import FailingCompactor, make_config
 from smoosh.compactors.base import CompactionResult, Interrupted
 from smoosh.daemon.api.metrics import render
@@ -70,7 +70,7 @@ def test_a_success_is_counted_with_its_duration_bucket_bytes_and_time(tmp_path: 
     assert value(before, "smoosh_last_success_timestamp_seconds", channel="ratio_dbs") == 0.0
     # When it runs
     server.enqueue(str(dbs / "x.db"))
-    wait_for(lambda: value(scrape(server), "smoosh_compactions_total", channel="ratio_dbs", result="ok") == 1, 20,
+    wait_for(lambda: value(scrape(server), "smoosh_compactions_total", channel="ratio_dbs", result="ok") == 1, HANG_S,
              what="the compaction counted")
     m = scrape(server)
     # Then its duration lands in the le=60 bucket, not below
@@ -100,7 +100,7 @@ def test_a_database_that_grew_while_compacted_reclaims_nothing_and_the_counters_
     for n in (1, 2):
         server.enqueue(str(dbs / f"{n}.db"))
         wait_for(lambda: value(scrape(server), "smoosh_compactions_total", channel="ratio_dbs", result="ok") == n,
-                 20, what=f"compaction {n}")
+                 HANG_S, what=f"compaction {n}")
     m = scrape(server)
     before = value(m, "smoosh_compacted_bytes_total", channel="ratio_dbs", phase="before")
     after = value(m, "smoosh_compacted_bytes_total", channel="ratio_dbs", phase="after")
@@ -117,7 +117,7 @@ def test_a_failure_is_a_crashing_job_until_its_backoff_ends(tmp_path: Path, runn
     key = str(dbs / "x.db")
     server.enqueue(key)
     wait_for(lambda: value(scrape(server), "smoosh_compactions_total", channel="ratio_dbs", result="failed") == 1,
-             20, what="the failure counted")
+             HANG_S, what="the failure counted")
     # Then it is one crashing job of its channel, counted as failed with its duration
     m = scrape(server)
     assert value(m, "smoosh_crashing_jobs", channel="ratio_dbs") == 1
@@ -139,7 +139,7 @@ def test_an_interrupted_compaction_is_counted_as_interrupted(tmp_path: Path, run
     compactor = ScriptedCompactor(clock, [Interrupted("held"), (2.0, 4_000, 1_000)])
     server = running(make_config(tmp_path), workers=1, clock=clock, compactors=[compactor])
     server.enqueue(str(dbs / "x.db"))
-    wait_for(lambda: value(scrape(server), "smoosh_compactions_total", channel="ratio_dbs", result="ok") == 1, 20,
+    wait_for(lambda: value(scrape(server), "smoosh_compactions_total", channel="ratio_dbs", result="ok") == 1, HANG_S,
              what="the compaction after the interruption")
     m = scrape(server)
     assert value(m, "smoosh_compactions_total", channel="ratio_dbs", result="interrupted") == 1

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from compactor.dbfactory import integrity, make_bloated_db
 from helpers.clocks import FakeClock, SteppedClocks
-from helpers.daemon import wait_for
+from helpers.daemon import HANG_S, wait_for
 from helpers.jobs_table import record_of, state_of
 from smoosh import Server
 from smoosh.cli.format import format_status
@@ -92,17 +92,17 @@ def test_a_full_vacuum_delays_the_next_start_by_its_size_over_the_rate(started: 
     server.suspend("ratio_dbs")  # both queued before either starts: the bloated one goes first
     server.enqueue(first)
     server.enqueue(second)
-    wait_for(lambda: server.status()["channels"]["ratio_dbs"]["waiting"]["size"] == 2, 10, what="both queued")
+    wait_for(lambda: server.status()["channels"]["ratio_dbs"]["waiting"]["size"] == 2, HANG_S, what="both queued")
     server.resume("ratio_dbs")
 
     # When the first VACUUM ends (charged its file size)
-    wait_for(lambda: state_of(server, first) == "finished", 30, what="the first VACUUM")
+    wait_for(lambda: state_of(server, first) == "finished", HANG_S, what="the first VACUUM")
     assert server.io_budget.charged_bytes == size_first
     paid_at = t + size_first / RATE
     assert server.io_budget.paid_at() == pytest.approx(paid_at)
 
     # Then the second waits queued, holding neither a channel slot nor a max_jobs slot
-    wait_for(lambda: waiting_on_the_budget(server), 10, what="the second start to wait on the budget")
+    wait_for(lambda: waiting_on_the_budget(server), HANG_S, what="the second start to wait on the budget")
     assert server._slots.busy == 0
     budget = server.status()["io_budget"]
     assert budget["max_io_rate"] == RATE and budget["charged_bytes"] == size_first
@@ -121,7 +121,7 @@ def test_a_full_vacuum_delays_the_next_start_by_its_size_over_the_rate(started: 
     clock.set(paid_at)
     server.tick()
     server.tick()
-    wait_for(lambda: state_of(server, second) == "finished", 30, what="the second VACUUM")
+    wait_for(lambda: state_of(server, second) == "finished", HANG_S, what="the second VACUUM")
     assert server.io_budget.charged_bytes == size_first + size_second
     assert integrity(first) == integrity(second) == "ok"
 
@@ -135,10 +135,10 @@ def test_a_reload_to_a_higher_rate_brings_the_waiting_start_forward(started: Any
     server.suspend("ratio_dbs")
     server.enqueue(first)
     server.enqueue(second)
-    wait_for(lambda: server.status()["channels"]["ratio_dbs"]["waiting"]["size"] == 2, 10, what="both queued")
+    wait_for(lambda: server.status()["channels"]["ratio_dbs"]["waiting"]["size"] == 2, HANG_S, what="both queued")
     server.resume("ratio_dbs")
-    wait_for(lambda: state_of(server, first) == "finished", 30, what="the first VACUUM")
-    wait_for(lambda: waiting_on_the_budget(server), 10, what="the second start to wait on the budget")
+    wait_for(lambda: state_of(server, first) == "finished", HANG_S, what="the first VACUUM")
+    wait_for(lambda: waiting_on_the_budget(server), HANG_S, what="the second start to wait on the budget")
 
     # When the rate is raised to 4MiB by a live reload
     server.apply_config(parse_config(config_text(tmp_path, "max_io_rate = 4MiB"), str(tmp_path / "smoosh.ini")))
@@ -149,7 +149,7 @@ def test_a_reload_to_a_higher_rate_brings_the_waiting_start_forward(started: Any
     clock.set(t + size_first / (4 * RATE))
     server.tick()
     server.tick()
-    wait_for(lambda: state_of(server, second) == "finished", 30, what="the second VACUUM")
+    wait_for(lambda: state_of(server, second) == "finished", HANG_S, what="the second VACUUM")
 
 
 def test_an_unlimited_budget_never_holds_a_start_back(started: Any, dbs: tuple[str, str]) -> None:
@@ -158,7 +158,7 @@ def test_an_unlimited_budget_never_holds_a_start_back(started: Any, dbs: tuple[s
     server = started("", clock)
     server.enqueue(first)
     server.enqueue(second)
-    wait_for(lambda: state_of(server, first) == state_of(server, second) == "finished", 30, what="both VACUUMs")
+    wait_for(lambda: state_of(server, first) == state_of(server, second) == "finished", HANG_S, what="both VACUUMs")
     budget = server.status()["io_budget"]
     assert budget["max_io_rate"] == "infinity" and budget["debt_s"] == 0 and budget["charged_bytes"] > 0
     assert sample(server, "smoosh_io_budget_bytes_per_second") == math.inf
@@ -192,13 +192,13 @@ def test_io_priority_idle_puts_the_compaction_thread_in_the_idle_class_for_that_
     recorder = RecordsIoPriority(config.sqlite)
     server = started("io_priority = idle", clock, compactors=[recorder])
     server.enqueue(first)
-    wait_for(lambda: state_of(server, first) == "finished", 30, what="the first compaction")
+    wait_for(lambda: state_of(server, first) == "finished", HANG_S, what="the first compaction")
     assert recorder.seen[0][0] == IOPRIO_CLASS_IDLE
 
     # A reload back to normal applies to the next compaction, on the same pooled thread
     server.apply_config(parse_config(config_text(tmp_path, "io_priority = normal"), str(tmp_path / "smoosh.ini")))
     server.enqueue(second)
-    wait_for(lambda: state_of(server, second) == "finished", 30, what="the second compaction")
+    wait_for(lambda: state_of(server, second) == "finished", HANG_S, what="the second compaction")
     assert recorder.seen[1][0] != IOPRIO_CLASS_IDLE
     assert get_thread_ioprio()[0] != IOPRIO_CLASS_IDLE  # the rest of the process never changed class
 

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from compactor.dbfactory import make_bloated_db
-from helpers.daemon import wait_for
+from helpers.daemon import HANG_S, wait_for
 from helpers.jobs_table import state_of
 from helpers.locks import ChildConnection
 from server.test_server import make_config
@@ -31,7 +31,7 @@ def test_a_database_waits_for_min_changes_commits_after_its_compaction(tmp_path:
     # Given a database smoosh never compacted: its changes are unknown, and min_changes holds nothing back
     (first,) = server.enqueue_and_wait([str(db)])
     assert (first.outcome, first.channel) == ("queued", "busy_dbs"), first
-    wait_for(lambda: state_of(server, str(db)) == "finished", 30, what="the first compaction")
+    wait_for(lambda: state_of(server, str(db)) == "finished", HANG_S, what="the first compaction")
 
     # When the application bloats it again in 3 commits
     bloat_again(db, 3)

@@ -11,7 +11,7 @@ from typing import Any
 
 from compactor.dbfactory import make_bloated_db
 from helpers.clocks import FakeClock
-from helpers.daemon import wait_for
+from helpers.daemon import HANG_S, wait_for
 from helpers.jobs_table import record_of
 from server.test_server import FailingCompactor, make_config
 from smoosh.compactors.base import Busy
@@ -74,7 +74,7 @@ def test_a_forced_database_below_every_threshold_is_compacted_during_the_start_u
     (v,) = server.enqueue_and_wait([key], force=True)
     # Then it is queued in the first channel that is not an upgrade channel, at the top, and compacted now
     assert (v.outcome, v.channel, v.priority, v.reason) == ("queued", "ratio_dbs", math.inf, "forced")
-    wait_for(lambda: record_of(server, key).get("state") == "finished", 20, what="the forced compaction")
+    wait_for(lambda: record_of(server, key).get("state") == "finished", HANG_S, what="the forced compaction")
 
 
 def test_a_forced_key_skips_staleness_and_its_crash_backoff(tmp_path: Path, running: Any, dbs: Path) -> None:
@@ -84,13 +84,13 @@ def test_a_forced_key_skips_staleness_and_its_crash_backoff(tmp_path: Path, runn
     server = running(make_config(tmp_path), workers=1, clock=clock, compactors=[compactor])
     key = str(dbs / "x.db")
     server.enqueue(key)
-    wait_for(lambda: record_of(server, key).get("error_count") == 1, 20, what="the first failure")
+    wait_for(lambda: record_of(server, key).get("error_count") == 1, HANG_S, what="the first failure")
     assert record_of(server, key)["state"] == "crashing"
     assert server.enqueue_and_wait([key])[0].outcome == "not_queued"  # stale, and backing off anyway
     # When it is forced
     server.enqueue(key, force=True)
     # Then it runs again at once, no time having passed
-    wait_for(lambda: compactor.calls == 2, 20, what="the forced retry")
+    wait_for(lambda: compactor.calls == 2, HANG_S, what="the forced retry")
     assert clock() == FakeClock()()
 
 
@@ -105,7 +105,7 @@ def test_a_forced_key_still_waits_for_a_resume_and_says_so(tmp_path: Path, runni
     server.tick()
     assert record_of(server, key)["state"] == "pending"
     server.resume("ratio_dbs")
-    wait_for(lambda: record_of(server, key).get("state") == "finished", 20, what="the compaction after the resume")
+    wait_for(lambda: record_of(server, key).get("state") == "finished", HANG_S, what="the compaction after the resume")
 
 
 def test_a_forced_key_held_back_by_max_jobs_and_the_concurrency_says_so(tmp_path: Path, running: Any) -> None:
@@ -115,7 +115,7 @@ def test_a_forced_key_held_back_by_max_jobs_and_the_concurrency_says_so(tmp_path
     for key in (first, second):
         make_bloated_db(key, delete_fraction=0.9)
     assert verdict(server, first)[0] == "queued"
-    wait_for(lambda: server.status()["channels"]["ratio_dbs"]["starting"] == 1, 10, what="the first job")
+    wait_for(lambda: server.status()["channels"]["ratio_dbs"]["starting"] == 1, HANG_S, what="the first job")
     (v,) = server.enqueue_and_wait([second], force=True)
     assert v.reason == ("forced; held back: channel ratio_dbs is at its concurrency (1 running); "
                         "all 1 max_jobs slots are busy")
@@ -198,7 +198,7 @@ def test_explain_of_a_crashing_key_gives_its_backoff_and_crashes(tmp_path: Path,
     key = str(dbs / "x.db")
     (dbs / "x.db").touch()  # the compactor double reads nothing, but explain checks the file is there
     server.enqueue(key)
-    wait_for(lambda: server.explain(key)["state"] == "crashing", 20, what="the first failure")
+    wait_for(lambda: server.explain(key)["state"] == "crashing", HANG_S, what="the first failure")
     answer = server.explain(key)
     retry_at = clock() + 100  # backoff_base 100 s, one crash
     assert answer["crashes"] == {"consecutive": 1, "error_count": 1, "last_error": "RuntimeError: disk I/O error",
@@ -233,13 +233,13 @@ def test_the_jobs_table_pages_by_state_limit_and_offset(tmp_path: Path, running:
     server = running(make_config(tmp_path), workers=1, clock=clock, compactors=[compactor])
     crashing = str(dbs / "crash.db")
     server.enqueue(crashing)
-    wait_for(lambda: record_of(server, crashing).get("state") == "crashing", 20, what="the crash")
+    wait_for(lambda: record_of(server, crashing).get("state") == "crashing", HANG_S, what="the crash")
     server.suspend()
     pending = [str(dbs / f"p{i}.db") for i in range(3)]
     for key in pending:
         clock.advance(1)
         server.enqueue(key)
-        wait_for(lambda: record_of(server, key).get("state") == "pending", 10, what="the key queued")
+        wait_for(lambda: record_of(server, key).get("state") == "pending", HANG_S, what="the key queued")
     # Then state filters, and limit and offset page the most recent first
     rows, total = server.jobs_page(states=frozenset({"pending"}), limit=2)
     assert ([r["key"] for r in rows], total) == (pending[::-1][:2], 3)
@@ -273,10 +273,10 @@ def test_explain_of_a_starved_key_gives_its_busy_count(tmp_path: Path, running: 
     key = str(dbs / "x.db")
     (dbs / "x.db").touch()
     server.enqueue(key)
-    wait_for(lambda: compactor.calls == 1 and record_of(server, key).get("retry_at"), 20, what="the first busy")
+    wait_for(lambda: compactor.calls == 1 and record_of(server, key).get("retry_at"), HANG_S, what="the first busy")
     clock.advance(61)
     server.tick(clock())
-    wait_for(lambda: record_of(server, key).get("state") == "starved", 20, what="the second busy")
+    wait_for(lambda: record_of(server, key).get("state") == "starved", HANG_S, what="the second busy")
     answer = server.explain(key)
     assert (answer["state"], answer["channel"], answer["busy"]) == (
         "starved", "ratio_dbs", {"count": 2, "starved_since": clock()})

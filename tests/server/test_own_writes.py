@@ -13,7 +13,7 @@ import pytest
 
 from compactor.dbfactory import make_bloated_db
 from helpers.clocks import FakeClock
-from helpers.daemon import wait_for
+from helpers.daemon import HANG_S, wait_for
 from server.test_server import make_config
 from smoosh.daemon.watch.inotify import inotify_available
 
@@ -35,11 +35,11 @@ def test_databases_compacted_are_not_examined_again_for_the_writes_of_their_comp
     clock.advance(5)
     server.tick(clock())
     wait_for(lambda: sum(n for (_ch, result), n in server.counters.compactions.items() if result == "ok") == FILES,
-             30, what="every database compacted")
+             HANG_S, what="every database compacted")
     # When every event that came meanwhile has had its debounce and its examination
     clock.advance(3600)
     server.tick(clock())
-    wait_for(lambda: server.intake.examining() == 0, 10, what="the examinations to end")
+    wait_for(lambda: server.intake.examining() == 0, HANG_S, what="the examinations to end")
     # Then each database was examined once: the writes of its own compaction were no news
     assert server.counters.enqueue_examined == FILES
     assert server.counters.enqueue_accepted == FILES

@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 from compactor.dbfactory import integrity, make_bloated_db
+from helpers.chunked import STALLED_AFTER_FIRST_CHUNK, chunk_section, chunked_db
 from helpers.clocks import FakeClock
-from helpers.daemon import wait_for
+from helpers.daemon import HANG_S, wait_for
 from helpers.jobs_table import record_of
-from helpers.slow import SlowChunks
 from server.test_server import FailingCompactor, make_config
 
 import channels.channel as channel_module
@@ -97,7 +97,7 @@ def test_a_forged_checkpoint_key_is_dropped_and_the_file_it_names_left_alone(
     # When a server starts on it
     server = running(config, workers=1, clock=FakeClock())
     # Then the forged key is dropped with one warning, and only the legitimate one is compacted
-    wait_for(lambda: finished(server, str(legit)), 20, what="the legitimate key's compaction")
+    wait_for(lambda: finished(server, str(legit)), HANG_S, what="the legitimate key's compaction")
     assert warnings_naming(caplog, key) == [f"dropped {key!r} restored from disk: {reason}"]
     assert key not in {j["key"] for j in server.jobs_table()}
     assert integrity(str(legit)) == "ok"
@@ -122,7 +122,7 @@ def test_a_queued_key_whose_path_becomes_a_symlink_out_of_the_roots_touches_noth
     server = running(make_config(tmp_path), workers=1, clock=FakeClock())
     server.suspend(RATIO)
     server.enqueue(key)
-    wait_for(lambda: ratio(server)["waiting"]["size"] == 1, 10, what="the key queued")
+    wait_for(lambda: ratio(server)["waiting"]["size"] == 1, HANG_S, what="the key queued")
     # When its path is swapped for a symlink that leads outside the roots, and the channel resumes
     if swap == "the file":
         os.remove(db)
@@ -133,7 +133,7 @@ def test_a_queued_key_whose_path_becomes_a_symlink_out_of_the_roots_touches_noth
     caplog.set_level(logging.INFO)
     server.resume(RATIO)
     # Then the key leaves its channel without anything outside being opened
-    wait_for(lambda: holds(server) == (0, 0, 0), 10, what="the key to leave its channel")
+    wait_for(lambda: holds(server) == (0, 0, 0), HANG_S, what="the key to leave its channel")
     assert record_of(server, key).get("state") != "running"
     assert not in_any_channel(server, key)
     assert [job_id for _t, job_id, _s, _d in server.jobs.list_jobs()] == []
@@ -157,7 +157,7 @@ def test_a_crashing_key_keeps_its_error_count_and_retry_time_across_a_restart(tm
     first.start()
     try:
         first.enqueue(key)
-        wait_for(lambda: record_of(first, key).get("error_count") == 1, 20, what="the first crash")
+        wait_for(lambda: record_of(first, key).get("error_count") == 1, HANG_S, what="the first crash")
         crashed = record_of(first, key)
     finally:
         first.stop()
@@ -183,8 +183,8 @@ def test_a_crashing_key_keeps_its_error_count_and_retry_time_across_a_restart(tm
         assert ratio(second)["deferred"] == 1
         clock.advance(2)
         second.tick(clock())
-        wait_for(lambda: compactor.calls == 1, 10, what="the retry after the backoff")
-        wait_for(lambda: record_of(second, key).get("error_count") == 2, 10, what="the second crash recorded")
+        wait_for(lambda: compactor.calls == 1, HANG_S, what="the retry after the backoff")
+        wait_for(lambda: record_of(second, key).get("error_count") == 2, HANG_S, what="the second crash recorded")
     finally:
         second.stop()
 
@@ -206,7 +206,7 @@ class EntryGate:
 
     def compact(self, key: str, ctx: Any) -> Any:
         self.entered.put(key)
-        if not self.go.acquire(timeout=15):
+        if not self.go.acquire(timeout=HANG_S):
             raise RuntimeError("the test never opened the gate")
         return self.inner.compact(key, ctx)
 
@@ -224,7 +224,7 @@ def test_the_status_table_tells_the_truth_while_a_channel_drains(tmp_path: Path,
     server.suspend(RATIO)
     for key in keys:
         server.enqueue(key)
-    wait_for(lambda: ratio(server)["waiting"]["size"] == 10, 10, what="all ten queued")
+    wait_for(lambda: ratio(server)["waiting"]["size"] == 10, HANG_S, what="all ten queued")
     # When it drains them one by one
     samples: list[tuple[float, int, int]] = []
     done = threading.Event()
@@ -241,9 +241,9 @@ def test_the_status_table_tells_the_truth_while_a_channel_drains(tmp_path: Path,
     compacted = []
     try:
         for _ in keys:
-            compacted.append(gate.entered.get(timeout=15))
+            compacted.append(gate.entered.get(timeout=HANG_S))
             # Then while a compaction runs the channel shows it active, and nothing starting
-            wait_for(lambda: holds(server)[1:] == (0, 1), 0.5, what="the running compaction counted active",
+            wait_for(lambda: holds(server)[1:] == (0, 1), HANG_S, what="the running compaction counted active",
                      every_s=0.002)
             during = set()
             for _ in range(10):  # ~50 ms of a compaction held at its start
@@ -251,7 +251,7 @@ def test_the_status_table_tells_the_truth_while_a_channel_drains(tmp_path: Path,
                 time.sleep(0.005)
             assert during == {(0, 1)}  # starting 0, active 1
             gate.go.release()
-        wait_for(lambda: all(finished(server, k) for k in keys), 20, what="the drain to finish")
+        wait_for(lambda: all(finished(server, k) for k in keys), HANG_S, what="the drain to finish")
     finally:
         done.set()
         sampler.join(5)
@@ -331,7 +331,7 @@ def test_reloads_crashes_and_operator_calls_at_once_keep_one_channel_per_name(
     keys = [str(dbs / f"k{i}.db") for i in range(20)]
     for key in keys:
         server.enqueue(key)
-    wait_for(lambda: ratio(server)["waiting"]["size"] == 20, 10, what="the keys queued")
+    wait_for(lambda: ratio(server)["waiting"]["size"] == 20, HANG_S, what="the keys queued")
 
     errors: list[BaseException] = []
     stop = threading.Event()
@@ -382,10 +382,12 @@ def test_reloads_crashes_and_operator_calls_at_once_keep_one_channel_per_name(
     try:
         for t in threads:
             t.start()
-        time.sleep(2.0)
+        # Until each has happened often enough (however long that takes here), not for 2 s
+        wait_for(lambda: errors or (min(counts["reloads"], counts["crashes"], counts["operator"]) > 10
+                                    and built.builds > 20), HANG_S, what="enough reloads, crashes and operator calls")
         stop.set()
         for t in threads:
-            t.join(10)
+            t.join(HANG_S)
     finally:
         logging.getLogger("smoosh.daemon.server").disabled = False
     assert errors == []
@@ -413,19 +415,18 @@ def test_reloads_crashes_and_operator_calls_at_once_keep_one_channel_per_name(
 def test_a_clean_stop_leaves_no_job_of_an_interrupted_key_in_the_store(
     tmp_path: Path, dbs: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # Given an incremental compaction under way (one-page chunks, paced)
+    # Given an incremental compaction under way, stalled after its first chunk (helpers.chunked)
     db = dbs / "big.db"
-    make_bloated_db(str(db), rows=1500, delete_fraction=0.8, auto_vacuum="incremental")
+    made = chunked_db(db)
     key = str(db)
     store_path = tmp_path / "state" / "jobs.db"
-    config = make_config(tmp_path, extra=f"store = sqlite:{store_path}",
-                         channels="[smoosh.sqlite]\nincremental_chunk_pages = 1\n")
-    server = Server(config, workers=1, clock=FakeClock(), watch_config=False,
-                    compactors=[SlowChunks(config.sqlite, pause_s=0.01)])
+    config = make_config(tmp_path, extra=f"store = sqlite:{store_path}\n{STALLED_AFTER_FIRST_CHUNK}",
+                         channels=chunk_section(made))
+    server = Server(config, workers=1, clock=FakeClock(), watch_config=False)
     server.start()
     try:
         server.enqueue(key)
-        wait_for(lambda: record_of(server, key).get("progress", 0) > 0, 20, what="the compaction under way")
+        wait_for(lambda: record_of(server, key).get("progress", 0) > 0, HANG_S, what="the compaction under way")
         caplog.set_level(logging.DEBUG, logger="channels.channel")
         # The window between the worker's stop and the channels' close is a few microseconds
         # wide; hold it open for up to a second, long enough for the loop to act in it.
@@ -472,7 +473,7 @@ def test_a_key_taken_back_at_infinity_stays_at_the_top_when_the_scan_finds_it(
     write_checkpoint(str(tmp_path / "state" / f"{RATIO}.smooshq"), {str(db): math.inf})
     # When the daemon starts again, paused, watching the directory of the database
     server = running(config, workers=1, clock=FakeClock())
-    wait_for(lambda: scanned(server), 10, what="the start-up scan examined")
+    wait_for(lambda: scanned(server), HANG_S, what="the start-up scan examined")
     # Then the key is still at the top of its channel
     assert server.channels()[RATIO].waiting() == [(str(db), math.inf)]
 
@@ -507,10 +508,10 @@ def test_a_key_dropped_at_its_start_is_not_shown_pending(tmp_path: Path, running
     server = running(make_config(tmp_path), workers=1, clock=FakeClock())
     server.suspend(RATIO)
     server.enqueue(str(db))
-    wait_for(lambda: ratio(server)["waiting"]["size"] == 1, 10, what="the key queued")
+    wait_for(lambda: ratio(server)["waiting"]["size"] == 1, HANG_S, what="the key queued")
     os.remove(db)
     # When the channel resumes and drops it at its start
     server.resume(RATIO)
-    wait_for(lambda: holds(server) == (0, 0, 0), 10, what="the key dropped")
+    wait_for(lambda: holds(server) == (0, 0, 0), HANG_S, what="the key dropped")
     # Then /jobs does not show it waiting for a compaction that will never come
     assert record_of(server, str(db)).get("state") != "pending"

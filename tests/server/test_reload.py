@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from compactor.dbfactory import make_bloated_db
-from helpers.daemon import config_text, wait_for
+from helpers.daemon import HANG_S, config_text, wait_for
 from smoosh import Server, logs
 from smoosh.config import GLOBAL_KEYS, RESTART_KEYS, SQLITE_KEYS, parse_config
 
@@ -125,7 +125,7 @@ def test_a_global_key_applies_live(key: str, server: Server, tmp_path: Path) -> 
     extra = f"{key} = {value}" + (f"\nroots = {other}" if key in ("watch", "allow_hard_links", "allow_mounts") else "")
     server.apply_config(make(tmp_path, extra))
     assert server.status()["restart_required"] == []
-    wait_for(lambda: probe(server), 5, what=f"{key} applied")
+    wait_for(lambda: probe(server), HANG_S, what=f"{key} applied")
 
 
 @pytest.mark.parametrize("key", sorted(RESTART_KEYS))

@@ -15,7 +15,7 @@ import pytest
 
 from compactor.dbfactory import make_bloated_db
 from helpers.clocks import FakeClock
-from helpers.daemon import wait_for
+from helpers.daemon import HANG_S, wait_for
 from helpers.jobs_table import record_of
 from helpers.locks import ChildConnection
 from server.test_server import make_config
@@ -52,7 +52,7 @@ def test_a_database_busy_more_than_busy_retries_times_in_a_row_is_starved_until_
                 clock.advance(BUSY_RETRY_S + 1)
                 server.tick(clock())
             wait_for(lambda: record_of(server, key).get("busy_count") == attempt and record_of(server, key).get("retry_at"),
-                     20, what=f"busy result {attempt}")
+                     HANG_S, what=f"busy result {attempt}")
             states.append(record_of(server, key)["state"])
 
         # Then busy twice is still pending; the third and fourth busy results in a row are starved
@@ -74,7 +74,7 @@ def test_a_database_busy_more_than_busy_retries_times_in_a_row_is_starved_until_
     # When the application lets go, the next retry compacts it and the starvation ends
     clock.advance(BUSY_RETRY_S + 1)
     server.tick(clock())
-    wait_for(lambda: record_of(server, key).get("state") == "finished", 20, what="the compaction once the lock is gone")
+    wait_for(lambda: record_of(server, key).get("state") == "finished", HANG_S, what="the compaction once the lock is gone")
     assert record_of(server, key)["busy_count"] == 0
     assert server.status()["channels"]["ratio_dbs"]["starved"] == 0
     assert _starved_metric(server, "ratio_dbs") == 0.0

@@ -11,13 +11,15 @@ from typing import Any, Iterator
 
 import pytest
 
-from compactor.dbfactory import db_stats, integrity, make_bloated_db
+from compactor.dbfactory import db_stats, integrity
+from compactor.gates import GatedCompactor
+from helpers.chunked import chunk_section, chunked_db
 from helpers.clocks import FakeClock, SteppedClocks
-from helpers.daemon import wait_for
+from helpers.daemon import HANG_S, wait_for
 from helpers.jobs_table import state_of
 from helpers.locks import other_process_write
-from helpers.slow import SlowChunks
 from smoosh import Server
+from smoosh.compactors import SqliteCompactor
 from smoosh.config import parse_config
 
 
@@ -30,9 +32,7 @@ def setup(tmp_path: Path) -> Iterator[tuple[Any, Path, FakeClock]]:
     dbs = tmp_path / "dbs"
     dbs.mkdir()
     db = dbs / "big.db"
-    # One-page chunks: the compaction takes thousands of short transactions, so there is time
-    # to move the clock while it runs.
-    make_bloated_db(str(db), rows=3000, delete_fraction=0.8, auto_vacuum="incremental")
+    made = chunked_db(db)
     text = f"""[smoosh]
 watch =
 roots = {dbs}
@@ -50,9 +50,7 @@ from = 01:00
 to = 05:00
 strict_window = true
 
-[smoosh.sqlite]
-incremental_chunk_pages = 1
-"""
+{chunk_section(made)}"""
     config = parse_config(text, str(tmp_path / "smoosh.ini"))
     clock = FakeClock(at(23, 12))
     yield config, db, clock
@@ -64,14 +62,14 @@ def progress_of(server: Server) -> float | None:
     return running[0]["progress"] if running else None
 
 
-def started_with_the_key_queued(config: Any, db: Path, clock: Any) -> Server:
-    """A server with one worker (slow chunks: time to move the clock while one runs) and ``db`` queued."""
+def started_with_the_key_queued(config: Any, db: Path, clock: Any, compactor: Any = None) -> Server:
+    """A server with one worker (its compactor: ``compactor``, or the SQLite one) and ``db`` queued."""
     server = Server(config, workers=1, watch_config=False, clock=clock,
-                    compactors=[SlowChunks(config.sqlite, pause_s=0.002)])
+                    compactors=[compactor or SqliteCompactor(config.sqlite)])
     server.start()
     try:
         server.enqueue(str(db))
-        wait_for(lambda: server.status()["channels"]["night_dbs"]["waiting"]["size"] == 1, 10, what="queued")
+        wait_for(lambda: server.status()["channels"]["night_dbs"]["waiting"]["size"] == 1, HANG_S, what="queued")
     except BaseException:
         server.stop()
         raise
@@ -80,7 +78,10 @@ def started_with_the_key_queued(config: Any, db: Path, clock: Any) -> Server:
 
 def test_work_waits_for_the_window_and_a_strict_window_pauses_it_between_chunks(setup: Any) -> None:
     config, db, clock = setup
-    server = started_with_the_key_queued(config, db, clock)
+    # The compaction stops at its second chunk boundary until the test has moved the clock:
+    # there is always a "while it runs" to act in, however fast the chunks are
+    gated = GatedCompactor(SqliteCompactor(config.sqlite), at_checkpoint=2)
+    server = started_with_the_key_queued(config, db, clock, gated)
     try:
         for _ in range(3):
             server.tick()  # ticks at noon: outside the window, nothing starts
@@ -90,19 +91,21 @@ def test_work_waits_for_the_window_and_a_strict_window_pauses_it_between_chunks(
         clock.set(at(24, 1, 30))  # inside: queued work starts at once, without a new event
         server.wake("night_dbs")
         server.tick()
-        wait_for(lambda: (progress_of(server) or 0) > 0.05, 20, what="the compaction to run")
+        assert gated.reached.wait(HANG_S), "the compaction never ran"
+        assert (progress_of(server) or 0) > 0
 
         clock.set(at(24, 5, 30))  # leaving a strict window holds the running compaction at once
         server.wake("night_dbs")
         server.tick()
         assert server.status()["channels"]["night_dbs"]["in_window"] is False
         assert server._worker.status()[0]["held"]  # type: ignore[attr-defined]
+        gated.release.set()  # on to its chunk boundary, where the hold stops it
 
         def paused() -> bool:
             # Between chunks it holds no lock: the application (another process) writes at once.
             return other_process_write(db) == "wrote"
 
-        wait_for(paused, 5, what="the compaction to pause at a chunk boundary")
+        wait_for(paused, HANG_S, what="the compaction to pause at a chunk boundary")
         held_at = progress_of(server)
         assert held_at is not None and held_at < 1.0
         assert paused() and progress_of(server) == held_at  # still paused: no chunk ran meanwhile
@@ -111,8 +114,9 @@ def test_work_waits_for_the_window_and_a_strict_window_pauses_it_between_chunks(
         server.wake("night_dbs")
         server.tick()
         wait_for(lambda: state_of(server, str(db)) == "finished",
-                 60, what="the compaction to finish")
+                 HANG_S, what="the compaction to finish")
     finally:
+        gated.release.set()
         server.stop()
     # Read through apsw, the compactor's own library (DESIGN §11: one SQLite library per file).
     assert integrity(str(db)) == "ok"
@@ -142,6 +146,6 @@ def test_a_step_of_the_wall_clock_into_the_window_is_seen_within_a_second(setup:
         # queued key starts without a new event
         assert server.status()["channels"]["night_dbs"]["in_window"] is True
         server.tick()
-        wait_for(lambda: state_of(server, str(db)) in ("running", "finished"), 20, what="the compaction to start")
+        wait_for(lambda: state_of(server, str(db)) in ("running", "finished"), HANG_S, what="the compaction to start")
     finally:
         server.stop()

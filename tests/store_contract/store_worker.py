@@ -2,21 +2,35 @@
 
 Commands:
     incr PATH KEY N GO_FILE   wait for GO_FILE, then N read-modify-write increments of KEY
-                              (8-byte little-endian); prints the number of bodies run.
+                              (8-byte little-endian); prints the number of bodies run. The
+                              first body, having read KEY, waits until the other worker's has
+                              read it too (files GO_FILE.read.PID): both write on the same
+                              read, so one commit must conflict, however the two are scheduled.
     set PATH KEY VALUE        set KEY to VALUE in one transaction.
 Keys and values are given as hex.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import sys
 import time
 
 from smoosh.store.sqlite import SqliteStore
 
-#: Seconds a worker waits for the go file before giving up.
-GO_TIMEOUT_S = 20.0
+#: Seconds a worker waits for the go file (or the other worker's first read) before giving up.
+GO_TIMEOUT_S = 60.0
+#: Workers that meet at their first read.
+WORKERS = 2
+
+
+def meet_after_first_read(go: str) -> None:
+    """Say this worker has read, then wait until every worker has (a barrier across processes)."""
+    open(f"{go}.read.{os.getpid()}", "w").close()
+    deadline = time.monotonic() + GO_TIMEOUT_S
+    while len(glob.glob(glob.escape(go) + ".read.*")) < WORKERS and time.monotonic() < deadline:
+        time.sleep(0.001)
 
 
 def main(argv: list[str]) -> int:
@@ -36,7 +50,9 @@ def main(argv: list[str]) -> int:
                 nonlocal runs
                 runs += 1
                 value = int.from_bytes(tr.get(key) or b"\x00", "little")
-                time.sleep(0.001)  # widen the race window so the processes really conflict
+                if runs == 1:
+                    meet_after_first_read(go)
+                time.sleep(0.001)  # widen the race window so the processes conflict more often
                 tr.set(key, (value + 1).to_bytes(8, "little"))
 
             for _ in range(n):

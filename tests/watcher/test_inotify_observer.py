@@ -1,9 +1,9 @@
 """smoosh's one-thread inotify observer against real directories and real file operations.
 
-Waiting for an event uses a bounded poll (up to 5 s, every 20 ms): the kernel delivers it,
-not a timer of the observer's. Only the queue overflow is handed to the observer as the
-kernel's record would be: a test cannot make the kernel drop events without changing a
-system-wide limit.
+Waiting for an event uses a bounded poll (every 20 ms, under a ceiling that only bounds a
+hang): the kernel delivers it, not a timer of the observer's. Only the queue overflow is
+handed to the observer as the kernel's record would be: a test cannot make the kernel drop
+events without changing a system-wide limit.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from watchdog.events import (
 
 from smoosh.daemon.watch.inotify import IN_Q_OVERFLOW, InotifyObserver, inotify_available
 from watcher.test_watcher import wait_for
+from helpers.daemon import HANG_S
 
 pytestmark = pytest.mark.skipif(not inotify_available(), reason="needs Linux inotify")
 
@@ -217,26 +218,48 @@ def test_running_out_of_watches_mid_tree_raises_and_keeps_no_half_watched_tree(t
     assert not any(observer.is_watching_dir(str(tmp_path / f"d{i}")) for i in range(4))
 
 
+def created_seen_by_after_drain(observer: InotifyObserver, rec: Recorder, f: Path) -> bool:
+    """Write ``f``, then ask for an after_drain callback: whether ``f``'s creation had been
+    dispatched to ``rec`` when the callback ran (on the observer's thread)."""
+    f.write_bytes(b"x")
+    seen_then: list[bool] = []
+    done = threading.Event()
+    assert observer.after_drain(lambda: (seen_then.append(rec.saw("created", f)), done.set()))
+    assert done.wait(HANG_S)
+    return seen_then == [True]
+
+
 def test_after_drain_runs_once_the_events_queued_before_it_are_dispatched(
     tmp_path: Path, observer: InotifyObserver
 ) -> None:
     rec = Recorder()
     observer.schedule(rec, str(tmp_path), recursive=False, event_filter=WANTED)
-    f = tmp_path / "a.db"
-    f.write_bytes(b"x")
-    seen_then: list[bool] = []
-    done = threading.Event()
-    # When a callback is asked for after a write
-    assert observer.after_drain(lambda: (seen_then.append(rec.saw("created", f)), done.set()))
-    # Then it runs on the observer's thread after that write's event was dispatched
-    assert done.wait(5)
-    assert seen_then == [True]
+    # When a callback is asked for after a write, then it runs after that write's event was dispatched
+    assert created_seen_by_after_drain(observer, rec, tmp_path / "a.db")
+
+
+def test_after_drain_reads_a_descriptor_the_first_schedule_opened_while_the_thread_slept(
+    tmp_path: Path, observer: InotifyObserver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an observer thread asleep since before its first watch: it had no descriptor then
+    # (one turn with nothing scheduled puts it back to sleep), and the first schedule's wake-up
+    # has not reached it yet (the schedule's wake is held back: the thread is slow to run)
+    turned = threading.Event()
+    assert observer.after_drain(turned.set)
+    assert turned.wait(HANG_S)
+    rec = Recorder()
+    with monkeypatch.context() as slow_thread:
+        slow_thread.setattr(observer, "_wake", lambda: None)
+        observer.schedule(rec, str(tmp_path), recursive=False, event_filter=WANTED)
+    # When a callback is asked for after a write, then the thread reads the new descriptor
+    # before it calls back: the write's event first
+    assert created_seen_by_after_drain(observer, rec, tmp_path / "a.db")
 
 
 def test_after_drain_runs_without_watches_and_refuses_before_a_start(observer: InotifyObserver) -> None:
     done = threading.Event()
     assert observer.after_drain(done.set)  # nothing scheduled: nothing to wait for
-    assert done.wait(5)
+    assert done.wait(HANG_S)
     idle = InotifyObserver()
     try:
         assert idle.after_drain(lambda: None) is False  # no thread: the caller does not wait

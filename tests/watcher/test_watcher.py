@@ -34,8 +34,9 @@ from smoosh.daemon.watch.watcher import (
     watch_roots,
 )
 from helpers.clocks import FakeClock
+from helpers.daemon import HANG_S
 
-EVENT_WAIT_S = 5.0
+EVENT_WAIT_S = HANG_S  # a ceiling on a hang, never a measure of speed
 Running = Callable[..., "tuple[Watcher, Seen]"]
 
 

@@ -325,9 +325,12 @@ class InotifyObserver:
                 except BlockingIOError:
                     pass
                 # Taken before the read: every event queued before a callback was asked for
-                # is in this read or an earlier one.
+                # is in this read or an earlier one. The descriptor is read again with them:
+                # one the first schedule opened while this thread slept must be read now, or
+                # its callbacks would run before the events queued ahead of them.
                 with self._lock:
                     after, self._after_read = self._after_read, []
+                    inotify = self._inotify
                 try:
                     if inotify is not None:
                         time.sleep(READ_DELAY_S)

@@ -83,7 +83,7 @@ def test_a_client_trickling_one_byte_at_a_time_is_closed_at_the_request_timeout(
     # Given an API whose requests must arrive within SHORT_TIMEOUT_S of its clock
     clock = FakeClock()
     admin, address = admin_factory(request_timeout_s=SHORT_TIMEOUT_S, clock=clock)
-    request = b"GET /status HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 100
+    request = b"GET /status HTTP/1.1\r\nHost: localhost\r\nX-Slow: " + b"a" * 100
     t0 = clock.now
     with socket.create_connection(address, timeout=HANG_S) as sock:
         # (the deadline runs from the server's accept, which comes after the kernel's)
@@ -136,7 +136,7 @@ def test_status_is_answered_with_a_thousand_idle_connections_open(admin_factory:
         for i in range(1000):
             sock = socket.create_connection(address, timeout=HANG_S)
             if i % 2:
-                sock.sendall(b"GET /status HTTP/1.1\r\nHost: x\r\nX-Stalled: ")
+                sock.sendall(b"GET /status HTTP/1.1\r\nHost: localhost\r\nX-Stalled: ")
             idle.append(sock)
         wait_for(lambda: admin.open_connections == 1000, HANG_S, what="a thousand connections open")
         # When an operator asks for /status, again and again
@@ -249,7 +249,7 @@ def test_when_every_open_connection_has_a_request_in_a_new_one_is_shed(
         # When a third client connects
         with socket.create_connection(address, timeout=HANG_S) as sock:
             try:
-                sock.sendall(b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n")
+                sock.sendall(b"GET /status HTTP/1.1\r\nHost: localhost\r\n\r\n")
             except ConnectionError:
                 pass  # closed before the request went out: shed all the same
             # Then it is closed at once, without an answer, and nothing else is disturbed

@@ -54,9 +54,13 @@ _SCRIPT = textwrap.dedent(
     settings = SimpleNamespace(page_size=None, auto_vacuum=None, incremental_chunk_pages=100, busy_timeout_s=5.0)
     errors, blocked, reclaimed, app_errors, app_rows = [], [0], {}, [], [0]
     done = threading.Event()
+    refused_once = threading.Event()
 
     class Ctx:
-        def progress(self, f): pass
+        # The first VACUUMs hold their room (inside the statement) until a third has been
+        # refused: the turns are taken for sure, not only when the threads happen to overlap.
+        def progress(self, f):
+            refused_once.wait(60)
         def checkpoint(self): pass
         def on_cancel(self, fn): pass
 
@@ -68,6 +72,7 @@ _SCRIPT = textwrap.dedent(
                 return
             except InsufficientSpace:
                 blocked[0] += 1
+                refused_once.set()
                 time.sleep(0.01)
             except Exception as e:
                 errors.append(f"{db}: {type(e).__name__}: {e}")

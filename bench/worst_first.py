@@ -34,6 +34,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench._daemon import Daemon, free_port  # noqa: E402
+from bench.drain import BARE_LOOP  # noqa: E402
 from bench._fixtures import make_bloated_db  # noqa: E402
 from bench._harness import Metric, parse_args, report  # noqa: E402
 from smoosh.daemon.watch.scan import SETTLE_S  # noqa: E402
@@ -49,16 +50,8 @@ SAMPLE_S = 0.005
 #: Seconds a run may take.
 TIMEOUT_S = 600.0
 
-BEST_ORDER_LOOP = """
-import os, sqlite3, sys, time
-paths = sys.argv[1:]  # in the order to compact them
-t0 = time.perf_counter()
-for p in paths:
-    c = sqlite3.connect(p, isolation_level=None)
-    c.execute("VACUUM")
-    c.close()
-print(time.perf_counter() - t0)
-"""
+#: The drain benchmark's bare loop, VACUUMing its arguments in the order given.
+BEST_ORDER_LOOP = BARE_LOOP
 
 
 def _fleet(base: Path, shape: list[tuple[int, int, float]]) -> list[str]:

@@ -205,7 +205,7 @@ class Server(LiveConfig):
             node=self.node, registry=self._registry, slots=self._slots, budget_gate=self._budget_gate,
             intake=self.intake, outcomes=self._outcomes, suspension=self._suspension,
             worker_of=lambda: self._worker, scheduler_of=lambda: self._scheduler, store_of=lambda: self._store,
-            acted=self._operator_acted, wall_time=clocks.wall, window_waived=self._window_waived,
+            acted=self._operator_acted, wall_time=clocks.wall, config_of=lambda: self._config, pressure=self.pressure,
             store_health=self._store_health,
         )
         self._housekeeping: Housekeeping | None = None
@@ -275,8 +275,8 @@ class Server(LiveConfig):
             store=self._store, scheduler=self._scheduler, worker=self._worker, counters=self.counters,
             compacting=self._compacting, cluster=cluster, on_holds=self._host.apply_cluster_holds,
             post=self._loop.post, clocks=self._clocks, on_clock_step=self._clock_stepped,
-            pressure=self.pressure, on_pressure_change=self._pressure_changed, controller=self.controller,
-            on_slots=self._slots_set,
+            pressure=self.pressure, on_pressure_change=self._host.look_at_windows, controller=self.controller,
+            on_slots=self._host.set_slots,
             process=self._process, store_health=self._store_health,
         ), watch_config=self._watch_config)
         self.intake.wake = lambda: self._loop.wake(self.intake)
@@ -439,31 +439,7 @@ class Server(LiveConfig):
         its next routine check a minute away, and the retry times ``/jobs`` shows.
         """
         self._history.wall_stepped(self._clocks.wall(), self._clocks.monotonic())
-        for channel in self._registry.current.values():
-            channel.check_window(now)
-
-    def _window_waived(self, channel: str) -> bool:
-        """A channel with ``under_pressure = ignore_window`` runs outside its window while a file
-        system under the roots is under disk pressure (any thread)."""
-        if not self.pressure.any:
-            return False
-        settings = self._config.channels.get(channel)
-        return settings is not None and settings.under_pressure == "ignore_window"
-
-    def _slots_set(self, slots: int) -> None:
-        """The backlog controller set the node's slots (the loop's thread): more slots wake the
-        channels waiting for one."""
-        grew = slots > self._slots.soft_limit
-        self._slots.soft_limit = slots
-        if grew:
-            for name in self._slots.waiting():
-                self._registry.wake(name)
-
-    def _pressure_changed(self, now: float) -> None:
-        """Disk pressure started or ended somewhere (the loop's thread): the channels whose window
-        it waives look at their windows at once."""
-        for channel in self._registry.current.values():
-            channel.check_window(now)
+        self._host.look_at_windows(now)
 
     # ------------------------------------------------------------------ the way in
 

@@ -21,7 +21,8 @@ import pytest
 from compactor.dbfactory import make_bloated_db
 from helpers.daemon import write_config
 from smoosh import Server, load_config
-from smoosh.daemon.api.http import AdminServer, host_allowed
+from smoosh.daemon.api.http import AdminServer
+from smoosh.daemon.api.requests import host_allowed
 from smoosh.errors import ConfigError
 from smoosh.config import parse_config
 

@@ -21,7 +21,6 @@ Handlers only read published snapshots, so a slow or stuck channel never delays
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import json
 import logging
 import socket
@@ -34,8 +33,8 @@ from typing import TYPE_CHECKING, Any, Callable, cast
 
 import smoosh.jsonutil as jsonutil
 from smoosh.config.address import is_loopback_host, split_host_port
-from smoosh.daemon.history import RECORD_STATES
 from smoosh.daemon.api.http_conns import MAX_HANDLER_THREADS, MAX_OPEN_CONNECTIONS, ConnectionLoop, RequestReader
+from smoosh.daemon.api.requests import host_allowed, parse_jobs_query
 from smoosh.errors import InvalidKey, SmooshError, UnknownChannel
 
 if TYPE_CHECKING:
@@ -69,76 +68,6 @@ def parse_address(address: str) -> tuple[str, int]:
 def is_loopback(host: str) -> bool:
     """Whether ``host`` names only the loopback interface."""
     return is_loopback_host(host)
-
-
-def host_allowed(header: str | None, names: frozenset[str]) -> bool:
-    """Whether a request's ``Host`` header names this daemon (DNS rebinding defence).
-
-    An IP address literal always does (a rebinding attack needs a name it controls), and so do
-    ``names`` (lower case, without a trailing dot). A missing header is allowed: browsers always
-    send one, and an HTTP/1.0 tool may not.
-
-    Parameters:
-        header: the ``Host`` header, or None.
-        names: host names that mean this daemon.
-    """
-    if header is None:
-        return True
-    host = header.strip().lower()
-    if host.startswith("["):
-        end = host.find("]")
-        rest = host[end + 1:]
-        if end < 0 or (rest and not rest.startswith(":")):
-            return False
-        name = host[1:end]
-    else:
-        name = host.rpartition(":")[0] if ":" in host else host
-    name = name.rstrip(".")
-    if name in names:
-        return True
-    try:
-        ipaddress.ip_address(name)
-    except ValueError:
-        return False
-    return True
-
-
-def parse_jobs_query(query: dict[str, list[str]]) -> tuple[frozenset[str] | None, int | None, int]:
-    """``state``, ``limit`` and ``offset`` of ``GET /jobs``, checked.
-
-    ``state`` may repeat and may list several states separated by commas.
-
-    Returns:
-        ``(states or None for all, limit or None for all, offset)``.
-
-    Raises:
-        ValueError: an unknown parameter or state, or a limit or offset that is not a whole
-            number in range; the message names the value.
-    """
-    unknown = sorted(set(query) - {"state", "limit", "offset"})
-    if unknown:
-        raise ValueError(f"unknown parameter {unknown[0]!r}: /jobs takes state, limit and offset")
-    states = None
-    if "state" in query:
-        wanted = [part.strip() for value in query["state"] for part in value.split(",")]
-        for state in wanted:
-            if state not in RECORD_STATES:
-                raise ValueError(f"unknown state {state!r}: one of {', '.join(RECORD_STATES)}")
-        states = frozenset(wanted)
-    limit = _whole("limit", query.get("limit"), minimum=1)
-    offset = _whole("offset", query.get("offset"), minimum=0)
-    return states, limit, offset or 0
-
-
-def _whole(name: str, values: list[str] | None, *, minimum: int) -> int | None:
-    if values is None:
-        return None
-    if len(values) > 1:
-        raise ValueError(f"{name} given {len(values)} times; give it once")
-    text = values[0]
-    if not text.isascii() or not text.isdigit() or int(text) < minimum:
-        raise ValueError(f"{name} must be a whole number of at least {minimum}, not {text!r}")
-    return int(text)
 
 
 #: ``AdminServer(token=...)`` default: the token of the server's config in force (a reload applies).

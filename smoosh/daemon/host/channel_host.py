@@ -24,7 +24,9 @@ from smoosh.daemon.control import control
 from smoosh.daemon.control.cluster_holds import Hold, covering
 
 if TYPE_CHECKING:
+    from smoosh.config import Config
     from smoosh.daemon.control.budget_gate import BudgetGate
+    from smoosh.daemon.control.pressure import DiskPressure
     from smoosh.daemon.control.store_health import StoreHealth
     from smoosh.daemon.intake.intake import Intake
     from smoosh.daemon.record.outcomes import Outcomes
@@ -54,7 +56,8 @@ class ChannelHost:
         acted: publishes the status at once: an operator would notice the change just made.
         wall_time: the wall clock: channels are ticked on the loop's monotonic clock and read
             their windows in wall time (:meth:`wall_time`).
-        window_waived: whether a channel runs outside its window now (:meth:`window_waived`).
+        config_of: the config in force (a channel's ``under_pressure``).
+        pressure: the file systems under disk pressure (:meth:`window_waived`).
         store_health: the job store's health: no start while the store is full or unreachable.
 
     Attributes:
@@ -70,7 +73,8 @@ class ChannelHost:
         intake: Intake, outcomes: Outcomes, suspension: Suspension, worker_of: Callable[[], Any],
         scheduler_of: Callable[[], JobScheduler | None], store_of: Callable[[], Store | None],
         acted: Callable[[], None], wall_time: Callable[[], float] = time.time,
-        window_waived: Callable[[str], bool] = lambda channel: False, store_health: StoreHealth | None = None,
+        config_of: Callable[[], Config] | None = None, pressure: DiskPressure | None = None,
+        store_health: StoreHealth | None = None,
     ) -> None:
         self.node = node
         self._registry = registry
@@ -84,7 +88,8 @@ class ChannelHost:
         self._store_of = store_of
         self._acted = acted
         self._wall_time = wall_time
-        self._window_waived = window_waived
+        self._config_of = config_of
+        self._pressure = pressure
         self._store_health = store_health
         self.stopping = False
         self.cluster_holds: list[Hold] = []
@@ -128,8 +133,27 @@ class ChannelHost:
         return self._wall_time()
 
     def window_waived(self, channel: str) -> bool:
-        """Whether ``channel`` runs outside its window now: disk pressure, and ``under_pressure = ignore_window``."""
-        return self._window_waived(channel)
+        """Whether ``channel`` runs outside its window now: a file system under the roots is under
+        disk pressure, and the channel has ``under_pressure = ignore_window`` (any thread)."""
+        if self._pressure is None or self._config_of is None or not self._pressure.any:
+            return False
+        settings = self._config_of().channels.get(channel)
+        return settings is not None and settings.under_pressure == "ignore_window"
+
+    def look_at_windows(self, now: float) -> None:
+        """Every channel looks at its window at once (the loop's thread): the wall clock stepped, or
+        a disk pressure that waives some windows started or ended."""
+        for channel in self._registry.current.values():
+            channel.check_window(now)
+
+    def set_slots(self, slots: int) -> None:
+        """The backlog controller set the node's slots (the loop's thread): more slots wake the
+        channels waiting for one."""
+        grew = slots > self._slots.soft_limit
+        self._slots.soft_limit = slots
+        if grew:
+            for name in self._slots.waiting():
+                self.wake(name)
 
     def admits(self, key: str) -> bool:
         """A key restored from a checkpoint is validated like a new one."""

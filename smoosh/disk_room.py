@@ -179,6 +179,8 @@ class DiskRoom:
         self._statvfs = statvfs
         self._device = device
         self._reserved: dict[int, int] = {}
+        # directory -> device: asked at every compaction's start, for directories that stay put.
+        self._devices: dict[str, int] = {}
 
     @property
     def min_free(self) -> MinFree:
@@ -209,7 +211,11 @@ class DiskRoom:
         for directory, nbytes in needs.items():
             if nbytes <= 0:
                 continue
-            dev = self._device(directory)
+            dev = self._devices.get(directory)
+            if dev is None:
+                dev = self._devices[directory] = self._device(directory)
+                if len(self._devices) > 4096:  # a fleet spread over many directories
+                    self._devices = {directory: dev}
             seen_dir, seen = per_fs.get(dev, (directory, 0))
             per_fs[dev] = (seen_dir, seen + int(nbytes))
         with self._lock:

@@ -61,8 +61,12 @@ def mount_id(fd: int) -> int | None:
     None where the kernel does not say (no ``/proc``, a kernel before 3.15).
     """
     try:
-        with open(_FDINFO + str(fd), "rb") as info:
-            text = info.read()
+        # Raw descriptors, not a file object: this runs once per compaction start.
+        info = os.open(_FDINFO + str(fd), os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            text = os.read(info, 4096)
+        finally:
+            os.close(info)
     except OSError:
         return None
     start = text.find(b"mnt_id:")

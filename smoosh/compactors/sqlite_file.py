@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import logging
 import os
 import stat
@@ -374,7 +375,14 @@ def _state_from_connection(
 
 def sqlite_temp_dir() -> str:
     """The directory SQLite's unix VFS puts VACUUM's temporary database in (its own search order)."""
-    for candidate in (os.environ.get("SQLITE_TMPDIR"), os.environ.get("TMPDIR"), "/var/tmp", "/usr/tmp", "/tmp"):
+    return _temp_dir_for(os.environ.get("SQLITE_TMPDIR"), os.environ.get("TMPDIR"))
+
+
+@functools.lru_cache(maxsize=8)
+def _temp_dir_for(sqlite_tmpdir: str | None, tmpdir: str | None) -> str:
+    # Asked at every compaction's start (its room is reserved there): looked up once per
+    # environment, as SQLite itself does at its start.
+    for candidate in (sqlite_tmpdir, tmpdir, "/var/tmp", "/usr/tmp", "/tmp"):
         if candidate and os.path.isdir(candidate) and os.access(candidate, os.W_OK | os.X_OK):
             return candidate
     return "."

@@ -108,6 +108,7 @@ class Server(LiveConfig):
         reset_store: bool = False,
     ) -> None:
         self._config = config
+        self._started_config = config  # what http, store, node and state_dir stay until a restart
         self._reset_store = reset_store
         self._clocks = clocks = Clocks.of(clock)
         monotonic = clocks.monotonic

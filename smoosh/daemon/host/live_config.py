@@ -46,6 +46,8 @@ class LiveConfig:
 
     # The server's parts this touches (set by Server.__init__ and Server.start).
     _config: Config
+    #: The config the daemon started with: what the keys that cannot apply live still run with.
+    _started_config: Config
     _config_error: str | None
     _restart_required: list[str]
     _slots: SlotGate
@@ -82,9 +84,16 @@ class LiveConfig:
 
     def _apply_config(self, new: Config) -> None:
         old = self._config
-        self._restart_required = old.restart_keys_changed(new)
-        if self._restart_required:
-            log.warning("config keys changed that need a restart: %s", ", ".join(self._restart_required))
+        # Against the config the daemon started with, not the one in force: that one already
+        # holds an earlier edit of these keys, which never took effect, so an edit put back
+        # would still have differed from it and stayed "required" until a restart.
+        required = self._started_config.restart_keys_changed(new)
+        if required and required != self._restart_required:
+            log.warning("config keys changed that need a restart: %s", ", ".join(required))
+        elif self._restart_required and not required:
+            log.info("config keys that needed a restart are back to what the daemon runs with: %s",
+                     ", ".join(self._restart_required))
+        self._restart_required = required
         self._config = new
         self._config_error = None
         if new.log_format != old.log_format:

@@ -16,7 +16,7 @@ import yaml
 from opslib import request, smoosh_cli
 from prometheus_client.parser import text_string_to_metric_families
 
-from compactor.dbfactory import make_bloated_db
+from compactor.dbfactory import make_corrupt_db
 from helpers.daemon import Daemon, free_port, wait_for, write_config
 from helpers.promtool import expr_samples
 from smoosh.cli.format import status_summary
@@ -29,14 +29,6 @@ FAILED_WITHIN_S = 60.0
 CHANNEL = "slack_dbs"
 
 
-def corrupt_db(path: Path) -> None:
-    """A SQLite database whose header is sound and whose pages are not: VACUUM reports it malformed."""
-    make_bloated_db(str(path), rows=3000, delete_fraction=0.5, scattered=True)
-    with open(path, "r+b") as f:
-        f.seek(4096 * 3)
-        f.write(b"\xff" * 4096 * 2)
-
-
 @pytest.fixture(scope="module")
 def crashing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     """A daemon one of whose databases failed to compact and now waits out an hour's backoff."""
@@ -46,7 +38,7 @@ def crashing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     try:
         daemon.wait_ready()
         db = base / "dbs" / "corrupt.db"
-        corrupt_db(db)
+        make_corrupt_db(str(db))
         assert daemon.post("/enqueue", {"keys": [str(db)]})[0] == 202
         wait_for(lambda: daemon.get("/status")["channels"][CHANNEL]["deferred"] == 1, FAILED_WITHIN_S,
                  what="the corrupt database to fail and wait out its backoff", daemon=daemon)

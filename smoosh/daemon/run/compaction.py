@@ -82,5 +82,7 @@ def compact(
     except Gone as exc:
         return outcome(GONE, str(exc))
     except Exception as exc:
-        log.warning("Compaction of %r failed: %s: %s", key, type(exc).__name__, exc, exc_info=log.isEnabledFor(logging.DEBUG))
+        # DEBUG, with the traceback: the one WARNING line of a failed compaction is its outcome's
+        # (DESIGN §11), written where the outcome is recorded; two lines said one failure twice.
+        log.debug("Compaction of %r failed: %s: %s", key, type(exc).__name__, exc, exc_info=True)
         return outcome(FAILED, f"{type(exc).__name__}: {exc}", size_bytes, size_bytes)

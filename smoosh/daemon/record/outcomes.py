@@ -25,6 +25,7 @@ from smoosh.daemon.history import (
     STARTED, STARVED, HistoryTable, encode_record, longest_backoff_s,
 )
 from smoosh.daemon.record.histogram import Histogram
+from smoosh.daemon.results import Result, ResultLog
 from smoosh.daemon.run.startup import crash_record_key
 from smoosh.store.base import Transaction
 
@@ -153,6 +154,9 @@ class Outcomes:
         clocks: the daemon's clocks: history and counters are wall time (a person reads
             them), a not-before time is monotonic (the channels' clock: a wall clock set
             back must not hold a retry back for the step).
+        results: the durable history: a run this process's worker did not claim has its row
+            written here, with its job's removal (a claimed run's worker writes it with the
+            finish).
     """
 
     def __init__(
@@ -167,6 +171,7 @@ class Outcomes:
         channel_of: Callable[[str], Channel | None],
         claimed_run: Callable[[str], bool],
         clocks: Clocks,
+        results: ResultLog | None = None,
     ) -> None:
         self._node = node
         self._history = history
@@ -177,6 +182,7 @@ class Outcomes:
         self._channel_of = channel_of
         self._claimed_run = claimed_run
         self._clocks = clocks
+        self._results = results
         #: Keys with a crash record in the store: only those need one cleared.
         self.crash_records: set[str] = set()
         # key -> the store write to make with its job's removal (its crash record).
@@ -235,6 +241,9 @@ class Outcomes:
                 extra=fields,
             )
         write = self._crash_record_write(key, keep=not_before is not None)
+        if self._results is not None and not self._claimed_run(key):
+            # Its history row rides on its job's removal (a claimed run's on its finish).
+            write = _both(write, self._results.write_for(key, Result.of(outcome, channel, wall)))
         if write is not None:
             self._pending_writes[key] = write
         return not_before
@@ -310,3 +319,15 @@ class Outcomes:
                 tr.set(store_key, value)
 
         return write
+
+
+def _both(first: Write | None, second: Write) -> Write:
+    """One write made of two, in order (``first`` may be None)."""
+    if first is None:
+        return second
+
+    def write(tr: Transaction) -> None:
+        first(tr)
+        second(tr)
+
+    return write

@@ -227,9 +227,14 @@ def format_explain(answer: dict[str, Any]) -> str:
         lines.append(f"    gives it:   priority {format_priority(ch.get('priority'))}{why}")
         t = ch.get("thresholds") or {}
         match = f", match {','.join(t['match'])}" if t.get("match") else ""
-        lines.append(f"    thresholds: {t.get('priority')}, min_priority {format_priority(t.get('min_priority'))},"
-                     f" max_priority {format_priority(t.get('max_priority'))}, min_size {t.get('min_size')} bytes,"
-                     f" max_size {format_priority(t.get('max_size'))}, min_changes {t.get('min_changes')}{match}")
+        if t.get("priority") == "upgrade":
+            # Its priority is 1 or 0 whatever the size: no size or priority bound applies.
+            lines.append(f"    thresholds: upgrade (priority 1 while the file's page_size or auto_vacuum differs from "
+                         f"[smoosh.sqlite], else 0, whatever its size), min_changes {t.get('min_changes')}{match}")
+        else:
+            lines.append(f"    thresholds: {t.get('priority')}, min_priority {format_priority(t.get('min_priority'))},"
+                         f" max_priority {format_priority(t.get('max_priority'))}, min_size {t.get('min_size')} bytes,"
+                         f" max_size {format_priority(t.get('max_size'))}, min_changes {t.get('min_changes')}{match}")
         window = ch.get("window")
         if window != "always":
             state = "open" if ch.get("in_window") else f"closed, opens {_utc(ch.get('next_open'))}"

@@ -73,7 +73,8 @@ def compact(
     except Blocked as exc:
         # Outside smoosh's hands (a reader, the permissions): one WARNING line, written by the
         # outcome's record, and no traceback.
-        return outcome(BLOCKED, str(exc), size_bytes, size_bytes)
+        before = exc.size_before_bytes if exc.size_before_bytes is not None else size_bytes
+        return outcome(BLOCKED, str(exc), before, before)
     except Interrupted as exc:
         return outcome(INTERRUPTED, str(exc), size_bytes, size_bytes)
     except Replaced as exc:

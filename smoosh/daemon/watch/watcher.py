@@ -178,10 +178,9 @@ class Watcher:
         self._requested_roots: set[str] = set()
         self._scan_proc: subprocess.Popen[bytes] | None = None
         self._scans_completed = 0
-        self._overflows_unreported = 0
-        self._overflow_warned_at = float("-inf")
-        self._own_overflows_unreported = 0
-        self._own_overflow_said_at = float("-inf")
+        # Whether the overflow was smoosh's own -> [when it was last said, overflows since not said]
+        # (under _lock): the two kinds are said apart, so an own one never silences a warning.
+        self._overflows_said: dict[bool, list[float]] = {False: [float("-inf"), 0], True: [float("-inf"), 0]}
         # Whether each of the last events was on a path smoosh was compacting (True) or not.
         # Written by the observer's thread alone (_consider), read there too (overflowed: the
         # observer calls it after dispatching the events read with the overflow's record).
@@ -350,38 +349,24 @@ class Watcher:
         recent = list(self._recent_own)
         self._recent_own.clear()
         own = sum(recent)
-        if recent and own >= OWN_OVERFLOW_SHARE * len(recent):
-            self._own_overflow(own, len(recent))
-            return
+        ours = bool(recent) and own >= OWN_OVERFLOW_SHARE * len(recent)
         with self._lock:
             self._requested_full = True  # _requested_everything stays: only what changed
-            self._overflows_unreported += 1
+            said = self._overflows_said[ours]
+            said[1] += 1
             now = self._clock()
-            if now - self._overflow_warned_at >= OVERFLOW_WARNING_INTERVAL_S:
-                count, self._overflows_unreported = self._overflows_unreported, 0
-                self._overflow_warned_at = now
-                log.warning(
-                    "inotify queue overflowed%s: file-system events were lost; rescanning %s for"
-                    " databases changed since the last scan (raise fs.inotify.max_queued_events if"
-                    " this repeats)",
-                    "" if count == 1 else f" {count} times", ", ".join(sorted(watch_roots(self._entries))),
-                )
-        self._wake.set()
-
-    def _own_overflow(self, own: int, seen: int) -> None:
-        """An overflow of smoosh's own writes: rescan as for any other, and say so at INFO (once a minute)."""
-        with self._lock:
-            self._requested_full = True
-            self._own_overflows_unreported += 1
-            now = self._clock()
-            if now - self._own_overflow_said_at >= OVERFLOW_WARNING_INTERVAL_S:
-                count, self._own_overflows_unreported = self._own_overflows_unreported, 0
-                self._own_overflow_said_at = now
-                log.info(
-                    "inotify queue overflowed%s while smoosh compacted (%d of the last %d file events were its own "
-                    "writes); rescanning %s for databases changed since the last scan",
-                    "" if count == 1 else f" {count} times", own, seen, ", ".join(sorted(watch_roots(self._entries))),
-                )
+            if now - said[0] >= OVERFLOW_WARNING_INTERVAL_S:
+                times = "" if said[1] == 1 else f" {int(said[1])} times"
+                said[:] = [now, 0]
+                roots = ", ".join(sorted(watch_roots(self._entries)))
+                if ours:
+                    log.info("inotify queue overflowed%s while smoosh compacted (%d of the last %d file events were "
+                             "its own writes); rescanning %s for databases changed since the last scan",
+                             times, own, len(recent), roots)
+                else:
+                    log.warning("inotify queue overflowed%s: file-system events were lost; rescanning %s for databases "
+                                "changed since the last scan (raise fs.inotify.max_queued_events if this repeats)",
+                                times, roots)
         self._wake.set()
 
     def _run_requested_scans(self) -> None:

@@ -234,7 +234,7 @@ class Channel(ChannelRuns, ChannelCheckpoints):
             self._suspended = True
             self._publish_locked()
         if changed:
-            self._log.info("Channel %s suspended.", self.name)
+            self._log.debug("Channel %s suspended.", self.name)
         self._sync_hold()
 
     def resume(self) -> None:
@@ -245,7 +245,7 @@ class Channel(ChannelRuns, ChannelCheckpoints):
             self._paused = False
             self._publish_locked()
         if changed:
-            self._log.info("Channel %s resumed.", self.name)
+            self._log.debug("Channel %s resumed.", self.name)
         self._sync_hold()
         self._host.wake(self.name)
 
@@ -267,9 +267,9 @@ class Channel(ChannelRuns, ChannelCheckpoints):
             self._held = new
             self._publish_locked()
         if new is None:
-            self._log.info("Channel %s: its outside hold is released.", self.name)
+            self._log.debug("Channel %s: its outside hold is released.", self.name)
         else:
-            self._log.info("Channel %s held from outside: %s.", self.name, new)
+            self._log.debug("Channel %s held from outside: %s.", self.name, new)
         self._sync_hold()
         if new is None:
             self._host.wake(self.name)
@@ -287,7 +287,7 @@ class Channel(ChannelRuns, ChannelCheckpoints):
             self._changed_locked()
             seq = self._checkpointer.next_seq() if self._checkpointer else 0
             changes = self._changes
-        self._log.info("Channel %s flushed: %d waiting key(s) dropped.", self.name, len(dropped))
+        self._log.debug("Channel %s flushed: %d waiting key(s) dropped.", self.name, len(dropped))
         if self._checkpointer is not None:
             self._checkpointer.write(seq, {}, changes)  # {} deletes the file
         return dropped
@@ -409,7 +409,7 @@ class Channel(ChannelRuns, ChannelCheckpoints):
             return
         self._hold_sent = want
         if want:
-            self._log.info("Channel %s: running work holds.", self.name)
+            self._log.debug("Channel %s: running work holds.", self.name)
         else:
             self._log.debug("Channel %s: running work may go on.", self.name)
 

@@ -90,6 +90,8 @@ class ChannelState:
             "suspended", "held", "in_window", "holding", "evicted", "concurrency",
             "checkpoint_errors"}`` (a copy). ``suspended`` is the channel's own suspension,
             ``held`` the outside hold (None, or what :meth:`Channel.set_held` was given),
+            ``waiting`` the keys that could start (queued, or set aside by rotation),
+            ``deferred`` the keys waiting out a not-before time (not in ``waiting``),
             ``holding`` whether running work must hold (either of those, or a strict window
             that is closed).
         """

@@ -11,7 +11,10 @@ lock; the owning channel serialises access):
 * *deferred* keys: their last run crashed or met a busy database; they wait out their
   not-before time holding no slot (DESIGN §5.6), then return to the queue.
 
-All three are checkpointed and shown as waiting.
+All three are checkpointed. The status shows queued and benched keys as *waiting* (they can
+start as soon as a slot allows) and deferred keys apart (they cannot start before their time:
+counted as waiting, one crashing database made "work waiting and nothing running" alerts fire
+beside the crash alert itself).
 """
 
 from __future__ import annotations
@@ -152,10 +155,11 @@ class Waiting:
         return items
 
     def info(self) -> dict[str, Any]:
-        """``{"size", "min", "max"}`` over every waiting key (0, 0, 0 when none waits)."""
+        """``{"size", "min", "max"}`` over the keys that could start: queued and benched, not deferred
+        (0, 0, 0 when none could); :attr:`deferred` counts the others."""
         info = self.queue.info()
         size, low, high = info["size"], info["min"], info["max"]
-        aside = [*self._benched.values(), *(p for p, _ in self._deferred.values())]
+        aside = list(self._benched.values())
         if aside:
             low = min(aside) if not size else min(low, min(aside))
             high = max(aside) if not size else max(high, max(aside))

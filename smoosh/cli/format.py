@@ -5,17 +5,33 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-__all__ = ["format_status", "format_io_budget", "format_jobs", "format_no_jobs", "format_page", "format_cluster",
+__all__ = ["format_status", "format_io_budget", "store_line", "format_jobs", "format_no_jobs", "format_page", "format_cluster",
            "format_explain", "status_summary", "fmt_bytes", "fmt_age"]
 
 
 def status_summary(status: dict[str, Any]) -> str:
-    """One line for systemd's STATUS=: ``"3 active, 1 starting, 12 waiting, 2 channel(s) suspended"``."""
+    """One line for systemd's STATUS=: ``"3 active, 1 starting, 12 waiting, 2 channel(s) suspended"``.
+
+    Keys waiting out a backoff (``"1 deferred"``) and a job store that is not ok (``"job store
+    full since 2026-11-24 09:12:40"``) are said only when there are some.
+
+    Parameters:
+        status: the ``/status`` body.
+
+    Returns:
+        The line.
+    """
     channels = status.get("channels", {}).values()
     active = sum(int(c.get("active", 0)) for c in channels)
     starting = sum(int(c.get("starting", 0)) for c in channels)
     waiting = sum(int((c.get("waiting") or {}).get("size", 0)) for c in channels)
     parts = [f"{active} active", f"{starting} starting", f"{waiting} waiting"]
+    deferred = sum(int(c.get("deferred", 0)) for c in channels)
+    if deferred:
+        parts.append(f"{deferred} deferred")
+    store = store_line(status.get("store"), short=True)
+    if store is not None:
+        parts.append(store)
     suspended = sum(1 for c in channels if c.get("suspended"))
     if suspended:
         parts.append(f"{suspended} channel(s) suspended")
@@ -34,12 +50,15 @@ def status_summary(status: dict[str, Any]) -> str:
 
 
 def format_status(body: dict[str, Any]) -> str:
-    """A readable status table: channel, active, starting, waiting, min, max, window, paused.
+    """A readable status table: channel, active, starting, waiting, min, max, deferred, window, paused.
 
-    PAUSED says ``suspended`` (this daemon's own suspension), ``held`` (a cluster hold in the
-    store) or both; a line under the table names each cluster hold's scope, who and when.
+    WAITING (with its MIN and MAX priority) counts the keys that could start; DEFERRED the keys
+    waiting out a crash backoff or a busy database's retry, which cannot start before their
+    time. PAUSED says ``suspended`` (this daemon's own suspension), ``held`` (a cluster hold in
+    the store) or both; a line under the table names each cluster hold's scope, who and when.
+    A job store that is not ok is said in a line of its own (no compaction starts meanwhile).
     """
-    header = ("CHANNEL", "ACTIVE", "STARTING", "WAITING", "MIN", "MAX", "WINDOW", "PAUSED", "RECLAIMABLE")
+    header = ("CHANNEL", "ACTIVE", "STARTING", "WAITING", "MIN", "MAX", "DEFERRED", "WINDOW", "PAUSED", "RECLAIMABLE")
     rows = [header]
     for name, ch in body.get("channels", {}).items():
         waiting = ch.get("waiting", {})
@@ -50,7 +69,7 @@ def format_status(body: dict[str, Any]) -> str:
             paused = f"{paused}, outside window" if paused != "no" else "outside window"
         rows.append((
             name, str(ch.get("active", 0)), str(ch.get("starting", 0)), str(waiting.get("size", 0)),
-            format_priority(waiting.get("min", 0)), format_priority(waiting.get("max", 0)),
+            format_priority(waiting.get("min", 0)), format_priority(waiting.get("max", 0)), str(ch.get("deferred", 0)),
             str(ch.get("window", "always")), paused, fmt_bytes(ch.get("reclaimable_bytes", 0)),
         ))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
@@ -73,11 +92,35 @@ def format_status(body: dict[str, Any]) -> str:
         for name, ch in body.get("channels", {}).items():
             for position, (key, priority) in enumerate(ch.get("would_run") or [], 1):
                 lines.append(f"would run in {name} #{position}: {key} (priority {format_priority(priority)})")
+    store = store_line(body.get("store"))
+    if store is not None:
+        lines.append(store)
     if body.get("config_error"):
         lines.append(f"config error (previous config in force): {body['config_error']}")
     if body.get("restart_required"):
         lines.append(f"restart required for: {', '.join(body['restart_required'])}")
     return "\n".join(lines)
+
+
+def store_line(store: Any, *, short: bool = False) -> str | None:
+    """The job store's state in words when it is not ok, or None (ok, or a daemon that does not say).
+
+    Parameters:
+        store: the ``store`` field of ``/status``: ``{"state", "since", "error"}``.
+        short: the STATUS= form (``job store full since 2026-11-24 09:12:40``), without the error.
+
+    Returns:
+        ``job store full since 2026-11-24 09:12:40: database or disk is full; no compaction
+        starts until it is back`` (or the short form), or None.
+    """
+    if not isinstance(store, dict) or store.get("state") in (None, "ok"):
+        return None
+    since = store.get("since")
+    when = f" since {_fmt_time(since)}" if isinstance(since, (int, float)) else ""
+    if short:
+        return f"job store {store['state']}{when}"
+    error = f": {store['error']}" if store.get("error") else ""
+    return f"job store {store['state']}{when}{error}; no compaction starts until it is back"
 
 
 def _held_scope(held: dict[str, Any]) -> str:
@@ -184,9 +227,14 @@ def format_explain(answer: dict[str, Any]) -> str:
         lines.append(f"    gives it:   priority {format_priority(ch.get('priority'))}{why}")
         t = ch.get("thresholds") or {}
         match = f", match {','.join(t['match'])}" if t.get("match") else ""
-        lines.append(f"    thresholds: {t.get('priority')}, min_priority {format_priority(t.get('min_priority'))},"
-                     f" max_priority {format_priority(t.get('max_priority'))}, min_size {t.get('min_size')} bytes,"
-                     f" max_size {format_priority(t.get('max_size'))}, min_changes {t.get('min_changes')}{match}")
+        if t.get("priority") == "upgrade":
+            # Its priority is 1 or 0 whatever the size: no size or priority bound applies.
+            lines.append(f"    thresholds: upgrade (priority 1 while the file's page_size or auto_vacuum differs from "
+                         f"[smoosh.sqlite], else 0, whatever its size), min_changes {t.get('min_changes')}{match}")
+        else:
+            lines.append(f"    thresholds: {t.get('priority')}, min_priority {format_priority(t.get('min_priority'))},"
+                         f" max_priority {format_priority(t.get('max_priority'))}, min_size {t.get('min_size')} bytes,"
+                         f" max_size {format_priority(t.get('max_size'))}, min_changes {t.get('min_changes')}{match}")
         window = ch.get("window")
         if window != "always":
             state = "open" if ch.get("in_window") else f"closed, opens {_utc(ch.get('next_open'))}"

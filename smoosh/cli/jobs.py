@@ -4,8 +4,9 @@ The lead wires :func:`add_jobs_parser` into ``smoosh/cli.py``; the parser's ``fu
 is :func:`jobs_command`, which returns the exit code (0 ok, 1 operational error).
 
 The store holds what is pending and running. A smoosh node removes a job's row once the job
-has finished (DESIGN §5.5; its daemon's ``/jobs`` keeps each key's history), so ``jobs list``
-says so rather than let an empty list of finished jobs look like nothing ever ran.
+has finished (DESIGN §5.5), and keeps instead each key's last results beside it
+(``smoosh.daemon.results``, bounded per key and in total): ``jobs list`` shows those as the
+finished jobs, one row a key with the time its last compaction ended, and says what it keeps.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, TextIO
 
 from smoosh.cli.argtypes import positive_int
 from smoosh.cli.messages import print_error
+from smoosh.daemon.results import Result, read_all
 from smoosh.errors import SmooshError
 from smoosh.jobs.errors import NotFound
 from smoosh.jobs.layer import JobInfo, Jobs
@@ -28,8 +30,12 @@ LIST_HEADER = ("TYPE", "ID", "STATE", "SCHEDULED")
 #: The states of a job-layer row (DESIGN §5.5), what ``jobs list --state`` takes.
 JOB_LAYER_STATES = ("pending", "running", "finished")
 #: What ``jobs list`` adds when it shows no finished job although it was asked for them.
-FINISHED_NOT_KEPT = ("finished jobs are not kept: a smoosh node removes a job from the store once it has "
-                     "finished; `smoosh status --jobs` shows each key's history on its node")
+FINISHED_NOT_KEPT = ("no finished compaction is kept in this store: a smoosh node removes a job once it has "
+                     "finished and keeps each key's last results instead, none yet; `smoosh status --jobs` shows "
+                     "each key's history on its node")
+#: What ``jobs list`` adds under finished rows: what they are.
+FINISHED_KEPT = ("finished: each key's last compaction, as its node keeps it (the time it ended; --json has its "
+                 "last results); `smoosh status --jobs` shows each key's history on its node")
 
 
 def add_jobs_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -88,8 +94,10 @@ def jobs_command(args: argparse.Namespace, *, stdout: TextIO | None = None, stde
     try:
         with Jobs(store, monitors=False) as jobs:
             if args.jobs_command == "list":
+                kept = store.transact(lambda tr: read_all(tr.snapshot))
                 return _list(jobs, getattr(args, "job_type", None), out, states=getattr(args, "state", None),
-                             limit=getattr(args, "limit", None), as_json=bool(getattr(args, "json", False)))
+                             limit=getattr(args, "limit", None), as_json=bool(getattr(args, "json", False)),
+                             kept=kept)
             return _show(jobs, args.job_type, args.job_id, out, err)
     except SmooshError as e:
         print_error(f"jobs: {e}", stream=err)
@@ -112,7 +120,9 @@ def _store_from_config(args: argparse.Namespace, err: TextIO) -> str | None:
 
 
 def _list(jobs: Jobs, job_type: str | None, out: TextIO, *, states: list[str] | None = None,
-          limit: int | None = None, as_json: bool = False) -> int:
+          limit: int | None = None, as_json: bool = False,
+          kept: dict[str, dict[str, list[Result]]] | None = None) -> int:
+    """Print the jobs, then the finished compactions the nodes keep (``kept``: node -> key -> results)."""
     infos: list[JobInfo] = []
     for info in jobs.iter_jobs(job_type):
         if states and info.state not in states:
@@ -120,13 +130,24 @@ def _list(jobs: Jobs, job_type: str | None, out: TextIO, *, states: list[str] | 
         if limit is not None and len(infos) >= limit:
             break
         infos.append(info)
+    asked_for_finished = not states or "finished" in states
+    finished: list[tuple[str, str, list[Result]]] = []  # (type, key, results), the latest first
+    if asked_for_finished:
+        for node, per_key in (kept or {}).items():
+            finished.extend((f"smoosh:{node}", key, results) for key, results in per_key.items()
+                            if job_type is None or job_type == f"smoosh:{node}")
+        finished.sort(key=lambda row: row[2][0].at, reverse=True)
+        if limit is not None:
+            finished = finished[:max(0, limit - len(infos))]
     if as_json:
-        print(json.dumps({"jobs": [_job_json(info) for info in infos]}, indent=2, sort_keys=True, allow_nan=False),
-              file=out)
+        rows_json = [_job_json(info) for info in infos] + [_finished_json(*row) for row in finished]
+        print(json.dumps({"jobs": rows_json}, indent=2, sort_keys=True, allow_nan=False), file=out)
         return 0
     rows = [LIST_HEADER]
     for info in infos:
         rows.append((_type_text(info.type), info.id, info.state, _time_text(info.scheduled_time)))
+    for type_text, key, results in finished:
+        rows.append((type_text, key, "finished", _time_text(results[0].at)))
     types = [_type_text(t) for t in jobs.get_types()]
     if len(rows) == 1:
         print(_nothing_found(job_type, states, types), file=out)
@@ -134,10 +155,17 @@ def _list(jobs: Jobs, job_type: str | None, out: TextIO, *, states: list[str] | 
         widths = [max(len(row[i]) for row in rows) for i in range(len(LIST_HEADER))]
         for row in rows:
             print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip(), file=out)
-    asked_for_finished = not states or "finished" in states
-    if types and asked_for_finished and all(info.state != "finished" for info in infos):
+    if finished:
+        print(FINISHED_KEPT, file=out)
+    elif types and asked_for_finished and all(info.state != "finished" for info in infos):
         print(FINISHED_NOT_KEPT, file=out)
     return 0
+
+
+def _finished_json(job_type: str, key: str, results: list[Result]) -> dict[str, Any]:
+    """A finished compaction a node keeps, in the shape of a job row: its last results in ``data``."""
+    return {"type": job_type, "id": key, "state": "finished", "scheduled_time": results[0].at, "resubmit": False,
+            "data": {"results": [r.to_json() for r in results]}}
 
 
 def _nothing_found(job_type: str | None, states: list[str] | None, types: list[str]) -> str:
@@ -192,7 +220,7 @@ def _type_text(job_type: Any) -> str:
     return str(job_type)
 
 
-def _time_text(scheduled_time: int) -> str:
+def _time_text(scheduled_time: float) -> str:
     if not scheduled_time:
         return "-"
     try:

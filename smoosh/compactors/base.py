@@ -146,11 +146,15 @@ class Blocked(CompactionError):
     Attributes:
         read_only: the file or its directory cannot be written; waiting alone will not help,
             so the daemon retries it at its longest backoff.
+        size_before_bytes: the footprint (database and WAL) when the compaction began, when
+            it got that far (None otherwise): a reader's pinned WAL may give the compacted
+            pages back later, and what they reclaim then is counted against it.
     """
 
     def __init__(self, reason: str, *, read_only: bool = False) -> None:
         super().__init__(reason)
         self.read_only = read_only
+        self.size_before_bytes: int | None = None
 
 
 class Replaced(CompactionError):

@@ -442,8 +442,9 @@ class SqliteCompactor:
             with in_use(path), reservation:
                 try:
                     self._compact_open(path, cleanup, state, ctx, roots, identity)
-                except sqlite_wal.WalPinned:
+                except sqlite_wal.WalPinned as exc:
                     self._pinned.setdefault(path, time.monotonic())
+                    exc.size_before_bytes = before  # what a later checkpoint of its pages is counted against
                     raise
                 self._pinned.pop(path, None)
             try:

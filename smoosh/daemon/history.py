@@ -381,6 +381,14 @@ class HistoryTable:
         with self._lock:
             self._records[record.key] = record
             self._finished.pop(record.key, None)
+            if record.state in ("finished", "dropped"):
+                # A finished key's history read back from the store (its last results): kept
+                # for /jobs like one that finished here, the oldest dropped first.
+                self._finished[record.key] = None
+                while len(self._finished) > self.max_finished:
+                    oldest, _ = self._finished.popitem(last=False)
+                    del self._records[oldest]
+                    self._starved.pop(oldest, None)
             if record.state == "crashing":
                 self._crashing.add(record.key)
             else:

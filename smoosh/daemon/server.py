@@ -26,6 +26,7 @@ import time
 from typing import Any, Callable
 
 from channels import Channel
+from channels.ports import Outcome
 from smoosh.clocks import Clocks
 from smoosh.compactors import load_compactors
 from smoosh.config import ChannelConfig, Config
@@ -45,6 +46,7 @@ from smoosh.daemon.intake.offers import Offers
 from smoosh.daemon.host.live_config import CALL_TIMEOUT_S, LiveConfig
 from smoosh.daemon.intake.verdicts import WAIT_S, Verdict, enqueue_and_wait
 from smoosh.daemon.record.outcomes import Counters, Outcomes
+from smoosh.daemon.results import Result, ResultLog
 from smoosh.daemon.host.registry import ChannelRegistry
 from smoosh.daemon.intake.router import Router
 from smoosh.daemon.run.scheduler import JobScheduler
@@ -62,7 +64,7 @@ from smoosh.jobs import Jobs
 from smoosh.paths import CLEANUP_PREFIX
 from smoosh.loop import Loop, quietly
 from smoosh.daemon.control.store_reset import open_job_store
-from smoosh.store import Store
+from smoosh.store import Store, Transaction
 
 __all__ = ["Server", "UnknownChannel", "Counters"]
 
@@ -109,6 +111,7 @@ class Server(LiveConfig):
         reset_store: bool = False,
     ) -> None:
         self._config = config
+        self._started_config = config  # what http, store, node and state_dir stay until a restart
         self._reset_store = reset_store
         self._clocks = clocks = Clocks.of(clock)
         monotonic = clocks.monotonic
@@ -193,11 +196,13 @@ class Server(LiveConfig):
         self.enqueue = self.intake.enqueue  # type: ignore[method-assign]
         self._jobs: Jobs | None = None
         self._scheduler: JobScheduler | None = None
+        # The finished compactions' durable history, written with the commits that end their jobs.
+        self._results = ResultLog(self.node, max_per_key=config.max_history)
         self._outcomes = Outcomes(
             node=self.node, history=self._history, counters=self.counters, router=self._router,
             forget=self.intake.forget, channel_of=lambda name: self._registry.current.get(name), clocks=clocks,
             log_level=lambda: getattr(logging, self._config.compaction_log_level.upper(), logging.INFO),
-            claimed_run=self._claimed_run,
+            claimed_run=self._claimed_run, results=self._results,
         )
         self._worker: Any = None
         # What the channels ask of the daemon, and the holds put on them from outside.
@@ -249,6 +254,7 @@ class Server(LiveConfig):
             dead_holders=self._dead_holders,
         )
         self._outcomes.crash_records = set(found.recorded)
+        self._results.restore(found.results)
         now = self._clocks.monotonic()  # the channels' clock (the loop's)
         for name, ch_cfg in cfg.channels.items():
             self._registry.open(name, ch_cfg, now)
@@ -266,6 +272,7 @@ class Server(LiveConfig):
                 holder=self._process.instance,
             )
             self._worker.on_released = self._settle
+            self._worker.on_finished = self._history_row
             self._worker.start()
             self._scheduler.local = self._worker
         self._housekeeping = Housekeeping(Parts(
@@ -491,6 +498,12 @@ class Server(LiveConfig):
     def on_hold(self, channel: str, held: bool) -> None:
         """Running work of ``channel`` holds (or goes on): this process's worker at once, others through the store."""
         self._host.on_hold(channel, held)
+
+    def _history_row(self, key: str, data: dict[str, Any], outcome: Outcome) -> Callable[[Transaction], None]:
+        """The write of a claimed run's durable history row (the worker's compaction thread)."""
+        channel = data.get("channel")
+        result = Result.of(outcome, channel if isinstance(channel, str) else None, self._clocks.wall())
+        return self._results.write_for(key, result)
 
     def _claimed_run(self, key: str) -> bool:
         """Whether ``key``'s run is this process's worker's, claimed by it (no store request to clear)."""

@@ -299,13 +299,13 @@ def defer_after_a_crash(h: Any, key: str = "/db/a", not_before: float = T0 + 300
 def test_not_before_from_the_host_defers_the_key_without_a_slot(make_channel: MakeChannel, caplog: Any) -> None:
     h = make_channel()
     defer_after_a_crash(h)
-    # Reported, kept, held aside: no slot, shown as waiting and deferred.
+    # Reported, kept, held aside: no slot, shown deferred and not as waiting to start.
     assert h.host.results() == {"/db/a": "failed"}
     assert h.host.slots == 0
     assert h.channel.waiting() == [("/db/a", 5.0)]
     assert h.channel.keys() == {"/db/a"}
     assert h.status()["deferred"] == 1
-    assert h.status()["waiting"] == {"size": 1, "min": 5.0, "max": 5.0}
+    assert h.status()["waiting"] == {"size": 0, "min": 0, "max": 0}
     # Free slots do not start it early.
     assert h.tick(299) == T0 + 300
     assert h.started() == ["/db/a"]

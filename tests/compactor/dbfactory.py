@@ -103,6 +103,18 @@ def make_bloated_db(
     return stats
 
 
+def make_corrupt_db(path: str) -> None:
+    """A bloated SQLite file whose header is sound and whose pages are not: its VACUUM fails with
+    ``CorruptError: database disk image is malformed`` (the one corrupt database of a fleet).
+
+    Its pages are half empty, scattered: the slack channel takes it, not the ratio channel.
+    """
+    make_bloated_db(path, rows=3000, delete_fraction=0.5, scattered=True)
+    with open(path, "r+b") as f:
+        f.seek(4096 * 3)
+        f.write(b"\xff" * 4096 * 2)
+
+
 def db_stats(path: str) -> dict:
     """File bytes and the page pragmas of a database (opened and closed cleanly)."""
     conn = _connect(path)

@@ -161,3 +161,22 @@ def test_a_drained_fleet_leaves_no_job_in_the_store_idle_or_stopped(tmp_path: An
                 layer.close()
                 reopened.close()
         # The second round forces the same files again (compact now, but forced runs run).
+
+
+def test_a_finished_runs_history_row_rides_on_the_commit_that_finishes_its_job(jobs: Jobs) -> None:
+    # Durable history costs no extra commit (DESIGN §12): the row is written with the finish.
+    from smoosh.daemon.results import Result, ResultLog, read_rows
+
+    clock = FakeClock(100.0)
+    finishes = DeferredFinishes(jobs, clock=clock)
+    log = ResultLog("n1")
+    # Given a run that ended, its history row handed to the finish that waits
+    write = log.write_for("/db/a", Result(100.0, "ratio_dbs", "ok", 0.5, 1000, 100))
+    finishes.add("/db/a", claimed(jobs, "/db/a"), write)
+    assert jobs.store.transact(lambda tr: read_rows(tr.snapshot, "n1")) == {}
+    # When the next claim commits
+    finishes.transact("/db/b", lambda tr: jobs.add_claimed(JOB_TYPE, "/db/b", {"key": "/db/b"}, tx=tr))
+    # Then that one commit finished the job and wrote the row
+    assert state(jobs, "/db/a") is None
+    rows = jobs.store.transact(lambda tr: read_rows(tr.snapshot, "n1"))
+    assert [(r.result, r.size_before_bytes, r.size_after_bytes) for r in rows["/db/a"]] == [("ok", 1000, 100)]

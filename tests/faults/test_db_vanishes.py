@@ -60,7 +60,7 @@ def test_databases_deleted_truncated_or_replaced_while_queued(tmp_path: Path, da
 
     wait_for(lambda: record(d, dbs["kept"]).get("state") == "finished", HANG_S, what="the untouched key", daemon=d)
     # The cut file's compaction crashed: it waits out its backoff in the channel (deferred).
-    wait_for(lambda: (lambda s: s["active"] == 0 and s["waiting"]["size"] == s["deferred"] <= 1)(
+    wait_for(lambda: (lambda s: s["active"] == 0 and s["waiting"]["size"] == 0 and s["deferred"] <= 1)(
              d.get("/status")["channels"]["ratio_dbs"]), HANG_S, what="every other key to leave the queue", daemon=d)
     assert dbs["kept"].stat().st_size < kept_size / 3
     assert digest(dbs["replaced"]) == replaced_digest, "the compact replacement was rewritten"

@@ -16,7 +16,7 @@ from opslib import PausedDaemon, request, smoosh_cli
 
 from helpers.daemon import HANG_S, free_port
 
-HEADER = ["CHANNEL", "ACTIVE", "STARTING", "WAITING", "MIN", "MAX", "WINDOW", "PAUSED", "RECLAIMABLE"]
+HEADER = ["CHANNEL", "ACTIVE", "STARTING", "WAITING", "MIN", "MAX", "DEFERRED", "WINDOW", "PAUSED", "RECLAIMABLE"]
 
 
 def rows(text: str) -> dict[str, list[str]]:
@@ -31,8 +31,8 @@ def test_status_prints_one_row_per_channel_with_counts_priorities_window_and_pau
     assert out.returncode == 0, out.stderr
     table = rows(out.stdout)
     assert list(table) == ["upgrade_dbs", "ratio_dbs", "slack_dbs", "index_cleanup"]
-    name, active, starting, waiting, _min, _max, window, pause = table["ratio_dbs"][:8]
-    assert (active, starting, waiting, _max, window, pause) == ("0", "0", "3", "inf", "always", "yes")
+    name, active, starting, waiting, _min, _max, deferred, window, pause = table["ratio_dbs"][:9]
+    assert (active, starting, waiting, _max, deferred, window, pause) == ("0", "0", "3", "inf", "0", "always", "yes")
     assert out.stdout.splitlines()[-1].startswith("node testnode: ")
     assert out.stdout.splitlines()[-1].endswith(" reclaimable")
 

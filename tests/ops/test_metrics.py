@@ -18,7 +18,8 @@ CHANNELS = {"upgrade_dbs", "ratio_dbs", "slack_dbs", "index_cleanup"}
 RESULTS = ("ok", "failed", "busy", "gone", "interrupted", "replaced", "blocked")
 #: The duration histogram's bounds: from 10 ms to 3 hours.
 BUCKETS = ("0.01", "0.05", "0.25", "1.0", "5.0", "15.0", "60.0", "300.0", "900.0", "3600.0", "10800.0", "+Inf")
-PER_CHANNEL = ("smoosh_active_jobs", "smoosh_starting_jobs", "smoosh_waiting_jobs", "smoosh_reclaimable_bytes")
+PER_CHANNEL = ("smoosh_active_jobs", "smoosh_starting_jobs", "smoosh_waiting_jobs", "smoosh_deferred_jobs",
+               "smoosh_reclaimable_bytes")
 
 
 def scrape(url: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
@@ -39,7 +40,7 @@ def by_label(samples: dict[tuple[tuple[str, str], ...], float], label: str) -> d
 
 def test_metrics_carry_the_pinned_names_and_labels(paused: PausedDaemon) -> None:
     m = scrape(paused.url)
-    assert m["smoosh_channel_count"] == {(): 4.0}
+    assert m["smoosh_channels"] == {(): 4.0}
     for name in PER_CHANNEL:
         assert set(by_label(m[name], "channel")) == CHANNELS, name
     assert set(by_label(m["smoosh_evicted_total"], "channel")) == CHANNELS

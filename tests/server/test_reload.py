@@ -135,6 +135,25 @@ def test_a_key_that_cannot_apply_live_is_named_in_restart_required(key: str, ser
     assert server.status()["restart_required"] == [key]
 
 
+@pytest.mark.parametrize("key", sorted(RESTART_KEYS))
+def test_an_edit_that_needed_a_restart_is_cleared_when_it_is_reverted(
+    key: str, server: Server, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given an edit of a key that cannot apply live, then a second edit of another key
+    value = {"store": "memory:", "http": "127.0.0.1:9", "node": "elsewhere", "state_dir": str(tmp_path / "s2")}[key]
+    caplog.set_level(logging.INFO, logger="smoosh.daemon.server")
+    server.apply_config(make(tmp_path, f"{key} = {value}"))
+    server.apply_config(make(tmp_path, f"{key} = {value}\nmax_jobs = 3"))
+    assert server.status()["restart_required"] == [key]
+    # When the edit is put back to what the daemon started with
+    server.apply_config(make(tmp_path, "max_jobs = 3"))
+    # Then nothing needs a restart any more, and the log said each change once
+    assert server.status()["restart_required"] == []
+    said = [r.getMessage() for r in caplog.records if "restart" in r.getMessage()]
+    assert said == [f"config keys changed that need a restart: {key}",
+                    f"config keys that needed a restart are back to what the daemon runs with: {key}"]
+
+
 @pytest.mark.parametrize("key", sorted(SQLITE_KEYS))
 def test_a_sqlite_key_applies_live(key: str, server: Server, tmp_path: Path) -> None:
     value, probe = SQLITE_LIVE[key]

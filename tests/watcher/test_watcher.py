@@ -674,3 +674,40 @@ def test_a_periodic_rescan_still_sees_changes_stamped_by_a_wall_clock_set_back_a
     w.tick(1200.0)
     # Then the next periodic rescan reports it, and only it
     assert seen.paths == [str(busy)]
+
+
+@pytest.mark.parametrize(("whose", "level", "said"), [
+    ("smoosh's", logging.INFO,
+     "inotify queue overflowed while smoosh compacted (4000 of the last 4000 file events were its own writes); "
+     "rescanning {root} for databases changed since the last scan"),
+    ("the application's", logging.WARNING,
+     "inotify queue overflowed: file-system events were lost; rescanning {root} for databases changed since the "
+     "last scan (raise fs.inotify.max_queued_events if this repeats)"),
+])
+def test_an_overflow_of_smooshs_own_writes_rescans_without_a_warning_about_itself(
+    watched: Path, caplog: pytest.LogCaptureFixture, whose: str, level: int, said: str
+) -> None:
+    # Given a watcher while smoosh compacts big.db (its VACUUM writes big.db-wal) beside the
+    # application's own app.db
+    from smoosh.daemon.watch.inotify_watch import IN_MODIFY
+
+    big, app = make_db(watched / "big.db", "wal"), make_db(watched / "app.db", "wal")
+    clock = FakeClock(0.0)
+    w = Watcher([str(watched)], Seen(), rescan_interval_s=600.0, clock=clock, busy=lambda p: p == str(big))
+    w.start()
+    try:
+        assert wait_for(lambda: w.scans_completed == 1)
+        observer = w._roots._observer
+        assert isinstance(observer, InotifyObserver)
+        wd = next(wd for wd, d in observer._wd_dir.items() if d == str(watched))
+        flooded = big if whose == "smoosh's" else app
+        # When the kernel's queue overflows, the events read with its record being those writes
+        events = [Event(wd, IN_MODIFY, 0, f"{flooded.name}-wal") for _ in range(4000)]
+        with caplog.at_level(logging.DEBUG, logger="smoosh.daemon.watch.watcher"):
+            observer._handle([*events, Event(-1, IN_Q_OVERFLOW, 0, "")])
+            # Then it rescans what changed either way, and says it at the level of whose writes they were
+            assert wait_for(lambda: w.scans_completed == 2)
+        lines = [(r.levelno, r.getMessage()) for r in caplog.records if "overflowed" in r.getMessage()]
+        assert lines == [(level, said.format(root=watched))]
+    finally:
+        w.stop()

@@ -71,7 +71,9 @@ class SmooshCollector(Collector):
         counters = server.counters
         channels: dict[str, dict[str, Any]] = status.get("channels", {})
 
-        count = GaugeMetricFamily("smoosh_channel_count", "Channels configured on this node.")
+        # Not smoosh_channel_count: a gauge named ..._count reads as a histogram's or a summary's
+        # count series, and `promtool check metrics` fails every scrape on it.
+        count = GaugeMetricFamily("smoosh_channels", "Channels configured on this node.")
         count.add_metric([], len(channels))
         yield count
 
@@ -81,7 +83,11 @@ class SmooshCollector(Collector):
             "starting": GaugeMetricFamily(
                 "smoosh_starting_jobs", "Compactions added to the job layer and not yet running.", labels=["channel"]),
             "waiting": GaugeMetricFamily(
-                "smoosh_waiting_jobs", "Keys waiting in the channel's priority queue.", labels=["channel"]),
+                "smoosh_waiting_jobs", "Keys waiting in the channel's queue that could start now (not those "
+                "waiting out a crash backoff or a busy database's retry: smoosh_deferred_jobs).", labels=["channel"]),
+            "deferred": GaugeMetricFamily(
+                "smoosh_deferred_jobs", "Keys of the channel waiting out a crash backoff or a busy database's retry: "
+                "they hold no slot and cannot start before their time.", labels=["channel"]),
             "reclaimable": GaugeMetricFamily(
                 "smoosh_reclaimable_bytes",
                 "Estimated bytes the queued keys would reclaim (file - active, from their last sizes).",
@@ -103,6 +109,7 @@ class SmooshCollector(Collector):
             gauges["active"].add_metric([name], _number(entry.get("active")))
             gauges["starting"].add_metric([name], _number(entry.get("starting")))
             gauges["waiting"].add_metric([name], _number(waiting.get("size")))
+            gauges["deferred"].add_metric([name], _number(entry.get("deferred")))
             gauges["reclaimable"].add_metric([name], _number(entry.get("reclaimable_bytes")))
             gauges["suspended"].add_metric([name], 1 if entry.get("suspended") else 0)
             gauges["held"].add_metric([name], 1 if entry.get("held") else 0)

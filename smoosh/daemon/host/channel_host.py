@@ -16,6 +16,7 @@ may be called from any thread. The channels themselves are made by the server (i
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
     from smoosh.store import Store
 
 __all__ = ["ChannelHost"]
+
+log = logging.getLogger("smoosh.daemon.server")  # an operator's action is the server's line
 
 
 class ChannelHost:
@@ -189,10 +192,15 @@ class ChannelHost:
     def apply_cluster_holds(self, holds: list[Hold]) -> None:
         """Hold (or release) every channel as the cluster holds now say (loop thread)."""
         self.cluster_holds = holds
-        changed = False
+        changed = []
         for name, channel in self._registry.current.items():
-            changed = channel.set_held(self.cluster_hold_of(name)) or changed
+            if channel.set_held(self.cluster_hold_of(name)):
+                changed.append(name)
         if changed:
+            held = [name for name, channel in self._registry.current.items() if channel.status().get("held")]
+            # One line for the operator's `smoosh suspend|resume --store`, not one per channel.
+            log.info("cluster holds changed for %s: %s", ", ".join(changed),
+                     f"now held: {', '.join(held)}" if held else "no channel of this node is held")
             self._acted()  # the node's record in the store shows it now
 
     def suspend(self, channel: str | None) -> None:
@@ -205,6 +213,10 @@ class ChannelHost:
         self._suspension.suspend(channel)
         for ch in targets:
             ch.suspend()
+        # One line per operator action, whatever the number of channels (each channel says
+        # its own change at DEBUG): suspending 4 channels wrote 8 lines.
+        log.info("suspended %s: nothing starts and running compactions hold until it is resumed",
+                 _channels_named(channel, targets))
         self._acted()
 
     def resume(self, channel: str | None) -> None:
@@ -217,6 +229,7 @@ class ChannelHost:
         self._suspension.resume(channel, list(self._registry.current))
         for ch in targets:
             ch.resume()
+        log.info("resumed %s", _channels_named(channel, targets))
         self._acted()
 
     def flush(self, channel: str | None) -> int:
@@ -229,9 +242,18 @@ class ChannelHost:
             UnknownChannel: ``channel`` is not configured.
         """
         dropped = 0
-        for ch in self._registry.targets(channel):
+        targets = self._registry.targets(channel)
+        for ch in targets:
             for key in ch.flush():
                 self._intake.forget_flushed(key)
                 dropped += 1
+        log.info("flushed %s: %d waiting key(s) dropped", _channels_named(channel, targets), dropped)
         self._acted()
         return dropped
+
+
+def _channels_named(channel: str | None, targets: list[Any]) -> str:
+    """``channel ratio_dbs``, or ``every channel (upgrade_dbs, ratio_dbs)`` for an action on all of them."""
+    if channel is not None:
+        return f"channel {channel}"
+    return f"every channel ({', '.join(ch.name for ch in targets)})" if targets else "every channel (none configured)"

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from smoosh.clocks import Clocks
     from smoosh.daemon.control.budget_gate import BudgetGate
     from smoosh.daemon.history import HistoryTable
+    from smoosh.daemon.results import ResultLog
     from smoosh.daemon.host.housekeeping import Housekeeping
     from smoosh.daemon.intake.intake import Intake
     from smoosh.daemon.host.registry import ChannelRegistry
@@ -47,6 +48,8 @@ class LiveConfig:
 
     # The server's parts this touches (set by Server.__init__ and Server.start).
     _config: Config
+    #: The config the daemon started with: what the keys that cannot apply live still run with.
+    _started_config: Config
     _config_error: str | None
     _restart_required: list[str]
     _slots: SlotGate
@@ -56,6 +59,7 @@ class LiveConfig:
     pressure: DiskPressure
     _budget_gate: BudgetGate
     _history: HistoryTable
+    _results: ResultLog
     _access: AccessTable
     _compactors: list[Any]
     _worker: Any
@@ -84,9 +88,16 @@ class LiveConfig:
 
     def _apply_config(self, new: Config) -> None:
         old = self._config
-        self._restart_required = old.restart_keys_changed(new)
-        if self._restart_required:
-            log.warning("config keys changed that need a restart: %s", ", ".join(self._restart_required))
+        # Against the config the daemon started with, not the one in force: that one already
+        # holds an earlier edit of these keys, which never took effect, so an edit put back
+        # would still have differed from it and stayed "required" until a restart.
+        required = self._started_config.restart_keys_changed(new)
+        if required and required != self._restart_required:
+            log.warning("config keys changed that need a restart: %s", ", ".join(required))
+        elif self._restart_required and not required:
+            log.info("config keys that needed a restart are back to what the daemon runs with: %s",
+                     ", ".join(self._restart_required))
+        self._restart_required = required
         self._config = new
         self._config_error = None
         if new.log_format != old.log_format:
@@ -108,7 +119,17 @@ class LiveConfig:
             backoff_base_s=new.backoff_base_s,
             busy_retries=new.busy_retries,
         )
+        self._results.configure(max_per_key=new.max_history)
         self._access.set_staleness(new.staleness_s)
+        targets = {k: (getattr(old.sqlite, k), getattr(new.sqlite, k)) for k in ("page_size", "auto_vacuum")}
+        changed = {k: v for k, (was, v) in targets.items() if was != v}
+        if changed:
+            # Every database must be looked at again, and the full rescan below reports each
+            # one, but a key accepted within `staleness` would be dropped as stale: forgotten,
+            # each is examined (a database compacted lately still goes to the upgrade channels).
+            forgotten = self._access.forget_all()
+            log.info("upgrade targets changed (%s): every database is examined again (%d recently accepted "
+                     "key(s) forgotten)", ", ".join(f"{k} {v}" for k, v in changed.items()), forgotten)
         self._access.set_max_size(new.access_max_size)
         if (new.roots, new.allow_hard_links, new.allow_mounts) != (old.roots, old.allow_hard_links, old.allow_mounts):
             self._set_compactor_roots(new)

@@ -203,11 +203,7 @@ def channel_record(
         "position": found.get("position") if found is not None else None,
         "forced": forced,
         "reason": channel_phrase(ch, key, sizes, priority, compactor),
-        "thresholds": {
-            "priority": ch.priority, "min_priority": ch.min_priority, "max_priority": ch.max_priority,
-            "min_size": ch.min_size_bytes, "max_size": ch.max_size_bytes, "min_changes": ch.min_changes,
-            "match": list(ch.match),
-        },
+        "thresholds": thresholds(ch),
         "window": str(window) if window is not None else "always",
         "in_window": in_window,
         "next_open": next_open,
@@ -220,6 +216,29 @@ def channel_record(
 
 
 # -- the parts --------------------------------------------------------------------------------------
+
+
+def thresholds(ch: ChannelConfig) -> dict[str, Any]:
+    """The thresholds that decide ``ch``'s priority, and only those.
+
+    An upgrade channel gives 1 to a database whose format differs from the targets, else 0,
+    whatever its size (``smoosh.priority``): its sizes and priority bounds do not apply, and
+    showing them said they did.
+
+    Parameters:
+        ch: the channel's config.
+
+    Returns:
+        ``{"priority", "min_priority", "max_priority", "min_size", "max_size", "min_changes",
+        "match"}``; for an upgrade channel ``{"priority", "min_changes", "match"}``.
+    """
+    if ch.priority == "upgrade":
+        return {"priority": ch.priority, "min_changes": ch.min_changes, "match": list(ch.match)}
+    return {
+        "priority": ch.priority, "min_priority": ch.min_priority, "max_priority": ch.max_priority,
+        "min_size": ch.min_size_bytes, "max_size": ch.max_size_bytes, "min_changes": ch.min_changes,
+        "match": list(ch.match),
+    }
 
 
 def _wall_or_none(at: float | None, to_wall: Callable[[float], float]) -> float | None:
@@ -288,7 +307,10 @@ def _summarise(
         answer["reason"] = stale_reason(left_s, now)
     elif sizes is None and not key.startswith(CLEANUP_PREFIX):
         answer["reason"] = not_measured_reason(key)
-    elif sizes is not None and router.freshly_compacted(key, sizes.file_bytes, cfg, forget_expired=False):
+    elif (sizes is not None and router.freshly_compacted(key, sizes.file_bytes, cfg, forget_expired=False)
+          and not any(c["priority"] and cfg.channels[n].priority == "upgrade" for n, c in channels.items()
+                      if n in cfg.channels)):
+        # (an upgrade channel still takes a database compacted lately: its target is not in the file)
         answer["reason"] = "compacted less than exact_size_interval ago and not grown since"
     else:
         taker = next((n for n, c in channels.items() if c["priority"]), None)

@@ -204,10 +204,13 @@ class Intake:
         waiter.resolve(Verdict(waiter.key, NOT_QUEUED, reason=stale_reason(self.access.fresh_for_s(key), self._wall())))
 
     def on_event(self, path: str) -> None:
-        """The watcher saw ``path`` change: the hot path first, then the debouncer (and the WAL's size)."""
-        if self.access.is_fresh(path):
-            self.counters.enqueue_stale += 1
-            return
+        """The watcher saw ``path`` change: into the debouncer, fresh or not (and a look at its WAL).
+
+        A key a channel accepted recently is not examined, but it is debounced like any
+        other: :meth:`tick` drops it as stale once its burst of events is over, and counts
+        it once (``smoosh_enqueue_total{outcome="stale"}`` counts keys, not file events: a
+        WAL database writes several per commit, and counting each made 16,305 of two writes).
+        """
         now = self._clock()
         if self.debouncer.event(path, now):
             self.wake()
@@ -244,7 +247,10 @@ class Intake:
         examined when they have (at the latest ``recheck_interval`` after the first one),
         not half-written.
         """
-        if self.access.is_fresh(path) or self.debouncer.is_busy(path):
+        if self.debouncer.is_busy(path):
+            return
+        if self.access.is_fresh(path):
+            self.counters.enqueue_stale += 1
             return
         try:
             self.validate(path)
@@ -254,9 +260,14 @@ class Intake:
         self.submit(path)
 
     def tick(self, now: float) -> float | None:
-        """Examine the debounced keys that are due; returns when the next one is."""
+        """Examine the debounced keys that are due; returns when the next one is.
+
+        A key a channel accepted recently is dropped as stale here, and counted once per
+        debounce (per burst of its events), not once per event.
+        """
         for key in self.debouncer.due(now):
             if self.access.is_fresh(key):
+                self.counters.enqueue_stale += 1
                 self.debouncer.result(key, True, now)
                 continue
             try:

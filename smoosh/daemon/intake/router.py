@@ -73,7 +73,10 @@ class Router:
     def offers(self, key: str, cfg: Config, *, defer_exact: bool = False, force: bool = False) -> Iterator[Offer]:
         """The ways to offer ``key`` to its channels, cheapest measurement first.
 
-        Yields nothing for a missing database or one compacted recently that has not grown. For
+        Yields nothing for a missing database. One compacted recently that has not grown is
+        offered to the upgrade channels alone: its size holds nothing to reclaim, but a target
+        changed since (a live edit of ``[smoosh.sqlite] auto_vacuum``) is not in its file yet,
+        and an upgrade channel's priority says only whether it needs one. For
         a database the cheap size estimate comes first; the exact one follows only when the
         compactor says it is due (at most once per ``exact_size_interval`` per key), because the
         estimate is a lower bound and may not qualify where the truth does. With
@@ -90,7 +93,12 @@ class Router:
             yield cfg.cleanup_channels, None, lambda ch: priority, False
             return
         sizes = compactor.sizes(key)
-        if sizes is None or (not force and self.freshly_compacted(key, sizes.file_bytes, cfg)):
+        if sizes is None:
+            return
+        if not force and self.freshly_compacted(key, sizes.file_bytes, cfg):
+            upgrades = tuple(n for n in cfg.db_channels if n in cfg.channels and cfg.channels[n].priority == "upgrade")
+            if upgrades:
+                yield upgrades, sizes, lambda ch: self.priority(ch, key, sizes, compactor), False
             return
         yield cfg.db_channels, sizes, lambda ch: self.priority(ch, key, sizes, compactor), False
         if force:

@@ -12,6 +12,7 @@ crashing database is not retried at once after a restart (DESIGN §5.6).
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
@@ -25,6 +26,7 @@ from smoosh.daemon.history import (
     STARTED, STARVED, HistoryTable, encode_record, longest_backoff_s,
 )
 from smoosh.daemon.record.histogram import Histogram
+from smoosh.daemon.results import Result, ResultLog
 from smoosh.daemon.run.startup import crash_record_key
 from smoosh.store.base import Transaction
 
@@ -105,6 +107,18 @@ class Counters:
             self.compacted_bytes[channel] = (before + size_before, after + size_after)
             self.last_success_s[channel] = now
 
+    def count_reclaimed(self, channel: str, size_before_bytes: int, size_after_bytes: int, now: float) -> None:
+        """Count bytes a compaction gave back after it ended (loop thread only): its bytes before and after.
+
+        A compaction blocked by a reader pinning the WAL has written the compacted database
+        into the WAL; when the reader leaves and the WAL is checkpointed, the file shrinks. Its
+        retry then finds nothing to do (dropped, priority 0), and the bytes were counted nowhere.
+        """
+        before, after = self.compacted_bytes.get(channel, (0, 0))
+        size_after = min(size_before_bytes, max(0, size_after_bytes))
+        self.compacted_bytes[channel] = (before + size_before_bytes, after + size_after)
+        self.last_success_s[channel] = now
+
 
 def log_fields(channel: str, key: str, outcome: Outcome) -> dict[str, object]:
     """The structured fields of the line a run's end logs (``extra=``: JSON logs carry them, text ignores them).
@@ -153,6 +167,9 @@ class Outcomes:
         clocks: the daemon's clocks: history and counters are wall time (a person reads
             them), a not-before time is monotonic (the channels' clock: a wall clock set
             back must not hold a retry back for the step).
+        results: the durable history: a run this process's worker did not claim has its row
+            written here, with its job's removal (a claimed run's worker writes it with the
+            finish).
     """
 
     def __init__(
@@ -167,6 +184,7 @@ class Outcomes:
         channel_of: Callable[[str], Channel | None],
         claimed_run: Callable[[str], bool],
         clocks: Clocks,
+        results: ResultLog | None = None,
     ) -> None:
         self._node = node
         self._history = history
@@ -177,10 +195,14 @@ class Outcomes:
         self._channel_of = channel_of
         self._claimed_run = claimed_run
         self._clocks = clocks
+        self._results = results
         #: Keys with a crash record in the store: only those need one cleared.
         self.crash_records: set[str] = set()
         # key -> the store write to make with its job's removal (its crash record).
         self._pending_writes: dict[str, Write] = {}
+        # key -> its bytes (file and WAL) at the start of a run a reader's pinned WAL blocked:
+        # what its next run's drop compares the file with (see Counters.count_reclaimed).
+        self._blocked_before: dict[str, int] = {}
 
     def on_outcome(self, channel: str, key: str, outcome: Outcome, now: float) -> float | None:
         """Record how a run ended at ``now`` (monotonic: the channels' clock).
@@ -191,6 +213,7 @@ class Outcomes:
         result = outcome.result
         wall = self._clocks.wall()
         self._counters.count(channel, outcome, wall)
+        self._blocked_before.pop(key, None)
         history = self._history
         not_before: float | None = None
         fields = log_fields(channel, key, outcome)
@@ -220,7 +243,7 @@ class Outcomes:
             else:
                 log.info("%r was busy; retrying in %.0f s", key, not_before - now, extra=fields)
         elif result == BLOCKED:
-            not_before = self._blocked(channel, key, outcome.error or "", wall, now, fields)
+            not_before = self._blocked(channel, key, outcome.error or "", wall, now, fields, outcome.size_before_bytes)
         elif result == REPLACED:
             history.record(key, REPLACED_EVENT, wall, channel=channel, reason=outcome.error or "replaced")
             self._forget(key)
@@ -235,12 +258,16 @@ class Outcomes:
                 extra=fields,
             )
         write = self._crash_record_write(key, keep=not_before is not None)
+        if self._results is not None and not self._claimed_run(key):
+            # Its history row rides on its job's removal (a claimed run's on its finish).
+            write = _both(write, self._results.write_for(key, Result.of(outcome, channel, wall)))
         if write is not None:
             self._pending_writes[key] = write
         return not_before
 
     def _blocked(
         self, channel: str, key: str, reason: str, wall: float, now: float, fields: dict[str, object],
+        size_before_bytes: int = 0,
     ) -> float:
         """Record a compaction that could not make progress; the (monotonic) time it is tried again.
 
@@ -250,6 +277,8 @@ class Outcomes:
         """
         history = self._history
         retry_after_s = longest_backoff_s(history.backoff_base_s) if reason == READ_ONLY else None
+        if reason != READ_ONLY and size_before_bytes > 0:
+            self._blocked_before[key] = size_before_bytes
         rec = history.record(
             key, BLOCKED_EVENT, wall, channel=channel, reason=f"blocked: {reason}", retry_after_s=retry_after_s,
             mono=now,
@@ -268,6 +297,7 @@ class Outcomes:
                 self._history.record(event.key, STARTED, wall, channel=channel_name)
         elif event.kind == "dropped":
             self._history.record(event.key, DROPPED, wall, channel=channel_name, reason=event.reason)
+            self._reclaimed_since_blocked(channel_name, event.key, wall, now)
         channel = self._channel_of(channel_name)
         ended = event.outcome if event.kind == "ended" else None
         # An interrupted run is not an outcome to record (no history, no backoff: the channel
@@ -284,6 +314,32 @@ class Outcomes:
         else:
             channel.on_run_event(event, now)
         return self._pending_writes.pop(event.key, None) if event.kind == "ended" else None
+
+    def _reclaimed_since_blocked(self, channel: str, key: str, wall: float, now: float) -> None:
+        """A key whose last run a pinned WAL blocked was dropped: count what its file gave back since.
+
+        Its VACUUM had written the compacted database into the WAL, which the reader kept from
+        being copied back; once the reader left and the WAL was checkpointed, the file came out
+        small, and the retry found nothing to do. The bytes are the compaction's: counted (in
+        ``smoosh_compacted_bytes_total`` and ``smoosh_reclaimed_bytes_total``, not as a second
+        compaction), said in the one line a compaction writes, and the key is ``finished``.
+        """
+        before = self._blocked_before.pop(key, None)
+        if before is None:
+            return
+        after = _footprint(key)
+        if after is None or after >= before:
+            return
+        self._counters.count_reclaimed(channel, before, after, wall)
+        reclaimed = before - after
+        self._history.record(key, FINISHED, wall, channel=channel,
+                             reason=f"reclaimed {reclaimed} bytes once the WAL a reader pinned was checkpointed")
+        self._router.record_compacted(key, after, now)
+        self._forget(key)
+        log.log(self._log_level(), "compacted %r in %s once the WAL a reader pinned was checkpointed: %d -> %d bytes, "
+                "reclaimed %d bytes", key, channel, before, after, reclaimed,
+                extra={"key": key, "channel": channel, "result": OK, "size_before_bytes": before,
+                       "size_after_bytes": after, "reclaimed_bytes": reclaimed})
 
     def _crash_record_write(self, key: str, *, keep: bool) -> Write | None:
         """The write of ``key``'s crash record (or its removal), made with its job's removal.
@@ -310,3 +366,27 @@ class Outcomes:
                 tr.set(store_key, value)
 
         return write
+
+
+def _both(first: Write | None, second: Write) -> Write:
+    """One write made of two, in order (``first`` may be None)."""
+    if first is None:
+        return second
+
+    def write(tr: Transaction) -> None:
+        first(tr)
+        second(tr)
+
+    return write
+
+
+def _footprint(path: str) -> int | None:
+    """A database's bytes as a compaction measures them, the file and its WAL; None when it is gone."""
+    try:
+        size = os.stat(path).st_size
+    except OSError:
+        return None
+    try:
+        return size + os.stat(path + "-wal").st_size
+    except OSError:
+        return size

@@ -73,7 +73,8 @@ def compact(
     except Blocked as exc:
         # Outside smoosh's hands (a reader, the permissions): one WARNING line, written by the
         # outcome's record, and no traceback.
-        return outcome(BLOCKED, str(exc), size_bytes, size_bytes)
+        before = exc.size_before_bytes if exc.size_before_bytes is not None else size_bytes
+        return outcome(BLOCKED, str(exc), before, before)
     except Interrupted as exc:
         return outcome(INTERRUPTED, str(exc), size_bytes, size_bytes)
     except Replaced as exc:
@@ -82,5 +83,7 @@ def compact(
     except Gone as exc:
         return outcome(GONE, str(exc))
     except Exception as exc:
-        log.warning("Compaction of %r failed: %s: %s", key, type(exc).__name__, exc, exc_info=log.isEnabledFor(logging.DEBUG))
+        # DEBUG, with the traceback: the one WARNING line of a failed compaction is its outcome's
+        # (DESIGN §11), written where the outcome is recorded; two lines said one failure twice.
+        log.debug("Compaction of %r failed: %s: %s", key, type(exc).__name__, exc, exc_info=True)
         return outcome(FAILED, f"{type(exc).__name__}: {exc}", size_bytes, size_bytes)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Optional, TypeVar
 
 from smoosh.jobs import JobHalted, Jobs
 from smoosh.store import Transaction
@@ -30,6 +30,9 @@ __all__ = ["DeferredFinishes", "FINISH_MERGE_WAIT_S"]
 log = logging.getLogger("smoosh.daemon.run.worker")  # the worker's lines, one logger
 
 T = TypeVar("T")
+
+#: A write made in the commit that finishes a run (the run's durable history row), or None.
+Also = Optional[Callable[[Transaction], None]]
 
 #: Longest a finished run's job waits for the next claim's commit before it is committed on
 #: its own (seconds). The next claim comes within a loop iteration (well under a millisecond)
@@ -51,20 +54,26 @@ class DeferredFinishes:
         self._jobs = jobs
         self._clock = clock
         self._cond = threading.Condition()
-        self._waiting: list[tuple[str, Any]] = []  # (key, job)
+        self._waiting: list[tuple[str, Any, Also]] = []  # (key, job, the write that goes with it)
         self._since = 0.0  # when the oldest waiting finish was added
         self._committing: dict[str, int] = {}  # key -> commits under way carrying its finish
 
-    def add(self, key: str, job: Any) -> None:
+    def add(self, key: str, job: Any, also: Also = None) -> None:
         """The run of ``key`` ended: its job is to be finished and removed.
 
-        Its outcome is not written: the channel heard it directly and keeps it, and the job
-        is deleted in the same commit, so no reader could ever see it.
+        Its outcome is not written in the job: the channel heard it directly and keeps it, and
+        the job is deleted in the same commit, so no reader could ever see it.
+
+        Parameters:
+            key: the run's key.
+            job: its job.
+            also: a write made in the same commit (the key's durable history row,
+                ``smoosh.daemon.results``): durable history costs no extra commit.
         """
         with self._cond:
             if not self._waiting:
                 self._since = self._clock()
-            self._waiting.append((key, job))
+            self._waiting.append((key, job, also))
 
     def waiting(self) -> int:
         """How many finishes wait for a commit."""
@@ -120,17 +129,17 @@ class DeferredFinishes:
 
     # -- under the lock, and the commits -----------------------------------------------------------
 
-    def _take_locked(self) -> list[tuple[str, Any]]:
+    def _take_locked(self) -> list[tuple[str, Any, Also]]:
         taken, self._waiting = self._waiting, []
-        for key, _ in taken:
+        for key, _, _ in taken:
             self._committing[key] = self._committing.get(key, 0) + 1
         return taken
 
-    def _done(self, taken: list[tuple[str, Any]]) -> None:
+    def _done(self, taken: list[tuple[str, Any, Also]]) -> None:
         if not taken:
             return
         with self._cond:
-            for key, _ in taken:
+            for key, _, _ in taken:
                 left = self._committing.get(key, 0) - 1
                 if left > 0:
                     self._committing[key] = left
@@ -138,7 +147,7 @@ class DeferredFinishes:
                     self._committing.pop(key, None)
             self._cond.notify_all()
 
-    def _restore(self, taken: list[tuple[str, Any]]) -> None:
+    def _restore(self, taken: list[tuple[str, Any, Also]]) -> None:
         if not taken:
             return
         with self._cond:
@@ -146,12 +155,12 @@ class DeferredFinishes:
                 self._since = self._clock()
             self._waiting = taken + self._waiting
 
-    def _carry(self, tr: Transaction, taken: list[tuple[str, Any]], body: Callable[[Transaction], T]) -> T:
+    def _carry(self, tr: Transaction, taken: list[tuple[str, Any, Also]], body: Callable[[Transaction], T]) -> T:
         self._apply(tr, taken)
         return body(tr)
 
-    def _apply(self, tr: Transaction, taken: list[tuple[str, Any]]) -> None:
-        for key, job in taken:
+    def _apply(self, tr: Transaction, taken: list[tuple[str, Any, Also]]) -> None:
+        for key, job, also in taken:
             try:
                 # Finished and removed in one step (smoosh never resubmits a job while it
                 # runs; one that was would be left pending, not removed).
@@ -160,12 +169,14 @@ class DeferredFinishes:
                 # Removed (its crash record was written with the removal) or re-enqueued
                 # since it ran: nothing of this run to finish. finish() reads before it writes.
                 log.debug("Job %r was halted before it could be finished.", key)
+            if also is not None:
+                also(tr)  # its compaction ended all the same: its history row is written
 
-    def _commit(self, taken: list[tuple[str, Any]]) -> None:
+    def _commit(self, taken: list[tuple[str, Any, Also]]) -> None:
         try:
             self._jobs.transact(lambda tr: self._apply(tr, taken))
         except Exception:
             # The jobs stay running in the store; their activity timeout re-enqueues them.
-            log.exception("Finishing the jobs of %s failed.", ", ".join(repr(k) for k, _ in taken))
+            log.exception("Finishing the jobs of %s failed.", ", ".join(repr(k) for k, _, _ in taken))
         finally:
             self._done(taken)

@@ -19,17 +19,22 @@ accept anything:
 
 Keys found in the job store are validated like new ones. The crash records (DESIGN §5.6: a
 key's crash history and not-before time live in the store) are read back too, so a key that
-was crashing before the restart waits out its backoff after it.
+was crashing before the restart waits out its backoff after it, and so are the finished
+compactions' last results (``smoosh.daemon.results``), so ``/jobs`` shows them after it.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from smoosh.daemon.history import HistoryTable, KeyRecord, decode_record
+from smoosh.daemon.history import (
+    BLOCKED, BUSY, CRASHED, FINISHED, REPLACED, Event, HistoryTable, KeyRecord, decode_record,
+)
+from smoosh.daemon.results import Result, read_rows
 from smoosh.jobs import Jobs, NotFound
 from smoosh.store import tuples
 from smoosh.store.base import Transaction
@@ -57,6 +62,7 @@ class Found:
     follow: dict[str, str] = field(default_factory=dict)  # key -> channel
     crashing: dict[str, KeyRecord] = field(default_factory=dict)  # key -> record with a retry time
     recorded: set[str] = field(default_factory=set)  # every key with a crash record in the store
+    results: dict[str, list[Result]] = field(default_factory=dict)  # key -> its last results, newest first
 
     def apply(self, channels: Mapping[str, Any], now: float) -> None:
         """Queue the keys taken back, follow the adopted runs, defer the keys still crashing (``now``: monotonic)."""
@@ -111,6 +117,11 @@ def take_over_jobs(
         What to apply to the channels once they are open.
     """
     found = Found()
+    # The finished compactions' history first (DESIGN §12: durable history): /jobs shows each
+    # key's last results after a restart; a crash record read next replaces its key's record.
+    found.results = jobs.store.transact(lambda tr: read_rows(tr.snapshot, node))
+    for key, results in sorted(found.results.items(), key=lambda item: item[1][0].at):
+        history.restore(finished_record(key, results))  # least recently finished first: dropped first
     begin, end = tuples.range(("crash", node))
     for raw_key, value in jobs.store.transact(lambda tr: tr.snapshot.get_range(begin, end)):
         key = tuples.unpack(raw_key)[-1]
@@ -139,6 +150,44 @@ def take_over_jobs(
         if channel is not None:
             found.take_back[key] = channel
     return found
+
+
+def finished_record(key: str, results: list[Result]) -> KeyRecord:
+    """The history record of a key whose last results were read back from the store.
+
+    Each result is the event the history would have recorded when it ended (``finished``
+    with the bytes reclaimed, ``crashed`` with its error...), its state ``finished``: a key
+    still waiting out a backoff has a crash record, which replaces this one.
+
+    Parameters:
+        key: the database.
+        results: its last results, newest first (at least one).
+
+    Returns:
+        The record, as ``/jobs`` shows it.
+    """
+    events = deque(Event(*_event_of(r)) for r in results)
+    latest = results[0]
+    failures = [r for r in results if r.result in ("failed", "blocked")]
+    return KeyRecord(
+        key, channel=latest.channel, state="finished", progress=1.0, error_count=len(failures),
+        last_error=failures[0].error if failures else None, last_updated=latest.at, events=events,
+    )
+
+
+def _event_of(result: Result) -> tuple[str, float, str | None]:
+    """A result as the history's event: (event, at, reason), in the words the outcome recorder uses."""
+    if result.result == "ok":
+        return FINISHED, result.at, f"reclaimed {max(0, result.size_before_bytes - result.size_after_bytes)} bytes"
+    if result.result == "gone":
+        return FINISHED, result.at, "database gone"
+    if result.result == "busy":
+        return BUSY, result.at, result.error or "database busy"
+    if result.result == "blocked":
+        return BLOCKED, result.at, f"blocked: {result.error or ''}"
+    if result.result == "replaced":
+        return REPLACED, result.at, result.error or "replaced"
+    return CRASHED, result.at, result.error or result.result
 
 
 def _provably_dead(data: Mapping[str, Any], now: float, job_timeout_s: float, dead_holders: frozenset[str]) -> bool:

@@ -143,6 +143,10 @@ class Worker:
         #: Told each key on its compaction thread just before it stops counting as running
         #: (:meth:`is_running`): the daemon's file watcher settles its last events then.
         self.on_released: Callable[[str], None] | None = None
+        #: Asked, on its compaction thread, for the write that stores a claimed run's result
+        #: (``on_finished(key, data, outcome)``: its durable history row, or None), made in the
+        #: commit that finishes the run's job (``smoosh.daemon.results``).
+        self.on_finished: Callable[[str, dict[str, Any], Outcome], Callable[[Any], None] | None] | None = None
         # Compactions run on these threads; they stay while work keeps coming (a thread per
         # job would cost its start on every compaction of a fleet of small files).
         # A claimed run's finish waits for the next claim's commit (one commit per compaction);
@@ -437,14 +441,26 @@ class Worker:
             with running.lock:
                 if running.claimed:
                     # Its channel is in this process and hears the end directly: the job is
-                    # finished and removed in the next claim's commit (smoosh.daemon.run.finishes).
-                    self.finishes.add(running.key, running.job)
+                    # finished and removed in the next claim's commit (smoosh.daemon.run.finishes),
+                    # and the run's history row with it.
+                    self.finishes.add(running.key, running.job, self._history_write(running, outcome))
                 else:
                     self.jobs.finish(running.job, data)
         except JobHalted:
             log.info("Job %r was halted before it could be finished.", running.key)
             return None
         return data
+
+    def _history_write(self, running: Running, outcome: Outcome) -> Callable[[Any], None] | None:
+        """The write of a claimed run's durable history row (None: no hook, or an interrupted run)."""
+        on_finished = self.on_finished
+        if on_finished is None or outcome.result == INTERRUPTED:
+            return None
+        try:
+            return on_finished(running.key, running.data, outcome)
+        except Exception:
+            log.exception("Recording the result of %r failed.", running.key)
+            return None
 
     def _requeue(self, running: Running) -> dict[str, Any] | None:
         # resubmit, then finish: a resubmitted job goes back to pending on finish, with the

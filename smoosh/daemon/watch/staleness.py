@@ -140,6 +140,16 @@ class AccessTable:
         """
         self.accepted.pop(key, None)
 
+    def forget_all(self) -> int:
+        """Forget every key: each one's next event or scan is examined (an upgrade target changed).
+
+        Returns:
+            How many keys were forgotten.
+        """
+        count = len(self.accepted)
+        self.accepted.clear()  # one dict operation: atomic for the hot path's readers (the GIL)
+        return count
+
     def clean(self, now: float | None = None) -> int:
         """Drop every expired entry.
 

@@ -38,6 +38,7 @@ import stat
 import subprocess
 import threading
 import time
+from collections import deque
 from typing import Any, Callable, Iterable, Sequence
 
 from watchdog.events import (
@@ -83,6 +84,12 @@ STOP_TIMEOUT_S = 5.0
 _WANTED_EVENT_TYPES = frozenset({EVENT_TYPE_CREATED, EVENT_TYPE_MODIFIED, EVENT_TYPE_MOVED})
 #: Seconds between two of smoosh's warnings about inotify overflows (each one still rescans).
 OVERFLOW_WARNING_INTERVAL_S = 60.0
+#: The last file events remembered as smoosh's own or not: an overflow's evidence of whose
+#: writes flooded the kernel's queue (the events read just before it).
+OVERFLOW_EVIDENCE_EVENTS = 4096
+#: Share of those events on paths smoosh was compacting past which an overflow is its own
+#: doing (its VACUUM's writes), said at INFO instead of WARNING; it rescans all the same.
+OWN_OVERFLOW_SHARE = 0.9
 # ---------------------------------------------------------------------- the watcher
 
 
@@ -171,8 +178,13 @@ class Watcher:
         self._requested_roots: set[str] = set()
         self._scan_proc: subprocess.Popen[bytes] | None = None
         self._scans_completed = 0
-        self._overflows_unreported = 0
-        self._overflow_warned_at = float("-inf")
+        # Whether the overflow was smoosh's own -> [when it was last said, overflows since not said]
+        # (under _lock): the two kinds are said apart, so an own one never silences a warning.
+        self._overflows_said: dict[bool, list[float]] = {False: [float("-inf"), 0], True: [float("-inf"), 0]}
+        # Whether each of the last events was on a path smoosh was compacting (True) or not.
+        # Written by the observer's thread alone (_consider), read there too (overflowed: the
+        # observer calls it after dispatching the events read with the overflow's record).
+        self._recent_own: deque[bool] = deque(maxlen=OVERFLOW_EVIDENCE_EVENTS)
         #: (databases found, seconds) of the start-up scan; (0, 0.0) before it completes.
         self.startup_scan: tuple[int, float] = (0, 0.0)
         #: (databases found, seconds) of the last completed scan; (0, 0.0) before the first.
@@ -327,22 +339,34 @@ class Watcher:
     def overflowed(self) -> None:
         """The kernel dropped events (its inotify queue overflowed): rescan what changed since the last scan.
 
-        Any thread. The events lost may be the application's, so the rescan is what keeps
+        Any thread (smoosh's observer calls it on its own, after the events read with the
+        overflow). The events lost may be the application's, so the rescan is what keeps
         nothing hidden; the warning is rate-limited because a flood overflows again and again.
+        An overflow that smoosh's own compaction caused (at least :data:`OWN_OVERFLOW_SHARE`
+        of the last events were on paths it was compacting: a large VACUUM writes its WAL or
+        journal faster than the queue is read) is said at INFO, not as a warning about itself.
         """
+        recent = list(self._recent_own)
+        self._recent_own.clear()
+        own = sum(recent)
+        ours = bool(recent) and own >= OWN_OVERFLOW_SHARE * len(recent)
         with self._lock:
             self._requested_full = True  # _requested_everything stays: only what changed
-            self._overflows_unreported += 1
+            said = self._overflows_said[ours]
+            said[1] += 1
             now = self._clock()
-            if now - self._overflow_warned_at >= OVERFLOW_WARNING_INTERVAL_S:
-                count, self._overflows_unreported = self._overflows_unreported, 0
-                self._overflow_warned_at = now
-                log.warning(
-                    "inotify queue overflowed%s: file-system events were lost; rescanning %s for"
-                    " databases changed since the last scan (raise fs.inotify.max_queued_events if"
-                    " this repeats)",
-                    "" if count == 1 else f" {count} times", ", ".join(sorted(watch_roots(self._entries))),
-                )
+            if now - said[0] >= OVERFLOW_WARNING_INTERVAL_S:
+                times = "" if said[1] == 1 else f" {int(said[1])} times"
+                said[:] = [now, 0]
+                roots = ", ".join(sorted(watch_roots(self._entries)))
+                if ours:
+                    log.info("inotify queue overflowed%s while smoosh compacted (%d of the last %d file events were "
+                             "its own writes); rescanning %s for databases changed since the last scan",
+                             times, own, len(recent), roots)
+                else:
+                    log.warning("inotify queue overflowed%s: file-system events were lost; rescanning %s for databases "
+                                "changed since the last scan (raise fs.inotify.max_queued_events if this repeats)",
+                                times, roots)
         self._wake.set()
 
     def _run_requested_scans(self) -> None:
@@ -475,10 +499,12 @@ class Watcher:
                 self._settling.pop(path, None)
 
     def _consider(self, path: str) -> None:
+        db = main_db_path(path)
+        own = self._busy(db) or db in self._settling
+        self._recent_own.append(own)  # an overflow's evidence (see overflowed)
         if path.endswith("-shm"):
             return  # the WAL index changes with every reader too; writes show in -wal
-        db = main_db_path(path)
-        if self._busy(db) or db in self._settling:
+        if own:
             return  # smoosh is compacting it: its own writes are no news (and a flood of them)
         real = canonical_path(db)
         if not accepts(self._entries, real) or self._exclude(real):

@@ -69,3 +69,12 @@ def test_the_gate_holds_to_the_controllers_slots_but_lets_a_forced_key_up_to_max
     assert gate.acquire("ratio_dbs", forced=True)
     assert not gate.acquire("ratio_dbs", forced=True)  # max_jobs holds for everyone
     assert gate.in_force == 1 and gate.busy == 3
+
+
+def test_a_change_with_nothing_waiting_is_not_news(caplog: pytest.LogCaptureFixture) -> None:
+    c = controller()
+    with caplog.at_level(logging.INFO, logger="smoosh.daemon.control.backlog"):
+        c.step(0, 0)  # every slot -> min_jobs at a start with an empty queue
+        c.step(300 * MiB, 0)
+    assert [r.getMessage() for r in caplog.records] == [
+        "Compactions at once: 1 -> 4 (backlog of 314572800 reclaimable bytes)."]

@@ -15,7 +15,7 @@ is hurting. So the node's slots (the global gate every start passes) are set her
 
 The slots are ``min(backlog's, harm's)``. Its inputs and output are gauges
 (``smoosh_backlog_bytes``, ``smoosh_controller_slots``, ``smoosh_controller_busy``) and part
-of ``/status``. A change of the slots is logged at INFO, naming why.
+of ``/status``. A change of the slots is logged at INFO, naming why (at DEBUG while nothing waits).
 
 Owner: the server's loop (:meth:`BacklogController.step`, from the housekeeping); readers read
 the last :class:`Decision`, replaced whole.
@@ -95,6 +95,9 @@ class BacklogController:
         if slots != self.last.slots:
             why = (f"{busy} compaction(s) gave up on a busy database: backing off" if slots < self.last.slots and busy
                    else f"backlog of {backlog_bytes} reclaimable bytes")
-            log.info("Compactions at once: %d -> %d (%s).", self.last.slots, slots, why)
+            # Said at INFO when it matters: harm, or work waiting; with nothing waiting the slots
+            # run nothing either way (a start's first look brings them down so, every time).
+            level = logging.INFO if busy or backlog_bytes > 0 else logging.DEBUG
+            log.log(level, "Compactions at once: %d -> %d (%s).", self.last.slots, slots, why)
         self.last = decision
         return decision

@@ -121,3 +121,36 @@ def test_four_vacuums_on_a_nearly_full_disk_take_turns_and_never_fill_it(tmp_pat
     assert out["blocked"] > 0  # they had to take turns: two at once did not fit
     assert out["app_count"] == out["app_rows"] > 0
     assert out["reserved_left"] == 0
+
+
+_PRESSURE = textwrap.dedent(
+    """
+    import json, os, sys, time
+    sys.path.insert(0, sys.argv[2])
+    from smoosh.daemon.control.pressure import DiskPressure
+    fs = sys.argv[1]
+    p = DiskPressure(0.9, clock=time.time)
+    p.check([fs])
+    before = p.on(os.path.join(fs, "t.db"))
+    st = os.statvfs(fs)
+    with open(os.path.join(fs, "filler"), "wb") as f:  # to 95% used
+        f.write(b"\\0" * int(st.f_bavail * st.f_frsize - 0.05 * st.f_blocks * st.f_frsize))
+    changed = p.check([fs])
+    (used,) = [round(u.used, 2) for u in p.snapshot()]
+    print(json.dumps({"before": before, "changed": changed, "after": p.on(os.path.join(fs, "t.db")), "used": used}))
+    """
+)
+
+
+def test_a_real_file_system_filled_past_disk_pressure_is_under_pressure(tmp_path: Path) -> None:
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare --mount to mount a tmpfs of its own")
+    fs = tmp_path / "fs"
+    fs.mkdir()
+    script = f"mount -t tmpfs -o size=8m tmpfs '{fs}' && exec \"$0\" -c \"$1\" \"$2\" \"$3\""
+    done = subprocess.run(["unshare", "--mount", "sh", "-c", script, sys.executable, _PRESSURE, str(fs), str(PROJECT)],
+                          capture_output=True, text=True, timeout=120)
+    if done.returncode != 0 and "mount" in done.stderr and "Traceback" not in done.stderr:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"before": False, "changed": True, "after": True, "used": 0.95}

@@ -189,7 +189,7 @@ class Acceptor:
                 # it, so it cannot wedge the queue. Pick again.
                 log.warning("dropped stray pending key of job %r of type %r", job_id, job_type)
                 continue
-            return transitions.start_run(tr, keys, job_type, job_id, stime, row.data, self._rng), row.data
+            return transitions.start_run(tr, keys, job_type, job_id, stime, row.data_enc, self._rng), row.data
         # Nothing eligible: this transaction's watch on the pending counter fires on the
         # next enqueue; it is armed when the (read-only) transaction commits.
         return _NoJob(pending.watch_pending(tr, keys, job_type), pending.earliest_scheduled_time(tr, keys, job_type))

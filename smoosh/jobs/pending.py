@@ -71,7 +71,7 @@ def dequeue(
     # is never handed to two workers.
     tr.add_read_conflict_key(key)
     tr.clear(key)
-    _, _, scheduled_time, job_id = keys.unpack(key)
+    scheduled_time, job_id = keys.parse_pending(job_type, key)
     return job_id, scheduled_time
 
 

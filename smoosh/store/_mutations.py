@@ -129,6 +129,64 @@ class RangeSet:
         return sum(len(b) + len(e) for b, e in self)
 
 
+class ConflictSet:
+    """A transaction's read conflict ranges: single keys in a set, wider ranges in a list.
+
+    Nearly every conflict range is one key (a ``get``, ``add_read_conflict_key``): kept as a
+    set they cost one hash insert each, and checking them against another commit's written
+    keys is one C-level set intersection. The rarer wider ranges (a conflicting range read)
+    are compared one by one.
+    """
+
+    __slots__ = ("points", "ranges")
+
+    def __init__(self) -> None:
+        #: Keys ``k`` standing for the range ``[k, k + b"\x00")``.
+        self.points: set[bytes] = set()
+        #: Other ``[begin, end)`` ranges, unmerged.
+        self.ranges: list[tuple[bytes, bytes]] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.points) or bool(self.ranges)
+
+    def add(self, begin: bytes, end: bytes) -> None:
+        """Add ``[begin, end)`` (a no-op when empty)."""
+        if begin >= end:
+            return
+        if end == begin + b"\x00":
+            self.points.add(begin)
+        else:
+            self.ranges.append((begin, end))
+
+    def size_bytes(self) -> int:
+        """Bytes of every range's bounds (FoundationDB counts conflict ranges in the transaction size)."""
+        total = 2 * sum(map(len, self.points)) + len(self.points)
+        if self.ranges:
+            merged = RangeSet()
+            for b, e in self.ranges:
+                merged.add(b, e)
+            total += merged.size_bytes()
+        return total
+
+    def intersects(self, points: set[bytes] | frozenset[bytes], ranges: list[tuple[bytes, bytes]]) -> bool:
+        """Whether a commit that wrote ``points`` (single keys) and ``ranges`` touched one of these ranges."""
+        mine = self.points
+        if mine and points and not mine.isdisjoint(points):
+            return True
+        for b, e in ranges:
+            for k in mine:
+                if b <= k < e:
+                    return True
+            for rb, re in self.ranges:
+                if rb < e and b < re:
+                    return True
+        for rb, re in self.ranges:
+            for k in points:
+                if rb <= k < re:
+                    return True
+        return False
+
+
 class ApplyTarget(Protocol):
     """The storage a commit writes to: the latest committed state, under the store's write lock."""
 

@@ -243,7 +243,7 @@ class GroupCommitter:
         ranges_all: list[tuple[bytes, bytes]] = []
         for order, p in enumerate(batch):
             req = p.req
-            if req.read_ranges:
+            if req.reads:
                 assert req.read_version is not None
                 if req.read_version < pruned_through:
                     p.error = StoreError(TRANSACTION_TOO_OLD)
@@ -252,7 +252,7 @@ class GroupCommitter:
                 rows = conn.execute(
                     "SELECT begin_key, end_key FROM conflict_log WHERE commit_version > ?", (req.read_version,)
                 ).fetchall()
-                if any(req.read_ranges.intersects(b, e) for b, e in rows):
+                if req.reads.intersects(set(), rows):
                     p.error = StoreError(NOT_COMMITTED)
                     self.stats.conflicts += 1
                     continue

@@ -4,11 +4,16 @@ Commands:
     incr PATH KEY N GO_FILE   wait for GO_FILE, then N read-modify-write increments of KEY
                               (8-byte little-endian); prints the number of bodies run.
     set PATH KEY VALUE        set KEY to VALUE in one transaction.
+    hammer PATH THREADS       THREADS threads commit one new key each per transaction, forever;
+                              after each commit returns its thread prints the key (hex) and the
+                              largest group committed so far, one line, flushed: the commit is
+                              acknowledged. For the kill -9 test: run until killed.
 Keys and values are given as hex.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import time
@@ -17,6 +22,24 @@ from smoosh.store.sqlite import SqliteStore
 
 #: Seconds a worker waits for the go file before giving up.
 GO_TIMEOUT_S = 20.0
+
+
+def hammer(store: SqliteStore, threads: int) -> None:
+    import threading
+
+    out = threading.Lock()
+
+    def work(t: int) -> None:
+        for i in itertools.count():
+            key = b"h/%02d/%08d" % (t, i)
+            store.transact(lambda tr: tr.set(key, b"v" * 100))
+            with out:  # printed only after commit() returned: acknowledged
+                sys.stdout.write(f"{key.hex()} {store.stats.max_group}\n")
+                sys.stdout.flush()
+
+    for t in range(threads):
+        threading.Thread(target=work, args=(t,), daemon=True).start()
+    threading.Event().wait()
 
 
 def main(argv: list[str]) -> int:
@@ -42,6 +65,8 @@ def main(argv: list[str]) -> int:
             for _ in range(n):
                 store.transact(incr)
             print(runs)
+        elif cmd == "hammer":
+            hammer(store, int(argv[2]))
         elif cmd == "set":
             key, value = bytes.fromhex(argv[2]), bytes.fromhex(argv[3])
             store.transact(lambda tr: tr.set(key, value))

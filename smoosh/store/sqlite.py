@@ -66,6 +66,11 @@ SCAN_CHUNK = 256
 MAX_POOLED_CONNECTIONS = 8
 #: A snapshot's read version, with a second row left unread to hold the read transaction open.
 _HOLD_SNAPSHOT = f"{SELECT_VERSION} UNION ALL SELECT NULL"
+#: The same with a first point read: (0, version), then (1, value) if the key exists, then two
+#: pads, so one row is left unread either way.
+_HOLD_SNAPSHOT_WITH_GET = (
+    f"SELECT 0, ({SELECT_VERSION}) UNION ALL SELECT 1, value FROM kv WHERE key = ? UNION ALL SELECT 2, NULL UNION ALL SELECT 2, NULL"
+)
 
 
 def probe(path: str) -> int:
@@ -104,30 +109,56 @@ def probe(path: str) -> int:
 class _SqliteSnapshot(Snapshot):
     """A read transaction on a pooled connection: every read sees the file as of its first one.
 
-    No ``BEGIN``/``ROLLBACK``: the statement that reads the version is left with a row still
-    to fetch, and SQLite keeps a connection's implicit read transaction open as long as one
-    of its statements is active, so every later read of this connection sees the same WAL
-    snapshot; closing that statement's cursor ends it. Two statements fewer per transaction,
-    each about as costly as a point read through the sqlite3 module.
+    No ``BEGIN``/``ROLLBACK``: the first read is a statement that also reads the version and
+    is left with a row still to fetch, and SQLite keeps a connection's implicit read
+    transaction open as long as one of its statements is active, so every later read of this
+    connection sees the same WAL snapshot; closing that statement's cursor ends it. Each
+    statement is a GIL hand-off when threads contend (the sqlite3 module releases the GIL
+    around every step), so a transaction's first point read, its version and the hold on
+    its snapshot are one statement.
     """
 
     def __init__(self, store: SqliteStore) -> None:
         self._store = store
         self._holder: sqlite3.Cursor | None = None
+        self._version: int | None = None
         self._conn: sqlite3.Connection | None = store._acquire()
-        try:
-            self._holder = self._conn.execute(_HOLD_SNAPSHOT)
-            self.read_version = self._holder.fetchone()[0]
-        except sqlite3.Error as e:
-            self.close()
-            raise store_error(e) from e
 
     def _c(self) -> sqlite3.Connection:
         if self._conn is None:
             raise StoreError(CLIENT_INVALID_OPERATION, "snapshot already released")
         return self._conn
 
+    def _hold(self, key: bytes | None) -> bytes | None:
+        """Start the read transaction (reading ``key`` with it, unless None); returns its value."""
+        conn = self._c()
+        value = None
+        try:
+            if key is None:
+                holder = conn.execute(_HOLD_SNAPSHOT)
+                self._version = holder.fetchone()[0]
+            else:
+                holder = conn.execute(_HOLD_SNAPSHOT_WITH_GET, (key,))
+                self._version = holder.fetchone()[1]
+                tag, value = holder.fetchone()  # the key's row, or the first of two pads
+                if tag != 1:
+                    value = None
+        except sqlite3.Error as e:
+            raise store_error(e) from e
+        self._holder = holder
+        return value
+
+    @property
+    def read_version(self) -> int:  # type: ignore[override]
+        """The newest commit this snapshot sees."""
+        if self._version is None:
+            self._hold(None)
+        assert self._version is not None
+        return self._version
+
     def get(self, key: bytes) -> bytes | None:
+        if self._holder is None:
+            return self._hold(key)
         try:
             # A key has one row at most: fetchone() runs the statement to its end, so only
             # the holder stays active.
@@ -137,6 +168,8 @@ class _SqliteSnapshot(Snapshot):
         return None if row is None else row[0]
 
     def scan(self, begin: bytes, end: bytes, reverse: bool, first_chunk: int = 0) -> Iterator[tuple[bytes, bytes]]:
+        if self._holder is None:
+            self._hold(None)
         lo, hi = begin, end
         # The merge above us reads one pair ahead; later chunks grow back to the usual size.
         chunk_size = min(first_chunk + 1, SCAN_CHUNK) if first_chunk > 0 else SCAN_CHUNK

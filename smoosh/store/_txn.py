@@ -157,6 +157,8 @@ class BufferedTransaction(Transaction):
     conflict range is one entry in a set.
     """
 
+    uses_timeout = False
+
     def __init__(self, store: BufferedStore) -> None:
         self._store = store
         self._held = Held(store.watches)
@@ -534,7 +536,11 @@ class BufferedTransaction(Transaction):
             self._state = _COMMITTED
             self._blocked = True
             return
-        if self._size_bytes() > self._store.size_limit_bytes:
+        reads = self._reads
+        points = reads.points
+        # _size_bytes(), written out for the usual transaction without a wide read range.
+        size = self._size_bytes() if reads.ranges else self._mutation_bytes + 2 * sum(map(len, points)) + len(points)
+        if size > self._store.size_limit_bytes:
             raise StoreError(TRANSACTION_TOO_LARGE)
         snap = held.snapshot
         if snap is not None:

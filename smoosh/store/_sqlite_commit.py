@@ -34,17 +34,7 @@ from smoosh.store.errors import (
     StoreError,
 )
 from smoosh.store._commit import CommitRequest, PendingWatch
-from smoosh.store._mutations import (
-    OP_ADD,
-    OP_CLEAR,
-    OP_SET,
-    OP_VS_KEY,
-    OP_VS_VALUE,
-    STAMP_BYTES,
-    Mutation,
-    atomic_add,
-    make_stamp,
-)
+from smoosh.store._mutations import OP_ADD, Mutation, make_stamp, writes_of
 from smoosh.store._sqlite_log import CommitLog
 from smoosh.store._sqlite_schema import SELECT_VERSION_AND_PRUNED, encode_writes, read_values, store_error
 from smoosh.store._txn import BufferedStore
@@ -140,23 +130,12 @@ class _GroupWrites:
         values = self.values
         points: set[bytes] = set()
         ranges: list[tuple[bytes, bytes]] = []
-        value: bytes | None
-        for kind, a, b, offset in mutations:
-            if kind == OP_SET:
-                key, value = a, b
-            elif kind == OP_CLEAR:
-                key, value = a, None
-            elif kind == OP_VS_VALUE:
-                key, value = a, b[:offset] + stamp + b[offset + STAMP_BYTES :]
-            elif kind == OP_VS_KEY:
-                key, value = a[:offset] + stamp + a[offset + STAMP_BYTES :], b
-            elif kind == OP_ADD:
-                key, value = a, atomic_add(self.current(a), b)
-            else:  # OP_CLEAR_RANGE
-                ranges.append((a, b))
-                self.cleared.append((a, b))
-                for key in [k for k in values if a <= k < b]:
-                    del values[key]
+        for key, value, end in writes_of(mutations, stamp, self.current):
+            if end is not None:  # a range clear
+                ranges.append((key, end))
+                self.cleared.append((key, end))
+                for k in [k for k in values if key <= k < end]:
+                    del values[k]
                 continue
             points.add(key)
             values[key] = value

@@ -39,17 +39,7 @@ from smoosh.store.base import (
 )
 from smoosh.store.errors import NOT_COMMITTED, TRANSACTION_TOO_OLD, StoreError
 from smoosh.store._commit import CommitRequest, PendingWatch, Snapshot
-from smoosh.store._mutations import (
-    OP_ADD,
-    OP_CLEAR,
-    OP_SET,
-    OP_VS_KEY,
-    OP_VS_VALUE,
-    STAMP_BYTES,
-    Mutation,
-    atomic_add,
-    make_stamp,
-)
+from smoosh.store._mutations import Mutation, make_stamp, writes_of
 from smoosh.store._txn import BufferedStore
 
 #: Pairs copied per lock acquisition during a range scan.
@@ -303,39 +293,20 @@ class MemoryStore(BufferedStore):
     ) -> tuple[set[bytes], list[tuple[bytes, bytes]], set[bytes]]:
         """Apply one commit's mutations in issue order as versions ``version`` (under the lock).
 
-        The memory store's own :func:`~smoosh.store._mutations.apply_mutations`, written out:
-        this is the commit path of every transaction, so each write costs a few dict and list
-        operations and no call (the live-key index aside).
-
         Returns:
             ``(keys written, ranges cleared, keys whose history changed)``.
         """
-        data = self._data
-        live = self._live
         points: set[bytes] = set()
         cleared: list[tuple[bytes, bytes]] = []
         touched = points
-        for kind, a, b, offset in mutations:
-            value: bytes | None
-            if kind == OP_SET:
-                key, value = a, b
-            elif kind == OP_CLEAR:
-                key, value = a, None
-            elif kind == OP_VS_VALUE:
-                key, value = a, b[:offset] + stamp + b[offset + STAMP_BYTES :]
-            elif kind == OP_VS_KEY:
-                key, value = a[:offset] + stamp + a[offset + STAMP_BYTES :], b
-            elif kind == OP_ADD:
-                key = a
-                history = data.get(a)
-                value = atomic_add(None if history is None else history[-1][1], b)
-            else:  # OP_CLEAR_RANGE: only live keys can change
-                cleared.append((a, b))
+        for key, value, end in writes_of(mutations, stamp, self._latest):
+            if end is not None:  # a range clear: only live keys can change
+                cleared.append((key, end))
                 if touched is points:
                     touched = set(points)
-                for key in list(live.irange(a, b, inclusive=(True, False))):
-                    self._put(key, None, version)
-                    touched.add(key)
+                for k in list(self._live.irange(key, end, inclusive=(True, False))):
+                    self._put(k, None, version)
+                    touched.add(k)
                 continue
             points.add(key)
             if touched is not points:

@@ -193,14 +193,14 @@ def test_versions_keep_growing_across_processes_taking_turns(path: str) -> None:
             stamps.append(tr.get_versionstamp())
         assert stamps == sorted(stamps) and len(set(stamps)) == len(stamps)
         assert a.stats.foreign_catch_ups >= 2 and b.stats.foreign_catch_ups >= 2
-        # A read of a's, older than b's last commit of that key, conflicts
-        stale = a.create_transaction()
-        stale.get(b"n")
-        stale.set(b"m", b"")
-        b.transact(lambda tr: tr.set(b"n", b"from b"))
-        with pytest.raises(StoreError) as e:
-            stale.commit()
-        assert e.value.code == 1020
+        # And each handle, which last assumed its own next version, still sees the other's
+        # commit that came after its read: a conflict
+        for reader, writer in ((a, b), (b, a)):
+            stale = reader.create_transaction()
+            stale.get(b"n")
+            stale.set(b"m", b"")
+            writer.transact(lambda tr: tr.set(b"n", b"later"))
+            assert pytest.raises(StoreError, stale.commit).value.code == 1020
 
 
 def test_a_store_file_of_the_earlier_layout_opens_and_counts_on(path: str) -> None:

@@ -96,25 +96,24 @@ def store_round_trips(store_url: str, n: int) -> float:
     writes), with every key and value built before the clock starts. No job layer can make
     a round trip faster than this on the same store: the floor of the memory budget.
     """
-    from fdb.tuple import Versionstamp
-
-    from smoosh.jobs.codec import WATCH_STAMP_VALUE, enc_bytes, encode_row, incomplete_stamp
     from smoosh.store import open_store, tuples
+    from smoosh.store.tuples import Versionstamp
 
     store = open_store(store_url)
     p = tuples.pack(("floor",))
     timeout_key, counter_key, watch_key = p + b"\x05t", p + b"\x03t", p + b"\x04t"
     pending_begin, pending_end = p + b"\x02t\x00", p + b"\x02t\xff"
+    watch_value = tuples.pack_with_versionstamp((Versionstamp(),))
     store.transact(lambda tr: tr.set(timeout_key, tuples.pack((30,))))
     one = (1).to_bytes(8, "little")
     work = []
     for i in range(n):
-        data = enc_bytes(tuples.pack((str(_data(i)),)))
+        data = tuples.pack((str(_data(i)),))
         row_key, pending_key = p + b"\x01t%08d" % i, p + b"\x02t\x14%08d" % i
-        activity = p + b"\x06t" + incomplete_stamp(0) + (len(p) + 3).to_bytes(4, "little")
-        work.append((row_key, pending_key, activity, encode_row(b"\x14", None, 0, False, data),
-                     encode_row(incomplete_stamp(0), "0" * 32, 0, False, data) + (1).to_bytes(4, "little"),
-                     encode_row(b"\x00", None, 0, False, data)))
+        activity = tuples.pack_with_versionstamp((Versionstamp(),), p + b"\x06t")
+        work.append((row_key, pending_key, activity, tuples.pack((0, None, 0, False, data)),
+                     tuples.pack_with_versionstamp((Versionstamp(), "0" * 32, 0, False, data)),
+                     tuples.pack((None, None, 0, False, data))))
 
     def add(tr: Any, row_key: bytes, pending_key: bytes, row: bytes) -> None:
         tr.snapshot.get(timeout_key)
@@ -131,14 +130,14 @@ def store_round_trips(store_url: str, n: int) -> float:
         tr.get(row_key)
         tr.set_versionstamped_value(row_key, running)
         tr.set_versionstamped_key(activity, b"id and data")
-        tr.set_versionstamped_value(watch_key, WATCH_STAMP_VALUE)
+        tr.set_versionstamped_value(watch_key, watch_value)
         return row_key
 
     def finish(tr: Any, row_key: bytes, stamp: bytes, done: bytes) -> None:
         tr.get(row_key)
         tr.set(row_key, done)
         tr.clear(p + b"\x06t" + tuples.pack((Versionstamp(stamp, 0),)))
-        tr.set_versionstamped_value(watch_key, WATCH_STAMP_VALUE)
+        tr.set_versionstamped_value(watch_key, watch_value)
 
     t0 = time.perf_counter()
     for row_key, pending_key, activity, row, running, done in work:

@@ -3,15 +3,23 @@
 Each worker adds a job, accepts one (any pending job of the type: with several workers it
 may be another worker's) and finishes it with smoosh's result data, ``N`` times; the rate is
 jobs / wall time. Measured on the ``memory:`` store and the embedded ``sqlite:`` store
-(WAL, ``synchronous=FULL``: every commit durable), with 1 and 4 worker threads in one
-process (where group commit can merge their commits), and 4 worker processes sharing one
-store file.
+(WAL, ``synchronous=FULL``: every commit durable), with 1, 2, 4 and 8 worker threads in one
+process (the scaling curve; on SQLite group commit merges their commits), and 4 worker
+processes sharing one store file.
 
 Beside it, with equal durability (WAL, ``synchronous=FULL``, read back and shown): huey's
-``SqliteHuey`` storage API, persist-queue's ``SQLiteAckQueue`` (both from the bench-only
-venv ``.venv-bench``, as subprocesses) and a bare stdlib sqlite3 loop doing three durable
-commits per job (``bench/_peers.py``). Budgets: memory >= 20,000/s; SQLite one worker >=
-0.9x the bare loop; SQLite 4 workers >= 2x huey.
+``SqliteHuey`` storage API with 1, 2, 4 and 8 threads, persist-queue's ``SQLiteAckQueue``
+(both from the bench-only venv ``.venv-bench``, as subprocesses) and a bare stdlib sqlite3
+loop doing three durable commits per job (``bench/_peers.py``). Budgets: memory >= 20,000/s;
+SQLite one worker >= 0.9x the bare loop; SQLite 4 workers >= 2x huey (one thread); on every
+store, N workers never slower than one.
+
+The floor printed beside the SQLite one-worker budget: one worker's round trip can be no
+shorter than the bare loop's three durable commits plus the job layer's own work over a
+store, measured as the memory store's round trip in the same run, so ``1 / (1/bare +
+1/memory)`` is the best any SQLite store under this job layer could do. Beside each store,
+its own share: the round trip's three transactions with the job layer's reads and writes but
+no job layer (``store_round_trips``), the floor under the job layer's rate on that store.
 
 Backlog runs (DESIGN §9, "accept cost does not grow with the backlog"): the same round trip
 by one worker while 10, 1,000 or 10,000 other jobs are pending (eligible, scheduled time 0,
@@ -29,6 +37,7 @@ import sys
 import tempfile
 import threading
 import time
+from typing import Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -75,6 +84,72 @@ def round_trips(store_url: str, n: int, workers: int) -> float:
     jobs.close()
     store.close()
     return share * workers / dt
+
+
+#: Worker threads of the scaling curve (the job layer's and huey's).
+WORKERS = (1, 2, 4, 8)
+def store_round_trips(store_url: str, n: int) -> float:
+    """The store's share of a round trip: its three transactions, without the job layer; jobs/s.
+
+    Each transaction makes exactly the reads and writes the job layer's ``add``, ``accept``
+    and ``finish`` make (the same keys, values, snapshot reads, conflict key and stamped
+    writes), with every key and value built before the clock starts. No job layer can make
+    a round trip faster than this on the same store: the floor of the memory budget.
+    """
+    from smoosh.store import open_store, tuples
+    from smoosh.store.tuples import Versionstamp
+
+    store = open_store(store_url)
+    p = tuples.pack(("floor",))
+    timeout_key, counter_key, watch_key = p + b"\x05t", p + b"\x03t", p + b"\x04t"
+    pending_begin, pending_end = p + b"\x02t\x00", p + b"\x02t\xff"
+    watch_value = tuples.pack_with_versionstamp((Versionstamp(),))
+    store.transact(lambda tr: tr.set(timeout_key, tuples.pack((30,))))
+    one = (1).to_bytes(8, "little")
+    work = []
+    for i in range(n):
+        data = tuples.pack((str(_data(i)),))
+        row_key, pending_key = p + b"\x01t%08d" % i, p + b"\x02t\x14%08d" % i
+        activity = tuples.pack_with_versionstamp((Versionstamp(),), p + b"\x06t")
+        work.append((row_key, pending_key, activity, tuples.pack((0, None, 0, False, data)),
+                     tuples.pack_with_versionstamp((Versionstamp(), "0" * 32, 0, False, data)),
+                     tuples.pack((None, None, 0, False, data))))
+
+    def add(tr: Any, row_key: bytes, pending_key: bytes, row: bytes) -> None:
+        tr.snapshot.get(timeout_key)
+        tr.get(row_key)
+        tr.set(row_key, row)
+        tr.set(pending_key, b"")
+        tr.add(counter_key, one)
+
+    def accept(tr: Any, activity: bytes, running: bytes) -> bytes:
+        key = tr.snapshot.get_range(pending_begin, pending_end, limit=8)[0][0]
+        tr.add_read_conflict_key(key)
+        tr.clear(key)
+        row_key = p + b"\x01t" + key[len(pending_begin) :]
+        tr.get(row_key)
+        tr.set_versionstamped_value(row_key, running)
+        tr.set_versionstamped_key(activity, b"id and data")
+        tr.set_versionstamped_value(watch_key, watch_value)
+        return row_key
+
+    def finish(tr: Any, row_key: bytes, stamp: bytes, done: bytes) -> None:
+        tr.get(row_key)
+        tr.set(row_key, done)
+        tr.clear(p + b"\x06t" + tuples.pack((Versionstamp(stamp, 0),)))
+        tr.set_versionstamped_value(watch_key, watch_value)
+
+    t0 = time.perf_counter()
+    for row_key, pending_key, activity, row, running, done in work:
+        store.transact(lambda tr: add(tr, row_key, pending_key, row))
+        tr = store.create_transaction()
+        taken = accept(tr, activity, running)
+        tr.commit()
+        stamp = tr.get_versionstamp()
+        store.transact(lambda tr: finish(tr, taken, stamp, done))
+    dt = time.perf_counter() - t0
+    store.close()
+    return n / dt
 
 
 #: Backlog sizes of the accept-cost runs.
@@ -176,33 +251,62 @@ def main(argv: list[str] | None = None) -> int:
     have_venv = os.path.exists(BENCH_VENV_PYTHON)
 
     def one() -> dict[str, float]:
-        r = {
-            "mem1": round_trips("memory:", n_mem, 1),
-            "mem4": round_trips("memory:", n_mem, 4),
-            "sql1": sqlite_round_trips(n_sql, 1),
-            "sql4": sqlite_round_trips(n_sql, 4),
-            "sqlp4": sqlite_processes(n_sql, 4),
-            "bare3": peer("bare3", n_sql)["per_s"],
-            **backlog_runs(n_mem // 3, n_sql),
-        }
+        # Each configuration right after the others, store by store, so that a change in the
+        # machine's load falls on a whole curve rather than on one point of it.
+        r: dict[str, float] = {}
+        for w in WORKERS:
+            r[f"mem{w}"] = round_trips("memory:", n_mem, w)
+        for w in WORKERS:
+            r[f"sql{w}"] = sqlite_round_trips(n_sql, w)
         if have_venv:
-            r["huey"] = peer("huey", n_sql)["per_s"]
-            r["huey4"] = peer("huey", n_sql, 4)["per_s"]
+            for w in WORKERS:
+                r[f"huey{w}"] = peer("huey", n_sql, w)["per_s"]
+        r["memfloor"] = store_round_trips("memory:", n_mem)
+        d = tempfile.mkdtemp(prefix="smoosh-bench-jobs-")
+        try:
+            r["sqlfloor"] = store_round_trips(_sqlite_url(d), n_sql)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+        r["sqlp4"] = sqlite_processes(n_sql, 4)
+        r["bare3"] = peer("bare3", n_sql)["per_s"]
+        r.update(backlog_runs(n_mem // 3, n_sql))
+        if have_venv:
             r["pq_ack"] = peer("pq_ack", n_sql)["per_s"]
         return r
 
     res = repeat(one, args.runs)
     med = {k: sorted(v)[len(v) // 2] for k, v in res.items()}
     bare = med["bare3"]
-    huey = med.get("huey")
+    huey = med.get("huey1")
+    # The floor of one SQLite worker (see the module docstring), run by run.
+    res["floor1"] = [1 / (1 / b + 1 / m) for b, m in zip(res["bare3"], res["mem1"])]
+    floor = sorted(res["floor1"])[len(res["floor1"]) // 2]
     metrics = [
-        Metric("memory store, 1 worker thread", "/s", res["mem1"], budget=20_000),
-        Metric("memory store, 4 worker threads", "/s", res["mem4"], budget=20_000),
+        Metric("memory store, 1 worker thread", "/s", res["mem1"], budget=20_000, reference=med["memfloor"],
+               reference_name="the store alone"),
+        Metric("memory store alone: the round trip's 3 transactions, no job layer", "/s", res["memfloor"],
+               note="the same reads and writes as add, accept and finish, keys and values built beforehand: "
+                    "the floor under the memory budget"),
+    ]
+    for w in WORKERS[1:]:
+        metrics.append(Metric(f"memory store, {w} worker threads", "/s", res[f"mem{w}"], budget=med["mem1"],
+                              budget_text=f">= 1 worker ({med['mem1']:,.0f}/s)", reference=med["mem1"], reference_name="1 worker"))
+    metrics += [
         Metric("SQLite store, 1 worker", "/s", res["sql1"], budget=0.9 * bare,
                budget_text=f">= 0.9x bare loop ({0.9 * bare:,.0f}/s)", reference=bare, reference_name="bare 3-commit loop"),
-        Metric("SQLite store, 4 worker threads (group commit)", "/s", res["sql4"],
-               budget=2 * huey if huey else None, budget_text=f">= 2x huey ({2 * huey:,.0f}/s)" if huey else "",
-               reference=huey, reference_name="huey"),
+        Metric("SQLite store alone: the round trip's 3 transactions, no job layer", "/s", res["sqlfloor"], reference=bare,
+               reference_name="bare 3-commit loop"),
+        Metric("floor of any SQLite store under this job layer, 1 worker", "/s", res["floor1"], reference=bare,
+               reference_name="bare 3-commit loop",
+               note="the bare loop's 3 durable commits plus the job layer's work as the memory store does it (same run): "
+                    "1 / (1/bare + 1/memory)"),
+    ]
+    for w in WORKERS[1:]:
+        budget = 2 * huey if (w == 4 and huey) else med["sql1"]
+        text = f">= 2x huey ({2 * huey:,.0f}/s)" if (w == 4 and huey) else f">= 1 worker ({med['sql1']:,.0f}/s)"
+        metrics.append(Metric(f"SQLite store, {w} worker threads (group commit)", "/s", res[f"sql{w}"], budget=budget,
+                              budget_text=text, reference=med.get(f"huey{w}"), reference_name=f"huey, {w} threads"))
+    metrics += [
         Metric("SQLite store, 4 worker processes", "/s", res["sqlp4"], reference=huey, reference_name="huey",
                note="one thread per process: no group commit across processes, so each commit is its own fsync"),
         Metric("bare sqlite3, 3 durable commits/job", "/s", res["bare3"], note="WAL, synchronous=FULL; single thread"),
@@ -218,11 +322,11 @@ def main(argv: list[str] | None = None) -> int:
                 reference=base if pending != BACKLOGS[0] else None, reference_name="10 pending",
             ))
     if huey:
-        metrics += [
-            Metric("huey SqliteHuey storage (enqueue+dequeue)", "/s", res["huey"], note="2 commits/job; dequeue deletes the task"),
-            Metric("huey, 4 threads", "/s", res["huey4"]),
-            Metric("persist-queue SQLiteAckQueue put/get/ack", "/s", res["pq_ack"]),
-        ]
+        metrics.append(Metric("huey SqliteHuey storage (enqueue+dequeue), 1 thread", "/s", res["huey1"],
+                              note="2 commits/job; dequeue deletes the task"))
+        metrics += [Metric(f"huey, {w} threads", "/s", res[f"huey{w}"], reference=huey, reference_name="huey, 1 thread")
+                    for w in WORKERS[1:]]
+        metrics.append(Metric("persist-queue SQLiteAckQueue put/get/ack", "/s", res["pq_ack"]))
     notes = [
         f"{n_mem} round trips per memory run, {n_sql} per SQLite/peer run; every peer reports WAL and synchronous=2 (FULL).",
         f"Backlog runs: {n_mem // 3} round trips (memory) / {n_sql} (SQLite) by one worker beside 10, 1,000 or 10,000 eligible pending jobs.",

@@ -11,6 +11,7 @@ them all. The API call is :meth:`smoosh.jobs.layer.Jobs.accept`.
 
 from __future__ import annotations
 
+import collections
 import logging
 import math
 import random
@@ -34,6 +35,11 @@ log = logging.getLogger("smoosh.jobs.layer")
 MIN_ACCEPT_WAIT_S = 0.1
 #: Pending keys without a matching pending row that one accept transaction may skip.
 MAX_STRAY_PENDING = 16
+#: Keys recently taken by this layer's accepts that the others avoid picking.
+RECENTLY_TAKEN = 64
+#: Looks again after seeing only such keys before an accept picks among them anyway (a key
+#: taken earlier may be pending again: a job re-added under the same time and id).
+MAX_ONLY_TAKEN_LOOKS = 4
 
 
 class AcceptInterrupt:
@@ -80,6 +86,10 @@ class _NoJob:
 
 #: An accept whose committed attempt took nothing: try again at once.
 _LOOK_AGAIN = _NoJob(None, None)
+#: An accept that saw only keys other accepts of this layer are taking or just took: its
+#: snapshot is older than their commits, or they are about to commit. Look again, after
+#: letting the other threads run.
+_ONLY_TAKEN = _NoJob(None, None)
 
 
 class Acceptor:
@@ -101,6 +111,16 @@ class Acceptor:
         self._watches: set[Watch] = set()
         self._lock = threading.Lock()
         self._windows: dict[Any, pending.PickWindow] = {}
+        #: Pending keys this layer's accepts are taking now (picked, not yet committed or
+        #: failed), and the last few they took: an accept whose snapshot is older than
+        #: another's commit still sees the key that one took. Only a hint between threads
+        #: (the conflict key still decides): workers of one process that each add and
+        #: accept, with a key or two pending, otherwise pick the same key often, and each
+        #: such pick costs a transaction and a backoff sleep. A thread preempted (the GIL)
+        #: between its snapshot and its commit is the usual loser.
+        self._taking: set[bytes] = set()
+        self._taken: set[bytes] = set()
+        self._taken_order: collections.deque[bytes] = collections.deque()
 
     def accept(
         self,
@@ -135,23 +155,58 @@ class Acceptor:
                 conflicts += 1
                 window.widen()
 
+        picked: set[bytes] = set()  # what this call's current attempt is taking
+
+        def body(tr: Transaction) -> tuple[Job, bytes] | _NoJob:
+            # A new attempt: the last one's picks were not taken (it failed) or are gone.
+            if picked:
+                self._taking.difference_update(picked)
+                picked.clear()
+            avoiding = looks < MAX_ONLY_TAKEN_LOOKS
+            return self._accept_tx(tr, job_type, max_s, no_schedule, window.size, picked if avoiding else None)
+
+        looks = 0
         while True:
             max_s = 0 if no_schedule else (math.floor(self._clock()) if fixed_max is None else fixed_max)
             conflicts = 0
-            result = self._txids.run(
-                lambda tr: self._accept_tx(tr, job_type, max_s, no_schedule, window.size),
-                on_retry=on_retry,
-                # Remembered: the job taken, so a replay returns that same job. A _NoJob
-                # that wrote (it only cleared stray keys) replays as "look again".
-                remember=lambda r: None if isinstance(r, _NoJob) else r,
-                recall=lambda v: _LOOK_AGAIN if v is None else (v[0], v[1]),
-            )
+            try:
+                result = self._txids.run(
+                    body,
+                    on_retry=on_retry,
+                    # Remembered: the job taken, so a replay returns that same job. A _NoJob
+                    # that wrote (it only cleared stray keys) replays as "look again".
+                    remember=lambda r: None if isinstance(r, _NoJob) else r,
+                    recall=lambda v: _LOOK_AGAIN if v is None else (v[0], v[1]),
+                )
+            finally:
+                keys_taken = list(picked)
+                if picked:
+                    self._taking.difference_update(picked)
+                    picked.clear()
             if not isinstance(result, _NoJob):
                 if not conflicts:
                     window.narrow()
+                self._remember_taken(keys_taken)
                 return result
+            if result is _ONLY_TAKEN:
+                looks += 1
+                time.sleep(0)  # let the accepts that hold those keys commit
+                continue
             if result.watch is not None:
                 self._wait_pending(job_type, result, fixed_max is None and not no_schedule, deadline, interrupt)
+
+    def _remember_taken(self, keys: list[bytes]) -> None:
+        """Keep the keys an accept took among those others avoid, for a while (a bounded few)."""
+        taken, order = self._taken, self._taken_order
+        for key in keys:
+            if key not in taken:
+                taken.add(key)
+                order.append(key)
+        while len(order) > RECENTLY_TAKEN:
+            try:
+                taken.discard(order.popleft())
+            except IndexError:  # another thread emptied it meanwhile
+                break
 
     def pick_window(self, job_type: Any) -> pending.PickWindow:
         """The type's accept window (how many pending keys an accept picks among)."""
@@ -172,24 +227,44 @@ class Acceptor:
             watch.cancel()
 
     def _accept_tx(
-        self, tr: Transaction, job_type: Any, max_s: int, no_schedule: bool, window: int = pending.PICK_RANGE_LIMIT
+        self,
+        tr: Transaction,
+        job_type: Any,
+        max_s: int,
+        no_schedule: bool,
+        window: int = pending.PICK_RANGE_LIMIT,
+        picked: set[bytes] | None = None,
     ) -> tuple[Job, bytes] | _NoJob:
+        """One attempt: take a pending job, or say why not (a :class:`_NoJob`).
+
+        ``picked`` (None: pick among every key read) collects the keys this attempt takes;
+        keys other accepts of this layer take or just took are not picked then.
+        """
         keys = self._keys
+        taking = self._taking
         for _ in range(MAX_STRAY_PENDING):
+            dequeued: tuple[str, int] | None | bool
             if no_schedule:
-                picked = pending.dequeue_no_schedule(tr, keys, job_type, self._rng)
+                dequeued = pending.dequeue_no_schedule(tr, keys, job_type, self._rng)
             else:
-                picked = pending.dequeue(tr, keys, job_type, max_s, self._rng, window)
-            if picked is None:
+                if picked is None:
+                    dequeued = pending.dequeue(tr, keys, job_type, max_s, self._rng, window)
+                else:
+                    dequeued = pending.dequeue(
+                        tr, keys, job_type, max_s, self._rng, window, avoid=(taking, self._taken), picked=(taking, picked)
+                    )
+                if dequeued is False:
+                    return _ONLY_TAKEN
+            if dequeued is None or isinstance(dequeued, bool):
                 break
-            job_id, stime = picked
+            job_id, stime = dequeued
             row = model.get_row(tr, keys, job_type, job_id)
             if row is None or row.state != PENDING_STATE or row.scheduled_time != stime:
                 # A pending key without its pending row should not exist; dequeue cleared
                 # it, so it cannot wedge the queue. Pick again.
                 log.warning("dropped stray pending key of job %r of type %r", job_id, job_type)
                 continue
-            return transitions.start_run(tr, keys, job_type, job_id, stime, row.data, self._rng), row.data
+            return transitions.start_run(tr, keys, job_type, job_id, stime, row.data_enc, self._rng), row.data
         # Nothing eligible: this transaction's watch on the pending counter fires on the
         # next enqueue; it is armed when the (read-only) transaction commits.
         return _NoJob(pending.watch_pending(tr, keys, job_type), pending.earliest_scheduled_time(tr, keys, job_type))

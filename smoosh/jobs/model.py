@@ -29,6 +29,19 @@ from fdb.tuple import Versionstamp
 
 from smoosh.store import tuples
 from smoosh.store.base import Transaction
+from smoosh.jobs.codec import (
+    PENDING_SEQ_ENC,
+    STAMP_FIRST_TRAILER,
+    WATCH_STAMP_VALUE,
+    JobRow,
+    decode_int_str,
+    decode_row,
+    enc_bytes,
+    enc_int,
+    enc_str,
+    encode_row,
+    incomplete_stamp,
+)
 
 DATA = 1
 PENDING = 2
@@ -51,6 +64,8 @@ FINISHED_STATE = "finished"
 NOT_FOUND_STATE = "not_found"
 
 _ONE = struct.pack("<q", 1)
+#: Tuple-layer code of a 96-bit versionstamp element.
+VERSIONSTAMP_CODE = 0x33
 
 
 @dataclass(frozen=True)
@@ -68,41 +83,16 @@ class Job:
     resubmitted: bool = False
 
 
-@dataclass(frozen=True)
-class JobRow:
-    """One decoded ``(DATA, type, id)`` row."""
-
-    seq: Any  # 0, None or a complete Versionstamp
-    lock: str | None
-    scheduled_time: int
-    resubmit: bool
-    data: bytes
-
-    @property
-    def state(self) -> str:
-        """"pending", "running" or "finished", derived from (seq, lock) as couch_jobs does."""
-        if self.lock is not None:
-            return RUNNING_STATE
-        if self.seq is None:
-            return FINISHED_STATE
-        return PENDING_STATE
-
-
 #: Cached (section, type) key prefixes per layer; cleared when it grows past this.
 MAX_CACHED_PREFIXES = 4096
-
-
-def _pack_str(value: str) -> bytes:
-    """The tuple layer's encoding of one str element (code 0x02, NUL escaped), without the
-    generic packer: the ids of every key go through here, so it is on the hot path."""
-    return b"\x02" + value.encode("utf-8").replace(b"\x00", b"\x00\xff") + b"\x00"
 
 
 class Keys:
     """Key builders for one layer prefix.
 
     Top-level tuple elements pack independently (``pack((a, b)) == pack((a,)) + pack((b,))``),
-    so the ``prefix + (section, type)`` part of a key is packed once per type and cached.
+    so the ``prefix + (section, type)`` part of a key is packed once per type and cached, and
+    the rest is written by :mod:`smoosh.jobs.codec`.
     """
 
     def __init__(self, prefix: bytes) -> None:
@@ -120,7 +110,7 @@ class Keys:
         return packed
 
     def data(self, job_type: Any, job_id: str) -> bytes:
-        return self._type_prefix(DATA, job_type) + _pack_str(job_id)
+        return self._type_prefix(DATA, job_type) + enc_str(job_id)
 
     def data_type_range(self, job_type: Any) -> tuple[bytes, bytes]:
         p = self._type_prefix(DATA, job_type)
@@ -130,18 +120,22 @@ class Keys:
         return tuples.range((DATA,), self.prefix)
 
     def pending(self, job_type: Any, scheduled_time: int, job_id: str) -> bytes:
-        return self._type_prefix(PENDING, job_type) + tuples.pack((scheduled_time,)) + _pack_str(job_id)
+        return self._type_prefix(PENDING, job_type) + enc_int(scheduled_time) + enc_str(job_id)
+
+    def parse_pending(self, job_type: Any, key: bytes) -> tuple[int, str]:
+        """``(scheduled_time, job_id)`` of one of the type's pending keys."""
+        return decode_int_str(key, len(self._type_prefix(PENDING, job_type)))
 
     def pending_range(self, job_type: Any) -> tuple[bytes, bytes]:
         p = self._type_prefix(PENDING, job_type)
         return p + b"\x00", p + b"\xff"
 
     def pending_prefix(self, job_type: Any, scheduled_time: int) -> bytes:
-        return self._type_prefix(PENDING, job_type) + tuples.pack((scheduled_time,))
+        return self._type_prefix(PENDING, job_type) + enc_int(scheduled_time)
 
     def pending_end(self, job_type: Any, max_sched_time: int) -> bytes:
         """First key past every pending key with ``scheduled_time <= max_sched_time``."""
-        return self._type_prefix(PENDING, job_type) + tuples.pack((max_sched_time + 1,))
+        return self._type_prefix(PENDING, job_type) + enc_int(max_sched_time + 1)
 
     def watches_pending(self, job_type: Any) -> bytes:
         return self._type_prefix(WATCHES_PENDING, job_type)
@@ -158,9 +152,14 @@ class Keys:
     def activity(self, job_type: Any, stamp: Versionstamp) -> bytes:
         return self._type_prefix(ACTIVITY, job_type) + tuples.pack((stamp,))
 
+    def activity_of(self, job_type: Any, seq_enc: bytes) -> bytes:
+        """The ACTIVITY key a running row's encoded seq names."""
+        return self._type_prefix(ACTIVITY, job_type) + seq_enc
+
     def activity_stamped(self, job_type: Any, user_version: int) -> bytes:
         """An ACTIVITY key with an incomplete stamp, for ``set_versionstamped_key``."""
-        return tuples.pack_with_versionstamp((Versionstamp(user_version=user_version),), self._type_prefix(ACTIVITY, job_type))
+        prefix = self._type_prefix(ACTIVITY, job_type)
+        return prefix + incomplete_stamp(user_version) + struct.pack("<L", len(prefix) + 1)
 
     def activity_range(self, job_type: Any) -> tuple[bytes, bytes]:
         p = self._type_prefix(ACTIVITY, job_type)
@@ -169,7 +168,7 @@ class Keys:
     def tx_id(self, issued_at_s: int, tx_id: bytes) -> bytes:
         """The key of one transaction id (ordered by issue time, so old ones clear as a range)."""
         # Packed by hand: the generic packer would cache every random id as an element.
-        return self.tx_ids_before(issued_at_s) + b"\x01" + tx_id.replace(b"\x00", b"\x00\xff") + b"\x00"
+        return self.tx_ids_before(issued_at_s) + enc_bytes(tx_id)
 
     def tx_ids_range(self) -> tuple[bytes, bytes]:
         return tuples.range((TX_IDS,), self.prefix)
@@ -192,27 +191,26 @@ _fallback_counter = [0]
 def next_user_version(tr: Transaction) -> int:
     """The next user version for a stamped write in ``tr`` (0, 1, 2, ... per transaction).
 
-    Counted per transaction object (a retry reuses the object, so numbers keep growing
-    across retries, which is harmless: they only need to be distinct within one commit).
-    Wraps below 0xFFFF, so a single commit with more than 65,535 stamped writes could
-    repeat one; no job-layer call comes near that.
+    Counted per transaction object, on the object itself (a retry reuses the object, so
+    numbers keep growing across retries, which is harmless: they only need to be distinct
+    within one commit). Wraps below 0xFFFF, so a single commit with more than 65,535 stamped
+    writes could repeat one; no job-layer call comes near that.
     """
-    with _counters_lock:
-        try:
-            n = _counters.get(tr, 0)
-            _counters[tr] = n + 1
-        except TypeError:  # a transaction class without weakref support
-            n = _fallback_counter[0]
-            _fallback_counter[0] = n + 1
+    try:
+        n = tr.__dict__.get("_job_user_version", 0)
+        tr.__dict__["_job_user_version"] = n + 1
+    except AttributeError:  # a transaction class without a __dict__
+        with _counters_lock:
+            try:
+                n = _counters.get(tr, 0)
+                _counters[tr] = n + 1
+            except TypeError:  # nor weakref support
+                n = _fallback_counter[0]
+                _fallback_counter[0] = n + 1
     return n % (MAX_USER_VERSION + 1)
 
 
-# -- row codec and writes ------------------------------------------------------------------
-
-
-def decode_row(raw: bytes) -> JobRow:
-    seq, lock, scheduled_time, resubmit, data = tuples.unpack(raw)
-    return JobRow(seq, lock, scheduled_time, bool(resubmit), data)
+# -- row reads and writes ---------------------------------------------------------------------
 
 
 def get_row(tr: Any, keys: Keys, job_type: Any, job_id: str) -> JobRow | None:
@@ -221,19 +219,17 @@ def get_row(tr: Any, keys: Keys, job_type: Any, job_id: str) -> JobRow | None:
     return None if raw is None else decode_row(raw)
 
 
-def set_row(tr: Transaction, keys: Keys, job_type: Any, job_id: str, row: JobRow) -> None:
-    key = keys.data(job_type, job_id)
-    tr.set(key, tuples.pack((row.seq, row.lock, row.scheduled_time, row.resubmit, row.data)))
+def set_row(tr: Transaction, key: bytes, seq_enc: bytes, lock: str | None, scheduled_time: int, resubmit: bool, data_enc: bytes) -> None:
+    """Write the row at ``key`` (the job's DATA key) from encoded parts."""
+    tr.set(key, encode_row(seq_enc, lock, scheduled_time, resubmit, data_enc))
 
 
 def set_row_running(
-    tr: Transaction, keys: Keys, job_type: Any, job_id: str, row: JobRow, user_version: int
+    tr: Transaction, key: bytes, lock: str, scheduled_time: int, resubmit: bool, data_enc: bytes, user_version: int
 ) -> None:
     """Write a running row whose seq becomes this commit's versionstamp (with ``user_version``)."""
-    value = tuples.pack_with_versionstamp(
-        (Versionstamp(user_version=user_version), row.lock, row.scheduled_time, row.resubmit, row.data)
-    )
-    tr.set_versionstamped_value(keys.data(job_type, job_id), value)
+    value = encode_row(incomplete_stamp(user_version), lock, scheduled_time, resubmit, data_enc) + STAMP_FIRST_TRAILER
+    tr.set_versionstamped_value(key, value)
 
 
 def enqueue(tr: Transaction, keys: Keys, job_type: Any, job_id: str, scheduled_time: int) -> None:
@@ -243,36 +239,37 @@ def enqueue(tr: Transaction, keys: Keys, job_type: Any, job_id: str, scheduled_t
 
 
 def write_pending(
-    tr: Transaction, keys: Keys, job_type: Any, job_id: str, scheduled_time: int, data: bytes
+    tr: Transaction, keys: Keys, job_type: Any, job_id: str, scheduled_time: int, data_enc: bytes, key: bytes | None = None
 ) -> None:
-    """Make the job pending: row (0, None, time, False, data), pending key, counter bump."""
-    set_row(tr, keys, job_type, job_id, JobRow(PENDING_SEQ, None, scheduled_time, False, data))
+    """Make the job pending: row (0, None, time, False, data), pending key, counter bump.
+
+    Parameters:
+        data_enc: the data as an encoded bytes element (:func:`~smoosh.jobs.codec.enc_bytes`).
+        key: the job's DATA key, when the caller has built it already.
+    """
+    set_row(tr, key or keys.data(job_type, job_id), PENDING_SEQ_ENC, None, scheduled_time, False, data_enc)
     enqueue(tr, keys, job_type, job_id, scheduled_time)
-
-
-def write_finished(tr: Transaction, keys: Keys, job_type: Any, job_id: str, scheduled_time: int, data: bytes) -> None:
-    set_row(tr, keys, job_type, job_id, JobRow(None, None, scheduled_time, False, data))
 
 
 def bump_activity_watch(tr: Transaction, keys: Keys, job_type: Any) -> None:
     """Rewrite ``(WATCHES_ACTIVITY, type)`` with this commit's stamp: wakes the type monitors."""
-    value = tuples.pack_with_versionstamp((Versionstamp(user_version=0),))
-    tr.set_versionstamped_value(keys.watches_activity(job_type), value)
+    tr.set_versionstamped_value(keys.watches_activity(job_type), WATCH_STAMP_VALUE)
 
 
 def write_activity(
-    tr: Transaction, keys: Keys, job_type: Any, job_id: str, old_seq: Any, data: bytes, user_version: int
+    tr: Transaction, keys: Keys, job_type: Any, job_id: str, old_seq_enc: bytes | None, data_enc: bytes, user_version: int
 ) -> None:
     """Replace the job's ACTIVITY entry with one stamped by this commit, and bump the watch."""
-    if isinstance(old_seq, Versionstamp):
-        tr.clear(keys.activity(job_type, old_seq))
-    tr.set_versionstamped_key(keys.activity_stamped(job_type, user_version), tuples.pack((job_id, data)))
+    if old_seq_enc is not None:
+        clear_activity(tr, keys, job_type, old_seq_enc)
+    tr.set_versionstamped_key(keys.activity_stamped(job_type, user_version), enc_str(job_id) + data_enc)
     bump_activity_watch(tr, keys, job_type)
 
 
-def clear_activity(tr: Transaction, keys: Keys, job_type: Any, seq: Any) -> None:
-    if isinstance(seq, Versionstamp):
-        tr.clear(keys.activity(job_type, seq))
+def clear_activity(tr: Transaction, keys: Keys, job_type: Any, seq_enc: bytes) -> None:
+    """Clear the ACTIVITY entry a row's seq names (none unless it is a versionstamp)."""
+    if seq_enc[0] == VERSIONSTAMP_CODE:
+        tr.clear(keys.activity_of(job_type, seq_enc))
 
 
 def read_activity_stamp(tr: Any, keys: Keys, job_type: Any) -> Versionstamp | None:
@@ -290,4 +287,3 @@ def read_type_timeout(tr: Any, keys: Keys, job_type: Any) -> float | None:
         return None
     (timeout_s,) = tuples.unpack(raw)
     return timeout_s
-

@@ -198,7 +198,7 @@ class ActivityMonitor:
             row = model.get_row(tr, self.keys, self.job_type, job_id)
             if row is None or row.lock is None or row.seq != stamp:
                 continue  # a stray entry (its job moved on): clearing it is all there is to do
-            model.write_pending(tr, self.keys, self.job_type, job_id, row.scheduled_time, row.data)
+            model.write_pending(tr, self.keys, self.job_type, job_id, row.scheduled_time, row.data_enc)
         if kvs:
             model.bump_activity_watch(tr, self.keys, self.job_type)
         return len(kvs)

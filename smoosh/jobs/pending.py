@@ -48,15 +48,26 @@ class PickWindow:
 
 
 def dequeue(
-    tr: Transaction, keys: Keys, job_type: Any, max_sched_time: int, rng: random.Random, window: int = PICK_RANGE_LIMIT
-) -> tuple[str, int] | None:
+    tr: Transaction,
+    keys: Keys,
+    job_type: Any,
+    max_sched_time: int,
+    rng: random.Random,
+    window: int = PICK_RANGE_LIMIT,
+    avoid: tuple[set[bytes], ...] = (),
+    picked: tuple[set[bytes], ...] = (),
+) -> tuple[str, int] | None | bool:
     """Take a random eligible pending key (scheduled time <= ``max_sched_time``) off the queue.
 
     Parameters:
         window: how many of the first eligible keys to pick among (see :class:`PickWindow`).
+        avoid: sets of keys other accepts of this process are taking (or just took): none
+            of those is picked, since two accepts of one key cannot both commit.
+        picked: sets the key picked is added to, at once (another thread may pick next).
 
     Returns:
-        ``(job_id, scheduled_time)`` of the key cleared, or None if nothing is eligible.
+        ``(job_id, scheduled_time)`` of the key cleared, None if nothing is eligible, or
+        False if every eligible key read is one to avoid (nothing was cleared).
     """
     begin, _ = keys.pending_range(job_type)
     end = keys.pending_end(job_type, max_sched_time)
@@ -65,13 +76,22 @@ def dequeue(
     kvs = tr.snapshot.get_range(begin, end, limit=max(1, min(window, PICK_RANGE_LIMIT)))
     if not kvs:
         return None
-    key = kvs[rng.randrange(len(kvs))][0]
+    # Acceptors of one process see each other's picks: they need not meet at the commit.
+    if avoid:
+        candidates = [k for k, _ in kvs if not any(k in keys_ for keys_ in avoid)]
+        if not candidates:
+            return False
+        key = candidates[rng.randrange(len(candidates))]
+    else:
+        key = kvs[rng.randrange(len(kvs))][0]
+    for keys_ in picked:
+        keys_.add(key)
     # ... and this explicit conflict key makes two acceptors that picked the *same* key
     # conflict: the second commit fails with 1020 and its retry picks again, so a job
     # is never handed to two workers.
     tr.add_read_conflict_key(key)
     tr.clear(key)
-    _, _, scheduled_time, job_id = keys.unpack(key)
+    scheduled_time, job_id = keys.parse_pending(job_type, key)
     return job_id, scheduled_time
 
 

@@ -13,11 +13,11 @@ commit, reset or cancel, or from its finalizer when it is dropped. The transacti
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterator
 
 from smoosh.store.errors import TRANSACTION_CANCELLED
-from smoosh.store._mutations import Mutation, RangeSet
+from smoosh.store._mutations import ConflictSet, Mutation
 from smoosh.store._watches import StoreWatch, WatchRegistry
 
 
@@ -68,14 +68,25 @@ class PendingWatch:
     use_committed: bool = False
 
 
-@dataclass
 class CommitRequest:
-    """What a store needs to commit one transaction."""
+    """What a store needs to commit one transaction.
 
-    read_version: int | None
-    read_ranges: RangeSet
-    mutations: list[Mutation]
-    watches: list[PendingWatch] = field(default_factory=list)
+    Attributes:
+        read_version: the version its reads saw (None: it read nothing).
+        reads: its read conflict ranges, checked against commits newer than ``read_version``.
+        mutations: its writes, in issue order.
+        watches: its watches, armed at the commit.
+    """
+
+    __slots__ = ("read_version", "reads", "mutations", "watches")
+
+    def __init__(
+        self, read_version: int | None, reads: ConflictSet, mutations: list[Mutation], watches: list[PendingWatch] | None = None
+    ) -> None:
+        self.read_version = read_version
+        self.reads = reads
+        self.mutations = mutations
+        self.watches: list[PendingWatch] = [] if watches is None else watches
 
 
 class Held:

@@ -1,15 +1,15 @@
 """Pieces shared by the embedded stores: key ranges, mutations, atomic add, versionstamp splicing.
 
-A transaction records its mutations in issue order; a store applies them at commit with
-:func:`apply_mutations` against its own storage (a sorted dict, an SQLite table), so the
-semantics of every operation are written once.
+A transaction records its mutations in issue order; a store turns them into writes at commit
+with :func:`writes_of` and applies those to its own storage (versioned dicts, an SQLite
+table), so the semantics of every operation are written once.
 """
 
 from __future__ import annotations
 
 import bisect
 import struct
-from typing import Iterable, Iterator, Protocol
+from typing import Callable, Iterable, Iterator
 
 from smoosh.store.errors import CLIENT_INVALID_OPERATION, StoreError
 
@@ -129,63 +129,87 @@ class RangeSet:
         return sum(len(b) + len(e) for b, e in self)
 
 
-class ApplyTarget(Protocol):
-    """The storage a commit writes to: the latest committed state, under the store's write lock."""
+class ConflictSet:
+    """A transaction's read conflict ranges: single keys in a set, wider ranges in a list.
 
-    def get(self, key: bytes) -> bytes | None: ...
-
-    def put(self, key: bytes, value: bytes) -> None: ...
-
-    def delete(self, key: bytes) -> None: ...
-
-    def delete_range(self, begin: bytes, end: bytes) -> None: ...
-
-
-def apply_mutations(
-    mutations: Iterable[Mutation], stamp: bytes, target: ApplyTarget
-) -> tuple[set[bytes], list[tuple[bytes, bytes]]]:
-    """Apply one transaction's mutations in issue order.
-
-    Atomic adds read the latest committed value (not the transaction's snapshot): that is why
-    they add no read conflict. Versionstamped operands get ``stamp`` spliced in here, the only
-    place the commit's stamp is known.
-
-    Returns:
-        (point keys written or cleared, ranges cleared): the write conflict ranges of the commit
-        and what watches must be checked against.
+    Nearly every conflict range is one key (a ``get``, ``add_read_conflict_key``): kept as a
+    set they cost one hash insert each, and checking them against another commit's written
+    keys is one C-level set intersection. The rarer wider ranges (a conflicting range read)
+    are compared one by one.
     """
-    points: set[bytes] = set()
-    ranges: list[tuple[bytes, bytes]] = []
+
+    __slots__ = ("points", "ranges")
+
+    def __init__(self) -> None:
+        #: Keys ``k`` standing for the range ``[k, k + b"\x00")``.
+        self.points: set[bytes] = set()
+        #: Other ``[begin, end)`` ranges, unmerged.
+        self.ranges: list[tuple[bytes, bytes]] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.points) or bool(self.ranges)
+
+    def add(self, begin: bytes, end: bytes) -> None:
+        """Add ``[begin, end)`` (a no-op when empty)."""
+        if begin >= end:
+            return
+        if end == begin + b"\x00":
+            self.points.add(begin)
+        else:
+            self.ranges.append((begin, end))
+
+    def size_bytes(self) -> int:
+        """Bytes of every range's bounds (FoundationDB counts conflict ranges in the transaction size)."""
+        total = 2 * sum(map(len, self.points)) + len(self.points)
+        if self.ranges:
+            merged = RangeSet()
+            for b, e in self.ranges:
+                merged.add(b, e)
+            total += merged.size_bytes()
+        return total
+
+    def intersects(self, points: set[bytes] | frozenset[bytes], ranges: list[tuple[bytes, bytes]]) -> bool:
+        """Whether a commit that wrote ``points`` (single keys) and ``ranges`` touched one of these ranges."""
+        mine = self.points
+        if mine and points and not mine.isdisjoint(points):
+            return True
+        for b, e in ranges:
+            for k in mine:
+                if b <= k < e:
+                    return True
+            for rb, re in self.ranges:
+                if rb < e and b < re:
+                    return True
+        for rb, re in self.ranges:
+            for k in points:
+                if rb <= k < re:
+                    return True
+        return False
+
+
+def writes_of(
+    mutations: Iterable[Mutation], stamp: bytes, current: Callable[[bytes], bytes | None]
+) -> Iterator[tuple[bytes, bytes | None, bytes | None]]:
+    """One transaction's mutations as the writes they make, in issue order.
+
+    Each point write comes as ``(key, value, None)`` (value None: the key is cleared); a
+    range clear as ``(begin, None, end)``. Versionstamped operands get ``stamp`` spliced in
+    (the only place the commit's stamp is known) and an atomic add is computed on
+    ``current(key)``, the key's latest value as the caller applies them: the committed one,
+    not the transaction's snapshot, which is why an add adds no read conflict.
+    """
     for kind, a, b, offset in mutations:
         if kind == OP_SET:
-            target.put(a, b)
-            points.add(a)
+            yield a, b, None
         elif kind == OP_CLEAR:
-            target.delete(a)
-            points.add(a)
-        elif kind == OP_CLEAR_RANGE:
-            target.delete_range(a, b)
-            ranges.append((a, b))
-        elif kind == OP_ADD:
-            target.put(a, atomic_add(target.get(a), b))
-            points.add(a)
-        elif kind == OP_VS_KEY:
-            key = splice(a, offset, stamp)
-            target.put(key, b)
-            points.add(key)
+            yield a, None, None
         elif kind == OP_VS_VALUE:
-            target.put(a, splice(b, offset, stamp))
-            points.add(a)
+            yield a, b[:offset] + stamp + b[offset + STAMP_BYTES :], None
+        elif kind == OP_VS_KEY:
+            yield a[:offset] + stamp + a[offset + STAMP_BYTES :], b, None
+        elif kind == OP_ADD:
+            yield a, atomic_add(current(a), b), None
+        elif kind == OP_CLEAR_RANGE:
+            yield a, None, b
         else:  # pragma: no cover - the transaction only records the kinds above
             raise AssertionError(f"unknown mutation kind {kind}")
-    return points, ranges
-
-
-def write_ranges(points: Iterable[bytes], ranges: Iterable[tuple[bytes, bytes]]) -> RangeSet:
-    """The coalesced write conflict ranges of a commit."""
-    out = RangeSet()
-    for k in points:
-        out.add(k, key_after(k))
-    for b, e in ranges:
-        out.add(b, e)
-    return out

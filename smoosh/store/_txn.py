@@ -54,8 +54,9 @@ from smoosh.store._mutations import (
     OP_VS_KEY,
     OP_VS_VALUE,
     STAMP_BYTES,
+    TRAILER_BYTES,
+    ConflictSet,
     Mutation,
-    RangeSet,
     key_after,
     make_stamp,
     parse_stamp_operand,
@@ -127,11 +128,16 @@ class BufferedStore(Store):
 class _SnapshotView(ReadView):
     """``tr.snapshot``: the same reads, adding no read conflict ranges."""
 
+    __slots__ = ("_tr",)
+
     def __init__(self, tr: BufferedTransaction) -> None:
         self._tr = tr
 
     def get(self, key: bytes) -> bytes | None:
-        return self._tr._get(key, snapshot=True)
+        tr = self._tr
+        if tr._blocked or tr._mutations:
+            return tr._get_slow(key, snapshot=True)
+        return tr._snapshot().get(key)
 
     def get_key(self, selector: KeySelector) -> bytes:
         return self._tr._get_key(selector, snapshot=True)
@@ -143,7 +149,15 @@ class _SnapshotView(ReadView):
 
 
 class BufferedTransaction(Transaction):
-    """A FoundationDB-style transaction over a :class:`BufferedStore` (see the module docstring)."""
+    """A FoundationDB-style transaction over a :class:`BufferedStore` (see the module docstring).
+
+    Written for the common case, a few point reads then a few writes: a write is validated
+    and appended to the mutation log, nothing more; the read-your-writes buffer is folded
+    from that log only when a read comes after a write (:meth:`_fold`); a point read's
+    conflict range is one entry in a set.
+    """
+
+    uses_timeout = False
 
     def __init__(self, store: BufferedStore) -> None:
         self._store = store
@@ -159,12 +173,18 @@ class BufferedTransaction(Transaction):
 
     def _clear_state(self) -> None:
         self._state = _OPEN
+        #: Whether reads must stop at a deferred error or the transaction's state (not open).
+        self._blocked = False
         self._snap_time = 0.0
-        self._buf = WriteBuffer()
+        #: The read-your-writes view of ``_mutations[:_folded]`` (None until a read needs it).
+        self._buf: WriteBuffer | None = None
+        self._folded = 0
         self._mutations: list[Mutation] = []
-        self._read_ranges = RangeSet()
+        #: Ranges a versionstamped key may land on, each fixed when its write was made.
+        self._unreadable: list[tuple[bytes, bytes]] = []
+        self._reads = ConflictSet()
+        #: Bytes the mutations add to the transaction's size (with their write conflict ranges).
         self._mutation_bytes = 0
-        self._write_range_bytes = 0
         self._stamp: bytes | None = None
         #: The first error a write deferred: (code, message or None for the code's own).
         self._deferred: tuple[int, str | None] | None = None
@@ -172,7 +192,7 @@ class BufferedTransaction(Transaction):
     # -- state and limits -------------------------------------------------------------
     def _check_open(self) -> None:
         """What a read, a watch or the commit meets first: a deferred error, then the state."""
-        if self._state == _OPEN and self._deferred is None:
+        if not self._blocked:
             return
         code, message = self._blocker()
         raise StoreError(code, message)
@@ -189,6 +209,7 @@ class BufferedTransaction(Transaction):
         # FoundationDB keeps the first error and skips every later write of the attempt.
         if self._deferred is None:
             self._deferred = (code, message)
+            self._blocked = True
 
     def _refuse_write(self) -> None:
         """A write on a transaction that takes none: ignored (cancelled, or an error already
@@ -208,8 +229,10 @@ class BufferedTransaction(Transaction):
             self._snap_time = self._store.clock()
             if snap.needs_release:
                 self._hold_resources()
-        else:
-            self._check_age()
+            return snap
+        max_age_s = self._store.max_age_s
+        if max_age_s is not None and self._store.clock() - self._snap_time > max_age_s:
+            raise StoreError(TRANSACTION_TOO_OLD)
         return snap
 
     def _hold_resources(self) -> None:
@@ -245,24 +268,49 @@ class BufferedTransaction(Transaction):
     def _size_bytes(self) -> int:
         # FoundationDB's "affected data": mutations (keys and values), their write conflict
         # ranges (keys only) and the read conflict ranges; values read do not count.
-        return self._mutation_bytes + self._write_range_bytes + self._read_ranges.size_bytes()
+        return self._mutation_bytes + self._reads.size_bytes()
 
     def _add_read_range(self, begin: bytes, end: bytes) -> None:
         if begin < end:
             self._snapshot()  # a conflict range is checked against the read version
-            self._read_ranges.add(begin, end)
+            self._reads.add(begin, end)
+
+    def _fold(self) -> WriteBuffer:
+        """The read-your-writes buffer, brought up to date with every write made so far."""
+        buf = self._buf
+        if buf is None:
+            buf = self._buf = WriteBuffer()
+        mutations = self._mutations
+        if self._folded < len(mutations):
+            for kind, key, value, _ in mutations[self._folded :]:
+                if kind == OP_SET:
+                    buf.set(key, value)
+                elif kind == OP_CLEAR:
+                    buf.clear(key)
+                elif kind == OP_CLEAR_RANGE:
+                    buf.clear_range(key, value)
+                elif kind == OP_ADD:
+                    buf.add(key, value)
+                elif kind == OP_VS_VALUE:
+                    buf.set_unreadable_value(key)
+            self._folded = len(mutations)
+        if self._unreadable:
+            for begin, end in self._unreadable:
+                buf.set_unreadable_range(begin, end)
+            self._unreadable.clear()
+        return buf
 
     # -- reads ------------------------------------------------------------------------
-    def _get(self, key: bytes, snapshot: bool) -> bytes | None:
+    def _get_slow(self, key: bytes, snapshot: bool) -> bytes | None:
         self._check_open()
-        value, read_committed = self._buf.read(key, self._snapshot)
+        value, read_committed = self._fold().read(key, self._snapshot)
         if read_committed and not snapshot:
             self._add_read_range(key, key_after(key))
         return value
 
     def _get_key(self, sel: KeySelector, snapshot: bool) -> bytes:
         self._check_open()
-        key = self._buf.resolve(self._snapshot, sel)
+        key = self._fold().resolve(self._snapshot, sel)
         if not snapshot:
             # Every key between the selector's anchor and the answer decided the answer.
             lo, hi = min(sel.key, key), max(sel.key, key)
@@ -286,7 +334,12 @@ class BufferedTransaction(Transaction):
         if rb >= re:
             return []
         out: list[tuple[bytes, bytes]] = []
-        for pair in self._buf.merged(self._snapshot, rb, re, reverse, limit):
+        if self._mutations or self._buf is not None or self._unreadable:
+            pairs = self._fold().merged(self._snapshot, rb, re, reverse, limit)
+        else:
+            # Nothing written: the snapshot's own pairs, without the merge.
+            pairs = self._snapshot().scan(rb, re, reverse, limit)
+        for pair in pairs:
             out.append(pair)
             if limit and len(out) >= limit:
                 break
@@ -302,7 +355,11 @@ class BufferedTransaction(Transaction):
 
     def get(self, key: bytes) -> bytes | None:
         """See :meth:`ReadView.get`; adds a read conflict on ``key``."""
-        return self._get(key, snapshot=False)
+        if self._blocked or self._mutations:
+            return self._get_slow(key, snapshot=False)
+        value = self._snapshot().get(key)
+        self._reads.points.add(key)
+        return value
 
     def get_key(self, selector: KeySelector) -> bytes:
         """See :meth:`ReadView.get_key`."""
@@ -315,38 +372,35 @@ class BufferedTransaction(Transaction):
         return self._get_range(begin, end, limit, reverse, snapshot=False)
 
     # -- writes -----------------------------------------------------------------------
-    def _record(self, mutation: Mutation, size_bytes: int) -> None:
-        self._mutations.append(mutation)
-        self._mutation_bytes += size_bytes
-        kind, key, end = mutation[0], mutation[1], mutation[2]
-        # A point write's conflict range is [key, key + b"\x00"); a clear_range's is itself.
-        self._write_range_bytes += len(key) + len(end) if kind == OP_CLEAR_RANGE else 2 * len(key) + 1
-
     def set(self, key: bytes, value: bytes) -> None:
         """See :meth:`Transaction.set`; its errors are deferred."""
-        error = self._key_error(key) or self._value_error(value)
-        if self._state != _OPEN or self._deferred is not None:
+        if key.__class__ is not bytes or value.__class__ is not bytes or len(key) > KEY_SIZE_LIMIT_BYTES \
+                or key >= KEYSPACE_END or len(value) > VALUE_SIZE_LIMIT_BYTES:
+            error = self._key_error(key) or self._value_error(value)
+        else:
+            error = 0
+        if self._blocked:
             return self._refuse_write()
         if error:
             return self._defer(error)
-        self._buf.set(key, value)
-        self._record((OP_SET, key, value, 0), len(key) + len(value))
+        self._mutations.append((OP_SET, key, value, 0))
+        self._mutation_bytes += 3 * len(key) + 1 + len(value)
 
     def clear(self, key: bytes) -> None:
         """See :meth:`Transaction.clear`; its errors are deferred."""
         error = self._key_error(key)
-        if self._state != _OPEN or self._deferred is not None:
+        if self._blocked:
             return self._refuse_write()
         if error == KEY_TOO_LARGE:
             return  # no key is that long: nothing to clear (FoundationDB's client skips it too)
         if error:
             return self._defer(error)
-        self._buf.clear(key)
-        self._record((OP_CLEAR, key, b"", 0), len(key))
+        self._mutations.append((OP_CLEAR, key, b"", 0))
+        self._mutation_bytes += 3 * len(key) + 1
 
     def clear_range(self, begin: bytes, end: bytes) -> None:
         """See :meth:`Transaction.clear_range`; 2005 (deferred) if ``begin > end``."""
-        if self._state != _OPEN or self._deferred is not None:
+        if self._blocked:
             return self._refuse_write()
         if begin > end:
             return self._defer(INVERTED_RANGE)
@@ -354,23 +408,23 @@ class BufferedTransaction(Transaction):
             return self._defer(KEY_OUTSIDE_LEGAL_RANGE)
         if begin == end:
             return
-        self._buf.clear_range(begin, end)
-        self._record((OP_CLEAR_RANGE, begin, end, 0), len(begin) + len(end))
+        self._mutations.append((OP_CLEAR_RANGE, begin, end, 0))
+        self._mutation_bytes += 2 * (len(begin) + len(end))
 
     def add(self, key: bytes, param: bytes) -> None:
         """See :meth:`Transaction.add`; its errors are deferred."""
         error = self._key_error(key) or self._value_error(param)
-        if self._state != _OPEN or self._deferred is not None:
+        if self._blocked:
             return self._refuse_write()
         if error:
             return self._defer(error)
-        self._buf.add(key, param)
-        self._record((OP_ADD, key, param, 0), len(key) + len(param))
+        self._mutations.append((OP_ADD, key, param, 0))
+        self._mutation_bytes += 3 * len(key) + 1 + len(param)
 
     def set_versionstamped_key(self, key: bytes, value: bytes) -> None:
         """See :meth:`Transaction.set_versionstamped_key`; 2000 (deferred) for a bad offset trailer."""
         value_error = self._value_error(value)
-        if self._state != _OPEN or self._deferred is not None:
+        if self._blocked:
             return self._refuse_write()
         try:
             body, offset = parse_stamp_operand(key, "key")
@@ -380,18 +434,27 @@ class BufferedTransaction(Transaction):
         if error:
             return self._defer(error)
         # As FDB's RYW layer: the keys this write may land on (any stamp after our read
-        # version) cannot be read back by this transaction.
+        # version, as it is now) cannot be read back by this transaction.
         snap = self._held.snapshot
         low_stamp = make_stamp(snap.read_version if snap is not None else 0, 0)
-        self._buf.set_unreadable_range(
-            splice(body, offset, low_stamp), key_after(splice(body, offset, b"\xff" * STAMP_BYTES))
-        )
-        self._record((OP_VS_KEY, body, value, offset), len(body) + len(value))
+        self._unreadable.append((splice(body, offset, low_stamp), key_after(splice(body, offset, b"\xff" * STAMP_BYTES))))
+        self._mutations.append((OP_VS_KEY, body, value, offset))
+        self._mutation_bytes += 3 * len(body) + 1 + len(value)
 
     def set_versionstamped_value(self, key: bytes, value: bytes) -> None:
         """See :meth:`Transaction.set_versionstamped_value`; 2000 (deferred) for a bad offset trailer."""
+        # Every accept, update and finish makes two or three of these: the usual well-formed
+        # operand is taken here, anything else by the checks below in their order.
+        if key.__class__ is bytes and value.__class__ is bytes and not self._blocked and key < KEYSPACE_END \
+                and len(key) <= KEY_SIZE_LIMIT_BYTES and STAMP_BYTES + TRAILER_BYTES <= len(value) <= VALUE_SIZE_LIMIT_BYTES:
+            offset = int.from_bytes(value[-TRAILER_BYTES:], "little")
+            body = value[:-TRAILER_BYTES]
+            if offset + STAMP_BYTES <= len(body):
+                self._mutations.append((OP_VS_VALUE, key, body, offset))
+                self._mutation_bytes += 3 * len(key) + 1 + len(body)
+                return
         key_error = self._key_error(key)
-        if self._state != _OPEN or self._deferred is not None:
+        if self._blocked:
             return self._refuse_write()
         if key_error:
             return self._defer(key_error)
@@ -402,20 +465,25 @@ class BufferedTransaction(Transaction):
         error = self._value_error(body)
         if error:
             return self._defer(error)
-        self._buf.set_unreadable_value(key)
-        self._record((OP_VS_VALUE, key, body, offset), len(key) + len(body))
+        self._mutations.append((OP_VS_VALUE, key, body, offset))
+        self._mutation_bytes += 3 * len(key) + 1 + len(body)
 
     def add_read_conflict_key(self, key: bytes) -> None:
         """See :meth:`Transaction.add_read_conflict_key`; a key we already wrote adds nothing."""
-        if self._state != _OPEN or self._deferred is not None or self._buf.decides(key):
+        if self._blocked:
             return
-        self.add_read_conflict_range(key, key_after(key))
+        if self._mutations and self._fold().decides(key):
+            return
+        if self._held.snapshot is None:
+            self.add_read_conflict_range(key, key_after(key))
+        else:
+            self._reads.points.add(key)
 
     def add_read_conflict_range(self, begin: bytes, end: bytes) -> None:
         """See :meth:`Transaction.add_read_conflict_range`; 2005 at the call if ``begin > end``."""
         if begin > end:
             raise StoreError(INVERTED_RANGE)  # the C API checks the range before deferring anything
-        if self._state != _OPEN or self._deferred is not None:
+        if self._blocked:
             return
         try:
             self._add_read_range(begin, end)
@@ -426,7 +494,7 @@ class BufferedTransaction(Transaction):
         """See :meth:`Transaction.watch`; its errors (1032 beyond the store's watch limit, a deferred
         error, 1025 once cancelled, 2004) are raised by the watch's ``wait``, as FoundationDB's are."""
         error = self._key_error(key)
-        if self._state != _OPEN or self._deferred is not None:
+        if self._blocked:
             code, _ = self._blocker()
             return self._failed_watch(key, code)
         if error:
@@ -435,7 +503,7 @@ class BufferedTransaction(Transaction):
         if w.is_ready():
             return w  # failed with 1032
         seen = None
-        if not self._buf.wrote(key):
+        if not (self._mutations and self._fold().wrote(key)):
             try:
                 seen = self._snapshot().get(key)
             except BaseException:
@@ -453,39 +521,46 @@ class BufferedTransaction(Transaction):
 
     def commit(self) -> None:
         """See :meth:`Transaction.commit`."""
-        self._check_open()
+        if self._blocked:
+            self._check_open()
         held = self._held
-        for p in held.watches:
-            # Our own write decides the baseline: the value we commit, known only after commit.
-            p.use_committed = self._buf.wrote(p.key)
+        if held.watches:
+            buf = self._fold() if self._mutations else None
+            for p in held.watches:
+                # Our own write decides the baseline: the value we commit, known only after commit.
+                p.use_committed = buf is not None and buf.wrote(p.key)
         if not self._mutations:
             # Read-only: nothing to check (FDB never resolves read-only commits).
             self._store._arm_read_only(list(held.watches))
             held.release(watch_error=None)
             self._state = _COMMITTED
+            self._blocked = True
             return
-        if self._size_bytes() > self._store.size_limit_bytes:
+        reads = self._reads
+        points = reads.points
+        # _size_bytes(), written out for the usual transaction without a wide read range.
+        size = self._size_bytes() if reads.ranges else self._mutation_bytes + 2 * sum(map(len, points)) + len(points)
+        if size > self._store.size_limit_bytes:
             raise StoreError(TRANSACTION_TOO_LARGE)
         snap = held.snapshot
         if snap is not None:
             self._check_age()
-        req = CommitRequest(
-            read_version=snap.read_version if snap is not None else None,
-            read_ranges=self._read_ranges,
-            mutations=self._mutations,
-            watches=list(held.watches),
-        )
+        watches = held.watches
+        req = CommitRequest(snap.read_version if snap is not None else None, self._reads, self._mutations, list(watches))
         # The read snapshot is not needed to commit: give it back now rather than pin the WAL.
-        held.release(watch_error=None)
-        held.watches.extend(req.watches)
+        if snap is not None:
+            held.release(watch_error=None)
+            watches.extend(req.watches)
         try:
             self._stamp = self._store._commit(req)
         except StoreError as e:
-            self._store.watches.fail([p.watch for p in req.watches], e.code)
-            held.watches.clear()
+            if req.watches:
+                self._store.watches.fail([p.watch for p in req.watches], e.code)
+            watches.clear()
             raise
-        held.watches.clear()
+        watches.clear()
         self._state = _COMMITTED
+        self._blocked = True
 
     def get_versionstamp(self) -> bytes:
         """See :meth:`Transaction.get_versionstamp`."""
@@ -507,6 +582,7 @@ class BufferedTransaction(Transaction):
         """See :meth:`Transaction.cancel`."""
         self._held.release(TRANSACTION_CANCELLED)
         self._state = _CANCELLED
+        self._blocked = True
 
     def on_error(self, error: StoreError) -> None:
         """See :meth:`Transaction.on_error`; 1025 once the transaction is cancelled."""

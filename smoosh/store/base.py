@@ -189,6 +189,10 @@ class Transaction(ReadView):
 
     #: The same reads, adding no read conflict ranges.
     snapshot: ReadView
+    #: Whether :meth:`set_retry_options`'s ``timeout_s`` means anything to this transaction
+    #: (the embedded stores leave the deadline to the retry loop, which then need not call
+    #: it for a transaction that keeps the default backoff ceiling).
+    uses_timeout: bool = True
 
     @abc.abstractmethod
     def set(self, key: bytes, value: bytes) -> None:
@@ -377,7 +381,6 @@ class Store(abc.ABC):
                 once ``timeout_s`` has passed.
         """
         deadline = time.monotonic() + timeout_s
-        stats = self.retry_stats
         retries = 0
         warned_locked = False
         fresh_backoff: Backoff | None = None
@@ -390,14 +393,14 @@ class Store(abc.ABC):
                 except StoreError as e:
                     if not e.loop_retryable or retries >= retry_limit:
                         if retries and e.loop_retryable:
-                            stats.record_end(retries, gave_up=True)
+                            self.retry_stats.record_end(retries, gave_up=True)
                         raise
                     remaining_s = deadline - time.monotonic()
                     if remaining_s <= 0:
-                        stats.record_end(retries, gave_up=True)
+                        self.retry_stats.record_end(retries, gave_up=True)
                         raise StoreError(TRANSACTION_TIMED_OUT) from e
                     retries += 1
-                    stats.record_retry(e.code, e.maybe_committed)
+                    self.retry_stats.record_retry(e.code, e.maybe_committed)
                     if e.code == DATABASE_LOCKED and not warned_locked:
                         # Another process has held the store's write lock for a whole busy
                         # timeout: worth an operator's attention once, not once per retry.
@@ -419,7 +422,7 @@ class Store(abc.ABC):
                         tr = self._loop_transaction(deadline - time.monotonic(), max_retry_delay_s)
                     continue
                 if retries:
-                    stats.record_end(retries)
+                    self.retry_stats.record_end(retries)
                 return result
         except BaseException:
             tr.cancel()
@@ -427,7 +430,8 @@ class Store(abc.ABC):
 
     def _loop_transaction(self, timeout_s: float, max_retry_delay_s: float) -> Transaction:
         tr = self.create_transaction()
-        tr.set_retry_options(timeout_s=max(timeout_s, 0.001), max_retry_delay_s=max_retry_delay_s)
+        if tr.uses_timeout or max_retry_delay_s != MAX_RETRY_DELAY_S:
+            tr.set_retry_options(timeout_s=max(timeout_s, 0.001), max_retry_delay_s=max_retry_delay_s)
         return tr
 
 

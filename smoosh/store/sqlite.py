@@ -3,11 +3,11 @@
 Layout (one file, WAL mode, shared safely by every process on the machine):
 
 * ``kv(key BLOB PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID`` — BLOB order is FDB's order.
-* ``meta(name, value)`` — ``version``, the commit counter (the read version of a snapshot and
-  the first 8 bytes of every versionstamp), and ``pruned_through``, the newest commit whose
-  write ranges have left the conflict log.
-* ``conflict_log(commit_version, begin_key, end_key, commit_time)`` — write ranges of recent
-  commits (kept :attr:`~BufferedStore.retention_s`, wall clock, so every process agrees).
+* ``commit_log(version INTEGER PRIMARY KEY, commit_time, writes)`` — one row per SQLite
+  transaction: its version (the read version of a snapshot and the first 8 bytes of every
+  versionstamp; the newest row's is the file's) and the keys and ranges its commits wrote
+  (kept :attr:`~BufferedStore.retention_s`, wall clock, so every process agrees).
+* ``meta(name, value)`` — ``pruned_through``, the newest version whose row has left the log.
 
 A transaction reads from its own WAL snapshot: a pooled read connection inside ``BEGIN``,
 held until commit or reset. Writes are buffered (reads see them). Commits queue in this
@@ -39,10 +39,17 @@ from smoosh.store.base import (
 from smoosh.store.errors import CLIENT_INVALID_OPERATION, StoreError, StoreUnavailable
 from smoosh.store._commit import CommitRequest, PendingWatch, Snapshot
 from smoosh.store._sqlite_commit import GroupCommitter, SqliteStats
-from smoosh.store._sqlite_schema import create_schema, read_values, store_error
+from smoosh.store._sqlite_schema import SELECT_VERSION, create_schema, read_values, store_error
 from smoosh.store._txn import BufferedStore
 
 log = logging.getLogger(__name__)
+
+# The sqlite3 module binds str, int and float directly but hands every bytes parameter to
+# its adaptation protocol first, which, finding no adapter, fails two attribute lookups (two
+# formatted AttributeErrors) before binding the value as it is; every key and value here is
+# bytes. An identity adapter is found at the first lookup. It changes nothing else: the value
+# bound is the same bytes, for every sqlite3 connection of the process.
+sqlite3.register_adapter(bytes, bytes)
 
 #: Seconds a connection waits for another process's write lock before giving up (1038).
 DEFAULT_BUSY_TIMEOUT_S = 5.0
@@ -57,6 +64,13 @@ MAX_OWN_VERSIONS = 10_000
 SCAN_CHUNK = 256
 #: Idle read connections kept for reuse.
 MAX_POOLED_CONNECTIONS = 8
+#: A snapshot's read version, with a second row left unread to hold the read transaction open.
+_HOLD_SNAPSHOT = f"{SELECT_VERSION} UNION ALL SELECT NULL"
+#: The same with a first point read: (0, version), then (1, value) if the key exists, then two
+#: pads, so one row is left unread either way.
+_HOLD_SNAPSHOT_WITH_GET = (
+    f"SELECT 0, ({SELECT_VERSION}) UNION ALL SELECT 1, value FROM kv WHERE key = ? UNION ALL SELECT 2, NULL UNION ALL SELECT 2, NULL"
+)
 
 
 def probe(path: str) -> int:
@@ -78,7 +92,11 @@ def probe(path: str) -> int:
     try:
         conn = sqlite3.connect("file:" + urllib.parse.quote(path) + "?mode=ro", uri=True, timeout=1.0)
         try:
-            row = conn.execute("SELECT value FROM meta WHERE name = 'version'").fetchone()
+            tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if "commit_log" in tables:
+                row = conn.execute(SELECT_VERSION).fetchone()
+            else:  # a file of an earlier smoosh, moved to the commit log at its next open
+                row = conn.execute("SELECT value FROM meta WHERE name = 'version'").fetchone()
         finally:
             conn.close()
     except sqlite3.Error as e:
@@ -89,31 +107,69 @@ def probe(path: str) -> int:
 
 
 class _SqliteSnapshot(Snapshot):
+    """A read transaction on a pooled connection: every read sees the file as of its first one.
+
+    No ``BEGIN``/``ROLLBACK``: the first read is a statement that also reads the version and
+    is left with a row still to fetch, and SQLite keeps a connection's implicit read
+    transaction open as long as one of its statements is active, so every later read of this
+    connection sees the same WAL snapshot; closing that statement's cursor ends it. Each
+    statement is a GIL hand-off when threads contend (the sqlite3 module releases the GIL
+    around every step), so a transaction's first point read, its version and the hold on
+    its snapshot are one statement.
+    """
+
     def __init__(self, store: SqliteStore) -> None:
         self._store = store
+        self._holder: sqlite3.Cursor | None = None
+        self._version: int | None = None
         self._conn: sqlite3.Connection | None = store._acquire()
-        try:
-            self._conn.execute("BEGIN")
-            # The first SELECT starts the WAL read transaction: from here on this connection
-            # sees exactly the commits up to ``read_version``.
-            self.read_version = self._conn.execute("SELECT value FROM meta WHERE name = 'version'").fetchone()[0]
-        except sqlite3.Error as e:
-            self.close()
-            raise store_error(e) from e
 
     def _c(self) -> sqlite3.Connection:
         if self._conn is None:
             raise StoreError(CLIENT_INVALID_OPERATION, "snapshot already released")
         return self._conn
 
-    def get(self, key: bytes) -> bytes | None:
+    def _hold(self, key: bytes | None) -> bytes | None:
+        """Start the read transaction (reading ``key`` with it, unless None); returns its value."""
+        conn = self._c()
+        value = None
         try:
+            if key is None:
+                holder = conn.execute(_HOLD_SNAPSHOT)
+                self._version = holder.fetchone()[0]
+            else:
+                holder = conn.execute(_HOLD_SNAPSHOT_WITH_GET, (key,))
+                self._version = holder.fetchone()[1]
+                tag, value = holder.fetchone()  # the key's row, or the first of two pads
+                if tag != 1:
+                    value = None
+        except sqlite3.Error as e:
+            raise store_error(e) from e
+        self._holder = holder
+        return value
+
+    @property
+    def read_version(self) -> int:  # type: ignore[override]
+        """The newest commit this snapshot sees."""
+        if self._version is None:
+            self._hold(None)
+        assert self._version is not None
+        return self._version
+
+    def get(self, key: bytes) -> bytes | None:
+        if self._holder is None:
+            return self._hold(key)
+        try:
+            # A key has one row at most: fetchone() runs the statement to its end, so only
+            # the holder stays active.
             row = self._c().execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
         except sqlite3.Error as e:
             raise store_error(e) from e
         return None if row is None else row[0]
 
     def scan(self, begin: bytes, end: bytes, reverse: bool, first_chunk: int = 0) -> Iterator[tuple[bytes, bytes]]:
+        if self._holder is None:
+            self._hold(None)
         lo, hi = begin, end
         # The merge above us reads one pair ahead; later chunks grow back to the usual size.
         chunk_size = min(first_chunk + 1, SCAN_CHUNK) if first_chunk > 0 else SCAN_CHUNK
@@ -146,9 +202,11 @@ class _SqliteSnapshot(Snapshot):
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
+        holder, self._holder = self._holder, None
         if conn is not None:
             try:
-                conn.execute("ROLLBACK")
+                if holder is not None:
+                    holder.close()  # the last active statement: the read transaction ends
             except sqlite3.Error:
                 conn.close()
                 return
@@ -367,13 +425,13 @@ class SqliteStore(BufferedStore):
             return False, last, last_version
         # data_version moves with this process's own commits too (they come through another
         # connection); those woke their watches at commit, so only others' need a re-read.
-        version = conn.execute("SELECT value FROM meta WHERE name = 'version'").fetchone()[0]
+        version = conn.execute(SELECT_VERSION).fetchone()[0]
         if self._only_own_since(last_version, version):
             return False, current, version
         keys = self.watches.armed_keys()
         conn.execute("BEGIN")
         try:
-            version = conn.execute("SELECT value FROM meta WHERE name = 'version'").fetchone()[0]
+            version = conn.execute(SELECT_VERSION).fetchone()[0]
             values = read_values(conn, keys)
         finally:
             conn.execute("ROLLBACK")

@@ -7,12 +7,17 @@ Commands:
                               read it too (files GO_FILE.read.PID): both write on the same
                               read, so one commit must conflict, however the two are scheduled.
     set PATH KEY VALUE        set KEY to VALUE in one transaction.
+    hammer PATH THREADS       THREADS threads commit one new key each per transaction, forever;
+                              after each commit returns its thread prints the key (hex) and the
+                              largest group committed so far, one line, flushed: the commit is
+                              acknowledged. For the kill -9 test: run until killed.
 Keys and values are given as hex.
 """
 
 from __future__ import annotations
 
 import glob
+import itertools
 import os
 import sys
 import time
@@ -31,6 +36,24 @@ def meet_after_first_read(go: str) -> None:
     deadline = time.monotonic() + GO_TIMEOUT_S
     while len(glob.glob(glob.escape(go) + ".read.*")) < WORKERS and time.monotonic() < deadline:
         time.sleep(0.001)
+
+
+def hammer(store: SqliteStore, threads: int) -> None:
+    import threading
+
+    out = threading.Lock()
+
+    def work(t: int) -> None:
+        for i in itertools.count():
+            key = b"h/%02d/%08d" % (t, i)
+            store.transact(lambda tr: tr.set(key, b"v" * 100))
+            with out:  # printed only after commit() returned: acknowledged
+                sys.stdout.write(f"{key.hex()} {store.stats.max_group}\n")
+                sys.stdout.flush()
+
+    for t in range(threads):
+        threading.Thread(target=work, args=(t,), daemon=True).start()
+    threading.Event().wait()
 
 
 def main(argv: list[str]) -> int:
@@ -58,6 +81,8 @@ def main(argv: list[str]) -> int:
             for _ in range(n):
                 store.transact(incr)
             print(runs)
+        elif cmd == "hammer":
+            hammer(store, int(argv[2]))
         elif cmd == "set":
             key, value = bytes.fromhex(argv[2]), bytes.fromhex(argv[3])
             store.transact(lambda tr: tr.set(key, value))

@@ -492,7 +492,26 @@ def test_a_walk_reading_headers_on_many_threads_finds_exactly_what_a_serial_walk
     for threads, out in found.items():
         assert walk(entries, roots, out.append, lambda msg: None, header_threads=threads) == len(expected)
     assert set(found[1]) == set(found[8]) == expected
-    assert found[1] == found[8]  # same order: a directory's files in listing order
+    assert found[1] == found[8]  # same order: a directory's files (all one size here) in listing order
+
+
+def test_a_walk_reports_a_directorys_largest_databases_first(tmp_path: Path) -> None:
+    # Given a directory of databases of several sizes, and a file that is no database
+    from smoosh.daemon.watch.scan import resolve_watch, walk, watch_roots
+
+    header = b"SQLite format 3\x00" + b"\x00" * 84
+    sizes = {"a.db": 20, "b.db": 3, "c.db": 40, "d.db": 1, "e.db": 7}
+    for name, pages in sizes.items():
+        (tmp_path / name).write_bytes(header + b"\x00" * (4096 * pages - len(header)))
+    (tmp_path / "huge.txt").write_bytes(b"x" * 4096 * 100)
+    entries = [resolve_watch(str(tmp_path))]
+    for threads in (1, 8):
+        found: list[str] = []
+        # When it is walked
+        assert walk(entries, watch_roots(entries), found.append, lambda msg: None, header_threads=threads) == 5
+        # Then the largest come first, so the daemon examines (and, with no start-up pause,
+        # starts) the most bytes the directory could give back first
+        assert [os.path.basename(p) for p in found] == ["c.db", "a.db", "e.db", "b.db", "d.db"]
 
 
 def test_a_periodic_rescan_reports_only_databases_changed_since_the_previous_scan(

@@ -84,19 +84,24 @@ def is_sqlite_file(path: str) -> bool:
 def _look(path: str, now: float | None) -> int:
     """``_NOT``, ``_DB``, or (when ``now`` is given) ``_SETTLING`` for a database written within
     :data:`SETTLE_S` of ``now``: the ``fstat`` of the descriptor the header read opened says so."""
+    return _look_sized(path, now)[0]
+
+
+def _look_sized(path: str, now: float | None) -> tuple[int, int]:
+    """What :func:`_look` says of ``path``, and the file's size in bytes (0 when it is no database)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
-        return _NOT
+        return _NOT, 0
     try:
         if os.read(fd, len(SQLITE_HEADER)) != SQLITE_HEADER:
-            return _NOT
-        if now is None:
-            return _DB
+            return _NOT, 0
         st = os.fstat(fd)
-        return _SETTLING if now - max(st.st_mtime, st.st_ctime) < SETTLE_S else _DB
+        if now is None:
+            return _DB, st.st_size
+        return (_SETTLING if now - max(st.st_mtime, st.st_ctime) < SETTLE_S else _DB), st.st_size
     except OSError:
-        return _NOT
+        return _NOT, 0
     finally:
         os.close(fd)
 
@@ -250,14 +255,14 @@ def walk(
     elif now is None:
         now = time.time()
 
-    def serially(paths: list[str]) -> list[int]:
+    def serially(paths: list[str]) -> list[tuple[int, int]]:
         return [_wanted(path, changed_since, now) for path in paths]
 
     if header_threads <= 1:
         return _walk(entries, roots, emit, warn, should_stop, serially, settling)
     with ThreadPoolExecutor(max_workers=header_threads, thread_name_prefix="smoosh-scan") as pool:
 
-        def check(paths: list[str]) -> list[int]:
+        def check(paths: list[str]) -> list[tuple[int, int]]:
             if len(paths) <= HEADER_CHUNK:
                 return serially(paths)
             chunks = [paths[i : i + HEADER_CHUNK] for i in range(0, len(paths), HEADER_CHUNK)]
@@ -279,10 +284,10 @@ def changed_at(path: str) -> float:
     return latest
 
 
-def _wanted(path: str, changed_since: float | None, now: float | None) -> int:
+def _wanted(path: str, changed_since: float | None, now: float | None) -> tuple[int, int]:
     if changed_since is not None and changed_at(path) < changed_since:
-        return _NOT  # unchanged since the previous scan: its header is not even read
-    return _look(path, now)
+        return _NOT, 0  # unchanged since the previous scan: its header is not even read
+    return _look_sized(path, now)
 
 
 def _walk(
@@ -291,7 +296,7 @@ def _walk(
     emit: Callable[[str], None],
     warn: Callable[[str], None],
     should_stop: Callable[[], bool],
-    check: Callable[[list[str]], list[int]],
+    check: Callable[[list[str]], list[tuple[int, int]]],
     settling: Callable[[str], None] | None,
 ) -> int:
     count = 0
@@ -332,10 +337,17 @@ def _walk(
                             candidates.append(path)
                     except OSError:
                         continue  # vanished or unreadable between listing and looking
-            # Headers are read a directory at a time (_look swallows OSError).
-            for path, found in zip(candidates, check(candidates)):
-                if found == _NOT:
-                    continue
+            # Headers are read a directory at a time (_look_sized swallows OSError). Its
+            # databases are reported largest file first: the daemon examines them in that
+            # order, and with no start-up pause (wait_secs = 0) a channel starts the first key
+            # it queues, so the most bytes a directory could give back are looked at first.
+            # The whole directory's headers are read before any is reported, so it costs no
+            # wait; equal sizes keep the listing's order.
+            looked = sorted(
+                ((path, found, size) for path, (found, size) in zip(candidates, check(candidates)) if found != _NOT),
+                key=lambda item: -item[2],
+            )
+            for path, found, _size in looked:
                 count += 1
                 if settling is not None and (found == _SETTLING or _hot_journal(path, directory, sides)):
                     settling(path)

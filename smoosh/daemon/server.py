@@ -255,6 +255,11 @@ class Server(LiveConfig):
         )
         self._outcomes.crash_records = set(found.recorded)
         self._results.restore(found.results)
+        # How full the disks are, before any channel opens or any key is offered: a daemon
+        # started on a filling disk queues its start-up scan worst first from the first key,
+        # and a window the pressure waives is waived at the channel's first look (otherwise
+        # the housekeeping's first look, racing the scan, decides).
+        self.pressure.check(cfg.roots)
         now = self._clocks.monotonic()  # the channels' clock (the loop's)
         for name, ch_cfg in cfg.channels.items():
             self._registry.open(name, ch_cfg, now)
@@ -282,7 +287,7 @@ class Server(LiveConfig):
             store=self._store, scheduler=self._scheduler, worker=self._worker, counters=self.counters,
             compacting=self._compacting, cluster=cluster, on_holds=self._host.apply_cluster_holds,
             post=self._loop.post, clocks=self._clocks, on_clock_step=self._clock_stepped,
-            pressure=self.pressure, on_pressure_change=self._host.look_at_windows, controller=self.controller,
+            pressure=self.pressure, on_pressure_change=self._pressure_changed, controller=self.controller,
             on_slots=self._host.set_slots,
             process=self._process, store_health=self._store_health,
         ), watch_config=self._watch_config)
@@ -447,6 +452,29 @@ class Server(LiveConfig):
         """
         self._history.wall_stepped(self._clocks.wall(), self._clocks.monotonic())
         self._host.look_at_windows(now)
+
+    def _pressure_changed(self, now: float) -> None:
+        """Disk pressure started or ended on a file system under the roots (the loop's thread).
+
+        The windows a pressure waives are looked at again, and the keys already waiting are
+        queued again at their priority now: worst first by reclaimable bytes as the pressure
+        starts (not only the keys examined after it), each channel's own order as it ends.
+        """
+        self._host.look_at_windows(now)
+        router = self._router
+
+        def sizes_of(key: str) -> Any:
+            measured = self.intake.measurements.get(key)
+            return measured.sizes if measured is not None else None
+
+        def price(ch: Any, key: str, sizes: Any) -> float:
+            compactor = router.compactor_for(key)
+            return router.priority(ch, key, sizes, compactor) if compactor is not None else 0.0
+
+        moved = self._offers.reprice(sizes_of, price)
+        if moved:
+            log.info("%d waiting key(s) moved to their priority under the disk's new state (%s).", moved,
+                     "worst first by reclaimable bytes" if self.pressure.any else "each channel's own order")
 
     # ------------------------------------------------------------------ the way in
 

@@ -109,6 +109,67 @@ def test_a_full_disk_takes_the_largest_reclaim_first_and_opens_the_window(
         server.stop()
 
 
+def _order(server: Any) -> list[tuple[str, float]]:
+    snapshot = server.channels()[DB_CHANNELS].try_snapshot()
+    return [(Path(k).name, p) for k, p in snapshot[1]] if snapshot is not None else []
+
+
+def test_keys_already_waiting_go_worst_first_as_the_pressure_starts_and_back_as_it_ends(
+    fleet: tuple[Any, Path, dict[str, float]],
+) -> None:
+    config, dbs, used = fleet
+    clock = FakeClock(noon())
+    server = Server(config, workers=0, watch_config=False, clock=clock)
+    server.start()
+    try:
+        # Given a backlog queued on a normal day, by ratio: the small database first
+        for name in ("small.db", "big.db"):
+            server.enqueue(str(dbs / name))
+        wait_for(lambda: len(_order(server)) == 2, 30, what="both queued")
+        normal = _order(server)
+        assert [n for n, _p in normal] == ["small.db", "big.db"]
+        assert all(p < 100 for _n, p in normal)  # ratios
+        # When the disk fills past disk_pressure (no new event for either key)
+        used["ratio"] = 0.95
+        clock.advance(6)
+        server.tick()
+        # Then the waiting keys move to the bytes they would reclaim: the big one first
+        wait_for(lambda: [n for n, _p in _order(server)] == ["big.db", "small.db"], 30, what="big first")
+        assert all(p > 1000 for _n, p in _order(server))
+        # And when the pressure ends, each goes back to its channel's own priority
+        used["ratio"] = 0.5
+        clock.advance(6)
+        server.tick()
+        wait_for(lambda: _order(server) == normal, 30, what="the ratio order back")
+    finally:
+        server.stop()
+
+
+def test_a_daemon_started_on_a_full_disk_queues_worst_first_from_its_first_key(
+    fleet: tuple[Any, Path, dict[str, float]],
+) -> None:
+    config, dbs, used = fleet
+    # Given a disk already past disk_pressure when the daemon starts
+    used["ratio"] = 0.95
+    clock = FakeClock(noon())
+    server = Server(config, workers=0, watch_config=False, clock=clock)
+    server.start()
+    try:
+        # Then it knows before any key is offered (the start-up scan's first key included),
+        # and the window the pressure waives is open from the channel's first look
+        assert server.pressure.any
+        assert server.status()["channels"][DB_CHANNELS]["in_window"] is True
+        # When keys arrive before the loop has looked at anything
+        for name in ("small.db", "big.db"):
+            server.enqueue(str(dbs / name))
+        wait_for(lambda: len(_order(server)) == 2, 30, what="both queued")
+        # Then the first queued at its reclaimable bytes, the big one first
+        assert [n for n, _p in _order(server)] == ["big.db", "small.db"]
+        assert all(p > 1000 for _n, p in _order(server))
+    finally:
+        server.stop()
+
+
 def test_the_node_runs_as_many_compactions_as_its_backlog_asks(tmp_path: Path, running: Any, dbs: Path) -> None:
     # Issue 27's backlog controller on a real server: a small backlog takes one slot of four at
     # the first status interval, and /status and /metrics say what it saw and set.

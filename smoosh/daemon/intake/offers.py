@@ -25,6 +25,7 @@ from smoosh.config import ChannelConfig, Config
 from smoosh.daemon.history import ADDED, HistoryTable
 from smoosh.daemon.control.slots import SlotGate
 from smoosh.daemon.intake.verdicts import Offered, forced_note, hold_reasons
+from smoosh.paths import CLEANUP_PREFIX
 from smoosh.priority import quantize
 
 __all__ = ["Offers"]
@@ -81,16 +82,62 @@ class Offers:
             considered.append(name)
             priority = priority_of(ch_cfg)
             if priority:
-                if sizes is not None and self._pressure(key):
-                    # Under disk pressure the largest reclaim goes first, whatever the method.
-                    priority = max(priority, float(sizes.file_bytes - sizes.active_bytes))
-                return self._take(key, name, channel, quantize(priority), force=force)
+                return self._take(key, name, channel, quantize(self.worst_first(key, priority, sizes)), force=force)
         if force and considered:
             name = next((n for n in considered if cfg.channels[n].priority != "upgrade"), considered[0])
             channel = channels.get(name)
             if channel is not None:
                 return self._take(key, name, channel, 0.0, force=True)
         return Offered()
+
+    def worst_first(self, key: str, priority: float, sizes: Any) -> float:
+        """``priority`` (a channel's, above 0) raised to the bytes ``key`` would reclaim while its
+        file system is under disk pressure; unchanged otherwise (any thread).
+
+        Under pressure the largest reclaim goes first, whatever the channel's method: space
+        back soonest is what a filling disk needs, not the best ratio.
+        """
+        if priority and sizes is not None and self._pressure(key):
+            return max(priority, float(sizes.file_bytes - sizes.active_bytes))
+        return priority
+
+    def reprice(self, sizes_of: Callable[[str], Any], price: Callable[[ChannelConfig, str, Any], float]) -> int:
+        """Move every waiting key of every channel to its priority as things are now (the loop thread).
+
+        Called as disk pressure starts or ends: a backlog queued on a normal day by ratio
+        would otherwise keep that order on a filling disk until each key's next event (and
+        keep its pressure order after the pressure ends). Only the order within a channel
+        changes; no key changes channel. Left alone: forced and taken-back keys (priority
+        infinity, at the top whatever their sizes), cleanup keys (priced by their own rule),
+        keys with no measurement in this process, and keys the channel no longer prices above
+        0 (their start's re-check drops them).
+
+        Parameters:
+            sizes_of: a key's last measurement (its sizes), or None.
+            price: ``(channel config, key, sizes) -> priority``, the channel's own (unquantized).
+
+        Returns:
+            How many keys moved.
+        """
+        cfg = self._config_of()
+        moved = 0
+        for name, channel in self._channels().items():
+            ch_cfg = cfg.channels.get(name)
+            if ch_cfg is None:
+                continue
+            for key, current in channel.waiting():
+                if math.isinf(current) or key.startswith(CLEANUP_PREFIX):
+                    continue
+                sizes = sizes_of(key)
+                if sizes is None:
+                    continue
+                base = price(ch_cfg, key, sizes)
+                if not base:
+                    continue
+                new = quantize(self.worst_first(key, base, sizes))
+                if new != current and channel.enqueue(key, new):
+                    moved += 1
+        return moved
 
     def _take(self, key: str, name: str, channel: Channel, quantized: float, *, force: bool) -> Offered:
         """Queue ``key`` in ``channel`` (forced: at its top, out of any backoff), unless it runs already."""

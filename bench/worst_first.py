@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import statistics
 import sqlite3
 import subprocess
 import sys
@@ -34,7 +35,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench._daemon import Daemon, free_port  # noqa: E402
-from bench.drain import BARE_LOOP  # noqa: E402
+from bench.drain import BARE_LOOP, BARE_POOL  # noqa: E402
 from bench._fixtures import make_bloated_db  # noqa: E402
 from bench._harness import Metric, parse_args, report  # noqa: E402
 from smoosh.daemon.watch.scan import SETTLE_S  # noqa: E402
@@ -45,6 +46,9 @@ FLEET = [(150, 400, 0.8), (4, 60_000, 0.5)]
 QUICK_FLEET = [(40, 400, 0.8), (2, 15_000, 0.5)]
 #: The share of the fleet's reclaimable bytes whose recovery is timed.
 SHARE = 0.9
+#: Also timed: the first large database compacted (its file shrank), which shows the order work
+#: is taken in, and, for the daemon, what finding and measuring the fleet cost before it.
+FIRST_LARGE = "first large"
 #: Seconds between two samples of the fleet's footprint.
 SAMPLE_S = 0.005
 #: Seconds a run may take.
@@ -95,11 +99,14 @@ def _reclaimable(path: str) -> int:
 
 
 class _Sampler:
-    """Samples the fleet's footprint on a thread: the time at which it fell to ``target`` bytes."""
+    """Samples the fleet's footprint on a thread: when it has given back ``SHARE`` of ``gains``,
+    and when the first of ``large`` shrank."""
 
-    def __init__(self, paths: list[str], target: int) -> None:
-        self.paths, self.target = paths, target
-        self.reached: float | None = None
+    def __init__(self, paths: list[str], gains: int, large: list[str]) -> None:
+        self.paths, self.large = paths, large
+        self.target = _footprint(paths) - int(SHARE * gains)
+        self.large_sizes = [os.path.getsize(p) for p in large]
+        self.reached: dict[object, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -107,30 +114,61 @@ class _Sampler:
         self.t0 = t0
         self._thread.start()
 
+    def _shrank(self) -> bool:
+        for path, size in zip(self.large, self.large_sizes):
+            try:
+                if os.path.getsize(path) < size:
+                    return True
+            except OSError:
+                pass
+        return False
+
     def _run(self) -> None:
         while not self._stop.is_set():
-            if _footprint(self.paths) <= self.target:
-                self.reached = time.perf_counter() - self.t0
+            footprint = _footprint(self.paths)
+            now = time.perf_counter() - self.t0
+            if FIRST_LARGE not in self.reached and self._shrank():
+                self.reached[FIRST_LARGE] = now
+            if SHARE not in self.reached and footprint <= self.target:
+                self.reached[SHARE] = now
+            if len(self.reached) == 2:
                 return
             time.sleep(SAMPLE_S)
 
-    def wait(self, timeout_s: float) -> float:
+    def wait(self, timeout_s: float) -> dict[object, float]:
+        """Seconds from ``start`` to ``SHARE`` back and to ``FIRST_LARGE`` (raises after ``timeout_s``)."""
         self._thread.join(timeout_s)
         self._stop.set()
-        if self.reached is None:
+        if len(self.reached) < 2:
             raise RuntimeError(f"{SHARE:.0%} of the reclaimable bytes not back within {timeout_s:.0f} s")
         return self.reached
 
 
-def bare_best_order(shape: list[tuple[int, int, float]]) -> float:
-    """Seconds until 90% of the reclaimable bytes are back, VACUUMing the most reclaimable first."""
+def _large(paths: list[str], shape: list[tuple[int, int, float]]) -> list[str]:
+    """The fleet's large databases: its last part."""
+    return paths[len(paths) - shape[-1][0]:]
+
+
+#: What the last fleet built for the bare loop holds, per part (see :func:`_shape_facts`).
+FLEET_FACTS: list[str] = []
+
+
+def bare_best_order(shape: list[tuple[int, int, float]], durable_jobs: bool = False) -> dict[object, float]:
+    """Seconds until 90% of the reclaimable bytes are back (and the first large database shrank),
+    VACUUMing the most reclaimable first.
+
+    ``durable_jobs``: each file is also a durable job (a claim and a finish committed, the drain
+    benchmark's floor under any daemon whose jobs survive a crash).
+    """
     base = Path(tempfile.mkdtemp(prefix="smoosh-bench-worst-"))
     try:
         paths = _fleet(base, shape)
         gains = {p: _reclaimable(p) for p in paths}
         ordered = sorted(paths, key=lambda p: gains[p], reverse=True)
-        sampler = _Sampler(paths, _footprint(paths) - int(SHARE * sum(gains.values())))
-        proc = subprocess.Popen([sys.executable, "-c", BEST_ORDER_LOOP, *ordered], stdout=subprocess.PIPE, text=True)
+        FLEET_FACTS[:] = _shape_facts(paths, gains, shape)
+        sampler = _Sampler(paths, sum(gains.values()), _large(paths, shape))
+        script = [BARE_POOL, "1", str(base / "jobs.db")] if durable_jobs else [BEST_ORDER_LOOP]
+        proc = subprocess.Popen([sys.executable, "-c", *script, *ordered], stdout=subprocess.PIPE, text=True)
         sampler.start(time.perf_counter())
         reached = sampler.wait(TIMEOUT_S)
         proc.wait()
@@ -139,8 +177,9 @@ def bare_best_order(shape: list[tuple[int, int, float]]) -> float:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def daemon_run(shape: list[tuple[int, int, float]], extra: str = "") -> float:
-    """Seconds from ``smoosh run``'s first answer until 90% of the reclaimable bytes are back."""
+def daemon_run(shape: list[tuple[int, int, float]], extra: str = "") -> dict[object, float]:
+    """Seconds from ``smoosh run``'s first answer until 90% of the reclaimable bytes are back (and the first
+    large database shrank)."""
     base = Path(tempfile.mkdtemp(prefix="smoosh-bench-worst-"))
     try:
         paths = _fleet(base, shape)
@@ -163,7 +202,7 @@ min_size = 0
 [smoosh.slack_dbs]
 min_size = 0
 """)
-        sampler = _Sampler(paths, _footprint(paths) - int(SHARE * gains))
+        sampler = _Sampler(paths, gains, _large(paths, shape))
         daemon = Daemon(config, port)
         try:
             daemon.wait_ready()
@@ -175,32 +214,66 @@ min_size = 0
         shutil.rmtree(base, ignore_errors=True)
 
 
+def _shape_facts(paths: list[str], gains: dict[str, int], shape: list[tuple[int, int, float]]) -> list[str]:
+    """Per part of the fleet: its file size, ratio (file / live) and share of the reclaimable bytes."""
+    total = sum(gains.values()) or 1
+    facts, i = [], 0
+    for copies, _rows, _dead in shape:
+        part = paths[i:i + copies]
+        i += copies
+        size = os.path.getsize(part[0])
+        ratio = size / max(1, size - gains[part[0]])
+        facts.append(f"{copies} x {size / 1e6:.2f} MB at ratio {ratio:.2f}, {sum(gains[p] for p in part) / total:.0%} "
+                     "of the reclaimable bytes")
+    return facts
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(__doc__ or "", argv)
     shape = QUICK_FLEET if args.quick else FLEET
-    bare, smoosh = [], []
-    pressured = []
+    runs: dict[str, list[dict[object, float]]] = {"bare": [], "durable": [], "default": [], "pressure": []}
     for _ in range(args.runs):
-        bare.append(bare_best_order(shape))
-        smoosh.append(daemon_run(shape))
-        pressured.append(daemon_run(shape, "disk_pressure = 1%"))
-    copies = sum(n for n, _r, _d in shape)
-    reference = sorted(bare)[len(bare) // 2]
+        runs["bare"].append(bare_best_order(shape))
+        runs["durable"].append(bare_best_order(shape, durable_jobs=True))
+        runs["default"].append(daemon_run(shape))
+        runs["pressure"].append(daemon_run(shape, "disk_pressure = 1%"))
+
+    def at(name: str, mark: object) -> list[float]:
+        return [r[mark] for r in runs[name]]
+
+    reference = statistics.median(at("bare", SHARE))
+    first = statistics.median(at("bare", FIRST_LARGE))
+
+    def budgeted(name: str, values: list[float]) -> Metric:
+        return Metric(name, "s", values, higher_is_better=False, budget=reference, budget_text="<= 1.0x the bare loop",
+                      reference=reference, reference_name="bare best order")
+
     metrics = [
-        Metric("bare loop, most reclaimable first", "s", bare, higher_is_better=False),
-        Metric("smoosh, default config", "s", smoosh, higher_is_better=False, budget=reference,
-               budget_text="<= 1.0x the bare loop", reference=reference, reference_name="bare best order"),
-        Metric("smoosh, under disk pressure (disk_pressure = 1%)", "s", pressured, higher_is_better=False,
-               budget=reference, budget_text="<= 1.0x the bare loop", reference=reference,
-               reference_name="bare best order"),
+        Metric(f"bare loop, most reclaimable first: {SHARE:.0%} back", "s", at("bare", SHARE), higher_is_better=False),
+        Metric(f"bare loop + a durable job per file (2 commits), same order: {SHARE:.0%} back", "s",
+               at("durable", SHARE), higher_is_better=False, reference=reference, reference_name="bare best order"),
+        budgeted(f"smoosh, default config: {SHARE:.0%} back", at("default", SHARE)),
+        budgeted(f"smoosh, under disk pressure (disk_pressure = 1%): {SHARE:.0%} back", at("pressure", SHARE)),
+        Metric("bare loop: first large database compacted", "s", at("bare", FIRST_LARGE), higher_is_better=False),
+        Metric("smoosh, default config: first large database compacted", "s", at("default", FIRST_LARGE),
+               higher_is_better=False, reference=first, reference_name="bare loop"),
+        Metric("smoosh, under disk pressure: first large database compacted", "s", at("pressure", FIRST_LARGE),
+               higher_is_better=False, reference=first, reference_name="bare loop"),
     ]
+    facts = "; ".join(FLEET_FACTS) if FLEET_FACTS else ""
     report("worst_first", f"Worst first: time until {SHARE:.0%} of a skewed fleet's reclaimable bytes are back",
            metrics, args, notes=[
-               f"The fleet: {', '.join(f'{n} x {r * 400 // 1000} KB of rows, {d:.0%} deleted' for n, r, d in shape)} "
-               f"({copies} databases); most of the reclaimable bytes are in the few large ones.",
-               "Each run on fresh copies; the daemon's time starts when it answers /status, the loop's at its first "
-               "VACUUM; both end when the fleet's footprint (files and WALs, sampled every 5 ms) has given back "
-               f"{SHARE:.0%} of what dbstat said was reclaimable.",
+               f"The fleet: {facts or ', '.join(f'{n} x {r * 400 // 1000} KB of rows, {d:.0%} deleted' for n, r, d in shape)} "
+               f"({sum(n for n, _r, _d in shape)} databases, every file eligible: min_size = 0).",
+               "Each run on fresh copies; the daemon's time starts when it answers /status, the loop's as it is "
+               "launched; both end when the fleet's footprint (files and WALs, sampled every 5 ms) has given back "
+               f"the share of what dbstat said was reclaimable. The loop is handed its order (dbstat on every file, "
+               "before its clock starts); the daemon finds and measures the files on its clock.",
+               "The default config cannot meet the budget, by design: ratio_dbs orders its queue by ratio, as "
+               "CouchDB's does, and the small databases' ratio is the higher, so the large ones, which hold most "
+               "of the bytes, go last: its first large database is compacted only after every small one, and its "
+               f"{SHARE:.0%} comes at the end of the whole fleet. Reaching the largest reclaims first is the disk-pressure "
+               "mode's job (README, \"Room on disk\").",
            ])
     return 0
 

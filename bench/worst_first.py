@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         "and what each compaction costs beyond its VACUUM (the compactor, the re-check, the job: bench.drain measures "
         "it per file) paid on every database, most of them the small ones that make up the rest of the share. With "
         "one compaction at a time (ratio_dbs' concurrency, CouchDB's default), that start and that cost are what stand "
-        "between it and the budget; the durable-job row shows the job's two commits are not most of it."
+        "between it and the budget (the durable-job row is the floor of a job's two commits per file)."
     )
     report("worst_first", f"Worst first: time until {SHARE:.0%} of a skewed fleet's reclaimable bytes are back",
            metrics, args, notes=[

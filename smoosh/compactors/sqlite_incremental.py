@@ -3,8 +3,10 @@
 For a database with ``auto_vacuum = INCREMENTAL`` and free pages (see
 :mod:`~smoosh.compactors.sqlite_compact` for how the pragma must be stepped). While another
 process has the database open, chunks are sized to hold the write lock about
-:data:`SHARED_CHUNK_LOCK_MAX_S` and each is followed by a gap :data:`SHARED_CHUNK_GAP_FACTOR`
-times as long, so the application's writers get the lock between them.
+:data:`SHARED_CHUNK_LOCK_MAX_S` and each is followed by a gap the process's pace
+(:attr:`~smoosh.io_budget.IoBudget.chunk_gap_factor`, set by the daemon's backlog controller;
+:data:`SHARED_CHUNK_GAP_FACTOR` without a budget) times as long, so the application's writers
+get the lock between them.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from smoosh.compactors.sqlite_compact import raise_mapped
 from smoosh.compactors.sqlite_identity import FileIdentity
 from smoosh.compactors.sqlite_open import pragma, rollback_quietly, run
 from smoosh.compactors.sqlite_openers import others_have_open
-from smoosh.io_budget import IoBudget
+from smoosh.io_budget import DEFAULT_CHUNK_GAP_FACTOR, IoBudget
 
 __all__ = ["incremental", "SHARED_CHUNK_LOCK_MAX_S", "SHARED_CHUNK_GAP_FACTOR"]
 
@@ -26,8 +28,12 @@ __all__ = ["incremental", "SHARED_CHUNK_LOCK_MAX_S", "SHARED_CHUNK_GAP_FACTOR"]
 #: (DESIGN §9 aims at 10 ms per chunk at p99.9; the commit's own sync comes on top).
 SHARED_CHUNK_LOCK_MAX_S = 0.005
 #: After such a chunk, the lock stays free this many times as long as the chunk held it: a
-#: writer sleeping in its busy handler then finds it free at most of its wake-ups.
-SHARED_CHUNK_GAP_FACTOR = 4
+#: writer sleeping in its busy handler then finds it free at most of its wake-ups. Used where
+#: no budget carries the daemon's pace.
+SHARED_CHUNK_GAP_FACTOR = DEFAULT_CHUNK_GAP_FACTOR
+#: The longest gap between two chunks, in seconds, whatever the pace: the gap is a plain sleep,
+#: and a stop or a hold acts at the next chunk.
+MAX_CHUNK_GAP_S = 0.5
 
 
 def incremental(
@@ -38,14 +44,16 @@ def incremental(
 
     While another process has the database open (WAL mode, seen in ``/proc/locks``), a chunk
     also ends after holding the write lock :data:`SHARED_CHUNK_LOCK_MAX_S`, and the next one
-    starts only after :data:`SHARED_CHUNK_GAP_FACTOR` times as long: the application's
-    writers get the lock between chunks instead of waiting out a run of them.
+    starts only after the budget's ``chunk_gap_factor`` (:data:`SHARED_CHUNK_GAP_FACTOR`
+    without one) times as long: the application's writers get the lock between chunks
+    instead of waiting out a run of them.
 
     Parameters:
         identity: the file being compacted; checked before every chunk (no journal exists
             then), so a path renamed over ends the compaction before it writes again.
         budget: charged each chunk's freed pages (bytes) as it commits; the pacing itself
-            is the wait in ``ctx.checkpoint()`` before the next chunk.
+            is the wait in ``ctx.checkpoint()`` before the next chunk. Its pace, read before
+            each gap, sets the gap after a shared chunk.
 
     Raises:
         Busy: a chunk stayed locked beyond the busy timeout.
@@ -82,12 +90,14 @@ def incremental(
             # Most of a chunk's hold is its commit writing the pages it moved, which stepping
             # cannot cut short: the next chunk is sized from this one's hold instead.
             pages = max(1, min(chunk_pages, int(pages * SHARED_CHUNK_LOCK_MAX_S / max(held_s, 1e-6))))
-            # The lock is free for SHARED_CHUNK_GAP_FACTOR times as long as the chunk held it.
-            _pause(held_s * SHARED_CHUNK_GAP_FACTOR)
+            # The lock is free for the pace's factor times as long as the chunk held it (read
+            # each time: the controller changes it while a long compaction runs).
+            factor = budget.chunk_gap_factor if budget is not None else SHARED_CHUNK_GAP_FACTOR
+            _pause(min(MAX_CHUNK_GAP_S, held_s * factor))
 
 
 def _pause(seconds: float) -> None:
-    """Sleep between two chunks, holding no lock (a few milliseconds; a stop acts at the next chunk)."""
+    """Sleep between two chunks, holding no lock (at most :data:`MAX_CHUNK_GAP_S`; a stop acts at the next chunk)."""
     time.sleep(seconds)
 
 

@@ -78,3 +78,30 @@ def test_a_change_with_nothing_waiting_is_not_news(caplog: pytest.LogCaptureFixt
         c.step(300 * MiB, 0)
     assert [r.getMessage() for r in caplog.records] == [
         "Compactions at once: 1 -> 4 (backlog of 314572800 reclaimable bytes)."]
+
+
+def test_the_pace_of_shared_incremental_chunks_follows_the_backlog_gentle_when_small_brisk_when_full() -> None:
+    from smoosh.daemon.control.backlog import GAP_FACTOR_BRISK, GAP_FACTOR_GENTLE
+
+    c = controller()
+    assert c.last.chunk_gap_factor == GAP_FACTOR_BRISK  # before the first look: drain as before
+    assert c.step(0, 0).chunk_gap_factor == GAP_FACTOR_GENTLE  # nothing waits: no hurry
+    half = c.step(128 * MiB, 0).chunk_gap_factor
+    assert GAP_FACTOR_BRISK < half < GAP_FACTOR_GENTLE
+    assert half == pytest.approx((GAP_FACTOR_BRISK * GAP_FACTOR_GENTLE) ** 0.5, abs=0.01)  # geometric
+    assert c.step(256 * MiB, 0).chunk_gap_factor == GAP_FACTOR_BRISK
+    assert c.step(10**12, 0).chunk_gap_factor == GAP_FACTOR_BRISK
+
+
+def test_harm_doubles_the_gap_at_once_up_to_its_cap_and_each_quiet_look_halves_it_back() -> None:
+    from smoosh.daemon.control.backlog import GAP_FACTOR_BRISK, GAP_FACTOR_MAX
+
+    c = controller()
+    c.step(10**12, 0)
+    gaps = [c.step(10**12, busy).chunk_gap_factor for busy in (1, 2, 3, 4, 5, 6, 7, 7, 7, 7)]
+    assert gaps[:3] == [2 * GAP_FACTOR_BRISK, 4 * GAP_FACTOR_BRISK, 8 * GAP_FACTOR_BRISK]
+    assert max(gaps) == GAP_FACTOR_MAX  # harm every look: stretched to the cap, never beyond
+    assert gaps[-4:] == [GAP_FACTOR_MAX, GAP_FACTOR_MAX / 2, GAP_FACTOR_MAX / 4, GAP_FACTOR_MAX / 8]  # 3 quiet
+    for _ in range(10):
+        d = c.step(10**12, 7)
+    assert d.chunk_gap_factor == GAP_FACTOR_BRISK  # quiet long enough: back to the backlog's pace

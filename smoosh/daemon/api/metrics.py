@@ -205,6 +205,9 @@ class SmooshCollector(Collector):
              decision.busy),
             ("smoosh_controller_slots", "Compactions the backlog controller lets run at once (between min_jobs and "
              "max_jobs).", decision.slots),
+            ("smoosh_controller_chunk_gap_ratio", "The incremental pace the backlog controller set: after a chunk on a "
+             "database the application has open, the lock stays free this many times as long as the chunk held it.",
+             decision.chunk_gap_factor),
         ):
             gauge = GaugeMetricFamily(name, help_text)
             gauge.add_metric([], value)

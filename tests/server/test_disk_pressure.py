@@ -128,4 +128,6 @@ def test_the_node_runs_as_many_compactions_as_its_backlog_asks(tmp_path: Path, r
     assert (controller["for_backlog"], controller["slots"]) == (2, 2)  # 1 + its share of 3, rounded up
     assert server._slots.in_force == 2
     # The pace of incremental chunks follows the same small backlog: gentle, on the process's budget
-    assert 8 < controller["chunk_gap_factor"] == server.io_budget.chunk_gap_factor <= 16
+    from smoosh.daemon.control.backlog import GAP_FACTOR_GENTLE
+
+    assert GAP_FACTOR_GENTLE / 2 < controller["chunk_gap_factor"] == server.io_budget.chunk_gap_factor <= GAP_FACTOR_GENTLE

@@ -16,7 +16,9 @@ clock handed in and set back) moves the debt back with it, never stretching it.
 The budget also carries the process's **pace** of incremental chunks on a database another
 process has open (:attr:`IoBudget.chunk_gap_factor`: the write lock stays free that many times
 as long as a chunk held it), set by the daemon's backlog controller from the backlog and the
-harm it sees; a budget nobody sets keeps :data:`DEFAULT_CHUNK_GAP_FACTOR`.
+harm it sees; a budget nobody sets keeps :data:`DEFAULT_CHUNK_GAP_FACTOR`. Compactions count
+on it the times they found the application holding the write lock (:meth:`IoBudget.note_lock_wait`),
+one of the signs of harm the controller reads.
 
 Ownership: one budget per process, made by its owner (the server, or ``smoosh worker``),
 which alone changes the rate (:meth:`IoBudget.set_rate`) and the pace
@@ -64,6 +66,7 @@ class IoBudget:
         self._charged_bytes = 0
         # One float, replaced whole by the owner and read without the lock by compaction threads.
         self._chunk_gap_factor = DEFAULT_CHUNK_GAP_FACTOR
+        self._lock_waits = 0
         # Tokens of the threads asleep in wait() that have read the clock since the last wake():
         # wake() empties it, so "it is back in the set" means "it looked and must still wait".
         self._asleep: set[tuple[str, object]] = set()
@@ -110,6 +113,17 @@ class IoBudget:
         self._chunk_gap_factor = float(factor)
 
     # -- compactions ---------------------------------------------------------------------------
+
+    def note_lock_wait(self) -> None:
+        """Count one wait of a compaction for a write lock the application held (a sign of harm)."""
+        with self._cond:
+            self._lock_waits += 1
+
+    @property
+    def lock_waits(self) -> int:
+        """Lock waits noted since the process started."""
+        with self._cond:
+            return self._lock_waits
 
     def charge(self, nbytes: int) -> None:
         """Count ``nbytes`` written by a compaction: the debt grows by ``nbytes / rate`` seconds."""

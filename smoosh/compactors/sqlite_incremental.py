@@ -31,6 +31,9 @@ SHARED_CHUNK_LOCK_MAX_S = 0.005
 #: writer sleeping in its busy handler then finds it free at most of its wake-ups. Used where
 #: no budget carries the daemon's pace.
 SHARED_CHUNK_GAP_FACTOR = DEFAULT_CHUNK_GAP_FACTOR
+#: A shared chunk that waited this long for the write lock found the application writing: the
+#: wait is noted on the budget as a sign of harm (the backlog controller slows the pace).
+LOCK_WAIT_HARM_S = 0.01
 #: The longest gap between two chunks, in seconds, whatever the pace: the gap is a plain sleep,
 #: and a stop or a hold acts at the next chunk.
 MAX_CHUNK_GAP_S = 0.5
@@ -78,7 +81,8 @@ def incremental(
         # sleeps in its busy handler while a chunk holds the lock, and wakes at moments of
         # its own: chunks back to back leave it almost no chance to find the lock free.
         shared = others_have_open(path) is True
-        held_s = _chunk(conn, path, pages if shared else chunk_pages, SHARED_CHUNK_LOCK_MAX_S if shared else None)
+        held_s = _chunk(conn, path, pages if shared else chunk_pages, SHARED_CHUNK_LOCK_MAX_S if shared else None,
+                        budget if shared else None)
         free_after = pragma(conn, "freelist_count")
         if free_after >= free_before:
             break  # nothing moved (should not happen): never loop forever
@@ -101,12 +105,14 @@ def _pause(seconds: float) -> None:
     time.sleep(seconds)
 
 
-def _chunk(conn: apsw.Connection, path: str, chunk_pages: int, lock_max_s: float | None) -> float:
+def _chunk(conn: apsw.Connection, path: str, chunk_pages: int, lock_max_s: float | None,
+           budget: IoBudget | None = None) -> float:
     """One chunk: up to ``chunk_pages`` pages freed in one write transaction; the seconds it held the lock.
 
     With ``lock_max_s``, the chunk ends early once it has held the write lock that long: the
     pragma frees one page per step (module docstring), so stepping stops and the pages freed
-    so far commit.
+    so far commit. With ``budget``, a wait of :data:`LOCK_WAIT_HARM_S` or more for the lock is
+    noted on it.
     """
     started = time.monotonic()
     try:
@@ -114,7 +120,10 @@ def _chunk(conn: apsw.Connection, path: str, chunk_pages: int, lock_max_s: float
             run(conn, f"BEGIN IMMEDIATE; PRAGMA incremental_vacuum({chunk_pages}); COMMIT;")
         else:
             run(conn, "BEGIN IMMEDIATE")
-            started = time.monotonic()  # the lock is held from here
+            got = time.monotonic()
+            if budget is not None and got - started >= LOCK_WAIT_HARM_S:
+                budget.note_lock_wait()  # the application held the lock: it was writing
+            started = got  # the lock is held from here
             deadline = started + lock_max_s
             cursor = conn.execute(f"PRAGMA incremental_vacuum({chunk_pages})")
             try:

@@ -284,7 +284,7 @@ class Server(LiveConfig):
             compacting=self._compacting, cluster=cluster, on_holds=self._host.apply_cluster_holds,
             post=self._loop.post, clocks=self._clocks, on_clock_step=self._clock_stepped,
             pressure=self.pressure, on_pressure_change=self._host.look_at_windows, controller=self.controller,
-            on_decision=self._apply_decision,
+            on_decision=self._apply_decision, lock_waits=lambda: self.io_budget.lock_waits,
             process=self._process, store_health=self._store_health,
         ), watch_config=self._watch_config)
         self.intake.wake = lambda: self._loop.wake(self.intake)

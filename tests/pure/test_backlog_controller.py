@@ -105,3 +105,18 @@ def test_harm_doubles_the_gap_at_once_up_to_its_cap_and_each_quiet_look_halves_i
     for _ in range(10):
         d = c.step(10**12, 7)
     assert d.chunk_gap_factor == GAP_FACTOR_BRISK  # quiet long enough: back to the backlog's pace
+
+
+def test_lock_waits_are_harm_too_halving_the_slots_and_stretching_the_pace(caplog: pytest.LogCaptureFixture) -> None:
+    from smoosh.daemon.control.backlog import GAP_FACTOR_BRISK
+
+    c = controller()
+    c.step(10**12, 0, 0)
+    with caplog.at_level(logging.INFO, logger="smoosh.daemon.control.backlog"):
+        d = c.step(10**12, 0, 3)  # three chunks found the application holding the write lock
+    assert (d.slots, d.lock_waits, d.busy, d.chunk_gap_factor) == (2, 3, 0, 2 * GAP_FACTOR_BRISK)
+    assert [r.getMessage() for r in caplog.records] == [
+        "Compactions at once: 4 -> 2 (3 chunk(s) found the application holding the write lock: backing off).",
+    ]
+    d = c.step(10**12, 0, 3)  # none since: quiet
+    assert (d.slots, d.lock_waits, d.chunk_gap_factor) == (3, 0, GAP_FACTOR_BRISK)

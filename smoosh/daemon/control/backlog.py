@@ -9,7 +9,8 @@ is hurting. So the node's slots (the global gate every start passes) are set her
   measurements) asks for ``min_jobs`` plus a share of the rest proportional to it, all of them
   at ``backlog_full`` and above;
 * **harm** (compactions that gave up on a busy database since the last look: the application
-  was holding its lock, and smoosh's VACUUM made it wait or would have) halves the slots at
+  was holding its lock, and smoosh's VACUUM made it wait or would have; and incremental chunks
+  that found the application holding the write lock when they wanted it) halves the slots at
   once, down to ``min_jobs``; each quiet interval after gives one back (additive increase,
   multiplicative decrease, as TCP does with its window).
 
@@ -68,6 +69,8 @@ class Decision:
     #: The pace of shared incremental chunks: the lock stays free this many times as long as a
     #: chunk held it.
     chunk_gap_factor: float = GAP_FACTOR_BRISK
+    #: Lock waits (harm: a chunk found the application holding the write lock) since the step before.
+    lock_waits: int = 0
 
 
 class BacklogController:
@@ -82,6 +85,7 @@ class BacklogController:
     def __init__(self, *, min_jobs: int, max_jobs: int, backlog_full_bytes: int) -> None:
         self.max_jobs = self._harm_cap = max(1, max_jobs)
         self._busy_seen: int | None = None
+        self._waits_seen: int | None = None
         # Harm's stretch of the pace: 1 when quiet, doubled by each interval with harm.
         self._harm_stretch = 1.0
         self.configure(min_jobs=min_jobs, max_jobs=max_jobs, backlog_full_bytes=backlog_full_bytes)
@@ -100,15 +104,17 @@ class BacklogController:
         self.backlog_full_bytes = max(1, backlog_full_bytes)
         self._harm_cap = self.max_jobs if unharmed else min(max(self._harm_cap, self.min_jobs), self.max_jobs)
 
-    def step(self, backlog_bytes: int, busy_total: int) -> Decision:
-        """Look once: ``backlog_bytes`` waiting now, ``busy_total`` busy results since start.
+    def step(self, backlog_bytes: int, busy_total: int, lock_waits_total: int = 0) -> Decision:
+        """Look once: ``backlog_bytes`` waiting now; ``busy_total`` busy results and ``lock_waits_total`` lock waits since start.
 
         Returns:
             The decision; its ``slots`` is what the node's gate should allow.
         """
         busy = 0 if self._busy_seen is None else max(0, busy_total - self._busy_seen)
         self._busy_seen = busy_total
-        if busy:
+        waits = 0 if self._waits_seen is None else max(0, lock_waits_total - self._waits_seen)
+        self._waits_seen = lock_waits_total
+        if busy or waits:
             self._harm_cap = max(self.min_jobs, self._harm_cap // 2)
             self._harm_stretch = min(GAP_FACTOR_MAX / GAP_FACTOR_BRISK, self._harm_stretch * 2)
         else:
@@ -120,13 +126,17 @@ class BacklogController:
         slots = max(self.min_jobs, min(for_backlog, self._harm_cap))
         gap = GAP_FACTOR_GENTLE * (GAP_FACTOR_BRISK / GAP_FACTOR_GENTLE) ** share
         gap = min(GAP_FACTOR_MAX, gap * self._harm_stretch)
-        decision = Decision(int(backlog_bytes), busy, for_backlog, self._harm_cap, slots, round(gap, 2))
+        decision = Decision(int(backlog_bytes), busy, for_backlog, self._harm_cap, slots, round(gap, 2), waits)
         if slots != self.last.slots:
-            why = (f"{busy} compaction(s) gave up on a busy database: backing off" if slots < self.last.slots and busy
-                   else f"backlog of {backlog_bytes} reclaimable bytes")
+            if slots < self.last.slots and busy:
+                why = f"{busy} compaction(s) gave up on a busy database: backing off"
+            elif slots < self.last.slots and waits:
+                why = f"{waits} chunk(s) found the application holding the write lock: backing off"
+            else:
+                why = f"backlog of {backlog_bytes} reclaimable bytes"
             # Said at INFO when it matters: harm, or work waiting; with nothing waiting the slots
             # run nothing either way (a start's first look brings them down so, every time).
-            level = logging.INFO if busy or backlog_bytes > 0 else logging.DEBUG
+            level = logging.INFO if busy or waits or backlog_bytes > 0 else logging.DEBUG
             log.log(level, "Compactions at once: %d -> %d (%s).", self.last.slots, slots, why)
         self.last = decision
         return decision

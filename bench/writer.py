@@ -136,6 +136,9 @@ class ChunkTimer:
     def on_cancel(self, fn: Any) -> None:
         self.ctx.on_cancel(fn)
 
+    def pause(self, seconds: float) -> None:
+        self.ctx.pause(seconds)  # the worker's: a stop ends the gap between two chunks
+
     def checkpoint(self) -> None:
         if self._released is not None:
             self.chunk_s.append(time.monotonic() - self._released)

@@ -34,9 +34,10 @@ SHARED_CHUNK_GAP_FACTOR = DEFAULT_CHUNK_GAP_FACTOR
 #: A shared chunk that waited this long for the write lock found the application writing: the
 #: wait is noted on the budget as a sign of harm (the backlog controller slows the pace).
 LOCK_WAIT_HARM_S = 0.01
-#: The longest gap between two chunks, in seconds, whatever the pace: the gap is a plain sleep,
-#: and a stop or a hold acts at the next chunk.
-MAX_CHUNK_GAP_S = 0.5
+#: The longest gap between two chunks, in seconds, whatever the pace. A context with a
+#: ``pause`` (the worker's) ends the gap early on a stop or a hold; with a plain sleep, a stop
+#: acts at the next chunk.
+MAX_CHUNK_GAP_S = 5.0
 
 
 def incremental(
@@ -97,11 +98,12 @@ def incremental(
             # The lock is free for the pace's factor times as long as the chunk held it (read
             # each time: the controller changes it while a long compaction runs).
             factor = budget.chunk_gap_factor if budget is not None else SHARED_CHUNK_GAP_FACTOR
-            _pause(min(MAX_CHUNK_GAP_S, held_s * factor))
+            pause = getattr(ctx, "pause", None) or _pause
+            pause(min(MAX_CHUNK_GAP_S, held_s * factor))
 
 
 def _pause(seconds: float) -> None:
-    """Sleep between two chunks, holding no lock (at most :data:`MAX_CHUNK_GAP_S`; a stop acts at the next chunk)."""
+    """Sleep between two chunks, holding no lock, where the context has no ``pause`` of its own."""
     time.sleep(seconds)
 
 

@@ -285,6 +285,7 @@ class Server(LiveConfig):
             post=self._loop.post, clocks=self._clocks, on_clock_step=self._clock_stepped,
             pressure=self.pressure, on_pressure_change=self._host.look_at_windows, controller=self.controller,
             on_decision=self._apply_decision, lock_waits=lambda: self.io_budget.lock_waits,
+            running_reclaimable=self._running_reclaimable,
             process=self._process, store_health=self._store_health,
         ), watch_config=self._watch_config)
         self.intake.wake = lambda: self._loop.wake(self.intake)
@@ -438,6 +439,22 @@ class Server(LiveConfig):
     def tick(self, now: float | None = None) -> None:
         """Run one iteration of the server's loop at ``now`` (monotonic; tests step it with their clock)."""
         self._loop.run_once(now)
+
+    def _running_reclaimable(self) -> int:
+        """What this process's running compactions have still to give back, by their measurements and progress.
+
+        A large database being compacted is backlog too: without it, one 5 GB compaction with
+        nothing else waiting would run at the pace of an empty backlog.
+        """
+        if self._worker is None:
+            return 0
+        measurements = self.intake.measurements
+        total = 0.0
+        for run in self._worker.status():
+            m = measurements.get(run["key"])
+            if m is not None:
+                total += max(0, m.sizes.file_bytes - m.sizes.active_bytes) * (1.0 - run["progress"])
+        return int(total)
 
     def _apply_decision(self, decision: Decision) -> None:
         """The backlog controller looked (the loop's thread): its slots go to the gate, its pace to the I/O budget."""

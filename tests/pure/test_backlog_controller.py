@@ -98,12 +98,12 @@ def test_harm_doubles_the_gap_at_once_up_to_its_cap_and_each_quiet_look_halves_i
 
     c = controller()
     c.step(10**12, 0)
-    gaps = [c.step(10**12, busy).chunk_gap_factor for busy in (1, 2, 3, 4, 5, 6, 7, 7, 7, 7)]
+    gaps = [c.step(10**12, busy).chunk_gap_factor for busy in (*range(1, 11), 10, 10, 10)]  # 10 with harm, 3 quiet
     assert gaps[:3] == [2 * GAP_FACTOR_BRISK, 4 * GAP_FACTOR_BRISK, 8 * GAP_FACTOR_BRISK]
     assert max(gaps) == GAP_FACTOR_MAX  # harm every look: stretched to the cap, never beyond
     assert gaps[-4:] == [GAP_FACTOR_MAX, GAP_FACTOR_MAX / 2, GAP_FACTOR_MAX / 4, GAP_FACTOR_MAX / 8]  # 3 quiet
     for _ in range(10):
-        d = c.step(10**12, 7)
+        d = c.step(10**12, 10)
     assert d.chunk_gap_factor == GAP_FACTOR_BRISK  # quiet long enough: back to the backlog's pace
 
 

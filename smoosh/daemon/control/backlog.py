@@ -6,8 +6,9 @@ is hurting. So the node's slots (the global gate every start passes) are set her
 ``min_jobs`` and ``max_jobs``, every status interval:
 
 * **the backlog** (the reclaimable bytes of the keys waiting in every channel, from their last
-  measurements) asks for ``min_jobs`` plus a share of the rest proportional to it, all of them
-  at ``backlog_full`` and above;
+  measurements, and what the running compactions have still to give back) asks for
+  ``min_jobs`` plus a share of the rest proportional to it, all of them at ``backlog_full``
+  and above;
 * **harm** (compactions that gave up on a busy database since the last look: the application
   was holding its lock, and smoosh's VACUUM made it wait or would have; and incremental chunks
   that found the application holding the write lock when they wanted it) halves the slots at
@@ -25,7 +26,9 @@ backlog shortens the gap by the same step); harm doubles the gap at once and eac
 interval halves it back (the same AIMD as the slots, on the pace).
 
 Its inputs and outputs are gauges (``smoosh_backlog_bytes``, ``smoosh_controller_slots``,
-``smoosh_controller_busy``, ``smoosh_controller_chunk_gap_ratio``) and part of ``/status``. A change of the slots is logged at INFO, naming why (at DEBUG while nothing waits).
+``smoosh_controller_busy``, ``smoosh_controller_lock_waits``,
+``smoosh_controller_chunk_gap_ratio``) and part of ``/status``. A change of the slots is logged
+at INFO, naming why (at DEBUG while nothing waits).
 
 Owner: the server's loop (:meth:`BacklogController.step`, from the housekeeping); readers read
 the last :class:`Decision`, replaced whole.
@@ -40,14 +43,15 @@ from dataclasses import dataclass
 __all__ = ["BacklogController", "Decision", "GAP_FACTOR_BRISK", "GAP_FACTOR_GENTLE", "GAP_FACTOR_MAX"]
 
 #: The gap after an incremental chunk on a shared database, as a multiple of the chunk's lock
-#: hold, with nothing waiting but that database: there is no hurry, and a chunk then meets
-#: ~1% of an application's commits (within 10% of its p99 without smoosh is the aim).
-GAP_FACTOR_GENTLE = 128.0
+#: hold, with almost nothing waiting: there is no hurry, and a chunk every few seconds meets
+#: far fewer than 1% of a busy application's commits, so its p99 stays its own (the aim:
+#: within 10% of its p99 without smoosh). The compactor caps one gap at a few seconds.
+GAP_FACTOR_GENTLE = 512.0
 #: The same at ``backlog_full`` and above: the pace a daemon had before it had a controller
 #: (``smoosh worker`` keeps it), whose cost to a writer ``bench/writer.py`` measures.
 GAP_FACTOR_BRISK = 4.0
-#: The longest gap harm can stretch it to (the compactor also caps one gap at 0.5 s).
-GAP_FACTOR_MAX = 256.0
+#: The longest gap harm can stretch it to (the compactor also caps one gap).
+GAP_FACTOR_MAX = 1024.0
 
 log = logging.getLogger(__name__)
 

@@ -114,6 +114,8 @@ class Parts:
     on_decision: Callable[[Decision], None]
     #: Lock waits compactions noted since start (the I/O budget's count): harm, with busy results.
     lock_waits: Callable[[], int]
+    #: Bytes the running compactions have still to give back: part of the backlog.
+    running_reclaimable: Callable[[], int]
     #: This daemon's process, named in its status record (None: the record names none).
     process: Identity | None = None
     #: The job store's health, checked for stalled transactions at every tick.
@@ -257,7 +259,8 @@ class Housekeeping:
                 parts.on_pressure_change(now)
             status = parts.status()
             busy = sum(n for (_channel, result), n in parts.counters.compactions.items() if result == "busy")
-            parts.on_decision(parts.controller.step(int(status.get("reclaimable_bytes") or 0), busy, parts.lock_waits()))
+            backlog = int(status.get("reclaimable_bytes") or 0) + parts.running_reclaimable()
+            parts.on_decision(parts.controller.step(backlog, busy, parts.lock_waits()))
             self._write_status(parts.clocks.wall(), status)
         dues.append(self._next_status_write)
         if any(ch.window is not None for ch in parts.config_of().channels.values()):

@@ -28,7 +28,7 @@ BENCHMARKS = [
     ("drain", ["--runs", "3"]),
     ("worst_first", ["--runs", "3"]),
     ("wal_bound", ["--runs", "1"]),
-    ("writer", ["--runs", "1"]),
+    ("writer", ["--runs", "3"]),
 ]
 
 

@@ -13,8 +13,16 @@ and only counts. The clock is injected (the server's monotonic one, DESIGN §12:
 duration, not a date), so tests step it by hand. A clock that goes backwards anyway (a wall
 clock handed in and set back) moves the debt back with it, never stretching it.
 
+The budget also carries the process's **pace** of incremental chunks on a database another
+process has open (:attr:`IoBudget.chunk_gap_factor`: the write lock stays free that many times
+as long as a chunk held it), set by the daemon's backlog controller from the backlog and the
+harm it sees; a budget nobody sets keeps :data:`DEFAULT_CHUNK_GAP_FACTOR`. Compactions count
+on it the times they found the application holding the write lock (:meth:`IoBudget.note_lock_wait`),
+one of the signs of harm the controller reads.
+
 Ownership: one budget per process, made by its owner (the server, or ``smoosh worker``),
-which alone changes the rate (:meth:`IoBudget.set_rate`). Compaction threads charge it and
+which alone changes the rate (:meth:`IoBudget.set_rate`) and the pace
+(:meth:`IoBudget.set_chunk_gap_factor`). Compaction threads charge it and
 wait on it, the server's loop reads it; every way in takes the budget's own lock.
 """
 
@@ -25,7 +33,7 @@ import threading
 import time
 from typing import Callable
 
-__all__ = ["IoBudget", "UNLIMITED", "CHUNK", "START"]
+__all__ = ["IoBudget", "UNLIMITED", "CHUNK", "START", "DEFAULT_CHUNK_GAP_FACTOR"]
 
 #: The rate of a budget that never makes anyone wait (``max_io_rate`` unset or ``infinity``).
 UNLIMITED: float | None = None
@@ -33,6 +41,9 @@ UNLIMITED: float | None = None
 CHUNK = "chunk"
 #: A :meth:`IoBudget.wait` of a worker before it takes a job.
 START = "start"
+#: The pace of a budget whose owner never set one (``smoosh worker``, a compactor used alone):
+#: after a shared chunk the lock stays free four times as long as the chunk held it.
+DEFAULT_CHUNK_GAP_FACTOR = 4.0
 
 
 class IoBudget:
@@ -53,6 +64,9 @@ class IoBudget:
         self._paid_at = clock()
         self._last_now = self._paid_at
         self._charged_bytes = 0
+        # One float, replaced whole by the owner and read without the lock by compaction threads.
+        self._chunk_gap_factor = DEFAULT_CHUNK_GAP_FACTOR
+        self._lock_waits = 0
         # Tokens of the threads asleep in wait() that have read the clock since the last wake():
         # wake() empties it, so "it is back in the set" means "it looked and must still wait".
         self._asleep: set[tuple[str, object]] = set()
@@ -83,7 +97,33 @@ class IoBudget:
             self._rate = rate
         self.wake()
 
+    @property
+    def chunk_gap_factor(self) -> float:
+        """After an incremental chunk on a shared database, the lock stays free this many times as long as the chunk held it."""
+        return self._chunk_gap_factor
+
+    def set_chunk_gap_factor(self, factor: float) -> None:
+        """Set the pace (the backlog controller, every status interval); the next chunk's gap uses it.
+
+        Raises:
+            ValueError: a factor that is not a number >= 0.
+        """
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 <= factor < math.inf:
+            raise ValueError(f"chunk_gap_factor must be a number >= 0, not {factor!r}")
+        self._chunk_gap_factor = float(factor)
+
     # -- compactions ---------------------------------------------------------------------------
+
+    def note_lock_wait(self) -> None:
+        """Count one wait of a compaction for a write lock the application held (a sign of harm)."""
+        with self._cond:
+            self._lock_waits += 1
+
+    @property
+    def lock_waits(self) -> int:
+        """Lock waits noted since the process started."""
+        with self._cond:
+            return self._lock_waits
 
     def charge(self, nbytes: int) -> None:
         """Count ``nbytes`` written by a compaction: the debt grows by ``nbytes / rate`` seconds."""

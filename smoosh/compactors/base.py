@@ -85,6 +85,10 @@ class CompactionContext(Protocol):
     def on_cancel(self, fn: Callable[[], None]) -> None:
         """Register ``fn`` to run (on another thread) when the job must stop now."""
 
+    # Optional, looked up with getattr: ``pause(seconds)``, a wait between two chunks that a
+    # stop or a hold ends early (the next ``checkpoint()`` then acts on it); without it a
+    # compactor sleeps.
+
 
 @runtime_checkable
 class Compactor(Protocol):

@@ -3,8 +3,10 @@
 For a database with ``auto_vacuum = INCREMENTAL`` and free pages (see
 :mod:`~smoosh.compactors.sqlite_compact` for how the pragma must be stepped). While another
 process has the database open, chunks are sized to hold the write lock about
-:data:`SHARED_CHUNK_LOCK_MAX_S` and each is followed by a gap :data:`SHARED_CHUNK_GAP_FACTOR`
-times as long, so the application's writers get the lock between them.
+:data:`SHARED_CHUNK_LOCK_MAX_S` and each is followed by a gap the process's pace
+(:attr:`~smoosh.io_budget.IoBudget.chunk_gap_factor`, set by the daemon's backlog controller;
+:data:`SHARED_CHUNK_GAP_FACTOR` without a budget) times as long, so the application's writers
+get the lock between them.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from smoosh.compactors.sqlite_compact import raise_mapped
 from smoosh.compactors.sqlite_identity import FileIdentity
 from smoosh.compactors.sqlite_open import pragma, rollback_quietly, run
 from smoosh.compactors.sqlite_openers import others_have_open
-from smoosh.io_budget import IoBudget
+from smoosh.io_budget import DEFAULT_CHUNK_GAP_FACTOR, IoBudget
 
 __all__ = ["incremental", "SHARED_CHUNK_LOCK_MAX_S", "SHARED_CHUNK_GAP_FACTOR"]
 
@@ -26,8 +28,16 @@ __all__ = ["incremental", "SHARED_CHUNK_LOCK_MAX_S", "SHARED_CHUNK_GAP_FACTOR"]
 #: (DESIGN §9 aims at 10 ms per chunk at p99.9; the commit's own sync comes on top).
 SHARED_CHUNK_LOCK_MAX_S = 0.005
 #: After such a chunk, the lock stays free this many times as long as the chunk held it: a
-#: writer sleeping in its busy handler then finds it free at most of its wake-ups.
-SHARED_CHUNK_GAP_FACTOR = 4
+#: writer sleeping in its busy handler then finds it free at most of its wake-ups. Used where
+#: no budget carries the daemon's pace.
+SHARED_CHUNK_GAP_FACTOR = DEFAULT_CHUNK_GAP_FACTOR
+#: A shared chunk that waited this long for the write lock found the application writing: the
+#: wait is noted on the budget as a sign of harm (the backlog controller slows the pace).
+LOCK_WAIT_HARM_S = 0.01
+#: The longest gap between two chunks, in seconds, whatever the pace. A context with a
+#: ``pause`` (the worker's) ends the gap early on a stop or a hold; with a plain sleep, a stop
+#: acts at the next chunk.
+MAX_CHUNK_GAP_S = 5.0
 
 
 def incremental(
@@ -38,14 +48,16 @@ def incremental(
 
     While another process has the database open (WAL mode, seen in ``/proc/locks``), a chunk
     also ends after holding the write lock :data:`SHARED_CHUNK_LOCK_MAX_S`, and the next one
-    starts only after :data:`SHARED_CHUNK_GAP_FACTOR` times as long: the application's
-    writers get the lock between chunks instead of waiting out a run of them.
+    starts only after the budget's ``chunk_gap_factor`` (:data:`SHARED_CHUNK_GAP_FACTOR`
+    without one) times as long: the application's writers get the lock between chunks
+    instead of waiting out a run of them.
 
     Parameters:
         identity: the file being compacted; checked before every chunk (no journal exists
             then), so a path renamed over ends the compaction before it writes again.
         budget: charged each chunk's freed pages (bytes) as it commits; the pacing itself
-            is the wait in ``ctx.checkpoint()`` before the next chunk.
+            is the wait in ``ctx.checkpoint()`` before the next chunk. Its pace, read before
+            each gap, sets the gap after a shared chunk.
 
     Raises:
         Busy: a chunk stayed locked beyond the busy timeout.
@@ -70,7 +82,8 @@ def incremental(
         # sleeps in its busy handler while a chunk holds the lock, and wakes at moments of
         # its own: chunks back to back leave it almost no chance to find the lock free.
         shared = others_have_open(path) is True
-        held_s = _chunk(conn, path, pages if shared else chunk_pages, SHARED_CHUNK_LOCK_MAX_S if shared else None)
+        held_s = _chunk(conn, path, pages if shared else chunk_pages, SHARED_CHUNK_LOCK_MAX_S if shared else None,
+                        budget if shared else None)
         free_after = pragma(conn, "freelist_count")
         if free_after >= free_before:
             break  # nothing moved (should not happen): never loop forever
@@ -82,21 +95,26 @@ def incremental(
             # Most of a chunk's hold is its commit writing the pages it moved, which stepping
             # cannot cut short: the next chunk is sized from this one's hold instead.
             pages = max(1, min(chunk_pages, int(pages * SHARED_CHUNK_LOCK_MAX_S / max(held_s, 1e-6))))
-            # The lock is free for SHARED_CHUNK_GAP_FACTOR times as long as the chunk held it.
-            _pause(held_s * SHARED_CHUNK_GAP_FACTOR)
+            # The lock is free for the pace's factor times as long as the chunk held it (read
+            # each time: the controller changes it while a long compaction runs).
+            factor = budget.chunk_gap_factor if budget is not None else SHARED_CHUNK_GAP_FACTOR
+            pause = getattr(ctx, "pause", None) or _pause
+            pause(min(MAX_CHUNK_GAP_S, held_s * factor))
 
 
 def _pause(seconds: float) -> None:
-    """Sleep between two chunks, holding no lock (a few milliseconds; a stop acts at the next chunk)."""
+    """Sleep between two chunks, holding no lock, where the context has no ``pause`` of its own."""
     time.sleep(seconds)
 
 
-def _chunk(conn: apsw.Connection, path: str, chunk_pages: int, lock_max_s: float | None) -> float:
+def _chunk(conn: apsw.Connection, path: str, chunk_pages: int, lock_max_s: float | None,
+           budget: IoBudget | None = None) -> float:
     """One chunk: up to ``chunk_pages`` pages freed in one write transaction; the seconds it held the lock.
 
     With ``lock_max_s``, the chunk ends early once it has held the write lock that long: the
     pragma frees one page per step (module docstring), so stepping stops and the pages freed
-    so far commit.
+    so far commit. With ``budget``, a wait of :data:`LOCK_WAIT_HARM_S` or more for the lock is
+    noted on it.
     """
     started = time.monotonic()
     try:
@@ -104,7 +122,10 @@ def _chunk(conn: apsw.Connection, path: str, chunk_pages: int, lock_max_s: float
             run(conn, f"BEGIN IMMEDIATE; PRAGMA incremental_vacuum({chunk_pages}); COMMIT;")
         else:
             run(conn, "BEGIN IMMEDIATE")
-            started = time.monotonic()  # the lock is held from here
+            got = time.monotonic()
+            if budget is not None and got - started >= LOCK_WAIT_HARM_S:
+                budget.note_lock_wait()  # the application held the lock: it was writing
+            started = got  # the lock is held from here
             deadline = started + lock_max_s
             cursor = conn.execute(f"PRAGMA incremental_vacuum({chunk_pages})")
             try:

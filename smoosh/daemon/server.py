@@ -56,7 +56,7 @@ from smoosh.daemon.run.startup import take_over_jobs
 from smoosh.daemon.record.status import build_status, claim_node, jobs_table, mark_stopped
 from smoosh.daemon.control.suspension import Suspension
 from smoosh.errors import UnknownChannel
-from smoosh.daemon.control.backlog import BacklogController
+from smoosh.daemon.control.backlog import BacklogController, Decision
 from smoosh.daemon.control.pressure import DiskPressure
 from smoosh.disk_room import DiskRoom
 from smoosh.io_budget import IoBudget
@@ -141,6 +141,7 @@ class Server(LiveConfig):
                                             backlog_full_bytes=config.backlog_full_bytes)
         # One I/O budget for the process (max_io_rate): compactions charge it, starts wait for it.
         self.io_budget = IoBudget(config.max_io_rate_bytes_per_s, clock=monotonic)
+        self.io_budget.set_chunk_gap_factor(self.controller.last.chunk_gap_factor)
         self._budget_gate = BudgetGate(self.io_budget, wake_channel=self.wake,
                                        rearm=lambda: self._loop.wake(self._budget_gate))
         self._history = HistoryTable(
@@ -288,7 +289,8 @@ class Server(LiveConfig):
             compacting=self._compacting, cluster=cluster, on_holds=self._host.apply_cluster_holds,
             post=self._loop.post, clocks=self._clocks, on_clock_step=self._clock_stepped,
             pressure=self.pressure, on_pressure_change=self._pressure_changed, controller=self.controller,
-            on_slots=self._host.set_slots,
+            on_decision=self._apply_decision, lock_waits=lambda: self.io_budget.lock_waits,
+            running_reclaimable=self._running_reclaimable,
             process=self._process, store_health=self._store_health,
         ), watch_config=self._watch_config)
         self.intake.wake = lambda: self._loop.wake(self.intake)
@@ -442,6 +444,27 @@ class Server(LiveConfig):
     def tick(self, now: float | None = None) -> None:
         """Run one iteration of the server's loop at ``now`` (monotonic; tests step it with their clock)."""
         self._loop.run_once(now)
+
+    def _running_reclaimable(self) -> int:
+        """What this process's running compactions have still to give back, by their measurements and progress.
+
+        A large database being compacted is backlog too: without it, one 5 GB compaction with
+        nothing else waiting would run at the pace of an empty backlog.
+        """
+        if self._worker is None:
+            return 0
+        measurements = self.intake.measurements
+        total = 0.0
+        for run in self._worker.status():
+            m = measurements.get(run["key"])
+            if m is not None:
+                total += max(0, m.sizes.file_bytes - m.sizes.active_bytes) * (1.0 - run["progress"])
+        return int(total)
+
+    def _apply_decision(self, decision: Decision) -> None:
+        """The backlog controller looked (the loop's thread): its slots go to the gate, its pace to the I/O budget."""
+        self._host.set_slots(decision.slots)
+        self.io_budget.set_chunk_gap_factor(decision.chunk_gap_factor)
 
     def _clock_stepped(self, now: float) -> None:
         """The wall clock stepped (the loop's thread; ``now`` is monotonic).

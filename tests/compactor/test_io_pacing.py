@@ -220,3 +220,37 @@ def test_a_clock_set_back_a_day_mid_compaction_holds_it_back_no_more_than_a_chun
     assert not isinstance(outcome[0], Exception), outcome
     assert max(s for s in sleeps_s if s is not None) <= chunk_s
     assert db_stats(db)["freelist_count"] == 0 and integrity(db) == "ok"
+
+
+@pytest.mark.parametrize("how", ["stop", "hold"])
+def test_the_pause_between_two_chunks_ends_at_once_on_a_stop_or_a_hold(how: str) -> None:
+    # The gap after a shared chunk can be seconds at a small backlog's pace: a stop (or a
+    # hold) must not wait it out. The pause returns; the next checkpoint acts on it.
+    ctx = JobContext(IoBudget())
+    returned = threading.Event()
+
+    def gap() -> None:
+        ctx.pause(HANG_S)
+        returned.set()
+
+    thread = threading.Thread(target=gap)
+    thread.start()
+    assert not returned.wait(0.05)  # it is pausing
+    if how == "stop":
+        ctx.stop("shutdown")
+    else:
+        ctx.set_held(True)
+    assert returned.wait(HANG_S)
+    thread.join(HANG_S)
+    if how == "stop":
+        with pytest.raises(Interrupted):
+            ctx.checkpoint()
+    else:
+        assert ctx.held
+
+
+def test_a_pause_with_nothing_to_end_it_lasts_its_length() -> None:
+    ctx = JobContext(IoBudget())
+    started = time.monotonic()
+    ctx.pause(0.02)
+    assert time.monotonic() - started >= 0.02

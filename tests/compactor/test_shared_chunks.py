@@ -10,6 +10,7 @@ process has the database open, each chunk is sized to hold the lock about
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 
@@ -53,3 +54,92 @@ def test_beside_an_application_the_chunks_shrink_to_the_lock_budget_and_leave_ga
     # A gap after every chunk but the last, SHARED_CHUNK_GAP_FACTOR times the chunk's hold
     assert len(slept) == ctx.checkpoints - 1
     assert all(s > 0 for s in slept)
+
+
+def test_the_gap_after_a_shared_chunk_is_the_budgets_pace_times_the_chunks_hold(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The daemon's backlog controller sets the pace on the process's I/O budget; a chunk
+    # reads it before each gap, so a change reaches a compaction that is already running.
+    from smoosh.io_budget import IoBudget
+
+    path = str(tmp_path / "paced.db")
+    make_bloated_db(path, auto_vacuum="incremental", journal_mode="wal")
+    monkeypatch.setattr(sqlite_incremental, "SHARED_CHUNK_LOCK_MAX_S", 1e-6)
+    budget = IoBudget()
+    budget.set_chunk_gap_factor(10.0)
+    held: list[float] = []
+    real_chunk = sqlite_incremental._chunk
+
+    def chunk(*args: object) -> float:
+        held.append(real_chunk(*args))  # type: ignore[arg-type]
+        return held[-1]
+
+    slept: list[float] = []
+
+    def pause(seconds: float) -> None:
+        slept.append(seconds)
+        if len(slept) == 3:
+            budget.set_chunk_gap_factor(1000.0)  # the controller saw harm mid-compaction
+
+    monkeypatch.setattr(sqlite_incremental, "_chunk", chunk)
+    monkeypatch.setattr(sqlite_incremental, "_pause", pause)
+    with ChildConnection(path) as app:
+        app.execute("SELECT count(*) FROM docs")
+        compactor = SqliteCompactor(settings(incremental_chunk_pages=100))
+        compactor.set_io_budget(budget)
+        compactor.compact(path, RecordingContext())
+    assert db_stats(path)["freelist_count"] == 0
+    assert len(slept) == len(held) - 1 > 3
+    assert slept[:3] == pytest.approx([10.0 * h for h in held[:3]])
+    # From the fourth gap on, the new pace, bounded by the longest gap a stop may wait out
+    cap = sqlite_incremental.MAX_CHUNK_GAP_S
+    assert slept[3:] == pytest.approx([min(cap, 1000.0 * h) for h in held[3:-1]])
+
+
+def test_a_chunk_that_finds_the_application_holding_the_write_lock_notes_a_lock_wait_on_the_budget(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The backlog controller reads these waits as harm (the application was writing when
+    # smoosh wanted the lock) and slows the pace.
+    import threading
+
+    from helpers.daemon import HANG_S
+    from smoosh.io_budget import IoBudget
+
+    path = str(tmp_path / "contended.db")
+    make_bloated_db(path, auto_vacuum="incremental", journal_mode="wal")
+    asked = threading.Event()
+    real_run = sqlite_incremental.run
+
+    def run(conn, sql):  # type: ignore[no-untyped-def]
+        if sql == "BEGIN IMMEDIATE":
+            asked.set()
+        return real_run(conn, sql)
+
+    monkeypatch.setattr(sqlite_incremental, "run", run)
+    monkeypatch.setattr(sqlite_incremental, "_pause", lambda s: None)
+    budget = IoBudget()
+    errors: list[BaseException] = []
+    with ChildConnection(path) as app:
+        app.execute("BEGIN IMMEDIATE")  # the application is in the middle of a write
+        compactor = SqliteCompactor(settings(incremental_chunk_pages=100, busy_timeout_s=HANG_S))
+        compactor.set_io_budget(budget)
+
+        def compact() -> None:
+            try:
+                compactor.compact(path, RecordingContext())
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        thread = threading.Thread(target=compact)
+        thread.start()
+        assert asked.wait(HANG_S)
+        # The chunk asked for the lock the application holds: it cannot have it before the
+        # COMMIT below, so it waits at least this long, however slow the machine.
+        time.sleep(2 * sqlite_incremental.LOCK_WAIT_HARM_S)
+        app.execute("COMMIT")
+        thread.join(HANG_S)
+    assert not thread.is_alive() and errors == []
+    assert db_stats(path)["freelist_count"] == 0
+    assert budget.lock_waits == 1  # the first chunk waited; the others found the lock free

@@ -78,3 +78,45 @@ def test_a_change_with_nothing_waiting_is_not_news(caplog: pytest.LogCaptureFixt
         c.step(300 * MiB, 0)
     assert [r.getMessage() for r in caplog.records] == [
         "Compactions at once: 1 -> 4 (backlog of 314572800 reclaimable bytes)."]
+
+
+def test_the_pace_of_shared_incremental_chunks_follows_the_backlog_gentle_when_small_brisk_when_full() -> None:
+    from smoosh.daemon.control.backlog import GAP_FACTOR_BRISK, GAP_FACTOR_GENTLE
+
+    c = controller()
+    assert c.last.chunk_gap_factor == GAP_FACTOR_BRISK  # before the first look: drain as before
+    assert c.step(0, 0).chunk_gap_factor == GAP_FACTOR_GENTLE  # nothing waits: no hurry
+    half = c.step(128 * MiB, 0).chunk_gap_factor
+    assert GAP_FACTOR_BRISK < half < GAP_FACTOR_GENTLE
+    assert half == pytest.approx((GAP_FACTOR_BRISK * GAP_FACTOR_GENTLE) ** 0.5, abs=0.01)  # geometric
+    assert c.step(256 * MiB, 0).chunk_gap_factor == GAP_FACTOR_BRISK
+    assert c.step(10**12, 0).chunk_gap_factor == GAP_FACTOR_BRISK
+
+
+def test_harm_doubles_the_gap_at_once_up_to_its_cap_and_each_quiet_look_halves_it_back() -> None:
+    from smoosh.daemon.control.backlog import GAP_FACTOR_BRISK, GAP_FACTOR_MAX
+
+    c = controller()
+    c.step(10**12, 0)
+    gaps = [c.step(10**12, busy).chunk_gap_factor for busy in (*range(1, 11), 10, 10, 10)]  # 10 with harm, 3 quiet
+    assert gaps[:3] == [2 * GAP_FACTOR_BRISK, 4 * GAP_FACTOR_BRISK, 8 * GAP_FACTOR_BRISK]
+    assert max(gaps) == GAP_FACTOR_MAX  # harm every look: stretched to the cap, never beyond
+    assert gaps[-4:] == [GAP_FACTOR_MAX, GAP_FACTOR_MAX / 2, GAP_FACTOR_MAX / 4, GAP_FACTOR_MAX / 8]  # 3 quiet
+    for _ in range(10):
+        d = c.step(10**12, 10)
+    assert d.chunk_gap_factor == GAP_FACTOR_BRISK  # quiet long enough: back to the backlog's pace
+
+
+def test_lock_waits_are_harm_too_halving_the_slots_and_stretching_the_pace(caplog: pytest.LogCaptureFixture) -> None:
+    from smoosh.daemon.control.backlog import GAP_FACTOR_BRISK
+
+    c = controller()
+    c.step(10**12, 0, 0)
+    with caplog.at_level(logging.INFO, logger="smoosh.daemon.control.backlog"):
+        d = c.step(10**12, 0, 3)  # three chunks found the application holding the write lock
+    assert (d.slots, d.lock_waits, d.busy, d.chunk_gap_factor) == (2, 3, 0, 2 * GAP_FACTOR_BRISK)
+    assert [r.getMessage() for r in caplog.records] == [
+        "Compactions at once: 4 -> 2 (3 chunk(s) found the application holding the write lock: backing off).",
+    ]
+    d = c.step(10**12, 0, 3)  # none since: quiet
+    assert (d.slots, d.lock_waits, d.chunk_gap_factor) == (3, 0, GAP_FACTOR_BRISK)

@@ -195,3 +195,16 @@ def test_normal_io_priority_changes_nothing() -> None:
     before = get_thread_ioprio()
     apply_io_priority("normal")()
     assert get_thread_ioprio() == before
+
+
+def test_the_pace_of_shared_chunks_is_the_default_until_its_owner_sets_it_and_refuses_a_bad_value() -> None:
+    from smoosh.io_budget import DEFAULT_CHUNK_GAP_FACTOR, IoBudget
+
+    budget = IoBudget()
+    assert budget.chunk_gap_factor == DEFAULT_CHUNK_GAP_FACTOR
+    budget.set_chunk_gap_factor(16)
+    assert budget.chunk_gap_factor == 16.0
+    for bad in (-1, float("inf"), float("nan"), True, "4"):
+        with pytest.raises(ValueError, match="chunk_gap_factor must be a number >= 0, not "):
+            budget.set_chunk_gap_factor(bad)  # type: ignore[arg-type]
+    assert budget.chunk_gap_factor == 16.0

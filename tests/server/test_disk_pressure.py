@@ -188,3 +188,29 @@ def test_the_node_runs_as_many_compactions_as_its_backlog_asks(tmp_path: Path, r
     assert controller["backlog_bytes"] == server.status()["reclaimable_bytes"] > 0
     assert (controller["for_backlog"], controller["slots"]) == (2, 2)  # 1 + its share of 3, rounded up
     assert server._slots.in_force == 2
+    # The pace of incremental chunks follows the same small backlog: gentle, on the process's budget
+    from smoosh.daemon.control.backlog import GAP_FACTOR_GENTLE
+
+    assert GAP_FACTOR_GENTLE / 2 < controller["chunk_gap_factor"] == server.io_budget.chunk_gap_factor <= GAP_FACTOR_GENTLE
+
+
+def test_what_running_compactions_have_still_to_give_back_is_backlog_too(tmp_path: Path, running: Any, dbs: Path) -> None:
+    # One large database compacting with nothing else waiting is not an empty backlog: its
+    # pace would otherwise be the gentlest. Its measured reclaimable bytes, less its progress.
+    from types import SimpleNamespace
+
+    from server.test_server import make_config
+    from smoosh.compactors.base import Sizes
+    from smoosh.daemon.intake.measurement import Measurement
+
+    clock = FakeClock()
+    server = running(make_config(tmp_path, extra="max_jobs = 4\nbacklog_full = 1GiB"), workers=0, clock=clock)
+    key = str(dbs / "big.db")
+    server.intake.measurements[key] = Measurement(Sizes(file_bytes=5 * 2**30, active_bytes=2**30), None, True)
+    server._worker = SimpleNamespace(status=lambda: [{"key": key, "progress": 0.25}])
+    clock.advance(6)
+    server.tick()
+    controller = server.status()["controller"]
+    assert controller["backlog_bytes"] == 3 * 2**30  # 4 GiB to give back, a quarter given
+    assert controller["slots"] == 4
+    assert server.io_budget.chunk_gap_factor == 4.0  # backlog_full's pace: brisk

@@ -203,8 +203,13 @@ class SmooshCollector(Collector):
              decision.backlog_bytes),
             ("smoosh_controller_busy", "Busy results (the application held its lock) in the controller's last interval.",
              decision.busy),
+            ("smoosh_controller_lock_waits", "Incremental chunks that found the application holding the write lock, in "
+             "the controller's last interval (harm, as busy results are).", decision.lock_waits),
             ("smoosh_controller_slots", "Compactions the backlog controller lets run at once (between min_jobs and "
              "max_jobs).", decision.slots),
+            ("smoosh_controller_chunk_gap_ratio", "The incremental pace the backlog controller set: after a chunk on a "
+             "database the application has open, the lock stays free this many times as long as the chunk held it.",
+             decision.chunk_gap_factor),
         ):
             gauge = GaugeMetricFamily(name, help_text)
             gauge.add_metric([], value)

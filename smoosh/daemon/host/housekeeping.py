@@ -49,7 +49,7 @@ from smoosh.errors import ConfigError, SmooshError
 
 if TYPE_CHECKING:
     from channels import Channel
-    from smoosh.daemon.control.backlog import BacklogController
+    from smoosh.daemon.control.backlog import BacklogController, Decision
     from smoosh.daemon.control.pressure import DiskPressure
     from smoosh.daemon.control.node_claim import Identity
     from smoosh.daemon.control.store_health import StoreHealth
@@ -108,9 +108,14 @@ class Parts:
     pressure: DiskPressure
     #: Disk pressure started or ended (called on the loop with its ``now``).
     on_pressure_change: Callable[[float], None]
-    #: The backlog controller, stepped with every status record; its slots go to ``on_slots``.
+    #: The backlog controller, stepped with every status record; its decision (the slots and
+    #: the incremental pace) goes to ``on_decision``.
     controller: BacklogController
-    on_slots: Callable[[int], None]
+    on_decision: Callable[[Decision], None]
+    #: Lock waits compactions noted since start (the I/O budget's count): harm, with busy results.
+    lock_waits: Callable[[], int]
+    #: Bytes the running compactions have still to give back: part of the backlog.
+    running_reclaimable: Callable[[], int]
     #: This daemon's process, named in its status record (None: the record names none).
     process: Identity | None = None
     #: The job store's health, checked for stalled transactions at every tick.
@@ -254,7 +259,8 @@ class Housekeeping:
                 parts.on_pressure_change(now)
             status = parts.status()
             busy = sum(n for (_channel, result), n in parts.counters.compactions.items() if result == "busy")
-            parts.on_slots(parts.controller.step(int(status.get("reclaimable_bytes") or 0), busy).slots)
+            backlog = int(status.get("reclaimable_bytes") or 0) + parts.running_reclaimable()
+            parts.on_decision(parts.controller.step(backlog, busy, parts.lock_waits()))
             self._write_status(parts.clocks.wall(), status)
         dues.append(self._next_status_write)
         if any(ch.window is not None for ch in parts.config_of().channels.values()):

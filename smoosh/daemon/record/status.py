@@ -86,10 +86,11 @@ def build_status(server: Any) -> dict[str, Any]:
 
 
 def controller_status(server: Any) -> dict[str, Any]:
-    """The backlog controller as ``/status`` shows it: what it saw at its last look and the slots it set."""
+    """The backlog controller as ``/status`` shows it: what it saw at its last look, the slots and the pace it set."""
     d = server.controller.last
     return {"backlog_bytes": d.backlog_bytes, "busy": d.busy, "for_backlog": d.for_backlog, "for_harm": d.for_harm,
-            "slots": d.slots, "min_jobs": server.controller.min_jobs, "max_jobs": server.controller.max_jobs}
+            "slots": d.slots, "min_jobs": server.controller.min_jobs, "max_jobs": server.controller.max_jobs,
+            "chunk_gap_factor": d.chunk_gap_factor, "lock_waits": d.lock_waits}
 
 
 def disk_status(server: Any) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -69,6 +70,19 @@ class JobContext:
             # the waiter either sees the reason before it sleeps or is woken after.
             budget.wait(lambda: self.stop_reason is not None)
             # Paid (or stopped): look at the hold and the stop again before the next chunk.
+
+    def pause(self, seconds: float) -> None:
+        """Wait up to ``seconds`` between two chunks (holding no lock); a stop or a hold ends it at once.
+
+        The next :meth:`checkpoint` then raises or waits as it would have.
+        """
+        deadline = time.monotonic() + seconds
+        with self._cond:
+            while not self._held and self.stop_reason is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._cond.wait(left)  # stop(), set_held() and rotate() notify
 
     def on_cancel(self, fn: Callable[[], None]) -> None:
         """Register ``fn`` to run when the job must stop now; runs at once if it already must."""

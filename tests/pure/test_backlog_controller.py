@@ -18,7 +18,9 @@ def controller() -> BacklogController:
 def test_every_slot_until_the_first_look_then_as_many_as_the_backlog_asks() -> None:
     c = controller()
     assert c.last.slots == 4  # a daemon starting on a fleet drains it as before
-    assert c.step(0, 0).slots == 1
+    # Nothing waiting: every slot stays open (they run nothing), so a burst arriving before the
+    # next look (a start-up scan still running at the first look) is not held to min_jobs
+    assert c.step(0, 0).slots == 4
     assert c.step(10 * MiB, 0).slots == 2  # a small backlog: min_jobs plus its share, rounded up
     assert c.step(128 * MiB, 0).slots == 3
     assert c.step(256 * MiB, 0).slots == 4
@@ -53,8 +55,11 @@ def test_the_slots_are_the_fewer_of_the_backlogs_and_harms() -> None:
 def test_new_bounds_apply_at_the_next_look() -> None:
     c = controller()
     c.configure(min_jobs=2, max_jobs=8, backlog_full_bytes=MiB)
-    assert c.step(0, 0).slots == 2
+    assert c.step(0, 0).slots == 8
     assert c.step(MiB, 0).slots == 8
+    assert c.step(MiB, 5).slots == 4  # harm halves
+    assert c.step(MiB, 10).slots == 2
+    assert c.step(MiB, 20).slots == 2  # never below the new min_jobs
 
 
 def test_the_gate_holds_to_the_controllers_slots_but_lets_a_forced_key_up_to_max_jobs() -> None:
@@ -74,10 +79,11 @@ def test_the_gate_holds_to_the_controllers_slots_but_lets_a_forced_key_up_to_max
 def test_a_change_with_nothing_waiting_is_not_news(caplog: pytest.LogCaptureFixture) -> None:
     c = controller()
     with caplog.at_level(logging.INFO, logger="smoosh.daemon.control.backlog"):
-        c.step(0, 0)  # every slot -> min_jobs at a start with an empty queue
-        c.step(300 * MiB, 0)
+        c.step(10 * MiB, 0)  # a small backlog: news
+        c.step(0, 0)  # drained: every slot open again, which runs nothing: not news
     assert [r.getMessage() for r in caplog.records] == [
-        "Compactions at once: 1 -> 4 (backlog of 314572800 reclaimable bytes)."]
+        "Compactions at once: 4 -> 2 (backlog of 10485760 reclaimable bytes)."]
+    assert c.last.slots == 4
 
 
 def test_the_pace_of_shared_incremental_chunks_follows_the_backlog_gentle_when_small_brisk_when_full() -> None:

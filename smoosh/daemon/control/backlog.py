@@ -8,7 +8,8 @@ is hurting. So the node's slots (the global gate every start passes) are set her
 * **the backlog** (the reclaimable bytes of the keys waiting in every channel, from their last
   measurements, and what the running compactions have still to give back) asks for
   ``min_jobs`` plus a share of the rest proportional to it, all of them at ``backlog_full``
-  and above;
+  and above; with nothing waiting it leaves every slot open (they run nothing), so a burst
+  that arrives between two looks is not held to ``min_jobs`` until the next;
 * **harm** (compactions that gave up on a busy database since the last look: the application
   was holding its lock, and smoosh's VACUUM made it wait or would have; and incremental chunks
   that found the application holding the write lock when they wanted it) halves the slots at
@@ -126,7 +127,13 @@ class BacklogController:
                 self._harm_cap += 1
             self._harm_stretch = max(1.0, self._harm_stretch / 2)
         share = min(1.0, max(0, backlog_bytes) / self.backlog_full_bytes)
-        for_backlog = min(self.max_jobs, self.min_jobs + math.ceil(share * (self.max_jobs - self.min_jobs)))
+        if backlog_bytes > 0:
+            for_backlog = min(self.max_jobs, self.min_jobs + math.ceil(share * (self.max_jobs - self.min_jobs)))
+        else:
+            # Nothing waits: the slots run nothing either way, and a burst arriving before the
+            # next look (a fleet found at start, a batch after a quiet hour) must not be held to
+            # min_jobs until then; the look after it sizes them to what then waits.
+            for_backlog = self.max_jobs
         slots = max(self.min_jobs, min(for_backlog, self._harm_cap))
         gap = GAP_FACTOR_GENTLE * (GAP_FACTOR_BRISK / GAP_FACTOR_GENTLE) ** share
         gap = min(GAP_FACTOR_MAX, gap * self._harm_stretch)

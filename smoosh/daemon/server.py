@@ -285,7 +285,7 @@ class Server(LiveConfig):
             post=self._loop.post, clocks=self._clocks, on_clock_step=self._clock_stepped,
             pressure=self.pressure, on_pressure_change=self._host.look_at_windows, controller=self.controller,
             on_decision=self._apply_decision,
-            process=self._process, store_health=self._store_health,
+            process=self._process, store_health=self._store_health, compacting_any=self._compacting_any,
         ), watch_config=self._watch_config)
         self.intake.wake = lambda: self._loop.wake(self.intake)
         self._loop.add(self.intake, "the intake")
@@ -536,6 +536,11 @@ class Server(LiveConfig):
         """Whether this process's worker is compacting ``path`` now (any thread)."""
         worker = self._worker
         return worker is not None and worker.is_running(path)
+
+    def _compacting_any(self) -> bool:
+        """Whether this process's worker compacts anything now (any thread; no lock)."""
+        worker = self._worker
+        return worker is not None and worker.compacting_any()
 
     def _settle(self, key: str) -> None:
         """The compaction of ``key`` ends (its thread): the watcher ignores its last events.

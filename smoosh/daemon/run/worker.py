@@ -286,6 +286,10 @@ class Worker:
         """Whether a job of ``key`` runs here now (any thread; no lock: one attribute read)."""
         return key in self._running_keys
 
+    def compacting_any(self) -> bool:
+        """Whether any job runs here now (any thread; no lock: one attribute read)."""
+        return bool(self._running_keys)
+
     def set_hold(self, channel: str, held: bool) -> None:
         """Hold (or release) the running and future jobs of ``channel`` (direct signals)."""
         with self._cond:

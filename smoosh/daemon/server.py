@@ -241,6 +241,7 @@ class Server(LiveConfig):
         self._scheduler = JobScheduler(
             self._jobs, self.job_type, recheck=self.intake.recheck, post=self._loop.post,
             deliver=self._host.deliver, clock=self._clocks.monotonic, requeue=self._requeue,
+            post_soon=lambda fn, within_s: self._loop.post(fn, within_s=within_s), expect=self._loop.expect,
         )
         self._suspension.load()
         # Before any channel opens: a channel the cluster holds never starts a run first.

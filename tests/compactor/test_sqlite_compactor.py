@@ -366,3 +366,14 @@ def test_cleanup_held_up_by_a_reader_is_blocked_naming_it(tmp_path, monkeypatch)
         reader.execute("COMMIT")
         compactor.compact("cleanup:" + path, RecordingContext())
         assert compactor.pinned_wals() == []
+
+
+def test_the_footprint_before_counts_the_wal_beside_the_database(tmp_path) -> None:
+    # Given a WAL database whose application grew its -wal and keeps it open, idle
+    path = str(tmp_path / "grown.db")
+    with app_with_grown_wal(path) as wal_bytes:
+        before = os.path.getsize(path) + wal_bytes
+        # When it is compacted, then what it gave back is counted from the database and its -wal
+        result = SqliteCompactor(settings()).compact(path, RecordingContext())
+        assert wal_bytes > 0 and result.size_before_bytes == before
+        assert result.size_after_bytes == os.path.getsize(path) + os.path.getsize(path + "-wal")

@@ -520,7 +520,7 @@ class SqliteCompactor:
             if not cleanup and self.analyze:
                 # Before the checkpoint: the statistics it writes go back into the file with the rest.
                 sqlite_compact.optimize(conn, path)
-            if not cleanup and pragma(conn, "journal_mode") == "wal":
+            if not cleanup and sqlite_wal.has_wal_file(path) and pragma(conn, "journal_mode") == "wal":
                 sqlite_wal.truncate_wal(conn, path, required=False)
         except Replaced:
             sqlite_wal.empty_moved_wal(conn, path)

@@ -303,3 +303,22 @@ def test_a_failing_quiet_predicate_leaves_the_observer_reading_each_event(tmp_pa
     (tmp_path / "app.db").write_bytes(b"x")
     # Then the observer goes on: the event is dispatched as if nothing were quiet
     assert wait_for(lambda: rec.saw("created", tmp_path / "app.db"))
+
+
+def test_a_quiet_observer_whose_bounded_wait_found_nothing_still_reads_the_next_event(
+    tmp_path: Path, observer: InotifyObserver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a quiet observer whose bounded waits end at once and find nothing (a compaction
+    # held, writing nothing): it stops waking on the bound and waits for events instead
+    monkeypatch.setattr("smoosh.daemon.watch.inotify.QUIET_READ_S", 0.0)
+    rec = Recorder()
+    observer.schedule(rec, str(tmp_path), recursive=False, event_filter=WANTED)
+    observer.set_quiet(lambda: True)
+    turned = threading.Event()
+    assert observer.after_drain(turned.set)
+    assert turned.wait(HANG_S)
+    # When an application writes, then its event is dispatched
+    (tmp_path / "app.db").write_bytes(b"x")
+    assert wait_for(lambda: rec.saw("created", tmp_path / "app.db"))
+    # ... and a compaction's end still reads what queued before it
+    assert created_seen_by_after_drain(observer, rec, tmp_path / "b.db")

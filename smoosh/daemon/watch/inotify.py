@@ -181,7 +181,8 @@ class InotifyObserver:
     def set_quiet(self, quiet: Callable[[], bool]) -> None:
         """While ``quiet()`` is True, events may wait unread: the thread reads the queue when
         woken (a stop, a schedule, :meth:`after_drain`) or :data:`QUIET_READ_S` after its last
-        read, not at each event.
+        read, not at each event. A bounded wait that finds nothing to read ends the quiet spell
+        until the next event: a compaction that writes nothing (held) costs no periodic wake-up.
 
         For the daemon, ``quiet`` is "a compaction of this process runs": nearly every event
         then is that compaction's own write, which the watcher drops, and its end calls
@@ -335,6 +336,10 @@ class InotifyObserver:
         woken_only = select.poll()
         woken_only.register(self._wake_r, select.POLLIN)
         registered = False
+        # A quiet wait that ended on its bound with nothing to read: nothing is being written
+        # (a compaction held at a chunk boundary, say), so there is no burst to gather, and
+        # the thread waits for events again until one comes (no wake-up every QUIET_READ_S).
+        quiet_idle = False
         try:
             while True:
                 with self._lock:
@@ -348,12 +353,13 @@ class InotifyObserver:
                 # an idle daemon's watches cost no wakeups. While quiet, events wait for a
                 # wake-up or the bound: a compaction's end reads its events in one go.
                 try:
-                    quiet = self._quiet()
+                    quiet = self._quiet() and not quiet_idle
                 except Exception:
                     log.exception("the observer's quiet predicate failed")
                     quiet = False
+                timed_out = False
                 if quiet and registered:
-                    woken_only.poll(QUIET_READ_S * 1000)
+                    timed_out = not woken_only.poll(QUIET_READ_S * 1000)
                 else:
                     poller.poll()
                     quiet = False
@@ -374,22 +380,25 @@ class InotifyObserver:
                             # An event woke it: let the rest of its burst gather. A quiet wait
                             # ended when the burst was over (a compaction's end) or long after.
                             time.sleep(READ_DELAY_S)
-                        self._read_and_handle(inotify)
+                        read = self._read_and_handle(inotify)
+                        quiet_idle = timed_out and read == 0
                 finally:
                     self._call(after)
         finally:
             self._close()
 
-    def _read_and_handle(self, inotify: Any) -> None:
+    def _read_and_handle(self, inotify: Any) -> int:
+        """Read the kernel queue and dispatch it; how many events it held."""
         try:
             events = inotify.read(timeout=0)
         except OSError as e:
             log.error("reading inotify events failed: %s; relying on rescans", e)
-            return
+            return 0
         try:
             self._handle(events)
         except Exception:
             log.exception("handling inotify events failed")
+        return len(events)
 
     @staticmethod
     def _call(callbacks: list[Callable[[], None]]) -> None:

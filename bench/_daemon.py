@@ -29,12 +29,16 @@ def free_port() -> int:
 class Daemon:
     """``python -m smoosh run --config PATH`` with its log in ``base``; ``stop()`` sends SIGTERM."""
 
-    def __init__(self, config: Path, port: int) -> None:
+    def __init__(self, config: Path, port: int, *, name_threads: bool = False) -> None:
+        """``name_threads``: each thread gives the kernel its Python name (``bench/_threadnames``),
+        so per-thread counters in ``/proc`` can be told apart."""
         self.port = port
         self.log_path = config.parent / "daemon.log"
         self._log = open(self.log_path, "wb")
         env = dict(os.environ, PYTHONUNBUFFERED="1", SMOOSH_LOG_LEVEL="WARNING")
         env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
+        if name_threads:
+            env["PYTHONPATH"] = os.path.join(REPO_ROOT, "bench", "_threadnames") + os.pathsep + env["PYTHONPATH"]
         self.proc = subprocess.Popen([sys.executable, "-m", "smoosh", "run", "--config", str(config)],
                                      stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=str(config.parent))
 

@@ -197,9 +197,66 @@ def process_cpu_s(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def thread_counters(pid: int) -> dict[int, tuple[str, int, int]]:
+    """Per thread of process ``pid``: ``{tid: (name, CPU clock ticks, voluntary context switches)}``
+    ({} off Linux). A voluntary switch is the thread going to sleep (a lock, a condition, I/O):
+    each is a wake-up some other thread or the kernel must give it."""
+    out: dict[int, tuple[str, int, int]] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                head, tail = f.read().rsplit(")", 1)
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                status = f.read()
+        except OSError:
+            continue  # the thread ended between the listing and the read
+        fields = tail.split()
+        m = re.search(r"^voluntary_ctxt_switches:\s+(\d+)", status, re.M)
+        out[int(tid)] = (head.split("(", 1)[1], int(fields[11]) + int(fields[12]), int(m.group(1)) if m else 0)
+    return out
+
+
+class ThreadTally:
+    """CPU and voluntary context switches per thread name over a window, from repeated looks.
+
+    A thread seen only at a later look counts from zero (it started in the window); one that
+    ended between two looks keeps what the last look saw, so the window's counts are a lower
+    bound by at most one poll interval of a thread that ended (the pool threads of a drain stay).
+    """
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.first = thread_counters(pid)
+        self.last = dict(self.first)
+
+    def look(self) -> None:
+        """Read every thread's counters now."""
+        self.last.update(thread_counters(self.pid))
+
+    def by_name(self) -> dict[str, tuple[float, int]]:
+        """``{thread name without its serial: (CPU seconds, voluntary switches)}`` over the window."""
+        tick = os.sysconf("SC_CLK_TCK")
+        out: dict[str, tuple[float, int]] = {}
+        for tid, (name, cpu, vol) in self.last.items():
+            _n, cpu0, vol0 = self.first.get(tid, (name, 0, 0))
+            base = re.sub(r"_\d+$", "", name)
+            c, v = out.get(base, (0.0, 0))
+            out[base] = (c + (cpu - cpu0) / tick, v + vol - vol0)
+        return out
+
+
+#: The last drain's per-thread tally (name: (CPU seconds, voluntary switches)), for the report.
+LAST_TALLY: dict[str, tuple[float, int]] = {}
+
+
 def drain_daemon(template: str, count: int, concurrency: int, store: str | None = None) -> tuple[float, float | None]:
     """Seconds ``smoosh run`` takes to compact ``count`` copies, from its first answer, and the
-    CPU seconds it used meanwhile (None off Linux); ``store`` as for :func:`config_text`."""
+    CPU seconds it used meanwhile (None off Linux); ``store`` as for :func:`config_text`.
+    Its threads' CPU and wake-ups are left in :data:`LAST_TALLY`."""
     base = Path(tempfile.mkdtemp(prefix="smoosh-bench-drain-"))
     try:
         copies(template, base / "dbs", count)
@@ -207,17 +264,22 @@ def drain_daemon(template: str, count: int, concurrency: int, store: str | None 
         port = free_port()
         config = base / "smoosh.ini"
         config.write_text(config_text(base, concurrency, port, store))
-        daemon = Daemon(config, port)
+        daemon = Daemon(config, port, name_threads=True)
         try:
             daemon.wait_ready()
             t0_wall, t0 = time.time(), time.perf_counter()
             cpu0 = process_cpu_s(daemon.proc.pid)
+            tally = ThreadTally(daemon.proc.pid)
             deadline = t0 + DRAIN_TIMEOUT_S
             while compacted_ok(daemon) < count:
                 if time.perf_counter() > deadline:
                     raise RuntimeError(f"drain of {count} files did not finish in {DRAIN_TIMEOUT_S:.0f} s")
                 time.sleep(POLL_S)
+                tally.look()
             cpu1 = process_cpu_s(daemon.proc.pid)
+            tally.look()
+            LAST_TALLY.clear()
+            LAST_TALLY.update(tally.by_name())
             # The end as the daemon recorded it, not as the poll noticed it (up to POLL_S later).
             end_wall = last_finish_wall(daemon)
             seconds = end_wall - t0_wall if end_wall is not None else time.perf_counter() - t0
@@ -313,11 +375,18 @@ def main(argv: list[str] | None = None) -> int:
                 "two_memory": lambda: drain_daemon(template, count, 2, store="memory:"),
             }
             for name, run in runs.items():
+                LAST_TALLY.clear()
                 seconds, cpu_s = run()
                 out[name] = seconds
                 if cpu_s is not None:
                     out[name + "_cpu"] = cpu_s
+                if LAST_TALLY:
+                    out[name + "_wake"] = sum(v for _c, v in LAST_TALLY.values())
+                    if name == "default":
+                        tallies.append(dict(LAST_TALLY))
             return out
+
+        tallies: list[dict[str, tuple[float, int]]] = []
 
         res = repeat(one, args.runs)
         lat1 = handoff_latencies(template, count, 1)
@@ -361,6 +430,13 @@ def main(argv: list[str] | None = None) -> int:
         beyond = [(d - b) * per_file for d, b in zip(res["default_cpu"], res["bare_cpu"])]
         metrics.append(Metric("daemon CPU per compaction beyond the VACUUM (default config; less the bare loop's)",
                               "ms", beyond, higher_is_better=False, budget=1.0, budget_text="<= 1.0 ms"))
+        if "default_wake" in res:
+            metrics += [
+                Metric(f"wake-ups per compaction (voluntary context switches, all threads): {label}", "",
+                       [v * per_file / 1000 for v in res[key]], higher_is_better=False,
+                       **({"budget": 15.0, "budget_text": "< 15"} if key == "default_wake" else {}))
+                for label, key in (("default config", "default_wake"), ("concurrency = 2", "two_wake"))
+            ]
         metrics.append(Metric(
             "smoosh run, concurrency = 2: its CPU over two cores (the soonest it could end)", "s",
             [v / 2 for v in res["two_cpu"]], higher_is_better=False, reference=bare, reference_name="bare loop"))
@@ -375,6 +451,10 @@ def main(argv: list[str] | None = None) -> int:
         "starts; the daemon runs with min_size = 0, wait_secs = 0, staleness = 0 (every file qualifies, no start-up "
         "pause), the default SQLite job store and max_jobs; its clock starts when it answers GET /status.",
         f"the bare loop uses Python's sqlite3 (SQLite {sqlite3.sqlite_version}), one connection per file.",
+        *([("per thread, default config, per compaction (last run; CPU ms / wake-ups): " + ", ".join(
+            f"{name} {cpu * 1000 / count:.2f} / {vol / count:.1f}"
+            for name, (cpu, vol) in sorted(tallies[-1].items(), key=lambda kv: -kv[1][0]) if cpu or vol))]
+          if tallies else []),
         "hand-off: in process, from the end of the run that freed a slot to the start of the next compaction "
         f"({len(lat1)} and {len(lat2)} samples).",
     ]

@@ -42,6 +42,7 @@ __all__ = [
     "mount_id",
     "identity_refusal",
     "side_file_refusal",
+    "side_files",
 ]
 
 _O_PATH = getattr(os, "O_PATH", 0)
@@ -202,19 +203,28 @@ def side_file_refusal(path: str, roots: Sequence[str] | None) -> str | None:
     Returns:
         :data:`SIDE_SYMLINK`, :data:`SIDE_NOT_REGULAR` or :data:`SIDE_HARD_LINKS`, filled in.
     """
+    return side_files(path, roots)[0]
+
+
+def side_files(path: str, roots: Sequence[str] | None) -> tuple[str | None, int]:
+    """:func:`side_file_refusal`, and the ``-wal``'s size its ``lstat`` read (0: none; a
+    compaction's footprint is the database and its ``-wal``, so it needs no ``stat`` of its own)."""
     links_ok: bool | None = None
+    wal_bytes = 0
     for side in SIDE_SUFFIXES:
         try:
             st = os.lstat(path + side)
         except OSError:
             continue
         if stat.S_ISLNK(st.st_mode):
-            return SIDE_SYMLINK.format(side=side)
+            return SIDE_SYMLINK.format(side=side), 0
         if not stat.S_ISREG(st.st_mode):
-            return SIDE_NOT_REGULAR.format(side=side)
+            return SIDE_NOT_REGULAR.format(side=side), 0
         if st.st_nlink > 1:
             if links_ok is None:
                 links_ok = _links_allowed(root_of(path, roots) if roots else None, roots)
             if not links_ok:
-                return SIDE_HARD_LINKS.format(side=side, n=st.st_nlink)
-    return None
+                return SIDE_HARD_LINKS.format(side=side, n=st.st_nlink), 0
+        if side == "-wal":
+            wal_bytes = st.st_size
+    return None, wal_bytes

@@ -88,6 +88,12 @@ class Loop:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._woken = False
+        # The thread's wait (under _cond): whether it waits now, and until when (None: until
+        # woken). post(..., within_s=) reads them to wake it only when its wait is too long.
+        self._waiting = False
+        self._wait_until: float | None = None
+        # An upper bound on the thread's next wait, set by expect() on the thread itself.
+        self._expect_until: float | None = None
         # One iteration at a time: a test stepping run_once while the thread runs waits for it.
         self._run_lock = threading.RLock()
         self._current: threading.Thread | None = None  # the thread inside run_once now
@@ -117,14 +123,32 @@ class Loop:
 
     # -- messages --------------------------------------------------------------------------
 
-    def post(self, fn: Callable[[], None]) -> None:
+    def post(self, fn: Callable[[], None], *, within_s: float | None = None) -> None:
         """Run ``fn`` on the loop's thread before its next ticks; callable from any thread.
 
         Messages run in the order they were posted. An exception is logged and dropped.
+
+        ``within_s``: news that may wait that long for the loop's next iteration. The loop is
+        woken for it only when it sleeps past that (a wake-up is a thread hand-off); one that
+        is awake, or already due to wake within ``within_s`` (see :meth:`expect`), takes it
+        with whatever wakes it next.
         """
         with self._cond:
             self._inbox.append(fn)
+            if within_s is not None:
+                if not self._waiting:
+                    return  # awake: it looks at the inbox before it waits again
+                if self._wait_until is not None and self._wait_until <= self.clock() + within_s:
+                    return
             self._cond.notify()
+
+    def expect(self, within_s: float) -> None:
+        """The loop's next wait lasts at most ``within_s`` from now (loop thread): news posted
+        with ``within_s`` of at least that much then needs no wake-up of its own."""
+        until = self.clock() + within_s
+        with self._cond:
+            if self._expect_until is None or until < self._expect_until:
+                self._expect_until = until
 
     def call(self, fn: Callable[[], T], timeout_s: float | None = None) -> T:
         """Run ``fn`` on the loop's thread and return its result (or raise its exception).
@@ -258,8 +282,14 @@ class Loop:
                     break
                 if self._inbox or self._woken:
                     continue
-                timeout = None if next_due is None else max(0.0, next_due - self.clock())
-                self._cond.wait(timeout)
+                until, self._expect_until = self._expect_until, None
+                if next_due is not None and (until is None or next_due < until):
+                    until = next_due
+                self._waiting, self._wait_until = True, until
+                try:
+                    self._cond.wait(None if until is None else max(0.0, until - self.clock()))
+                finally:
+                    self._waiting, self._wait_until = False, None
         # What was posted before stop() still runs (a stop message, a final checkpoint).
         self.run_once()
 

@@ -47,7 +47,7 @@ from smoosh.compactors.sqlite_identity import FileIdentity, replaced_error
 from smoosh.compactors.sqlite_measure import DBSTAT_QUERY, KeyMemory, exact_active_bytes
 from smoosh.compactors.sqlite_open import canonical_roots, close_quietly, pragma
 from smoosh.disk_room import DiskRoom
-from smoosh.identity import Roots, side_file_refusal
+from smoosh.identity import Roots, side_file_refusal, side_files
 from smoosh.io_budget import IoBudget
 
 __all__ = [
@@ -301,8 +301,9 @@ class SqliteCompactor:
             return Sizes(file_bytes=state.file_bytes, active_bytes=min(remembered, estimate), changes=changes)
         return Sizes(file_bytes=state.file_bytes, active_bytes=estimate, changes=changes)
 
-    def _remember_counter(self, key: str, path: str, roots: tuple[str, ...] | None) -> None:
+    def _remember_counter(self, key: str, path: str, roots: tuple[str, ...] | None) -> DbState | None:
         """Remember the file change counter of a database just compacted: ``changes`` counts from here.
+        The state it read (its size is the compaction's result), or None.
 
         Read from the header once the compaction's connection is closed (the compaction's own
         transactions bumped the counter). A commit of the application between the compaction's
@@ -313,6 +314,7 @@ class SqliteCompactor:
         except Refused:
             state = None
         self._memory.remember_counter(key, state)
+        return state
 
     def pinned_wals(self) -> list[tuple[str, int, float]]:
         """``(path, WAL bytes now, pinned since: monotonic seconds)`` of each database whose log a reader
@@ -423,7 +425,7 @@ class SqliteCompactor:
         roots = self._roots  # one compaction, one set of roots, even across a reload
         try:
             state = read_state(path, self.busy_timeout_s, roots=roots, strict=True, warn=False)
-            side = side_file_refusal(path, roots) if state is not None else None
+            side, wal_bytes = side_files(path, roots) if state is not None else (None, 0)
             if side is not None:
                 raise Blocked(side)
         except Shared as exc:
@@ -435,8 +437,10 @@ class SqliteCompactor:
                 ctx.progress(1.0)
                 return removed
             raise Gone(f"{path} is missing or not a SQLite database")
-        identity = FileIdentity(path)
-        before = footprint_bytes(path)
+        # The header read's fstat and the side files' lstat answer the identity and the footprint
+        # (database and -wal): no stat of their own between the decision and the open.
+        identity = FileIdentity(path, (state.device, state.inode) if state.inode else None)
+        before = state.file_bytes + wal_bytes
         reservation = sqlite_compact.reserve(self.disk_room, self._needs(path, cleanup, state))
         try:
             with in_use(path), reservation:
@@ -457,9 +461,8 @@ class SqliteCompactor:
             raise replaced_error(path, roots, self.busy_timeout_s, rolled_back=exc.rolled_back) from None
         finally:
             self._memory.forget_exact(key)
-        if not cleanup:
-            self._remember_counter(key, path, roots)
-        after = footprint_bytes(path)
+        after_state = self._remember_counter(key, path, roots) if not cleanup else None
+        after = after_state.file_bytes + file_size(path + "-wal") if after_state is not None else footprint_bytes(path)
         ctx.progress(1.0)
         return CompactionResult(size_before_bytes=before, size_after_bytes=after)
 
@@ -517,7 +520,7 @@ class SqliteCompactor:
             if not cleanup and self.analyze:
                 # Before the checkpoint: the statistics it writes go back into the file with the rest.
                 sqlite_compact.optimize(conn, path)
-            if not cleanup and pragma(conn, "journal_mode") == "wal":
+            if not cleanup and sqlite_wal.has_wal_file(path) and pragma(conn, "journal_mode") == "wal":
                 sqlite_wal.truncate_wal(conn, path, required=False)
         except Replaced:
             sqlite_wal.empty_moved_wal(conn, path)

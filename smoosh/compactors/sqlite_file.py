@@ -84,9 +84,12 @@ class DbState:
     #: alone (the WAL index detects changes), and a state read through a connection has none.
     change_counter: int | None = None
     inode: int = 0  # the file's inode when it was read (0: unknown), to tell a file renamed over
+    #: The file's device when it was read (with ``inode``: the identity a compaction compares
+    #: against, taken by the same ``fstat`` as the size; 0: unknown).
+    device: int = 0
 
 
-def parse_header(header: bytes, file_bytes: int, inode: int = 0) -> DbState | None:
+def parse_header(header: bytes, file_bytes: int, inode: int = 0, device: int = 0) -> DbState | None:
     """Decode a database header; None when it is not a SQLite 3 header."""
     if len(header) < HEADER_BYTES or not header.startswith(MAGIC):
         return None
@@ -112,6 +115,7 @@ def parse_header(header: bytes, file_bytes: int, inode: int = 0) -> DbState | No
         wal=wal,
         change_counter=None if wal else change_counter,
         inode=inode,
+        device=device,
     )
 
 
@@ -244,8 +248,8 @@ _IN_USE = object()
 _SYMLINK = object()
 
 
-def _read_header(path: str, roots: Sequence[str] | None, strict: bool) -> tuple[bytes, int, int] | object | None:
-    """The header, size and inode of a regular file through a raw descriptor, ``_IN_USE``,
+def _read_header(path: str, roots: Sequence[str] | None, strict: bool) -> tuple[bytes, int, int, int] | object | None:
+    """The header, size, inode and device of a regular file through a raw descriptor, ``_IN_USE``,
     ``_SYMLINK``, or the reason its identity refuses it (a ``str``: see :func:`_read_raw`).
 
     The read happens under ``_in_use_lock``: a compaction registers its file before opening
@@ -261,7 +265,9 @@ def _read_header(path: str, roots: Sequence[str] | None, strict: bool) -> tuple[
         return _IN_USE if real in _in_use else _read_raw(path, roots, strict)
 
 
-def _read_raw(path: str, roots: Sequence[str] | None = None, strict: bool = False) -> tuple[bytes, int, int] | object | None:
+def _read_raw(
+    path: str, roots: Sequence[str] | None = None, strict: bool = False
+) -> tuple[bytes, int, int, int] | object | None:
     """Read the header through a descriptor; its ``fstat`` also answers the identity checks
     (links, device; with ``strict``, the mount id too), so they cost no system call of their own."""
     try:
@@ -278,7 +284,7 @@ def _read_raw(path: str, roots: Sequence[str] | None = None, strict: bool = Fals
         problem = identity_refusal(path, st, roots, fd=fd if strict else None)
         if problem is not None:
             return problem
-        return os.pread(fd, HEADER_BYTES, 0), st.st_size, st.st_ino
+        return os.pread(fd, HEADER_BYTES, 0), st.st_size, st.st_ino, st.st_dev
     except OSError:
         return None
     finally:
@@ -326,8 +332,8 @@ def read_state(
         raise refused(path, THROUGH_SYMLINK)
     if isinstance(raw, str):
         raise shared(path, raw) if warn else Shared(path, raw)
-    header, file_bytes, inode = cast("tuple[bytes, int, int]", raw)
-    state = parse_header(header, file_bytes, inode)
+    header, file_bytes, inode, device = cast("tuple[bytes, int, int, int]", raw)
+    state = parse_header(header, file_bytes, inode, device)
     if state is None or not state.wal or file_size(path + "-wal") == 0:
         return state
     return _state_from_connection(path, timeout_s, roots, fallback=state)
@@ -365,6 +371,7 @@ def _state_from_connection(
             auto_vacuum=pragma(conn, "auto_vacuum"),
             wal=pragma(conn, "journal_mode") == "wal",
             inode=st.st_ino,
+            device=st.st_dev,
         )
     except apsw.Error:
         log.debug("Reading pragmas of %r failed; using its header.", path, exc_info=True)

@@ -44,14 +44,16 @@ class FileIdentity:
 
     Parameters:
         path: the database file.
+        known: ``(device, inode)`` of the file as an ``fstat`` just took them (the header read
+            that decided to compact it): no ``stat`` of its own. None: taken now.
 
     Raises:
         Gone: ``path`` names nothing.
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, known: tuple[int, int] | None = None) -> None:
         self.path = path
-        self._ident = self._now()
+        self._ident = known if known is not None else self._now()
         if self._ident is None:
             raise Gone(f"{path} is missing")
 

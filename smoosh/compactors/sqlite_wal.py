@@ -148,6 +148,18 @@ def truncate_wal(conn: apsw.Connection, path: str, *, required: bool) -> None:
         log.debug("WAL checkpoint of %r after compaction could not truncate the log; it shrinks later.", path)
 
 
+def has_wal_file(path: str) -> bool:
+    """Whether ``path`` has a ``-wal`` beside it (one ``stat``).
+
+    Asked of a database this process holds a connection to, after that connection has read
+    it: a connection in WAL mode keeps its ``-wal`` in place while it is open (SQLite deletes
+    it only at the last close), so no ``-wal`` means the connection is not in WAL mode, and a
+    ``PRAGMA journal_mode`` (a statement: a lock taken and given back, a hot-journal check)
+    need not be asked. A ``-wal`` does not prove WAL mode: the pragma decides then.
+    """
+    return os.path.lexists(path + "-wal")
+
+
 def refuse_pinned_wal(conn: apsw.Connection, path: str) -> None:
     """Before compacting a WAL database: end :class:`Blocked` when a reader still pins a whole rewrite in its log.
 
@@ -160,6 +172,8 @@ def refuse_pinned_wal(conn: apsw.Connection, path: str) -> None:
     Raises:
         Blocked: as after a compaction whose checkpoint a reader blocked.
     """
+    if not has_wal_file(path):
+        return  # not in WAL mode (asked without a statement: see has_wal_file)
     try:
         if pragma(conn, "journal_mode") != "wal":
             return

@@ -241,6 +241,7 @@ class Server(LiveConfig):
         self._scheduler = JobScheduler(
             self._jobs, self.job_type, recheck=self.intake.recheck, post=self._loop.post,
             deliver=self._host.deliver, clock=self._clocks.monotonic, requeue=self._requeue,
+            post_soon=lambda fn, within_s: self._loop.post(fn, within_s=within_s), expect=self._loop.expect,
         )
         self._suspension.load()
         # Before any channel opens: a channel the cluster holds never starts a run first.
@@ -291,7 +292,7 @@ class Server(LiveConfig):
             pressure=self.pressure, on_pressure_change=self._pressure_changed, controller=self.controller,
             on_decision=self._apply_decision, lock_waits=lambda: self.io_budget.lock_waits,
             running_reclaimable=self._running_reclaimable,
-            process=self._process, store_health=self._store_health,
+            process=self._process, store_health=self._store_health, compacting_any=self._compacting_any,
         ), watch_config=self._watch_config)
         self.intake.wake = lambda: self._loop.wake(self.intake)
         self._loop.add(self.intake, "the intake")
@@ -581,6 +582,11 @@ class Server(LiveConfig):
         """Whether this process's worker is compacting ``path`` now (any thread)."""
         worker = self._worker
         return worker is not None and worker.is_running(path)
+
+    def _compacting_any(self) -> bool:
+        """Whether this process's worker compacts anything now (any thread; no lock)."""
+        worker = self._worker
+        return worker is not None and worker.compacting_any()
 
     def _settle(self, key: str) -> None:
         """The compaction of ``key`` ends (its thread): the watcher ignores its last events.

@@ -115,7 +115,10 @@ class _SqliteSnapshot(Snapshot):
     connection sees the same WAL snapshot; closing that statement's cursor ends it. Each
     statement is a GIL hand-off when threads contend (the sqlite3 module releases the GIL
     around every step), so a transaction's first point read, its version and the hold on
-    its snapshot are one statement.
+    its snapshot are one statement, and a key read again answers from what its first read
+    found (the snapshot does not change under it: the same answer, no statement).
+
+    Owner: the transaction that opened it, on that transaction's thread.
     """
 
     def __init__(self, store: SqliteStore) -> None:
@@ -123,6 +126,9 @@ class _SqliteSnapshot(Snapshot):
         self._holder: sqlite3.Cursor | None = None
         self._version: int | None = None
         self._conn: sqlite3.Connection | None = store._acquire()
+        # Point reads made in this snapshot: key -> value (None: no row). Bounded by the
+        # transaction's own reads; gone with the snapshot.
+        self._points: dict[bytes, bytes | None] = {}
 
     def _c(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -157,15 +163,21 @@ class _SqliteSnapshot(Snapshot):
         return self._version
 
     def get(self, key: bytes) -> bytes | None:
+        points = self._points
+        if key in points:
+            self._c()  # released: refused, as a statement would be
+            return points[key]
         if self._holder is None:
-            return self._hold(key)
+            value = points[key] = self._hold(key)
+            return value
         try:
             # A key has one row at most: fetchone() runs the statement to its end, so only
             # the holder stays active.
             row = self._c().execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
         except sqlite3.Error as e:
             raise store_error(e) from e
-        return None if row is None else row[0]
+        value = points[key] = None if row is None else row[0]
+        return value
 
     def scan(self, begin: bytes, end: bytes, reverse: bool, first_chunk: int = 0) -> Iterator[tuple[bytes, bytes]]:
         if self._holder is None:

@@ -366,3 +366,32 @@ def test_cleanup_held_up_by_a_reader_is_blocked_naming_it(tmp_path, monkeypatch)
         reader.execute("COMMIT")
         compactor.compact("cleanup:" + path, RecordingContext())
         assert compactor.pinned_wals() == []
+
+
+def test_the_footprint_before_counts_the_wal_beside_the_database(tmp_path) -> None:
+    # Given a WAL database whose application grew its -wal and keeps it open, idle
+    path = str(tmp_path / "grown.db")
+    with app_with_grown_wal(path) as wal_bytes:
+        before = os.path.getsize(path) + wal_bytes
+        # When it is compacted, then what it gave back is counted from the database and its -wal
+        result = SqliteCompactor(settings()).compact(path, RecordingContext())
+        assert wal_bytes > 0 and result.size_before_bytes == before
+        assert result.size_after_bytes == os.path.getsize(path) + os.path.getsize(path + "-wal")
+
+
+@pytest.mark.parametrize("journal_mode", ["wal", "delete"])
+def test_a_connection_in_wal_mode_keeps_its_wal_file_while_open(tmp_path, journal_mode) -> None:
+    # What the compactor's shortcut rests on (sqlite_wal.has_wal_file): no -wal beside a
+    # database it holds open means its connection is not in WAL mode, so no pragma is asked
+    from smoosh.compactors import sqlite_compact, sqlite_wal
+    from smoosh.compactors.sqlite_open import close_quietly, pragma
+
+    path = str(tmp_path / "db.db")
+    make_bloated_db(path, journal_mode=journal_mode, rows=200)
+    conn = sqlite_compact.open_for_compaction(path, None, 1.0)
+    try:
+        assert sqlite_wal.has_wal_file(path) == (pragma(conn, "journal_mode") == "wal") == (journal_mode == "wal")
+        conn.execute("VACUUM")
+        assert sqlite_wal.has_wal_file(path) == (journal_mode == "wal")
+    finally:
+        close_quietly(conn)

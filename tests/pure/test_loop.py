@@ -148,3 +148,63 @@ def test_a_call_to_a_stopping_loop_is_refused() -> None:
 def test_a_loop_told_no_clock_keeps_its_timers_on_the_monotonic_clock() -> None:
     # A wall clock set back a day would keep every task of the loop asleep for that day.
     assert Loop("t-default").clock is time.monotonic
+
+
+def wait_until(condition: Any) -> bool:
+    """Poll ``condition`` until it holds (a ceiling that only bounds a hang)."""
+    deadline = time.monotonic() + HANG_S
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
+
+
+def test_news_that_may_wait_still_wakes_a_loop_asleep_with_no_due_time() -> None:
+    loop = Loop("t")
+    loop.start()
+    try:
+        assert wait_until(lambda: loop._waiting)  # asleep, nothing due: it would sleep forever
+        ran = threading.Event()
+        loop.post(ran.set, within_s=0.01)
+        # Then it runs: the loop's wait was longer than the news may wait
+        assert ran.wait(HANG_S)
+    finally:
+        loop.stop()
+
+
+def test_news_that_may_wait_rides_on_the_next_wake_up_of_a_loop_that_expects_one() -> None:
+    # Given a loop (its clock stands still) told to wake within 1000 s, asleep until then
+    loop = Loop("t", clock=lambda: 0.0)
+    loop.start()
+    try:
+        loop.call(lambda: loop.expect(1000.0))
+        assert wait_until(lambda: loop._waiting)
+        order: list[str] = []
+        # When news that may wait 2000 s is posted, then it does not wake the loop
+        loop.post(lambda: order.append("news"), within_s=2000.0)
+        assert order == []
+        # ... and runs, first, with the next message that does
+        done = threading.Event()
+        loop.post(lambda: (order.append("wake"), done.set()))
+        assert done.wait(HANG_S)
+        assert order == ["news", "wake"]
+    finally:
+        loop.stop()
+
+
+def test_news_that_may_wait_posted_to_a_loop_awake_runs_before_it_sleeps() -> None:
+    loop = Loop("t", clock=lambda: 0.0)
+    ran = threading.Event()
+
+    class Poster:
+        def tick(self, now: float) -> float | None:
+            loop.post(ran.set, within_s=1.0)  # posted while the loop is awake: no wake-up needed
+            return None
+
+    loop.add(Poster(), "poster")
+    loop.start()
+    try:
+        assert ran.wait(HANG_S)
+    finally:
+        loop.stop()

@@ -673,3 +673,40 @@ def test_scheduler_uses_only_the_pinned_job_calls(make_scheduler: Callable[..., 
     h.settle(lambda: "ended" in h.kinds("/db/a"), "the end")
     h.starter_idle()
     assert recording.calls == ["transact", "get_job", "add", "subscribe", "transact", "get_job", "remove"]
+
+
+def test_the_start_of_a_run_claimed_here_is_news_that_rides_on_the_loops_next_wake_up() -> None:
+    from smoosh.daemon.run.scheduler import STARTED_NEWS_S
+
+    class Local:
+        """This process's worker, always with a free slot; the claims it is handed wait here."""
+
+        def __init__(self) -> None:
+            self.claims: list[Callable[[], Any]] = []
+
+        def reserve(self) -> bool:
+            return True
+
+        def run_claimed(self, claim: Callable[[], Any]) -> None:
+            self.claims.append(claim)
+
+    posted: list[Callable[[], None]] = []
+    soon: list[tuple[Callable[[], None], float]] = []
+    expected: list[float] = []
+    sched = JobScheduler(
+        None, JOB_TYPE, recheck=lambda c, k: 1.0, post=posted.append, deliver=lambda c, e: None, clock=lambda: T0,
+        post_soon=lambda fn, s: soon.append((fn, s)), expect=expected.append,
+    )
+    try:
+        sched.local = Local()
+        # When a run goes to this process's worker, then the loop bounds its next wait
+        token = sched.submit("ratio", "/d/a.db", 1.0)
+        assert expected == [STARTED_NEWS_S]
+        # ... and the news that the claimed run started may wait that long, no more
+        sched.run_started("/d/a.db", {"run": token}, claimed=True)
+        assert [s for _fn, s in soon] == [STARTED_NEWS_S] and posted == []
+        # A job this worker accepted (not claimed here) is news at once, as before
+        sched.run_started("/d/b.db", {"run": 5})
+        assert len(posted) == 1 and len(soon) == 1
+    finally:
+        sched.close()

@@ -321,3 +321,29 @@ def test_abandoned_transaction_releases_its_snapshot_and_fails_its_watches(store
     busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
     conn.close()
     assert busy == 0
+
+
+def test_a_key_read_again_in_one_transaction_costs_no_statement_and_sees_its_snapshot(store, path):
+    store.transact(lambda tr: (tr.set(b"a", b"1"), tr.set(b"b", b"1")))
+    statements: list[str] = []
+    seen: list[bytes | None] = []
+
+    def body(tr):
+        seen.append(tr.snapshot.get(b"a"))  # the first read holds the snapshot
+        seen.append(tr.snapshot.get(b"b"))
+        conn = tr._snapshot()._conn  # the pooled connection this snapshot reads on
+        conn.set_trace_callback(statements.append)
+        try:
+            # Another handle commits meanwhile: the snapshot must not see it
+            other = sqlite3.connect(path, isolation_level=None)
+            other.execute("UPDATE kv SET value = ? WHERE key = ?", (b"2", b"b"))
+            other.close()
+            seen.append(tr.snapshot.get(b"b"))
+            seen.append(tr.snapshot.get(b"a"))
+        finally:
+            conn.set_trace_callback(None)
+
+    store.transact(body)
+    # Then the reads again answer as the first ones did, and ask SQLite nothing
+    assert seen == [b"1", b"1", b"1", b"1"]
+    assert statements == []

@@ -265,3 +265,60 @@ def test_after_drain_runs_without_watches_and_refuses_before_a_start(observer: I
         assert idle.after_drain(lambda: None) is False  # no thread: the caller does not wait
     finally:
         idle.stop()
+
+
+def test_a_quiet_observer_reads_what_queued_when_a_compaction_ends(
+    tmp_path: Path, observer: InotifyObserver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an observer told that events may wait (a compaction of the daemon runs), with the
+    # bound on the wait out of the test's reach: only a wake-up makes it read
+    monkeypatch.setattr("smoosh.daemon.watch.inotify.QUIET_READ_S", 10 * HANG_S)
+    rec = Recorder()
+    observer.schedule(rec, str(tmp_path), recursive=False, event_filter=WANTED)
+    observer.set_quiet(lambda: True)
+    turned = threading.Event()
+    assert observer.after_drain(turned.set)  # the thread is in its quiet wait from here on
+    assert turned.wait(HANG_S)
+    # When the compaction ends (after_drain), then every event queued before it was dispatched
+    assert created_seen_by_after_drain(observer, rec, tmp_path / "a.db")
+
+
+def test_a_quiet_observer_still_reads_events_nobody_wakes_it_for(tmp_path: Path, observer: InotifyObserver) -> None:
+    # Given an observer told that events may wait, for the bounded time it may
+    rec = Recorder()
+    observer.schedule(rec, str(tmp_path), recursive=False, event_filter=WANTED)
+    observer.set_quiet(lambda: True)
+    # When an application writes and no compaction ends, then its event is still dispatched
+    (tmp_path / "app.db").write_bytes(b"x")
+    assert wait_for(lambda: rec.saw("created", tmp_path / "app.db"))
+
+
+def test_a_failing_quiet_predicate_leaves_the_observer_reading_each_event(tmp_path: Path, observer: InotifyObserver) -> None:
+    def broken() -> bool:
+        raise RuntimeError("boom")
+
+    rec = Recorder()
+    observer.schedule(rec, str(tmp_path), recursive=False, event_filter=WANTED)
+    observer.set_quiet(broken)
+    (tmp_path / "app.db").write_bytes(b"x")
+    # Then the observer goes on: the event is dispatched as if nothing were quiet
+    assert wait_for(lambda: rec.saw("created", tmp_path / "app.db"))
+
+
+def test_a_quiet_observer_whose_bounded_wait_found_nothing_still_reads_the_next_event(
+    tmp_path: Path, observer: InotifyObserver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a quiet observer whose bounded waits end at once and find nothing (a compaction
+    # held, writing nothing): it stops waking on the bound and waits for events instead
+    monkeypatch.setattr("smoosh.daemon.watch.inotify.QUIET_READ_S", 0.0)
+    rec = Recorder()
+    observer.schedule(rec, str(tmp_path), recursive=False, event_filter=WANTED)
+    observer.set_quiet(lambda: True)
+    turned = threading.Event()
+    assert observer.after_drain(turned.set)
+    assert turned.wait(HANG_S)
+    # When an application writes, then its event is dispatched
+    (tmp_path / "app.db").write_bytes(b"x")
+    assert wait_for(lambda: rec.saw("created", tmp_path / "app.db"))
+    # ... and a compaction's end still reads what queued before it
+    assert created_seen_by_after_drain(observer, rec, tmp_path / "b.db")

@@ -120,6 +120,9 @@ class Parts:
     process: Identity | None = None
     #: The job store's health, checked for stalled transactions at every tick.
     store_health: StoreHealth | None = None
+    #: Whether this process's worker compacts anything now (any thread, never blocks): the
+    #: observer then lets events wait for a compaction's end (InotifyObserver.set_quiet).
+    compacting_any: Callable[[], bool] = lambda: False
 
 
 class Housekeeping:
@@ -165,6 +168,9 @@ class Housekeeping:
             from smoosh.daemon.watch.inotify import new_observer
 
             self._observer = new_observer()
+            set_quiet = getattr(self._observer, "set_quiet", None)  # watchdog's has none
+            if set_quiet is not None:
+                set_quiet(self.parts.compacting_any)
             self._observer.start()
 
     def _start_watcher(self, cfg: Config) -> None:

@@ -40,6 +40,12 @@ log = logging.getLogger(__name__)
 
 #: The ``error`` of a run whose job disappeared from the job layer.
 JOB_REMOVED_ERROR = "job removed"
+#: Seconds the news that this process's worker started a run it claimed may wait for the
+#: loop: the run counts as active from its submit already (running_at_once), so the news only
+#: dates its ``running_since`` and its history row. The loop waits no longer than this after
+#: such a submit, so a compaction shorter than it has its start and its end taken in one
+#: wake-up of the loop instead of two.
+STARTED_NEWS_S = 0.05
 
 
 @dataclass(eq=False)
@@ -81,6 +87,9 @@ class JobScheduler:
         requeue: ``requeue(channel, key, priority)`` on the loop, for a key whose job the store
             failed to add (full, unreachable): it waits in its channel again instead of being
             dropped (None: dropped, as any other failed start).
+        post_soon: ``post_soon(fn, within_s)`` hands the loop news that may wait ``within_s``
+            for its next wake-up (:meth:`smoosh.loop.Loop.post` with ``within_s``); None: ``post``.
+        expect: ``expect(within_s)`` on the loop bounds its next wait (:meth:`smoosh.loop.Loop.expect`).
     """
 
     def __init__(
@@ -94,8 +103,12 @@ class JobScheduler:
         clock: Callable[[], float],
         rng: random.Random | None = None,
         requeue: Callable[[str, str, float], None] | None = None,
+        post_soon: Callable[[Callable[[], None], float], None] | None = None,
+        expect: Callable[[float], None] | None = None,
     ) -> None:
         self.jobs = jobs
+        self._post_soon = post_soon
+        self._expect = expect
         self.job_type = job_type
         self._recheck = recheck
         self._post = post
@@ -128,6 +141,8 @@ class JobScheduler:
         local = self.local
         if local is not None and local.reserve():
             run.reserved = True  # the channel counts it active at once (running_at_once)
+            if self._expect is not None:
+                self._expect(STARTED_NEWS_S)  # its start's news then costs the loop no wake-up
             local.run_claimed(lambda: self._claim(run))
         elif not self._starter.submit(lambda: self._start(run)):
             self._emit(run, "dropped", reason="the daemon is stopping")
@@ -221,13 +236,21 @@ class JobScheduler:
 
     # -- events from this process's worker (worker threads) ----------------------------------------
 
-    def run_started(self, key: str, data: dict[str, Any]) -> None:
-        """The daemon's worker accepted the job of ``key`` (its data names the run)."""
+    def run_started(self, key: str, data: dict[str, Any], claimed: bool = False) -> None:
+        """The daemon's worker accepted the job of ``key`` (its data names the run); ``claimed``:
+        added by this scheduler's own claim, so its channel counts it active already."""
         token = data.get("run")
         priority = data.get("priority")
         priority = float(priority) if isinstance(priority, (int, float)) and not isinstance(priority, bool) else None
-        if isinstance(token, int):
-            self._post(lambda: self._route(key, RunEvent(key, token, "running", priority=priority), data))
+        if not isinstance(token, int):
+            return
+        news = lambda: self._route(key, RunEvent(key, token, "running", priority=priority), data)  # noqa: E731
+        if self._post_soon is not None and claimed:
+            # Claimed here, already active in its channel: the news may wait for the loop's next
+            # wake-up (its end's, for a short run), never more than STARTED_NEWS_S.
+            self._post_soon(news, STARTED_NEWS_S)
+        else:
+            self._post(news)
 
     def run_ended(self, key: str, data: dict[str, Any], outcome: Outcome) -> None:
         """The daemon's worker finished the job of ``key``."""

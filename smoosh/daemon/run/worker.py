@@ -59,8 +59,9 @@ STOP_TIMEOUT_S = 10.0
 class RunListener(Protocol):
     """Hears, in the worker's process, that a job started or ended (the daemon's scheduler)."""
 
-    def run_started(self, key: str, data: dict[str, Any]) -> None:
-        """The job of ``key`` was accepted and its compaction starts (``data``: its job data)."""
+    def run_started(self, key: str, data: dict[str, Any], claimed: bool = False) -> None:
+        """The job of ``key`` was accepted and its compaction starts (``data``: its job data;
+        ``claimed``: the listener's own claim added it, see :meth:`Worker.run_claimed`)."""
 
     def run_ended(self, key: str, data: dict[str, Any], outcome: Outcome) -> None:
         """The job of ``key`` ended with ``outcome`` (already recorded in the job layer)."""
@@ -286,6 +287,10 @@ class Worker:
         """Whether a job of ``key`` runs here now (any thread; no lock: one attribute read)."""
         return key in self._running_keys
 
+    def compacting_any(self) -> bool:
+        """Whether any job runs here now (any thread; no lock: one attribute read)."""
+        return bool(self._running_keys)
+
     def set_hold(self, channel: str, held: bool) -> None:
         """Hold (or release) the running and future jobs of ``channel`` (direct signals)."""
         with self._cond:
@@ -409,7 +414,8 @@ class Worker:
         if stopping:
             running.ctx.stop(STOPPING)
         if self.listener is not None:
-            self._tell(lambda: self.listener.run_started(key, {**running.data, "run_id": running.run_id}))  # type: ignore[union-attr]
+            self._tell(lambda: self.listener.run_started(  # type: ignore[union-attr]
+                key, {**running.data, "run_id": running.run_id}, running.claimed))
         outcome = self._compact(running, started)
         if running.halted:
             log.info("Job %r was halted (removed or re-enqueued); not finishing it.", key)

@@ -22,6 +22,10 @@ What it does, as watchdog's observer does for the events smoosh asks for:
 * beyond watchdog: :meth:`InotifyObserver.after_drain` runs a callback once every event the
   kernel queued before the call has been handled (how the watcher knows the last events of
   smoosh's own compaction are behind it).
+* beyond watchdog: :meth:`InotifyObserver.set_quiet` names a time when most events are
+  smoosh's own (its compactions run): the thread then sleeps through them and reads the queue
+  when a compaction ends (its ``after_drain``) or every :data:`QUIET_READ_S`, so a compaction's
+  writes cost one wake-up instead of one per burst, and the kernel merges their repeats unread.
 
 Owner: whoever made it (the daemon's housekeeping, a watcher or a config watcher); any
 thread may schedule and unschedule, under the observer's lock. Handlers run on the
@@ -80,6 +84,11 @@ log = logging.getLogger("smoosh.daemon.watch.watcher")  # the watcher's lines, o
 #: one read then takes a compaction's worth of events instead of one each (and the kernel
 #: merges repeats of an event not yet read). Every event is debounced downstream anyway.
 READ_DELAY_S = 0.0005
+#: Seconds the thread may leave events unread while :meth:`InotifyObserver.set_quiet` says
+#: they are mostly smoosh's own: an application's write is seen at most this much later
+#: (against a debounce of a second), and the kernel queue (16,384 events by default) cannot
+#: fill in that time from a compaction's writes, which the kernel merges while unread.
+QUIET_READ_S = 0.1
 #: Seconds ``stop()`` waits for the observer's thread, unless told otherwise.
 STOP_TIMEOUT_S = 5.0
 
@@ -125,6 +134,8 @@ class InotifyObserver:
         self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         #: Callbacks for after the next read of the kernel queue (see after_drain); under the lock.
         self._after_read: list[Callable[[], None]] = []
+        # Whether events may wait unread (see set_quiet); set by the owner, read by the thread.
+        self._quiet: Callable[[], bool] = _never
 
     # -- watchdog's interface -------------------------------------------------------------
 
@@ -166,6 +177,20 @@ class InotifyObserver:
             self._after_read.append(callback)
         self._wake()
         return True
+
+    def set_quiet(self, quiet: Callable[[], bool]) -> None:
+        """While ``quiet()`` is True, events may wait unread: the thread reads the queue when
+        woken (a stop, a schedule, :meth:`after_drain`) or :data:`QUIET_READ_S` after its last
+        read, not at each event. A bounded wait that finds nothing to read ends the quiet spell
+        until the next event: a compaction that writes nothing (held) costs no periodic wake-up.
+
+        For the daemon, ``quiet`` is "a compaction of this process runs": nearly every event
+        then is that compaction's own write, which the watcher drops, and its end calls
+        :meth:`after_drain`, which reads what it queued in one go. Called by the observer's
+        owner (one predicate: the last one set holds); ``quiet`` is called on the observer's
+        thread, before each wait, and must not block.
+        """
+        self._quiet = quiet
 
     def schedule(
         self, event_handler: Any, path: str, recursive: bool = False, event_filter: Sequence[type] | None = None
@@ -307,7 +332,14 @@ class InotifyObserver:
     def _run(self) -> None:
         poller = select.poll()
         poller.register(self._wake_r, select.POLLIN)
+        # The wake-up pipe alone: a quiet wait, which events do not end (see set_quiet).
+        woken_only = select.poll()
+        woken_only.register(self._wake_r, select.POLLIN)
         registered = False
+        # A quiet wait that ended on its bound with nothing to read: nothing is being written
+        # (a compaction held at a chunk boundary, say), so there is no burst to gather, and
+        # the thread waits for events again until one comes (no wake-up every QUIET_READ_S).
+        quiet_idle = False
         try:
             while True:
                 with self._lock:
@@ -318,8 +350,19 @@ class InotifyObserver:
                     poller.register(inotify.fileno(), select.POLLIN)
                     registered = True
                 # Blocks until events or a wake-up (a stop, the first schedule, after_drain):
-                # an idle daemon's watches cost no wakeups.
-                poller.poll()
+                # an idle daemon's watches cost no wakeups. While quiet, events wait for a
+                # wake-up or the bound: a compaction's end reads its events in one go.
+                try:
+                    quiet = self._quiet() and not quiet_idle
+                except Exception:
+                    log.exception("the observer's quiet predicate failed")
+                    quiet = False
+                timed_out = False
+                if quiet and registered:
+                    timed_out = not woken_only.poll(QUIET_READ_S * 1000)
+                else:
+                    poller.poll()
+                    quiet = False
                 try:
                     os.read(self._wake_r, 64)
                 except BlockingIOError:
@@ -333,23 +376,29 @@ class InotifyObserver:
                     inotify = self._inotify
                 try:
                     if inotify is not None:
-                        time.sleep(READ_DELAY_S)
-                        self._read_and_handle(inotify)
+                        if not quiet:
+                            # An event woke it: let the rest of its burst gather. A quiet wait
+                            # ended when the burst was over (a compaction's end) or long after.
+                            time.sleep(READ_DELAY_S)
+                        read = self._read_and_handle(inotify)
+                        quiet_idle = timed_out and read == 0
                 finally:
                     self._call(after)
         finally:
             self._close()
 
-    def _read_and_handle(self, inotify: Any) -> None:
+    def _read_and_handle(self, inotify: Any) -> int:
+        """Read the kernel queue and dispatch it; how many events it held."""
         try:
             events = inotify.read(timeout=0)
         except OSError as e:
             log.error("reading inotify events failed: %s; relying on rescans", e)
-            return
+            return 0
         try:
             self._handle(events)
         except Exception:
             log.exception("handling inotify events failed")
+        return len(events)
 
     @staticmethod
     def _call(callbacks: list[Callable[[], None]]) -> None:
@@ -473,6 +522,10 @@ class InotifyObserver:
             del self._dir_wd[directory]
         self._wd_dir.pop(wd, None)
         self._refresh_covering()
+
+
+def _never() -> bool:
+    return False
 
 
 def _event(mask: int, is_dir: bool, path: str) -> FileSystemEvent | None:

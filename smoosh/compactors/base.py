@@ -54,6 +54,11 @@ class Sizes:
     active_bytes: int
     changes: int | None = None
 
+    @property
+    def reclaimable_bytes(self) -> int:
+        """Bytes a compaction would give back: the file less its live bytes (never negative)."""
+        return max(0, self.file_bytes - self.active_bytes)
+
 
 @dataclass(frozen=True)
 class CompactionResult:

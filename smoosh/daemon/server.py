@@ -459,7 +459,7 @@ class Server(LiveConfig):
         for run in self._worker.status():
             m = measurements.get(run["key"])
             if m is not None:
-                total += max(0, m.sizes.file_bytes - m.sizes.active_bytes) * (1.0 - run["progress"])
+                total += m.sizes.reclaimable_bytes * (1.0 - run["progress"])
         return int(total)
 
     def _apply_decision(self, decision: Decision) -> None:

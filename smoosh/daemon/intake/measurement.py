@@ -100,7 +100,7 @@ class StatusSizer:
         for key in keys:
             m = measurements.get(key)
             if m is not None:
-                total += max(0, m.sizes.file_bytes - m.sizes.active_bytes)
+                total += m.sizes.reclaimable_bytes
             else:
                 unmeasured.append(key)
         if unmeasured:

@@ -98,7 +98,7 @@ class Offers:
         back soonest is what a filling disk needs, not the best ratio.
         """
         if priority and sizes is not None and self._pressure(key):
-            return max(priority, float(sizes.file_bytes - sizes.active_bytes))
+            return max(priority, float(sizes.reclaimable_bytes))
         return priority
 
     def reprice(self, sizes_of: Callable[[str], Any], price: Callable[[ChannelConfig, str, Any], float]) -> int:

@@ -283,6 +283,41 @@ def test_a_quiet_observer_reads_what_queued_when_a_compaction_ends(
     assert created_seen_by_after_drain(observer, rec, tmp_path / "a.db")
 
 
+def test_events_that_arrive_as_a_compaction_starts_wait_for_its_end(
+    tmp_path: Path, observer: InotifyObserver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an observer waiting between two compactions (not quiet: every event is read at
+    # once), with the quiet bound out of the test's reach
+    monkeypatch.setattr("smoosh.daemon.watch.inotify.QUIET_READ_S", 10 * HANG_S)
+    rec = Recorder()
+    observer.schedule(rec, str(tmp_path), recursive=False, event_filter=WANTED)
+    lock = threading.Lock()
+    state = {"quiet": False, "asked": 0}
+
+    def quiet() -> bool:
+        with lock:
+            state["asked"] += 1
+            return state["quiet"]
+
+    observer.set_quiet(quiet)
+    turned = threading.Event()
+    assert observer.after_drain(turned.set)
+    assert turned.wait(HANG_S)
+    assert wait_for(lambda: state["asked"] >= 1)  # asked before its wait: it waits for any event
+    # When a compaction starts and its first write wakes the thread
+    with lock:
+        state["quiet"] = True
+        asked = state["asked"]
+    f = tmp_path / "a.db"
+    f.write_bytes(b"x")
+    # Then the thread, asking again, leaves the write unread for the compaction's end ...
+    assert wait_for(lambda: state["asked"] > asked)
+    assert not rec.saw("created", f)
+    # ... whose after_drain reads it with the rest, in one read
+    assert created_seen_by_after_drain(observer, rec, tmp_path / "b.db")
+    assert rec.saw("created", f)
+
+
 def test_a_quiet_observer_still_reads_events_nobody_wakes_it_for(tmp_path: Path, observer: InotifyObserver) -> None:
     # Given an observer told that events may wait, for the bounded time it may
     rec = Recorder()

@@ -183,6 +183,8 @@ class InotifyObserver:
         woken (a stop, a schedule, :meth:`after_drain`) or :data:`QUIET_READ_S` after its last
         read, not at each event. A bounded wait that finds nothing to read ends the quiet spell
         until the next event: a compaction that writes nothing (held) costs no periodic wake-up.
+        An event that ends a wait begun while ``quiet()`` was False is left unread too when
+        ``quiet()`` is True by then: the compaction that started meanwhile wrote it.
 
         For the daemon, ``quiet`` is "a compaction of this process runs": nearly every event
         then is that compaction's own write, which the watcher drops, and its end calls
@@ -361,8 +363,18 @@ class InotifyObserver:
                 if quiet and registered:
                     timed_out = not woken_only.poll(QUIET_READ_S * 1000)
                 else:
-                    poller.poll()
+                    ready = poller.poll()
                     quiet = False
+                    if registered and not quiet_idle and not any(fd == self._wake_r for fd, _ in ready):
+                        # Only events, and a compaction may have started since the wait began (the
+                        # wait began between two compactions): they are most likely its own writes,
+                        # which its end reads in one go with the rest, instead of a read now and
+                        # another at its end.
+                        try:
+                            if self._quiet():
+                                continue
+                        except Exception:
+                            pass  # the predicate's failure was logged before the wait
                 try:
                     os.read(self._wake_r, 64)
                 except BlockingIOError:

@@ -114,7 +114,7 @@ class Compactor(Protocol):
         """For ``cleanup:<path>`` keys: 1.0 when there is cleanup work, else 0.0."""
 
     # Optional, looked up with getattr: ``cleanup_key(key) -> str | None``, the cleanup key a
-    # database's state calls for now (SQLite: its -wal outgrew wal_max_size), asked cheaply
+    # database's state calls for now (SQLite: its -wal grew past half of wal_max_size), asked cheaply
     # whenever a database key is examined; the server then examines that key too.
 
     def compact(self, key: str, ctx: CompactionContext) -> CompactionResult:

@@ -51,11 +51,18 @@ from smoosh.identity import Roots, side_file_refusal, side_files
 from smoosh.io_budget import IoBudget
 
 __all__ = [
-    "SqliteCompactor", "CLEANUP_PREFIX", "DEFAULT_WAL_MAX_SIZE_BYTES", "DEFAULT_EXACT_SIZE_INTERVAL_S", "DBSTAT_QUERY",
+    "SqliteCompactor", "CLEANUP_PREFIX", "DEFAULT_WAL_MAX_SIZE_BYTES", "WAL_ACT_FRACTION", "DEFAULT_EXACT_SIZE_INTERVAL_S", "DBSTAT_QUERY",
 ]
 
-#: A ``-wal`` file larger than this (bytes) makes a cleanup key worth a job.
+#: The size a ``-wal`` is kept under (bytes): see :data:`WAL_ACT_FRACTION`.
 DEFAULT_WAL_MAX_SIZE_BYTES = 64 * 1024 * 1024
+#: A ``-wal`` past this fraction of ``wal_max_size`` makes its cleanup key worth a job. Acting
+#: only once the log is past the limit leaves it over the limit for as long as the job takes to
+#: start and to find a moment no reader pins the log (up to a reader's whole transaction), while
+#: the application keeps writing; acting at half of it gives that time room below the limit.
+#: Below the limit a reader that pins the log is not reported: the job ends after its wait and
+#: the next look at the log's growth starts another (see :func:`sqlite_wal.cleanup`).
+WAL_ACT_FRACTION = 0.5
 #: The exact ``dbstat`` payload of a key is taken at most this often (seconds).
 DEFAULT_EXACT_SIZE_INTERVAL_S = 3600.0
 #: Pages freed per incremental chunk when the settings say nothing.
@@ -78,7 +85,8 @@ class SqliteCompactor:
         roots: directories every database path must be one of or lie below, re-checked at
             every open (see :meth:`set_roots`); None (the default, for library use) means no
             roots restriction. Symlinks are refused either way.
-        wal_max_size_bytes: a ``-wal`` larger than this makes the cleanup key's priority 1.
+        wal_max_size_bytes: the size a ``-wal`` is kept under: past :data:`WAL_ACT_FRACTION` of
+            it the cleanup key's priority is 1, and a reader pinning a log past it is named.
         exact_size_interval_s: how often the exact ``dbstat`` size of one key may be taken.
         clock: monotonic seconds, for the exact-size bookkeeping and a VACUUM's ``max_lock_hold``.
         temp_dir: where VACUUM's temporary database goes (for the free space check only; SQLite
@@ -351,8 +359,13 @@ class SqliteCompactor:
         """Side files left beside a database that no longer exists (see :func:`sqlite_leftovers.leftovers`)."""
         return sqlite_leftovers.leftovers(path, self._roots)
 
+    @property
+    def wal_act_bytes(self) -> int:
+        """The ``-wal`` size past which a cleanup job is worth starting (:data:`WAL_ACT_FRACTION` of ``wal_max_size``)."""
+        return int(self.wal_max_size_bytes * WAL_ACT_FRACTION)
+
     def cleanup_key(self, key: str) -> str | None:
-        """The cleanup key a database's state calls for now: its ``-wal`` outgrew ``wal_max_size_bytes``.
+        """The cleanup key a database's state calls for now: its ``-wal`` passed :attr:`wal_act_bytes`.
 
         Cheap (one ``lstat``): the server asks it whenever it examines a database key.
 
@@ -361,17 +374,17 @@ class SqliteCompactor:
 
         Returns:
             ``cleanup:<path>`` for a database key whose ``-wal`` is larger than
-            ``wal_max_size_bytes``; None otherwise (a ``cleanup:`` key itself included).
+            :attr:`wal_act_bytes`; None otherwise (a ``cleanup:`` key itself included).
         """
         path, cleanup = self._split(key)
-        if cleanup or file_size(path + "-wal") <= self.wal_max_size_bytes:
+        if cleanup or file_size(path + "-wal") <= self.wal_act_bytes:
             return None
         return CLEANUP_PREFIX + path
 
     def cleanup_priority(self, key: str) -> float:
         """1.0 for a ``cleanup:`` key with work to do, else 0.0.
 
-        Work: the database's ``-wal`` exceeds ``wal_max_size_bytes``, or the database no longer
+        Work: the database's ``-wal`` exceeds :attr:`wal_act_bytes`, or the database no longer
         exists and left side files behind (:meth:`leftovers`).
 
         Parameters:
@@ -389,7 +402,7 @@ class SqliteCompactor:
             return 0.0
         if state is None:
             return 1.0 if self.leftovers(path) else 0.0
-        return 1.0 if file_size(path + "-wal") > self.wal_max_size_bytes else 0.0
+        return 1.0 if file_size(path + "-wal") > self.wal_act_bytes else 0.0
 
     # ------------------------------------------------------------------ compacting
 
@@ -504,7 +517,7 @@ class SqliteCompactor:
             way = self._way(cleanup, state)
             if way == "cleanup":
                 sqlite_wal.cleanup(conn, path, ctx, busy_timeout_s=self.busy_timeout_s,
-                                   readers_wait_s=sqlite_wal.READERS_WAIT_S)
+                                   readers_wait_s=sqlite_wal.READERS_WAIT_S, wal_max_bytes=self.wal_max_size_bytes)
             elif way == "upgrade":
                 sqlite_compact.upgrade(
                     conn, path, state, ctx, page_size=self.page_size, auto_vacuum=self.auto_vacuum,

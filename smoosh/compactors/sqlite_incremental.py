@@ -6,12 +6,17 @@ process has the database open, chunks are sized to hold the write lock about
 :data:`SHARED_CHUNK_LOCK_MAX_S` and each is followed by a gap the process's pace
 (:attr:`~smoosh.io_budget.IoBudget.chunk_gap_factor`, set by the daemon's backlog controller;
 :data:`SHARED_CHUNK_GAP_FACTOR` without a budget) times as long, so the application's writers
-get the lock between them.
+get the lock between them. Before each such chunk it yields to a writer seen in the last
+:data:`YIELD_RECENT_S` (:func:`yield_to_writer`: the database's or its log's mtime), for at
+most :data:`YIELD_MAX_S`, so the chunk starts in the application's pause rather than in the
+middle of a burst of its commits.
 """
 
 from __future__ import annotations
 
+import os
 import time
+from typing import Callable
 
 import apsw
 
@@ -22,7 +27,8 @@ from smoosh.compactors.sqlite_open import pragma, rollback_quietly, run
 from smoosh.compactors.sqlite_openers import others_have_open
 from smoosh.io_budget import DEFAULT_CHUNK_GAP_FACTOR, IoBudget
 
-__all__ = ["incremental", "SHARED_CHUNK_LOCK_MAX_S", "SHARED_CHUNK_GAP_FACTOR"]
+__all__ = ["incremental", "yield_to_writer", "last_write_age", "SHARED_CHUNK_LOCK_MAX_S", "SHARED_CHUNK_GAP_FACTOR",
+           "YIELD_RECENT_S", "YIELD_MAX_S"]
 
 #: Longest an incremental chunk holds the write lock of a database another process has open
 #: (DESIGN §9 aims at 10 ms per chunk at p99.9; the commit's own sync comes on top).
@@ -38,6 +44,12 @@ LOCK_WAIT_HARM_S = 0.01
 #: ``pause`` (the worker's) ends the gap early on a stop or a hold; with a plain sleep, a stop
 #: acts at the next chunk.
 MAX_CHUNK_GAP_S = 5.0
+#: A write to the database (or its log) this recent means the application is committing now,
+#: perhaps in a burst: a shared chunk waits until its writes are this old (seconds).
+YIELD_RECENT_S = 0.003
+#: The longest a shared chunk yields so (seconds): a writer that never pauses cannot starve
+#: the compaction; the chunk then goes, as it did before yielding existed.
+YIELD_MAX_S = 0.05
 
 
 def incremental(
@@ -70,8 +82,13 @@ def incremental(
     page_bytes = int(pragma(conn, "page_size") or 0) if budget is not None else 0
     freed = 0
     pages = chunk_pages
+    own_write_ns = time.time_ns()  # writes before this (the compaction's own checks) are not the application's
+    shared = others_have_open(path) is True
     ctx.progress(0.0)
     while freed < start_free:
+        if shared:
+            # Before the checkpoint: a stop or a hold that ends this wait acts there, before the chunk.
+            yield_to_writer(lambda: last_write_age(path, own_write_ns), getattr(ctx, "pause", None) or _pause)
         ctx.checkpoint()  # no transaction is open here: a hold waits holding no lock
         if identity is not None:
             identity.check()
@@ -84,6 +101,7 @@ def incremental(
         shared = others_have_open(path) is True
         held_s = _chunk(conn, path, pages if shared else chunk_pages, SHARED_CHUNK_LOCK_MAX_S if shared else None,
                         budget if shared else None)
+        own_write_ns = time.time_ns()
         free_after = pragma(conn, "freelist_count")
         if free_after >= free_before:
             break  # nothing moved (should not happen): never loop forever
@@ -100,6 +118,54 @@ def incremental(
             factor = budget.chunk_gap_factor if budget is not None else SHARED_CHUNK_GAP_FACTOR
             pause = getattr(ctx, "pause", None) or _pause
             pause(min(MAX_CHUNK_GAP_S, held_s * factor))
+
+
+def yield_to_writer(
+    age: Callable[[], float | None], pause: Callable[[float], None], *, clock: Callable[[], float] = time.monotonic,
+    recent_s: float = YIELD_RECENT_S, max_s: float = YIELD_MAX_S,
+) -> float:
+    """Wait while the application wrote within ``recent_s``, at most ``max_s`` in all; the seconds waited (0: none).
+
+    Parameters:
+        age: seconds since the application last wrote (None: unknown, which does not wait).
+        pause: the wait (the worker's ``ctx.pause``: a stop, a hold or a rotation ends it).
+        clock: monotonic seconds, for the bound.
+    """
+    start = clock()
+    waited = 0.0
+    while True:
+        seen = age()
+        if seen is None or seen >= recent_s or waited >= max_s:
+            return waited
+        pause(min(recent_s - max(seen, 0.0), max_s - waited))
+        before, waited = waited, max(clock() - start, 1e-9)
+        if waited - before < 1e-6:
+            return waited  # the pause returned at once (stopped or held): the caller's checkpoint decides
+
+
+def last_write_age(path: str, after_ns: int = 0) -> float | None:
+    """Seconds since another connection last wrote ``path`` or its ``-wal`` (their mtimes: two ``stat`` calls).
+
+    A commit writes the log in WAL mode and the database file in rollback mode.
+
+    Parameters:
+        after_ns: when this process last wrote the file itself (``time.time_ns()`` as its
+            chunk committed): a newest write no later than it is its own, not the application's.
+
+    Returns:
+        The seconds, or None when unknown or when the newest write is this process's own. An
+        mtime is wall-clock time: a clock step makes the age wrong, which costs at most one
+        bounded wait (:data:`YIELD_MAX_S`) or none.
+    """
+    newest = 0
+    for name in (path, path + "-wal"):
+        try:
+            newest = max(newest, os.stat(name).st_mtime_ns)
+        except OSError:
+            continue
+    if newest <= after_ns:
+        return None
+    return (time.time_ns() - newest) / 1e9
 
 
 def _pause(seconds: float) -> None:

@@ -6,13 +6,16 @@ job (:func:`cleanup`). Before compacting, :func:`refuse_pinned_wal` ends the run
 :class:`~smoosh.compactors.base.Blocked` when a reader pins a whole rewrite in the log;
 after a rename over the path, :func:`empty_moved_wal` empties the old file's log.
 
-The ``cleanup:`` job supervises a log that outgrew ``wal_max_size``: a passive checkpoint
+The ``cleanup:`` job supervises a log that grew past half of ``wal_max_size`` (the compactor's
+``WAL_ACT_FRACTION``), so that it is cut before it reaches the limit: a passive checkpoint
 (which waits for nobody) copies back what it can; then, only at a moment when no reader holds
 a snapshot with log frames in it (read from the kernel's lock list, :func:`wal_readers`), a
 ``TRUNCATE`` checkpoint empties the log with a short busy timeout, so the application's
 writers are never held while smoosh waits for its readers. A reader that does not let go
-within :data:`READERS_WAIT_S` is named in the ``blocked`` reason (its pid and command line:
-``/jobs``, ``explain``, one WARNING), so an operator can act.
+within :data:`READERS_WAIT_S` of a log past ``wal_max_size`` is named in the ``blocked``
+reason (its pid and command line: ``/jobs``, ``explain``, one WARNING), so an operator can
+act; below the limit the job ends there quietly (its passive checkpoint done), and the next
+look at the growing log starts another.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ def pinned_reason(path: str, readers: list[Reader] | None = None) -> str:
 def cleanup(
     conn: apsw.Connection, path: str, ctx: CompactionContext, *, busy_timeout_s: float = 1.0,
     readers_wait_s: float = READERS_WAIT_S, clock: Callable[[], float] = time.monotonic,
+    wal_max_bytes: int | None = None,
 ) -> None:
     """A ``cleanup:`` job on an existing database: empty its WAL (never delete a side file of it).
 
@@ -73,9 +77,13 @@ def cleanup(
         busy_timeout_s: the connection's busy timeout, restored after the ``TRUNCATE``.
         readers_wait_s: how long to look for a moment without pinning readers.
         clock: monotonic seconds, for that wait.
+        wal_max_bytes: the size the log is kept under (``wal_max_size``): a log readers kept
+            pinned for ``readers_wait_s`` that is no larger ends the job quietly (a job started
+            early, before the limit); None names the readers whatever the log's size.
 
     Raises:
-        Blocked: readers kept the log pinned for ``readers_wait_s`` (named in the reason).
+        Blocked: readers kept the log pinned for ``readers_wait_s`` and it is past
+            ``wal_max_bytes`` (named in the reason).
         Busy: the checkpoint could not complete for another reason (a writer held the log).
         Interrupted: cancelled through ``ctx``.
     """
@@ -109,6 +117,9 @@ def cleanup(
             finally:
                 conn.set_busy_timeout(int(busy_timeout_s * 1000))
         elif clock() >= deadline:
+            if wal_max_bytes is not None and wal_bytes(path) <= wal_max_bytes:
+                log.debug("%r: readers pin its WAL, still under wal_max_size; not truncated this time.", path)
+                return
             raise WalPinned(pinned_reason(path, readers))
         if cancelled.wait(READERS_POLL_S):
             raise Interrupted(f"cleanup of {path} was interrupted")

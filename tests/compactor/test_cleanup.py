@@ -140,9 +140,12 @@ def test_leftovers_outside_the_roots_are_not_touched(tmp_path) -> None:
     assert os.path.exists(path + "-wal")
 
 
-def test_a_database_asks_for_its_cleanup_key_only_when_its_wal_outgrew_wal_max_size(tmp_path) -> None:
+def test_a_database_asks_for_its_cleanup_key_once_its_wal_passed_half_of_wal_max_size(tmp_path) -> None:
+    # Half: the job then has time to find a moment with no reader before the log reaches the limit
     path = str(tmp_path / "w.db")
     with app_with_grown_wal(path) as wal_bytes:
-        assert SqliteCompactor(settings(), wal_max_size_bytes=wal_bytes - 1).cleanup_key(path) == "cleanup:" + path
-        assert SqliteCompactor(settings(), wal_max_size_bytes=wal_bytes).cleanup_key(path) is None
+        assert SqliteCompactor(settings(), wal_max_size_bytes=2 * wal_bytes - 2).cleanup_key(path) == "cleanup:" + path
+        assert SqliteCompactor(settings(), wal_max_size_bytes=2 * wal_bytes).cleanup_key(path) is None
+        assert SqliteCompactor(settings(), wal_max_size_bytes=2 * wal_bytes - 2).cleanup_priority("cleanup:" + path) == 1.0
+        assert SqliteCompactor(settings(), wal_max_size_bytes=2 * wal_bytes).cleanup_priority("cleanup:" + path) == 0.0
         assert SqliteCompactor(settings(), wal_max_size_bytes=1).cleanup_key("cleanup:" + path) is None

@@ -10,6 +10,7 @@ process has the database open, each chunk is sized to hold the lock about
 from __future__ import annotations
 
 import math
+import os
 import time
 
 import pytest
@@ -18,8 +19,10 @@ import smoosh.compactors.sqlite_incremental as sqlite_incremental
 from compactor.contexts import RecordingContext
 from compactor.dbfactory import db_stats, make_bloated_db
 from compactor.test_sqlite_compactor import settings
+from helpers.clocks import FakeClock
 from helpers.locks import ChildConnection
 from smoosh.compactors import SqliteCompactor
+from smoosh.compactors.sqlite_incremental import last_write_age, yield_to_writer
 
 
 def test_alone_the_chunks_keep_their_size_and_run_back_to_back(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -143,3 +146,88 @@ def test_a_chunk_that_finds_the_application_holding_the_write_lock_notes_a_lock_
     assert not thread.is_alive() and errors == []
     assert db_stats(path)["freelist_count"] == 0
     assert budget.lock_waits == 1  # the first chunk waited; the others found the lock free
+
+
+class SteppedPause:
+    """A pause that moves an injected clock by what it is asked (or by nothing: a stopped context)."""
+
+    def __init__(self, clock: FakeClock, *, stopped: bool = False) -> None:
+        self.clock, self.stopped = clock, stopped
+        self.asked: list[float] = []
+
+    def __call__(self, seconds: float) -> None:
+        self.asked.append(seconds)
+        if not self.stopped:
+            self.clock.advance(seconds)
+
+
+def test_a_chunk_yields_to_a_write_seen_just_now_until_it_is_old_enough() -> None:
+    clock = FakeClock(0.0)
+    written_at = -0.001  # the application committed a millisecond ago
+    pause = SteppedPause(clock)
+    waited = yield_to_writer(lambda: clock() - written_at, pause, clock=clock, recent_s=0.003, max_s=0.05)
+    assert pause.asked == [pytest.approx(0.002)]
+    assert waited == pytest.approx(0.002)
+
+
+def test_a_writer_that_never_pauses_holds_a_chunk_back_no_longer_than_the_bound() -> None:
+    clock = FakeClock(0.0)
+    pause = SteppedPause(clock)
+    waited = yield_to_writer(lambda: 0.0, pause, clock=clock, recent_s=0.003, max_s=0.05)  # always writing
+    assert waited == pytest.approx(0.05)
+    assert sum(pause.asked) == pytest.approx(0.05)
+
+
+def test_no_recent_write_or_an_unknown_one_costs_no_wait() -> None:
+    clock = FakeClock(0.0)
+    pause = SteppedPause(clock)
+    assert yield_to_writer(lambda: 1.0, pause, clock=clock, recent_s=0.003, max_s=0.05) == 0.0
+    assert yield_to_writer(lambda: None, pause, clock=clock, recent_s=0.003, max_s=0.05) == 0.0
+    assert pause.asked == []
+
+
+def test_a_stop_that_ends_the_pause_ends_the_yield_at_once() -> None:
+    clock = FakeClock(0.0)
+    pause = SteppedPause(clock, stopped=True)  # ctx.pause returns at once once stopped or held
+    yield_to_writer(lambda: 0.0, pause, clock=clock, recent_s=0.003, max_s=0.05)
+    assert len(pause.asked) == 1
+
+
+def test_a_real_writers_commit_is_seen_and_the_compactions_own_write_is_not(tmp_path) -> None:
+    path = str(tmp_path / "app.db")
+    make_bloated_db(path, auto_vacuum="incremental", journal_mode="wal")
+    old = time.time() - 3600
+    for name in (path, path + "-wal"):
+        if os.path.exists(name):
+            os.utime(name, (old, old))
+    assert last_write_age(path) == pytest.approx(3600, abs=60)  # nobody wrote for an hour
+    own = time.time_ns()
+    with ChildConnection(path) as app:  # the application, in a process of its own, commits
+        app.execute("INSERT INTO docs (key, body) VALUES ('app', x'00')")
+        seen = last_write_age(path, own)
+        assert seen is not None and seen < 3600
+        clock = FakeClock(0.0)
+        pause = SteppedPause(clock)
+        yield_to_writer(lambda: last_write_age(path, own), pause, clock=clock, recent_s=3600, max_s=0.05)
+        assert pause.asked  # seen as recent: the chunk waited
+        # What this process writes after that commit is its own: no wait for it
+        assert last_write_age(path, time.time_ns() + 10**9) is None
+
+
+def test_beside_a_writer_that_never_pauses_the_compaction_yields_before_each_chunk_and_still_ends(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = str(tmp_path / "busy.db")
+    make_bloated_db(path, auto_vacuum="incremental", journal_mode="wal")
+    monkeypatch.setattr(sqlite_incremental, "last_write_age", lambda *a: 0.0)  # a write seen just now, always
+    slept: list[float] = []
+    monkeypatch.setattr(sqlite_incremental, "_pause", slept.append)
+    with ChildConnection(path) as app:
+        app.execute("SELECT count(*) FROM docs")
+        ctx = RecordingContext()
+        SqliteCompactor(settings(incremental_chunk_pages=100)).compact(path, ctx)
+    assert db_stats(path)["freelist_count"] == 0  # never starved
+    # A wait before every chunk (this pause returns at once, so each wait asks again until its
+    # bound: the bound itself is stepped on an injected clock above)
+    yields = [s for s in slept if 0 < s <= sqlite_incremental.YIELD_RECENT_S]
+    assert len(yields) >= ctx.checkpoints

@@ -358,7 +358,7 @@ def test_cleanup_held_up_by_a_reader_is_blocked_naming_it(tmp_path, monkeypatch)
     with app_with_grown_wal(path), ChildConnection(path) as reader:
         reader.execute("BEGIN")
         reader.execute("SELECT count(*) FROM docs")
-        compactor = SqliteCompactor(settings(busy_timeout_s=0.1))
+        compactor = SqliteCompactor(settings(busy_timeout_s=0.1), wal_max_size_bytes=1)  # the log is past it
         with pytest.raises(Blocked) as info:
             compactor.compact("cleanup:" + path, RecordingContext())
         assert f"; held by pid {reader.proc.pid} (" in str(info.value)

@@ -22,6 +22,7 @@ from smoosh.compactors import SqliteCompactor
 from smoosh.jobs import Jobs
 from smoosh.store import open_store
 from smoosh.daemon.run.worker import Worker
+from smoosh.io_budget import IoBudget
 
 NODE = "n1"
 JOB_TYPE = "smoosh:" + NODE
@@ -416,3 +417,32 @@ def test_worker_process_runs_jobs_and_stops_cleanly_on_sigterm(tmp_path) -> None
             proc.wait()
         jobs.close()
         store.close()
+
+
+def test_a_worker_process_paces_its_chunks_as_the_daemon_writes_its_pace(tmp_path, jobs, store, workers) -> None:
+    # The backlog controller runs in the daemon; its pace reaches `smoosh worker` through the store
+    path = str(tmp_path / "inc.db")
+    make_bloated_db(path, auto_vacuum="incremental")
+    gated = GatedCompactor(SqliteCompactor(settings()), at_checkpoint=2)
+    budget = IoBudget(None)
+    jobs.add(JOB_TYPE, path, start_data(path))
+    worker = workers([gated], hold_poll_s=0.02, io_budget=budget)
+    worker.start()
+    assert gated.reached.wait(WAIT_S)
+    assert budget.chunk_gap_factor != 64.0
+    store.transact(lambda tr: control.put_pace(tr, NODE, 64.0))
+    wait_until(lambda: budget.chunk_gap_factor == 64.0)
+    gated.release.set()
+    assert finished(jobs, path)["result"] == "ok"
+
+
+def test_the_pace_read_with_the_holds_is_the_nodes_own_and_a_number(store) -> None:
+    assert control.read_signals(store, NODE, CHANNEL, "/k.db") == (False, None, None)  # none written yet
+    store.transact(lambda tr: control.put_pace(tr, "another node", 2.0))
+    assert control.read_signals(store, NODE, CHANNEL, "/k.db")[2] is None
+    store.transact(lambda tr: control.put_pace(tr, NODE, 8.5))
+    assert control.read_signals(store, NODE, CHANNEL, "/k.db")[2] == 8.5
+    for raw in (b"nonsense", b"-4", b"inf", b"\xff"):
+        store.transact(lambda tr, raw=raw: tr.set(control.pace_key(NODE), raw))
+        assert control.read_signals(store, NODE, CHANNEL, "/k.db")[2] is None
+

@@ -19,6 +19,7 @@ from helpers.clocks import FakeClock
 from helpers.daemon import wait_for
 from server.test_server import make_config
 from smoosh import Server
+from smoosh.daemon.control import control
 from smoosh.daemon.control.node_claim import Identity, NodeInUse, provably_dead, running_here
 from smoosh.daemon.record.status import STALE_AFTER_S, put_node_status, read_node_record
 from smoosh.jobs import Jobs
@@ -235,3 +236,14 @@ def test_provably_dead_tells_a_live_daemon_from_a_dead_one() -> None:
     # The same state_dir on this machine: its lock, which this daemon holds, proves it.
     assert provably_dead(dataclasses.replace(parent, state_dir=ours.state_dir), ours, **fresh) == (
         "it ran on this state_dir, whose lock this daemon holds")
+
+
+def test_the_daemon_writes_its_pace_beside_its_status_record_for_its_worker_processes(
+    tmp_path: Path, store: Store
+) -> None:
+    server = start(tmp_path, store, FakeClock())
+    try:
+        wait_for(lambda: control.read_signals(store, NODE, RATIO, "/k.db")[2] is not None, 30, what="the pace written")
+        assert control.read_signals(store, NODE, RATIO, "/k.db")[2] == server.controller.last.chunk_gap_factor
+    finally:
+        server.stop()

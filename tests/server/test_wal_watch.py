@@ -43,3 +43,24 @@ def test_a_quiet_wal_below_wal_max_size_queues_no_cleanup(tmp_path: Path, runnin
     server.intake.on_event(str(db))
     assert server.intake.examining() == 0
     assert server.channels()["index_cleanup"].status()["waiting"]["size"] == 0
+
+
+def test_a_cleanup_key_whose_job_ended_is_queued_again_by_the_next_event_within_staleness(
+    tmp_path: Path, running: Any, dbs: Path
+) -> None:
+    # The log's size is what calls for the key: a log that grows again minutes within
+    # `staleness` of its last job must not wait those minutes
+    server = running(make_config(tmp_path, extra="wal_max_size = 64KiB\nwait_secs = 0"), workers=0, clock=FakeClock())
+    db = dbs / "busy.db"
+    key = "cleanup:" + str(db)
+    with app_with_grown_wal(str(db)):
+        server.intake.access.record(key)  # as when a channel took it for its last job
+        server.intake.access.record(str(db))
+        server.intake.forget(key)  # that job ended (the outcome's forget)
+        server.intake.forget(str(db))
+        assert not server.intake.access.is_fresh(key)
+        assert server.intake.access.is_fresh(str(db))  # a database key keeps its staleness
+        server.intake.on_event(str(db))
+        cleanup = server.channels()["index_cleanup"]
+        wait_for(lambda: cleanup.status()["waiting"]["size"] + cleanup.status()["starting"] == 1, 30,
+                 what="the cleanup key queued again")

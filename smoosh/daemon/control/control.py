@@ -11,16 +11,23 @@ Rotation (DESIGN §5.6) asks one run of one job to stop: ``pack(("rotate", node,
 holds the run id the worker published in the job's data. The worker stops the run only if
 the id is its own (a request left behind by a dead run never stops the next one) and only
 at a chunk boundary of a suspendable compaction.
+
+The incremental pace (the backlog controller's ``chunk_gap_factor``, which lives in the
+daemon) reaches ``smoosh worker`` processes the same way: the daemon writes it under
+``pack(("pace", node))`` with its status record (:func:`put_pace`, no transaction of its
+own), and :func:`read_signals` reads it with the holds.
 """
 
 from __future__ import annotations
+
+import math
 
 from smoosh.store import tuples
 from smoosh.store.base import Store, Transaction
 
 __all__ = [
     "set_hold", "held_channels", "hold_key",
-    "request_rotation", "rotation_requests", "clear_rotation", "read_signals",
+    "request_rotation", "rotation_requests", "clear_rotation", "read_signals", "put_pace", "pace_key",
 ]
 
 #: Value stored under a hold key (the key's presence is what counts).
@@ -91,19 +98,41 @@ def rotation_requests(store: Store, node: str) -> dict[str, str]:
     return dict(store.transact(body))
 
 
-def read_signals(store: Store, node: str, channel: str | None, key: str) -> tuple[bool, str | None]:
-    """``(held, rotation run id or None)`` for one running job, read in one transaction.
+def pace_key(node: str) -> bytes:
+    """The store key holding ``node``'s incremental pace (the daemon's ``chunk_gap_factor``)."""
+    return tuples.pack(("pace", node))
+
+
+def put_pace(tr: Transaction, node: str, chunk_gap_factor: float) -> None:
+    """Write ``node``'s pace inside the caller's transaction (the daemon's status write)."""
+    tr.set(pace_key(node), repr(float(chunk_gap_factor)).encode("ascii"))
+
+
+def _pace(raw: bytes | None) -> float | None:
+    """A stored pace, or None when there is none or it is not a positive finite number."""
+    if raw is None:
+        return None
+    try:
+        value = float(bytes(raw).decode("ascii"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    return value if math.isfinite(value) and value > 0 else None
+
+
+def read_signals(store: Store, node: str, channel: str | None, key: str) -> tuple[bool, str | None, float | None]:
+    """``(held, rotation run id or None, the node's pace or None)`` for one running job, read in one transaction.
 
     The worker's heartbeat polls this every second, so it is one snapshot transaction with
-    two point reads rather than two transactions.
+    three point reads rather than three transactions.
     """
     hkey = None if channel is None else hold_key(node, channel)
     rkey = rotate_key(node, key)
+    pkey = pace_key(node)
 
-    def body(tr: Transaction) -> tuple[bool, str | None]:
+    def body(tr: Transaction) -> tuple[bool, str | None, float | None]:
         held = hkey is not None and tr.snapshot.get(hkey) is not None
         run = tr.snapshot.get(rkey)
-        return held, None if run is None else bytes(run).decode("utf-8", "replace")
+        return held, None if run is None else bytes(run).decode("utf-8", "replace"), _pace(tr.snapshot.get(pkey))
 
-    held, run = store.transact(body)
-    return bool(held), run
+    held, run, pace = store.transact(body)
+    return bool(held), run, pace

@@ -8,7 +8,7 @@ is kept with the key (:class:`Measurement`), so the re-check before its start co
 ``stat`` when the file has not changed since, instead of a second measurement.
 
 Watcher events are debounced (:class:`~smoosh.daemon.watch.debounce.Debouncer`); a scan's reports
-are examined at once. Examining a database whose ``-wal`` outgrew ``wal_max_size`` also
+are examined at once. Examining a database whose ``-wal`` grew past half of ``wal_max_size`` also
 examines its ``cleanup:`` key, which is how the cleanup channels are fed. Roots are checked here on the way in, and again wherever a database is
 opened: the re-check before a start, and the compactor itself.
 
@@ -436,7 +436,7 @@ class Intake:
         return False
 
     def _feed_cleanup(self, key: str) -> None:
-        """Examine ``key``'s cleanup key too when its database asks for one (a ``-wal`` past ``wal_max_size``).
+        """Examine ``key``'s cleanup key too when its database asks for one (a ``-wal`` past half of ``wal_max_size``).
 
         Fed from the examination every event and scan leads to (one ``lstat``, on the thread
         already examining), so no loop polls WAL sizes. The cleanup key has the database's
@@ -446,7 +446,7 @@ class Intake:
         cleanup = self.router.cleanup_key(key)
         if cleanup is None or self.access.is_fresh(cleanup):
             return
-        log.debug("%r has a WAL past wal_max_size; examining %r", key, cleanup)
+        log.debug("%r has a WAL past half of wal_max_size; examining %r", key, cleanup)
         self.submit(cleanup)
 
     def _resolve(self, key: str, waiters: list[Waiter] | None) -> None:
@@ -500,8 +500,16 @@ class Intake:
         return quantize(priority) if priority else 0
 
     def forget(self, key: str) -> None:
-        """Drop what is known of ``key`` (it was compacted, or left every channel)."""
+        """Drop what is known of ``key`` (it was compacted, or left every channel).
+
+        A ``cleanup:`` key's staleness goes too: what calls for it is its log's size, looked at
+        on the database's events at most once per :data:`WAL_LOOK_INTERVAL_S`, and a log that
+        grows again within ``staleness`` of its last job must get the next one then, not
+        minutes later (a key still in its backoff waits it out in its channel all the same).
+        """
         self.measurements.pop(key, None)
+        if key.startswith(CLEANUP_PREFIX):
+            self.access.forget(key)
 
     def forget_flushed(self, key: str) -> None:
         """An operator flushed ``key`` out of its channel: its staleness goes with it (any thread).

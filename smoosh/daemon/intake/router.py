@@ -56,7 +56,7 @@ class Router:
         return compactor_for(key, self.compactors)
 
     def cleanup_key(self, key: str) -> str | None:
-        """The cleanup key ``key``'s database calls for now (its WAL outgrew ``wal_max_size``), or None.
+        """The cleanup key ``key``'s database calls for now (its WAL grew past half of ``wal_max_size``), or None.
 
         Asked of the compactor that claims the key (``cleanup_key``, optional: a compactor
         without one never asks for cleanup); cheap, one ``lstat`` for SQLite.

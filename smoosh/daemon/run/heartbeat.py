@@ -4,7 +4,7 @@ One long VACUUM statement cannot call out, and a silent job is re-enqueued by th
 monitor after the type timeout, so a thread beside the compactions sends each running job's
 heartbeat (``jobs.update`` every ``job_timeout_s / 3``). For a worker in its own process
 (``signals="store"``) the same thread reads the node's holds and rotation requests from the
-store (:func:`smoosh.daemon.control.control.read_signals`) every ``hold_poll_s``. The thread starts
+store (:func:`smoosh.daemon.control.control.read_signals`, with the daemon's incremental pace) every ``hold_poll_s``. The thread starts
 with a run, sleeps until the next heartbeat or poll is due, and ends a while after the last
 run ends (at once on a stop).
 
@@ -61,6 +61,8 @@ class Heartbeat:
         clock: wall-clock seconds, for ``heartbeat_at``.
         holder: the instance of the process the worker runs in, named in every heartbeat: a
             restarting daemon takes back the jobs of a holder it knows dead, and follows the others.
+        on_pace: given the node's incremental pace as each store poll reads it (``signals="store"``:
+            the daemon's backlog controller sets it; the worker's I/O budget takes it).
     """
 
     def __init__(
@@ -78,6 +80,7 @@ class Heartbeat:
         hold_poll_s: float,
         clock: Callable[[], float],
         holder: str | None = None,
+        on_pace: Callable[[float], None] | None = None,
     ) -> None:
         # The heartbeat thread waits on a condition of its own (same lock), woken only when a
         # run needs it sooner than it planned to wake: not once per start and end of a run.
@@ -93,6 +96,7 @@ class Heartbeat:
         self._hold_poll_s = hold_poll_s
         self._clock = clock
         self._holder = holder
+        self._on_pace = on_pace
         #: When the heartbeat thread will next look (monotonic seconds); under the lock.
         self._beat_at = float("inf")
         self._thread: threading.Thread | None = None  # under the lock
@@ -185,7 +189,9 @@ class Heartbeat:
         return min(dues)
 
     def _poll_signals(self, r: Running) -> None:
-        held, rotate_run = control.read_signals(self._store, self._node, r.channel, r.key)
+        held, rotate_run, pace = control.read_signals(self._store, self._node, r.channel, r.key)
+        if pace is not None and self._on_pace is not None:
+            self._on_pace(pace)
         if r.channel is not None:
             r.ctx.set_held(held)
         if rotate_run == r.run_id and r.ctx.stop_reason is None and r.ctx.rotate():

@@ -169,6 +169,8 @@ class Worker:
             lock, runs=lambda: self._running, stopping=lambda: self._stopping, jobs=jobs, store=store,
             node=node, job_type=job_type, signals=signals, job_timeout_s=lambda: self.job_timeout_s,
             hold_poll_s=hold_poll_s, clock=clock, holder=holder,
+            # A stand-alone worker paces its incremental chunks as the daemon's controller says.
+            on_pace=io_budget.set_chunk_gap_factor if io_budget is not None and signals == "store" else None,
         )
 
     # ------------------------------------------------------------------ lifecycle

@@ -168,8 +168,16 @@ class BufferedTransaction(Transaction):
         # neither (a memory snapshot), and a finalizer for every transaction was a visible
         # part of the cost of examining a key.
         self._finalizer: weakref.finalize | None = None
-        self.snapshot = _SnapshotView(self)
         self._clear_state()
+
+    @property
+    def snapshot(self) -> ReadView:  # type: ignore[override]
+        """See :attr:`Transaction.snapshot`."""
+        # Made on each use rather than kept: a view kept on the transaction would make the
+        # two a reference cycle, so every transaction would outlive its last use until the
+        # cyclic collector found it (that collector's passes were a visible share of a
+        # transaction's cost).
+        return _SnapshotView(self)
 
     def _clear_state(self) -> None:
         self._state = _OPEN

@@ -135,7 +135,7 @@ class _SnapshotView(ReadView):
 
     def get(self, key: bytes) -> bytes | None:
         tr = self._tr
-        if tr._blocked or tr._mutations:
+        if tr._blocked or tr._wide or key in tr._written:
             return tr._get_slow(key, snapshot=True)
         return tr._snapshot().get(key)
 
@@ -188,6 +188,11 @@ class BufferedTransaction(Transaction):
         self._buf: WriteBuffer | None = None
         self._folded = 0
         self._mutations: list[Mutation] = []
+        #: Keys of the point writes made so far (set, clear, add, versionstamped value), and
+        #: whether a write of wider reach was made (a range clear, a versionstamped key): a
+        #: read of a key outside both needs no read-your-writes buffer at all.
+        self._written: set[bytes] = set()
+        self._wide = False
         #: Ranges a versionstamped key may land on, each fixed when its write was made.
         self._unreadable: list[tuple[bytes, bytes]] = []
         self._reads = ConflictSet()
@@ -363,7 +368,7 @@ class BufferedTransaction(Transaction):
 
     def get(self, key: bytes) -> bytes | None:
         """See :meth:`ReadView.get`; adds a read conflict on ``key``."""
-        if self._blocked or self._mutations:
+        if self._blocked or self._wide or key in self._written:
             return self._get_slow(key, snapshot=False)
         value = self._snapshot().get(key)
         self._reads.points.add(key)
@@ -392,6 +397,7 @@ class BufferedTransaction(Transaction):
         if error:
             return self._defer(error)
         self._mutations.append((OP_SET, key, value, 0))
+        self._written.add(key)
         self._mutation_bytes += 3 * len(key) + 1 + len(value)
 
     def clear(self, key: bytes) -> None:
@@ -404,6 +410,7 @@ class BufferedTransaction(Transaction):
         if error:
             return self._defer(error)
         self._mutations.append((OP_CLEAR, key, b"", 0))
+        self._written.add(key)
         self._mutation_bytes += 3 * len(key) + 1
 
     def clear_range(self, begin: bytes, end: bytes) -> None:
@@ -417,6 +424,7 @@ class BufferedTransaction(Transaction):
         if begin == end:
             return
         self._mutations.append((OP_CLEAR_RANGE, begin, end, 0))
+        self._wide = True
         self._mutation_bytes += 2 * (len(begin) + len(end))
 
     def add(self, key: bytes, param: bytes) -> None:
@@ -427,6 +435,7 @@ class BufferedTransaction(Transaction):
         if error:
             return self._defer(error)
         self._mutations.append((OP_ADD, key, param, 0))
+        self._written.add(key)
         self._mutation_bytes += 3 * len(key) + 1 + len(param)
 
     def set_versionstamped_key(self, key: bytes, value: bytes) -> None:
@@ -447,6 +456,7 @@ class BufferedTransaction(Transaction):
         low_stamp = make_stamp(snap.read_version if snap is not None else 0, 0)
         self._unreadable.append((splice(body, offset, low_stamp), key_after(splice(body, offset, b"\xff" * STAMP_BYTES))))
         self._mutations.append((OP_VS_KEY, body, value, offset))
+        self._wide = True
         self._mutation_bytes += 3 * len(body) + 1 + len(value)
 
     def set_versionstamped_value(self, key: bytes, value: bytes) -> None:
@@ -459,6 +469,7 @@ class BufferedTransaction(Transaction):
             body = value[:-TRAILER_BYTES]
             if offset + STAMP_BYTES <= len(body):
                 self._mutations.append((OP_VS_VALUE, key, body, offset))
+                self._written.add(key)
                 self._mutation_bytes += 3 * len(key) + 1 + len(body)
                 return
         key_error = self._key_error(key)
@@ -474,13 +485,14 @@ class BufferedTransaction(Transaction):
         if error:
             return self._defer(error)
         self._mutations.append((OP_VS_VALUE, key, body, offset))
+        self._written.add(key)
         self._mutation_bytes += 3 * len(key) + 1 + len(body)
 
     def add_read_conflict_key(self, key: bytes) -> None:
         """See :meth:`Transaction.add_read_conflict_key`; a key we already wrote adds nothing."""
         if self._blocked:
             return
-        if self._mutations and self._fold().decides(key):
+        if (self._wide or key in self._written) and self._fold().decides(key):
             return
         if self._held.snapshot is None:
             self.add_read_conflict_range(key, key_after(key))
@@ -511,7 +523,7 @@ class BufferedTransaction(Transaction):
         if w.is_ready():
             return w  # failed with 1032
         seen = None
-        if not (self._mutations and self._fold().wrote(key)):
+        if not ((self._wide or key in self._written) and self._fold().wrote(key)):
             try:
                 seen = self._snapshot().get(key)
             except BaseException:
@@ -551,14 +563,15 @@ class BufferedTransaction(Transaction):
         if size > self._store.size_limit_bytes:
             raise StoreError(TRANSACTION_TOO_LARGE)
         snap = held.snapshot
+        watches = held.watches
         if snap is not None:
             self._check_age()
-        watches = held.watches
-        req = CommitRequest(snap.read_version if snap is not None else None, self._reads, self._mutations, list(watches))
-        # The read snapshot is not needed to commit: give it back now rather than pin the WAL.
-        if snap is not None:
-            held.release(watch_error=None)
-            watches.extend(req.watches)
+            # The read snapshot is not needed to commit: give it back now rather than pin the WAL.
+            held.snapshot = None
+            snap.close()
+            req = CommitRequest(snap.read_version, reads, self._mutations, list(watches) if watches else None)
+        else:
+            req = CommitRequest(None, reads, self._mutations, list(watches) if watches else None)
         try:
             self._stamp = self._store._commit(req)
         except StoreError as e:

@@ -140,31 +140,43 @@ class _MemorySnapshot(Snapshot):
     def scan(self, begin: bytes, end: bytes, reverse: bool, first_chunk: int = 0) -> Iterator[tuple[bytes, bytes]]:
         store = self._store
         data = store._data
+        lock = store._lock
         read_version = self.read_version
         lo, hi = begin, end
         # The merge above us reads one pair ahead; later chunks grow back to the usual size.
         chunk_size = min(first_chunk + 1, SCAN_CHUNK) if first_chunk > 0 else SCAN_CHUNK
         while True:
             chunk = []
-            with store._guard:
+            if not lock.acquire(False):
+                take_politely(lock)
+            try:
                 self._check_floor()
                 # Keys live now, plus keys deleted since our read version (they may still
                 # hold a value at it); a key in both comes out of the merge twice.
                 keys: Iterator[bytes] = store._live.irange(lo, hi, inclusive=(True, False), reverse=reverse)
-                recent = store._deleted_since(read_version, lo, hi)
-                if recent:
-                    keys = heapq.merge(keys, sorted(recent, reverse=reverse), reverse=reverse)
+                deletions = store._deletions
+                if deletions and deletions[-1][0] > read_version:
+                    recent = store._deleted_since(read_version, lo, hi)
+                    if recent:
+                        keys = heapq.merge(keys, sorted(recent, reverse=reverse), reverse=reverse)
                 previous = None
                 for key in keys:
                     if key == previous:
                         continue
                     previous = key
                     history = data.get(key)
-                    value = None if history is None else _value_at(history, read_version)
+                    if history is None:
+                        continue
+                    # The newest version is nearly always the one we read.
+                    version, value = history[-1]
+                    if version > read_version:
+                        value = _value_at(history, read_version)
                     if value is not None:
                         chunk.append((key, value))
                         if len(chunk) >= chunk_size:
                             break
+            finally:
+                lock.release()
             yield from chunk
             if len(chunk) < chunk_size:
                 return
@@ -212,10 +224,12 @@ class MemoryStore(BufferedStore):
         self._next_prune_s = -float("inf")
         #: Reads below this version would need pruned history: they fail with 1007.
         self._floor_version = 0
-        #: (commit_version, commit_time, keys written, ranges cleared) of recent commits, oldest first.
-        self._log: collections.deque[tuple[int, float, set[bytes], list[tuple[bytes, bytes]]]] = collections.deque()
-        #: (commit_time, version, keys written) whose older history may be pruned later.
-        self._touched: collections.deque[tuple[float, int, set[bytes]]] = collections.deque()
+        #: (commit_version, commit_time, keys written, ranges cleared) of recent commits, oldest
+        #: first. Tuples, not sets and lists: the collector stops tracking a tuple of bytes,
+        #: and it would otherwise walk every commit of the retention window on each full pass.
+        self._log: collections.deque[tuple[int, float, tuple[bytes, ...], tuple[tuple[bytes, bytes], ...]]] = collections.deque()
+        #: (commit_time, version, keys whose history changed) whose older history may be pruned later.
+        self._touched: collections.deque[tuple[float, int, tuple[bytes, ...]]] = collections.deque()
         self._last_trim = -float("inf")
 
     def _deleted_since(self, read_version: int, begin: bytes, end: bytes) -> set[bytes]:
@@ -248,7 +262,7 @@ class MemoryStore(BufferedStore):
         self._last_trim = now
         keys: set[bytes] = set()
         while self._touched and self._touched[0][0] < cutoff:
-            keys |= self._touched.popleft()[2]
+            keys.update(self._touched.popleft()[2])
         data = self._data
         for key in keys:
             history = data.get(key)
@@ -301,7 +315,7 @@ class MemoryStore(BufferedStore):
 
     def _apply(
         self, mutations: list[Mutation], stamp: bytes, version: int
-    ) -> tuple[set[bytes], list[tuple[bytes, bytes]], set[bytes]]:
+    ) -> tuple[tuple[bytes, ...], tuple[tuple[bytes, bytes], ...], tuple[bytes, ...]]:
         """Apply one commit's mutations in issue order as versions ``version`` (under the lock).
 
         :func:`~smoosh.store._mutations.writes_of` and :meth:`_put` written out in one loop:
@@ -309,9 +323,9 @@ class MemoryStore(BufferedStore):
         The semantics are theirs (a test runs random mutations through both).
 
         Returns:
-            ``(keys written, ranges cleared, keys whose history changed)``.
+            ``(keys written, ranges cleared, keys whose history changed)`` (a key may repeat).
         """
-        points: set[bytes] = set()
+        points: list[bytes] = []
         cleared: list[tuple[bytes, bytes]] = []
         touched = points
         data = self._data
@@ -332,16 +346,16 @@ class MemoryStore(BufferedStore):
             elif kind == OP_CLEAR_RANGE:  # only live keys can change
                 cleared.append((key, value))
                 if touched is points:
-                    touched = set(points)
+                    touched = list(points)
                 for k in list(live.irange(key, value, inclusive=(True, False))):
                     self._put(k, None, version)
-                    touched.add(k)
+                    touched.append(k)
                 continue
             else:  # pragma: no cover - the transaction only records the kinds above
                 raise AssertionError(f"unknown mutation kind {kind}")
-            points.add(key)
+            points.append(key)
             if touched is not points:
-                touched.add(key)
+                touched.append(key)
             # _put, inline.
             history = data.get(key)
             if history is None:
@@ -362,7 +376,10 @@ class MemoryStore(BufferedStore):
                     self._deletions.append((version, key))
             elif value is not None:
                 live.add(key)
-        return points, cleared, touched
+        written = tuple(points)
+        if not cleared:
+            return written, (), written
+        return written, tuple(cleared), tuple(touched)
 
     def _put(self, key: bytes, value: bytes | None, version: int) -> None:
         """Record ``key``'s value at ``version``; keeps the live-key index (under the lock)."""

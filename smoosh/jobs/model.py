@@ -97,17 +97,37 @@ class Keys:
 
     def __init__(self, prefix: bytes) -> None:
         self.prefix = prefix
+        # Per type, its sections' prefixes by section number (built on first use): every
+        # job-layer transaction builds several keys of one type, and a lookup by the type
+        # alone needs no (section, type) tuple made and hashed per key.
+        self._by_type: dict[Any, list[bytes | None]] = {}
         self._prefixes: dict[tuple[int, Any], bytes] = {}
 
     def _type_prefix(self, section: int, job_type: Any) -> bytes:
+        by_section = self._by_type.get(job_type)
+        if by_section is not None and section < len(by_section):
+            packed = by_section[section]
+            if packed is not None:
+                return packed
+        return self._type_prefix_slow(section, job_type)
+
+    def _type_prefix_slow(self, section: int, job_type: Any) -> bytes:
+        if section <= ACTIVITY:
+            if len(self._by_type) >= MAX_CACHED_PREFIXES:
+                self._by_type.clear()
+            by_section = self._by_type.setdefault(job_type, [None] * (ACTIVITY + 1))
+            packed = by_section[section]
+            if packed is None:
+                packed = by_section[section] = tuples.pack((section, job_type), self.prefix)
+            return packed
+        # TX_IDS: its "type" is an issue time, a new one every second.
         key = (section, job_type)
-        packed = self._prefixes.get(key)
-        if packed is None:
+        cached = self._prefixes.get(key)
+        if cached is None:
             if len(self._prefixes) >= MAX_CACHED_PREFIXES:
                 self._prefixes.clear()
-            packed = tuples.pack((section, job_type), self.prefix)
-            self._prefixes[key] = packed
-        return packed
+            cached = self._prefixes[key] = tuples.pack((section, job_type), self.prefix)
+        return cached
 
     def data(self, job_type: Any, job_id: str) -> bytes:
         return self._type_prefix(DATA, job_type) + enc_str(job_id)

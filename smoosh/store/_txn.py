@@ -193,8 +193,9 @@ class BufferedTransaction(Transaction):
         #: read of a key outside both needs no read-your-writes buffer at all.
         self._written: set[bytes] = set()
         self._wide = False
-        #: Ranges a versionstamped key may land on, each fixed when its write was made.
-        self._unreadable: list[tuple[bytes, bytes]] = []
+        #: Where a versionstamped key may land, each fixed when its write was made: (body,
+        #: stamp offset, read version then); :meth:`_fold` makes them ranges, if a read needs them.
+        self._unreadable: list[tuple[bytes, int, int]] = []
         self._reads = ConflictSet()
         #: Bytes the mutations add to the transaction's size (with their write conflict ranges).
         self._mutation_bytes = 0
@@ -308,8 +309,11 @@ class BufferedTransaction(Transaction):
                     buf.set_unreadable_value(key)
             self._folded = len(mutations)
         if self._unreadable:
-            for begin, end in self._unreadable:
-                buf.set_unreadable_range(begin, end)
+            for body, offset, read_version in self._unreadable:
+                # As FDB's RYW layer: the keys this write may land on (any stamp after the
+                # read version as it was at the write) cannot be read back by this transaction.
+                low = splice(body, offset, make_stamp(read_version, 0))
+                buf.set_unreadable_range(low, key_after(splice(body, offset, b"\xff" * STAMP_BYTES)))
             self._unreadable.clear()
         return buf
 
@@ -338,24 +342,26 @@ class BufferedTransaction(Transaction):
         reverse: bool,
         snapshot: bool,
     ) -> list[tuple[bytes, bytes]]:
-        self._check_open()
+        if self._blocked:
+            self._check_open()
         if limit < 0:
             raise ValueError("limit must be >= 0 (0 means no limit)")
         rb = self._get_key(begin, snapshot) if isinstance(begin, KeySelector) else begin
         re = self._get_key(end, snapshot) if isinstance(end, KeySelector) else end
-        re = min(re, KEYSPACE_END)
+        if re > KEYSPACE_END:
+            re = KEYSPACE_END
         if rb >= re:
             return []
-        out: list[tuple[bytes, bytes]] = []
+        out: list[tuple[bytes, bytes]]
         if self._mutations or self._buf is not None or self._unreadable:
-            pairs = self._fold().merged(self._snapshot, rb, re, reverse, limit)
+            out = []
+            for pair in self._fold().merged(self._snapshot, rb, re, reverse, limit):
+                out.append(pair)
+                if limit and len(out) >= limit:
+                    break
         else:
             # Nothing written: the snapshot's own pairs, without the merge.
-            pairs = self._snapshot().scan(rb, re, reverse, limit)
-        for pair in pairs:
-            out.append(pair)
-            if limit and len(out) >= limit:
-                break
+            out = self._snapshot().read_range(rb, re, reverse, limit)
         if not snapshot:
             # The range actually scanned: a limited read did not look past its last key.
             if limit and len(out) >= limit:
@@ -440,6 +446,20 @@ class BufferedTransaction(Transaction):
 
     def set_versionstamped_key(self, key: bytes, value: bytes) -> None:
         """See :meth:`Transaction.set_versionstamped_key`; 2000 (deferred) for a bad offset trailer."""
+        # Every accept and update makes one: the usual well-formed operand (the stamp after
+        # the key's first byte, so that byte alone decides the legal range) is taken here,
+        # anything else by the checks below in their order.
+        if key.__class__ is bytes and value.__class__ is bytes and not self._blocked \
+                and STAMP_BYTES + TRAILER_BYTES < len(key) and len(value) <= VALUE_SIZE_LIMIT_BYTES:
+            offset = int.from_bytes(key[-TRAILER_BYTES:], "little")
+            body = key[:-TRAILER_BYTES]
+            if 0 < offset and offset + STAMP_BYTES <= len(body) <= KEY_SIZE_LIMIT_BYTES and body < KEYSPACE_END:
+                snap = self._held.snapshot
+                self._unreadable.append((body, offset, snap.read_version if snap is not None else 0))
+                self._mutations.append((OP_VS_KEY, body, value, offset))
+                self._wide = True
+                self._mutation_bytes += 3 * len(body) + 1 + len(value)
+                return
         value_error = self._value_error(value)
         if self._blocked:
             return self._refuse_write()
@@ -450,11 +470,8 @@ class BufferedTransaction(Transaction):
         error = self._key_error(splice(body, offset, b"\x00" * STAMP_BYTES)) or value_error
         if error:
             return self._defer(error)
-        # As FDB's RYW layer: the keys this write may land on (any stamp after our read
-        # version, as it is now) cannot be read back by this transaction.
         snap = self._held.snapshot
-        low_stamp = make_stamp(snap.read_version if snap is not None else 0, 0)
-        self._unreadable.append((splice(body, offset, low_stamp), key_after(splice(body, offset, b"\xff" * STAMP_BYTES))))
+        self._unreadable.append((body, offset, snap.read_version if snap is not None else 0))
         self._mutations.append((OP_VS_KEY, body, value, offset))
         self._wide = True
         self._mutation_bytes += 3 * len(body) + 1 + len(value)

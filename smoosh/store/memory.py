@@ -137,46 +137,51 @@ class _MemorySnapshot(Snapshot):
             raise StoreError(TRANSACTION_TOO_OLD)
         return value
 
-    def scan(self, begin: bytes, end: bytes, reverse: bool, first_chunk: int = 0) -> Iterator[tuple[bytes, bytes]]:
+    def _collect(self, lo: bytes, hi: bytes, reverse: bool, count: int) -> list[tuple[bytes, bytes]]:
+        """Up to ``count`` pairs of ``[lo, hi)`` at the read version, in order (one lock hold)."""
         store = self._store
         data = store._data
         lock = store._lock
         read_version = self.read_version
+        chunk = []
+        if not lock.acquire(False):
+            take_politely(lock)
+        try:
+            self._check_floor()
+            # Keys live now, plus keys deleted since our read version (they may still hold
+            # a value at it); a key in both comes out of the merge twice.
+            keys: Iterator[bytes] = store._live.irange(lo, hi, inclusive=(True, False), reverse=reverse)
+            deletions = store._deletions
+            if deletions and deletions[-1][0] > read_version:
+                recent = store._deleted_since(read_version, lo, hi)
+                if recent:
+                    keys = heapq.merge(keys, sorted(recent, reverse=reverse), reverse=reverse)
+            previous = None
+            for key in keys:
+                if key == previous:
+                    continue
+                previous = key
+                history = data.get(key)
+                if history is None:
+                    continue
+                # The newest version is nearly always the one we read.
+                version, value = history[-1]
+                if version > read_version:
+                    value = _value_at(history, read_version)
+                if value is not None:
+                    chunk.append((key, value))
+                    if len(chunk) >= count:
+                        break
+        finally:
+            lock.release()
+        return chunk
+
+    def scan(self, begin: bytes, end: bytes, reverse: bool, first_chunk: int = 0) -> Iterator[tuple[bytes, bytes]]:
         lo, hi = begin, end
         # The merge above us reads one pair ahead; later chunks grow back to the usual size.
         chunk_size = min(first_chunk + 1, SCAN_CHUNK) if first_chunk > 0 else SCAN_CHUNK
         while True:
-            chunk = []
-            if not lock.acquire(False):
-                take_politely(lock)
-            try:
-                self._check_floor()
-                # Keys live now, plus keys deleted since our read version (they may still
-                # hold a value at it); a key in both comes out of the merge twice.
-                keys: Iterator[bytes] = store._live.irange(lo, hi, inclusive=(True, False), reverse=reverse)
-                deletions = store._deletions
-                if deletions and deletions[-1][0] > read_version:
-                    recent = store._deleted_since(read_version, lo, hi)
-                    if recent:
-                        keys = heapq.merge(keys, sorted(recent, reverse=reverse), reverse=reverse)
-                previous = None
-                for key in keys:
-                    if key == previous:
-                        continue
-                    previous = key
-                    history = data.get(key)
-                    if history is None:
-                        continue
-                    # The newest version is nearly always the one we read.
-                    version, value = history[-1]
-                    if version > read_version:
-                        value = _value_at(history, read_version)
-                    if value is not None:
-                        chunk.append((key, value))
-                        if len(chunk) >= chunk_size:
-                            break
-            finally:
-                lock.release()
+            chunk = self._collect(lo, hi, reverse, chunk_size)
             yield from chunk
             if len(chunk) < chunk_size:
                 return
@@ -185,6 +190,11 @@ class _MemorySnapshot(Snapshot):
                 hi = chunk[-1][0]
             else:
                 lo = chunk[-1][0] + b"\x00"
+
+    def read_range(self, begin: bytes, end: bytes, reverse: bool, limit: int) -> list[tuple[bytes, bytes]]:
+        if 0 < limit <= SCAN_CHUNK:
+            return self._collect(begin, end, reverse, limit)  # one chunk: no generator
+        return super().read_range(begin, end, reverse, limit)
 
     def close(self) -> None:
         pass

@@ -54,6 +54,22 @@ def enc_str(value: str) -> bytes:
     return b"\x02" + value.encode("utf-8").replace(b"\x00", b"\x00\xff") + b"\x00"
 
 
+#: Encoded job ids remembered (cleared when full): a round trip builds keys of one id in
+#: each of its three transactions, five or six times in all.
+_ID_CACHE_MAX = 4096
+_ids: dict[str, bytes] = {}
+
+
+def enc_id(job_id: str) -> bytes:
+    """:func:`enc_str` of a job id, remembered for the id's next keys."""
+    encoded = _ids.get(job_id)
+    if encoded is None:
+        if len(_ids) >= _ID_CACHE_MAX:
+            _ids.clear()
+        encoded = _ids[job_id] = enc_str(job_id)
+    return encoded
+
+
 def enc_bytes(value: bytes) -> bytes:
     """The tuple layer's encoding of one bytes element (code 0x01, NUL escaped)."""
     return b"\x01" + value.replace(b"\x00", b"\x00\xff") + b"\x00"

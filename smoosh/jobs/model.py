@@ -37,8 +37,8 @@ from smoosh.jobs.codec import (
     decode_int_str,
     decode_row,
     enc_bytes,
+    enc_id,
     enc_int,
-    enc_str,
     encode_row,
     incomplete_stamp,
 )
@@ -130,7 +130,7 @@ class Keys:
         return cached
 
     def data(self, job_type: Any, job_id: str) -> bytes:
-        return self._type_prefix(DATA, job_type) + enc_str(job_id)
+        return self._type_prefix(DATA, job_type) + enc_id(job_id)
 
     def data_type_range(self, job_type: Any) -> tuple[bytes, bytes]:
         p = self._type_prefix(DATA, job_type)
@@ -140,7 +140,7 @@ class Keys:
         return tuples.range((DATA,), self.prefix)
 
     def pending(self, job_type: Any, scheduled_time: int, job_id: str) -> bytes:
-        return self._type_prefix(PENDING, job_type) + enc_int(scheduled_time) + enc_str(job_id)
+        return self._type_prefix(PENDING, job_type) + enc_int(scheduled_time) + enc_id(job_id)
 
     def parse_pending(self, job_type: Any, key: bytes) -> tuple[int, str]:
         """``(scheduled_time, job_id)`` of one of the type's pending keys."""
@@ -282,7 +282,7 @@ def write_activity(
     """Replace the job's ACTIVITY entry with one stamped by this commit, and bump the watch."""
     if old_seq_enc is not None:
         clear_activity(tr, keys, job_type, old_seq_enc)
-    tr.set_versionstamped_key(keys.activity_stamped(job_type, user_version), enc_str(job_id) + data_enc)
+    tr.set_versionstamped_key(keys.activity_stamped(job_type, user_version), enc_id(job_id) + data_enc)
     bump_activity_watch(tr, keys, job_type)
 
 

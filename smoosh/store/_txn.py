@@ -253,11 +253,6 @@ class BufferedTransaction(Transaction):
         if self._finalizer is None:
             self._finalizer = weakref.finalize(self, self._held.abandon)
 
-    def _check_age(self) -> None:
-        max_age_s = self._store.max_age_s
-        if max_age_s is not None and self._store.clock() - self._snap_time > max_age_s:
-            raise StoreError(TRANSACTION_TOO_OLD)
-
     @staticmethod
     def _key_error(key: bytes) -> int:
         """The code a write of ``key`` defers (0: none). Raises TypeError at once, as the binding does."""
@@ -460,6 +455,10 @@ class BufferedTransaction(Transaction):
                 self._wide = True
                 self._mutation_bytes += 3 * len(body) + 1 + len(value)
                 return
+        self._set_versionstamped_key_checked(key, value)
+
+    def _set_versionstamped_key_checked(self, key: bytes, value: bytes) -> None:
+        """``set_versionstamped_key`` with every check, in FoundationDB's order."""
         value_error = self._value_error(value)
         if self._blocked:
             return self._refuse_write()
@@ -489,6 +488,10 @@ class BufferedTransaction(Transaction):
                 self._written.add(key)
                 self._mutation_bytes += 3 * len(key) + 1 + len(body)
                 return
+        self._set_versionstamped_value_checked(key, value)
+
+    def _set_versionstamped_value_checked(self, key: bytes, value: bytes) -> None:
+        """``set_versionstamped_value`` with every check, in FoundationDB's order."""
         key_error = self._key_error(key)
         if self._blocked:
             return self._refuse_write()
@@ -582,7 +585,10 @@ class BufferedTransaction(Transaction):
         snap = held.snapshot
         watches = held.watches
         if snap is not None:
-            self._check_age()
+            store = self._store
+            max_age_s = store.max_age_s
+            if max_age_s is not None and store.clock() - self._snap_time > max_age_s:
+                raise StoreError(TRANSACTION_TOO_OLD)
             # The read snapshot is not needed to commit: give it back now rather than pin the WAL.
             held.snapshot = None
             snap.close()

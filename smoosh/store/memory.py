@@ -26,6 +26,7 @@ import bisect
 import collections
 import heapq
 import operator
+import struct
 import threading
 import time
 from typing import Callable, Iterator
@@ -49,7 +50,6 @@ from smoosh.store._mutations import (
     STAMP_BYTES,
     Mutation,
     atomic_add,
-    make_stamp,
 )
 from smoosh.store._txn import BufferedStore
 
@@ -64,6 +64,7 @@ PRUNE_INTERVAL_S = 0.05
 HISTORY_TRIM_INTERVAL_S = 1.0
 
 _version_of = operator.itemgetter(0)
+_pack_stamp = struct.Struct(">QH").pack
 
 _History = list  # [(version, value or None for a deletion)], ascending versions
 
@@ -295,7 +296,7 @@ class MemoryStore(BufferedStore):
             if now >= self._next_prune_s:
                 self._prune(now)
             reads = req.reads
-            if reads:
+            if reads.points or reads.ranges:
                 read_version = req.read_version
                 assert read_version is not None
                 if read_version < self._floor_version:
@@ -307,7 +308,7 @@ class MemoryStore(BufferedStore):
                         if reads.intersects(points, ranges):
                             raise StoreError(NOT_COMMITTED)
             version = self._version + 1
-            stamp = make_stamp(version)
+            stamp = _pack_stamp(version, 0)  # make_stamp, without the call
             points, cleared, touched = self._apply(req.mutations, stamp, version)
             self._version = version
             self._log.append((version, now, points, cleared))
@@ -315,7 +316,7 @@ class MemoryStore(BufferedStore):
             if req.watches:
                 self._arm(req.watches)
             # Watches are armed only under this lock: none armed means none to check.
-            if self.watches.has_armed():
+            if self.watches._armed:
                 keys = self.watches.affected(points, cleared)
                 if keys:
                     self.watches.check({k: self._latest(k) for k in keys})

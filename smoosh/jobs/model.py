@@ -102,6 +102,8 @@ class Keys:
         # alone needs no (section, type) tuple made and hashed per key.
         self._by_type: dict[Any, list[bytes | None]] = {}
         self._prefixes: dict[tuple[int, Any], bytes] = {}
+        #: activity_stamped(type, 0) by the type's ACTIVITY prefix.
+        self._activity_first: dict[bytes, bytes] = {}
 
     def _type_prefix(self, section: int, job_type: Any) -> bytes:
         by_section = self._by_type.get(job_type)
@@ -115,6 +117,7 @@ class Keys:
         if section <= ACTIVITY:
             if len(self._by_type) >= MAX_CACHED_PREFIXES:
                 self._by_type.clear()
+                self._activity_first.clear()
             by_section = self._by_type.setdefault(job_type, [None] * (ACTIVITY + 1))
             packed = by_section[section]
             if packed is None:
@@ -179,6 +182,11 @@ class Keys:
     def activity_stamped(self, job_type: Any, user_version: int) -> bytes:
         """An ACTIVITY key with an incomplete stamp, for ``set_versionstamped_key``."""
         prefix = self._type_prefix(ACTIVITY, job_type)
+        if user_version == 0:  # the only stamped key of nearly every transaction
+            key = self._activity_first.get(prefix)
+            if key is None:
+                key = self._activity_first[prefix] = prefix + incomplete_stamp(0) + struct.pack("<L", len(prefix) + 1)
+            return key
         return prefix + incomplete_stamp(user_version) + struct.pack("<L", len(prefix) + 1)
 
     def activity_range(self, job_type: Any) -> tuple[bytes, bytes]:

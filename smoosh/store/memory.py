@@ -29,7 +29,7 @@ import operator
 import struct
 import threading
 import time
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Optional, Union
 
 from sortedcontainers import SortedList  # type: ignore[import-untyped]
 
@@ -62,11 +62,17 @@ PRUNE_INTERVAL_S = 0.05
 #: type's watch key) holds retention x commit rate versions; trimming it on every commit
 #: moved that whole list each time (80% of a round trip's time at 5,000 commits/s).
 HISTORY_TRIM_INTERVAL_S = 1.0
+#: Versions a key's history holds as a tuple; a longer one is a list, appended in place (a
+#: key written by every commit). The cyclic collector stops tracking a tuple of bytes and
+#: ints, where a list per key, kept for the store's life, was walked by every full collection.
+TUPLE_HISTORY_MAX = 8
 
 _version_of = operator.itemgetter(0)
 _pack_stamp = struct.Struct(">QH").pack
 
-_History = list  # [(version, value or None for a deletion)], ascending versions
+#: ``(version, value or None for a deletion)`` pairs, ascending versions: a tuple while short
+#: (replaced as a whole on each write), a list once longer (see :data:`TUPLE_HISTORY_MAX`).
+_History = Union[tuple[tuple[int, Optional[bytes]], ...], list[tuple[int, Optional[bytes]]]]
 
 
 def take_politely(lock: threading.Lock) -> None:
@@ -283,7 +289,9 @@ class MemoryStore(BufferedStore):
             # and everything newer.
             i = bisect.bisect_right(history, floor, key=_version_of) - 1
             if i > 0:
-                del history[:i]
+                # A new history, not one cut in place: a reader may walk the old one unlocked.
+                history = history[i:]
+                data[key] = tuple(history) if len(history) <= TUPLE_HISTORY_MAX else history
             if len(history) == 1 and history[0][1] is None and history[0][0] <= floor:
                 del data[key]
 
@@ -371,14 +379,22 @@ class MemoryStore(BufferedStore):
             history = data.get(key)
             if history is None:
                 if value is not None:
-                    data[key] = [(version, value)]
+                    data[key] = ((version, value),)
                     live.add(key)
                 continue
             last_version, last_value = history[-1]
             if last_version == version:
-                history[-1] = (version, value)
+                if isinstance(history, tuple):
+                    data[key] = history[:-1] + ((version, value),)
+                else:
+                    history[-1] = (version, value)
             elif last_value is not None or value is not None:
-                history.append((version, value))
+                if isinstance(history, list):
+                    history.append((version, value))
+                elif len(history) < TUPLE_HISTORY_MAX:
+                    data[key] = history + ((version, value),)
+                else:
+                    data[key] = [*history, (version, value)]
             else:
                 continue  # clearing a key that is already absent changes nothing
             if last_value is not None:
@@ -394,17 +410,26 @@ class MemoryStore(BufferedStore):
 
     def _put(self, key: bytes, value: bytes | None, version: int) -> None:
         """Record ``key``'s value at ``version``; keeps the live-key index (under the lock)."""
-        history = self._data.get(key)
+        data = self._data
+        history = data.get(key)
         if history is None:
             if value is not None:
-                self._data[key] = [(version, value)]
+                data[key] = ((version, value),)
                 self._live.add(key)
             return
         last_version, last_value = history[-1]
         if last_version == version:
-            history[-1] = (version, value)
+            if isinstance(history, tuple):
+                data[key] = history[:-1] + ((version, value),)
+            else:
+                history[-1] = (version, value)
         elif last_value is not None or value is not None:
-            history.append((version, value))
+            if isinstance(history, list):
+                history.append((version, value))
+            elif len(history) < TUPLE_HISTORY_MAX:
+                data[key] = history + ((version, value),)
+            else:
+                data[key] = [*history, (version, value)]
         else:
             return  # clearing a key that is already absent changes nothing
         if last_value is not None:

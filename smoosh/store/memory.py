@@ -127,8 +127,8 @@ class _MemorySnapshot(Snapshot):
         store = self._store
         read_version = self.read_version
         # Without the lock when the key's newest version is the one we read (nearly always):
-        # one read of the list's last item is atomic, and a commit only appends or replaces
-        # that item. The floor is checked after the read: a prune raises the floor before it
+        # one read of the history's last item is atomic, and a commit only appends to a list
+        # history, replaces its last item, or puts a new tuple in its place. The floor is checked after the read: a prune raises the floor before it
         # trims, so a read that raced a trim sees the raised floor and fails as too old.
         history = store._data.get(key)
         if history is None:

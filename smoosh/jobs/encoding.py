@@ -61,22 +61,6 @@ def _check_value(value: Any, depth: int) -> None:
 _PLAIN_SCALARS = frozenset({str, float, bool, bytes, type(None)})
 
 
-#: Exact types of the values of a flat job data dict that msgpack writes as they are: any int
-#: too, since msgpack itself refuses one outside its 64-bit range (the general check then
-#: names it), and a decoded int is always inside it.
-_FLAT_VALUE_TYPES = frozenset({str, float, bool, bytes, type(None), int})
-_STR_ONLY = frozenset({str})
-
-
-def _is_flat(data: dict[Any, Any]) -> bool:
-    """Whether ``data`` holds only str keys and plain values, by exact type (subclasses: False).
-
-    Two C-level passes over the dict, for the usual job data (smoosh's own is such a dict);
-    anything else takes :func:`_check_map`.
-    """
-    return set(map(type, data)) <= _STR_ONLY and set(map(type, data.values())) <= _FLAT_VALUE_TYPES
-
-
 def _check_map(data: dict[Any, Any]) -> None:
     """``_check_value(data, 0)`` for a job's top-level dict, with its usual flat items inline.
 
@@ -122,16 +106,12 @@ def encode_data(data: Any) -> bytes:
     """
     if not isinstance(data, dict):
         raise EncodingError(f"job data must be a dict, not {type(data).__name__}")
-    flat = _is_flat(data)
-    if not flat:
-        _check_map(data)
+    _check_map(data)
     try:
         packed = _pack(data)
-    except (TypeError, ValueError, OverflowError) as e:
+    except (TypeError, ValueError, OverflowError) as e:  # pragma: no cover - _check_value catches these first
         _packers.packer = msgpack.Packer(use_bin_type=True)  # its buffer may hold a partial value
-        if flat:
-            _check_map(data)  # an int outside msgpack's range: the general check names it
-        raise EncodingError(f"job data cannot be encoded: {e}") from e  # pragma: no cover - _check_map raised
+        raise EncodingError(f"job data cannot be encoded: {e}") from e
     if len(packed) > MAX_DATA_BYTES:
         raise EncodingError(f"job data encodes to {len(packed)} bytes, more than the limit of {MAX_DATA_BYTES}")
     return packed
@@ -170,8 +150,7 @@ def decode_data(raw: bytes) -> dict[str, Any]:
     # above MAX_DEPTH: data encode_data would refuse is damaged or foreign, and handing it to
     # a worker would only fail later, at finish, with the job stuck until its timeout.
     try:
-        if not _is_flat(value):
-            _check_map(value)
+        _check_map(value)
     except EncodingError as e:
         raise EncodingError(f"stored job data is damaged: {e}") from None
     return value

@@ -1,15 +1,12 @@
-"""The job layer's shortcuts give the general code's answers: key caches (first use, cached, after
-they fill up) and the row decoder's fast path against the tuple layer (on rows damaged at
-random, too), the flat job data check against the general one (encoding and decoding)."""
+"""The job layer's shortcuts give the tuple layer's answers: key caches (first use, cached, after
+they fill up) and the row decoder's fast path (on rows damaged at random, too)."""
 
 from __future__ import annotations
 
-import msgpack
-from hypothesis import example, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smoosh.jobs import codec, encoding, model
-from smoosh.jobs.errors import EncodingError
+from smoosh.jobs import codec, model
 from smoosh.jobs.model import Keys
 from smoosh.store import tuples
 from smoosh.store.tuples import Versionstamp
@@ -64,76 +61,3 @@ def test_the_fast_row_decoder_reads_what_the_tuple_layer_reads(seq_enc, lock, st
     seq, lock_, stime_, resubmit_, data_ = tuples.unpack(raw_b)
     assert (fast.seq, fast.lock, fast.scheduled_time, fast.resubmit, fast.data) == (seq, lock_, stime_, resubmit_, data_)
     assert isinstance(seq, (int, type(None), Versionstamp)) and fast.seq_enc == (codec.NONE_ENC if seq is None else tuples.pack((seq,)))
-
-
-_scalars = st.one_of(
-    st.none(), st.booleans(), st.floats(allow_nan=False), st.text(max_size=8), st.binary(max_size=8),
-    st.integers(-(2**64), 2**65),  # beyond msgpack's range on both sides too
-)
-_keys = st.one_of(st.text(max_size=4), st.integers(0, 2), st.binary(max_size=2))
-_values = st.recursive(_scalars, lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(_keys, inner, max_size=3)), max_leaves=6)
-_job_data = st.dictionaries(_keys, _values, max_size=6)
-
-
-def _general_encode(data):
-    encoding._check_map(data)
-    return msgpack.packb(data, use_bin_type=True)
-
-
-@settings(max_examples=300, deadline=None)
-@given(_job_data)
-# Each way out of the flat check: an int past either end of msgpack's range, a nested
-# dict (whose keys need the general check), a str subclass.
-@example({"a": 2**64})
-@example({"a": -(2**63) - 1, "b": "x"})
-@example({"a": [{1: 2}]})
-@example({"a": {"b": 2**70}})
-@example({"a": type("S", (str,), {})("x")})
-def test_encoding_job_data_answers_as_the_general_check_does(data):
-    try:
-        expected = ("ok", _general_encode(data))
-    except EncodingError as e:
-        expected = ("error", str(e))
-    try:
-        got = ("ok", encoding.encode_data(data))
-    except EncodingError as e:
-        got = ("error", str(e))
-    assert got == expected
-
-
-def _general_decode(raw):
-    # decode_data with the general check on every map, as it was written before the flat check.
-    try:
-        value = msgpack.unpackb(raw, raw=False, strict_map_key=True, max_ext_len=0)
-    except (ValueError, TypeError, msgpack.UnpackException) as e:
-        raise EncodingError(f"stored job data is damaged: {e}") from e
-    if not isinstance(value, dict):
-        raise EncodingError(f"stored job data is a {type(value).__name__}, not a map")
-    try:
-        encoding._check_map(value)
-    except EncodingError as e:
-        raise EncodingError(f"stored job data is damaged: {e}") from None
-    return value
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.one_of(_job_data, _values))
-def test_decoding_job_data_answers_as_the_general_check_does(data):
-    raw = msgpack.packb(data, use_bin_type=True) if _packable(data) else msgpack.packb({}, use_bin_type=True)
-    try:
-        expected = ("ok", _general_decode(raw))
-    except EncodingError as e:
-        expected = ("error", str(e))
-    try:
-        got = ("ok", encoding.decode_data(raw))
-    except EncodingError as e:
-        got = ("error", str(e))
-    assert got == expected
-
-
-def _packable(data):
-    try:
-        msgpack.packb(data, use_bin_type=True)
-        return True
-    except (OverflowError, TypeError, ValueError):
-        return False

@@ -180,7 +180,11 @@ class Acceptor:
             max_s = 0 if no_schedule else (math.floor(self._clock()) if fixed_max is None else fixed_max)
             conflicts = 0
             try:
-                result = self._txids.run(body, on_retry=on_retry, remember=_remember, recall=_recall)
+                store = self._txids.store
+                if not store.commit_outcome_may_be_unknown:  # what TxIds.run does for such a store, one call sooner
+                    result = store.transact(body, on_retry=on_retry)
+                else:
+                    result = self._txids.run(body, on_retry=on_retry, remember=_remember, recall=_recall)
             finally:
                 keys_taken = list(picked)
                 if picked:

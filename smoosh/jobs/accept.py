@@ -92,6 +92,16 @@ _LOOK_AGAIN = _NoJob(None, None)
 _ONLY_TAKEN = _NoJob(None, None)
 
 
+def _remember(result: tuple[Job, bytes] | _NoJob) -> Any:
+    # Remembered: the job taken, so a replay returns that same job. A _NoJob that wrote (it
+    # only cleared stray keys) replays as "look again".
+    return None if isinstance(result, _NoJob) else result
+
+
+def _recall(value: Any) -> tuple[Job, bytes] | _NoJob:
+    return _LOOK_AGAIN if value is None else (value[0], value[1])
+
+
 class Acceptor:
     """The accepts of one job layer: their pick windows, and the waits that closing must end.
 
@@ -170,14 +180,11 @@ class Acceptor:
             max_s = 0 if no_schedule else (math.floor(self._clock()) if fixed_max is None else fixed_max)
             conflicts = 0
             try:
-                result = self._txids.run(
-                    body,
-                    on_retry=on_retry,
-                    # Remembered: the job taken, so a replay returns that same job. A _NoJob
-                    # that wrote (it only cleared stray keys) replays as "look again".
-                    remember=lambda r: None if isinstance(r, _NoJob) else r,
-                    recall=lambda v: _LOOK_AGAIN if v is None else (v[0], v[1]),
-                )
+                store = self._txids.store
+                if not store.commit_outcome_may_be_unknown:  # what TxIds.run does for such a store, one call sooner
+                    result = store.transact(body, on_retry=on_retry)
+                else:
+                    result = self._txids.run(body, on_retry=on_retry, remember=_remember, recall=_recall)
             finally:
                 keys_taken = list(picked)
                 if picked:

@@ -54,6 +54,22 @@ def enc_str(value: str) -> bytes:
     return b"\x02" + value.encode("utf-8").replace(b"\x00", b"\x00\xff") + b"\x00"
 
 
+#: Encoded job ids remembered (cleared when full): a round trip builds keys of one id in
+#: each of its three transactions, five or six times in all.
+_ID_CACHE_MAX = 4096
+_ids: dict[str, bytes] = {}
+
+
+def enc_id(job_id: str) -> bytes:
+    """:func:`enc_str` of a job id, remembered for the id's next keys."""
+    encoded = _ids.get(job_id)
+    if encoded is None:
+        if len(_ids) >= _ID_CACHE_MAX:
+            _ids.clear()
+        encoded = _ids[job_id] = enc_str(job_id)
+    return encoded
+
+
 def enc_bytes(value: bytes) -> bytes:
     """The tuple layer's encoding of one bytes element (code 0x01, NUL escaped)."""
     return b"\x01" + value.replace(b"\x00", b"\x00\xff") + b"\x00"
@@ -223,23 +239,28 @@ def _decode_fast(raw: bytes) -> JobRow:
         lock = None
         i += 1
     elif code == _STRING:
-        end = _terminator(raw, i + 1)
-        lock = unescape(raw[i + 1 : end]).decode("utf-8")
+        end = raw.find(b"\x00", i + 1)
+        if end < 0:
+            raise ValueError("unterminated lock")
+        if raw[end + 1 : end + 2] == b"\xff":  # an escaped NUL in the lock: rare
+            end = _terminator(raw, i + 1)
+            lock = unescape(raw[i + 1 : end]).decode("utf-8")
+        else:
+            lock = raw[i + 1 : end].decode("utf-8")
         i = end + 1
     else:
         raise ValueError("not a fast-path lock")
     length = raw[i] - _INT_ZERO
     if not 0 <= length <= 8:
         raise ValueError("not a fast-path time")
-    scheduled_time = int.from_bytes(raw[i + 1 : i + 1 + length], "big")
+    scheduled_time = int.from_bytes(raw[i + 1 : i + 1 + length], "big") if length else 0
     i += 1 + length
     code = raw[i]
     if code != _FALSE and code != _TRUE:
         raise ValueError("not a fast-path flag")
-    resubmit = code == _TRUE
-    i += 1
-    # The data is the last element: it runs to the end, and every NUL inside is escaped.
-    data_enc = raw[i:]
-    if data_enc[0] != _BYTES or data_enc[-1] != _NULL or b"\x00" in data_enc[1:-1].replace(b"\x00\xff", b""):
+    # The data is the last element: it runs to the end, and every NUL inside is escaped
+    # (each one followed by 0xFF: as many NULs as escapes, counted without a copy).
+    data_enc = raw[i + 1 :]
+    if data_enc[0] != _BYTES or data_enc[-1] != _NULL or data_enc.count(b"\x00", 1, -1) != data_enc.count(b"\x00\xff", 1, -1):
         raise ValueError("not a fast-path data element")
-    return JobRow(seq_enc, lock, scheduled_time, resubmit, data_enc)
+    return JobRow(seq_enc, lock, scheduled_time, code == _TRUE, data_enc)

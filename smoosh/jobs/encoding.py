@@ -10,6 +10,7 @@ row cannot make the reader allocate without bound.
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any
 
 import msgpack
@@ -77,6 +78,19 @@ def _check_map(data: dict[Any, Any]) -> None:
         _check_value(item, 1)
 
 
+#: Each thread's msgpack Packer (a Packer is not thread-safe; making one per call cost as
+#: much as the packing).
+_packers = threading.local()
+
+
+def _pack(data: dict[str, Any]) -> bytes:
+    try:
+        packer = _packers.packer
+    except AttributeError:
+        packer = _packers.packer = msgpack.Packer(use_bin_type=True)
+    return packer.pack(data)
+
+
 def encode_data(data: Any) -> bytes:
     """Encode job data for storage.
 
@@ -94,8 +108,9 @@ def encode_data(data: Any) -> bytes:
         raise EncodingError(f"job data must be a dict, not {type(data).__name__}")
     _check_map(data)
     try:
-        packed = msgpack.packb(data, use_bin_type=True)
+        packed = _pack(data)
     except (TypeError, ValueError, OverflowError) as e:  # pragma: no cover - _check_value catches these first
+        _packers.packer = msgpack.Packer(use_bin_type=True)  # its buffer may hold a partial value
         raise EncodingError(f"job data cannot be encoded: {e}") from e
     if len(packed) > MAX_DATA_BYTES:
         raise EncodingError(f"job data encodes to {len(packed)} bytes, more than the limit of {MAX_DATA_BYTES}")

@@ -114,6 +114,8 @@ class Jobs:
     def _run(self, fn: Callable[[Transaction], T], tx: Transaction | None) -> T:
         if tx is not None:
             return fn(tx)
+        if not self.store.commit_outcome_may_be_unknown:
+            return self.store.transact(fn)  # what TxIds.run does for such a store, one call sooner
         return self._txids.run(fn)
 
     def close(self) -> None:

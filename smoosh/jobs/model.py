@@ -37,8 +37,8 @@ from smoosh.jobs.codec import (
     decode_int_str,
     decode_row,
     enc_bytes,
+    enc_id,
     enc_int,
-    enc_str,
     encode_row,
     incomplete_stamp,
 )
@@ -87,6 +87,29 @@ class Job:
 MAX_CACHED_PREFIXES = 4096
 
 
+class _TypeKeys:
+    """One type's key prefixes under one layer prefix (see :class:`Keys`)."""
+
+    __slots__ = (
+        "sections", "data", "pending", "watches_pending", "watches_activity", "activity_timeout", "activity",
+        "activity_first", "pending_end",
+    )
+
+    def __init__(self, prefix: bytes, job_type: Any) -> None:
+        #: ``prefix + pack((section, type))`` by section number (0 unused).
+        self.sections = [b""] + [tuples.pack((section, job_type), prefix) for section in range(DATA, ACTIVITY + 1)]
+        self.data = self.sections[DATA]
+        self.pending = self.sections[PENDING]
+        self.watches_pending = self.sections[WATCHES_PENDING]
+        self.watches_activity = self.sections[WATCHES_ACTIVITY]
+        self.activity_timeout = self.sections[ACTIVITY_TIMEOUT]
+        self.activity = self.sections[ACTIVITY]
+        #: The ACTIVITY key stamped with user version 0, with its offset trailer.
+        self.activity_first = self.activity + incomplete_stamp(0) + struct.pack("<L", len(self.activity) + 1)
+        #: The last pending_end asked for: (max scheduled time, key).
+        self.pending_end: tuple[int, bytes] = (-1, b"")
+
+
 class Keys:
     """Key builders for one layer prefix.
 
@@ -97,20 +120,34 @@ class Keys:
 
     def __init__(self, prefix: bytes) -> None:
         self.prefix = prefix
+        # Per type, its sections' prefixes (built on first use): every job-layer transaction
+        # builds several keys of one type, and one lookup by the type alone finds them all.
+        self._types: dict[Any, _TypeKeys] = {}
+        #: TX_IDS prefixes by issue time (a new one every second).
         self._prefixes: dict[tuple[int, Any], bytes] = {}
 
+    def _of(self, job_type: Any) -> _TypeKeys:
+        """The type's prefixes, packed on first use."""
+        t = self._types.get(job_type)
+        if t is None:
+            if len(self._types) >= MAX_CACHED_PREFIXES:
+                self._types.clear()
+            t = self._types[job_type] = _TypeKeys(self.prefix, job_type)
+        return t
+
     def _type_prefix(self, section: int, job_type: Any) -> bytes:
+        if section <= ACTIVITY:
+            return (self._types.get(job_type) or self._of(job_type)).sections[section]
         key = (section, job_type)
-        packed = self._prefixes.get(key)
-        if packed is None:
+        cached = self._prefixes.get(key)
+        if cached is None:
             if len(self._prefixes) >= MAX_CACHED_PREFIXES:
                 self._prefixes.clear()
-            packed = tuples.pack((section, job_type), self.prefix)
-            self._prefixes[key] = packed
-        return packed
+            cached = self._prefixes[key] = tuples.pack((section, job_type), self.prefix)
+        return cached
 
     def data(self, job_type: Any, job_id: str) -> bytes:
-        return self._type_prefix(DATA, job_type) + enc_str(job_id)
+        return (self._types.get(job_type) or self._of(job_type)).data + enc_id(job_id)
 
     def data_type_range(self, job_type: Any) -> tuple[bytes, bytes]:
         p = self._type_prefix(DATA, job_type)
@@ -120,11 +157,11 @@ class Keys:
         return tuples.range((DATA,), self.prefix)
 
     def pending(self, job_type: Any, scheduled_time: int, job_id: str) -> bytes:
-        return self._type_prefix(PENDING, job_type) + enc_int(scheduled_time) + enc_str(job_id)
+        return (self._types.get(job_type) or self._of(job_type)).pending + enc_int(scheduled_time) + enc_id(job_id)
 
     def parse_pending(self, job_type: Any, key: bytes) -> tuple[int, str]:
         """``(scheduled_time, job_id)`` of one of the type's pending keys."""
-        return decode_int_str(key, len(self._type_prefix(PENDING, job_type)))
+        return decode_int_str(key, len((self._types.get(job_type) or self._of(job_type)).pending))
 
     def pending_range(self, job_type: Any) -> tuple[bytes, bytes]:
         p = self._type_prefix(PENDING, job_type)
@@ -135,16 +172,23 @@ class Keys:
 
     def pending_end(self, job_type: Any, max_sched_time: int) -> bytes:
         """First key past every pending key with ``scheduled_time <= max_sched_time``."""
-        return self._type_prefix(PENDING, job_type) + enc_int(max_sched_time + 1)
+        t = self._types.get(job_type) or self._of(job_type)
+        # Every accept asks, with the same time for a second on end: the last answer is kept.
+        last = t.pending_end
+        if last[0] == max_sched_time:
+            return last[1]
+        end = t.pending + enc_int(max_sched_time + 1)
+        t.pending_end = (max_sched_time, end)
+        return end
 
     def watches_pending(self, job_type: Any) -> bytes:
-        return self._type_prefix(WATCHES_PENDING, job_type)
+        return (self._types.get(job_type) or self._of(job_type)).watches_pending
 
     def watches_activity(self, job_type: Any) -> bytes:
-        return self._type_prefix(WATCHES_ACTIVITY, job_type)
+        return (self._types.get(job_type) or self._of(job_type)).watches_activity
 
     def activity_timeout(self, job_type: Any) -> bytes:
-        return self._type_prefix(ACTIVITY_TIMEOUT, job_type)
+        return (self._types.get(job_type) or self._of(job_type)).activity_timeout
 
     def activity_timeout_range(self) -> tuple[bytes, bytes]:
         return tuples.range((ACTIVITY_TIMEOUT,), self.prefix)
@@ -154,11 +198,14 @@ class Keys:
 
     def activity_of(self, job_type: Any, seq_enc: bytes) -> bytes:
         """The ACTIVITY key a running row's encoded seq names."""
-        return self._type_prefix(ACTIVITY, job_type) + seq_enc
+        return (self._types.get(job_type) or self._of(job_type)).activity + seq_enc
 
     def activity_stamped(self, job_type: Any, user_version: int) -> bytes:
         """An ACTIVITY key with an incomplete stamp, for ``set_versionstamped_key``."""
-        prefix = self._type_prefix(ACTIVITY, job_type)
+        t = self._types.get(job_type) or self._of(job_type)
+        if user_version == 0:  # the only stamped key of nearly every transaction
+            return t.activity_first
+        prefix = t.activity
         return prefix + incomplete_stamp(user_version) + struct.pack("<L", len(prefix) + 1)
 
     def activity_range(self, job_type: Any) -> tuple[bytes, bytes]:
@@ -262,7 +309,7 @@ def write_activity(
     """Replace the job's ACTIVITY entry with one stamped by this commit, and bump the watch."""
     if old_seq_enc is not None:
         clear_activity(tr, keys, job_type, old_seq_enc)
-    tr.set_versionstamped_key(keys.activity_stamped(job_type, user_version), enc_str(job_id) + data_enc)
+    tr.set_versionstamped_key(keys.activity_stamped(job_type, user_version), enc_id(job_id) + data_enc)
     bump_activity_watch(tr, keys, job_type)
 
 

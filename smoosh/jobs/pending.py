@@ -42,9 +42,10 @@ class PickWindow:
 
     def narrow(self) -> None:
         """An accept committed without conflict: one key narrower (at least ``minimum``)."""
-        with self._lock:
-            if self.size > self.minimum:
-                self.size -= 1
+        if self.size > self.minimum:  # settled at the minimum, the usual case: no lock needed
+            with self._lock:
+                if self.size > self.minimum:
+                    self.size -= 1
 
 
 def dequeue(
@@ -78,7 +79,13 @@ def dequeue(
         return None
     # Acceptors of one process see each other's picks: they need not meet at the commit.
     if avoid:
-        candidates = [k for k, _ in kvs if not any(k in keys_ for keys_ in avoid)]
+        candidates = []
+        for k, _ in kvs:
+            for keys_ in avoid:
+                if k in keys_:
+                    break
+            else:
+                candidates.append(k)
         if not candidates:
             return False
         key = candidates[rng.randrange(len(candidates))]

@@ -13,6 +13,7 @@ commit, reset or cancel, or from its finalizer when it is dropped. The transacti
 from __future__ import annotations
 
 import abc
+import itertools
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -42,6 +43,12 @@ class Snapshot(abc.ABC):
         need: a limited read of a few keys at the head of a long range (an accept's pick)
         then fetches a few, not a whole chunk, so its cost does not grow with the range.
         """
+
+    def read_range(self, begin: bytes, end: bytes, reverse: bool, limit: int) -> list[tuple[bytes, bytes]]:
+        """The first ``limit`` (0: every) pairs of :meth:`scan`, as a list."""
+        if not limit:
+            return list(self.scan(begin, end, reverse))
+        return list(itertools.islice(self.scan(begin, end, reverse, limit), limit))
 
     @abc.abstractmethod
     def close(self) -> None:

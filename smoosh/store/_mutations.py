@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import bisect
 import struct
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Collection, Iterable, Iterator
 
 from smoosh.store.errors import CLIENT_INVALID_OPERATION, StoreError
 
@@ -168,7 +168,7 @@ class ConflictSet:
             total += merged.size_bytes()
         return total
 
-    def intersects(self, points: set[bytes] | frozenset[bytes], ranges: list[tuple[bytes, bytes]]) -> bool:
+    def intersects(self, points: Collection[bytes], ranges: Iterable[tuple[bytes, bytes]]) -> bool:
         """Whether a commit that wrote ``points`` (single keys) and ``ranges`` touched one of these ranges."""
         mine = self.points
         if mine and points and not mine.isdisjoint(points):

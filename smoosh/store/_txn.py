@@ -135,7 +135,7 @@ class _SnapshotView(ReadView):
 
     def get(self, key: bytes) -> bytes | None:
         tr = self._tr
-        if tr._blocked or tr._mutations:
+        if tr._blocked or tr._wide or key in tr._written:
             return tr._get_slow(key, snapshot=True)
         return tr._snapshot().get(key)
 
@@ -168,8 +168,16 @@ class BufferedTransaction(Transaction):
         # neither (a memory snapshot), and a finalizer for every transaction was a visible
         # part of the cost of examining a key.
         self._finalizer: weakref.finalize | None = None
-        self.snapshot = _SnapshotView(self)
         self._clear_state()
+
+    @property
+    def snapshot(self) -> ReadView:  # type: ignore[override]
+        """See :attr:`Transaction.snapshot`."""
+        # Made on each use rather than kept: a view kept on the transaction would make the
+        # two a reference cycle, so every transaction would outlive its last use until the
+        # cyclic collector found it (that collector's passes were a visible share of a
+        # transaction's cost).
+        return _SnapshotView(self)
 
     def _clear_state(self) -> None:
         self._state = _OPEN
@@ -180,8 +188,14 @@ class BufferedTransaction(Transaction):
         self._buf: WriteBuffer | None = None
         self._folded = 0
         self._mutations: list[Mutation] = []
-        #: Ranges a versionstamped key may land on, each fixed when its write was made.
-        self._unreadable: list[tuple[bytes, bytes]] = []
+        #: Keys of the point writes made so far (set, clear, add, versionstamped value), and
+        #: whether a write of wider reach was made (a range clear, a versionstamped key): a
+        #: read of a key outside both needs no read-your-writes buffer at all.
+        self._written: set[bytes] = set()
+        self._wide = False
+        #: Where a versionstamped key may land, each fixed when its write was made: (body,
+        #: stamp offset, read version then); :meth:`_fold` makes them ranges, if a read needs them.
+        self._unreadable: list[tuple[bytes, int, int]] = []
         self._reads = ConflictSet()
         #: Bytes the mutations add to the transaction's size (with their write conflict ranges).
         self._mutation_bytes = 0
@@ -239,11 +253,6 @@ class BufferedTransaction(Transaction):
         if self._finalizer is None:
             self._finalizer = weakref.finalize(self, self._held.abandon)
 
-    def _check_age(self) -> None:
-        max_age_s = self._store.max_age_s
-        if max_age_s is not None and self._store.clock() - self._snap_time > max_age_s:
-            raise StoreError(TRANSACTION_TOO_OLD)
-
     @staticmethod
     def _key_error(key: bytes) -> int:
         """The code a write of ``key`` defers (0: none). Raises TypeError at once, as the binding does."""
@@ -295,8 +304,11 @@ class BufferedTransaction(Transaction):
                     buf.set_unreadable_value(key)
             self._folded = len(mutations)
         if self._unreadable:
-            for begin, end in self._unreadable:
-                buf.set_unreadable_range(begin, end)
+            for body, offset, read_version in self._unreadable:
+                # As FDB's RYW layer: the keys this write may land on (any stamp after the
+                # read version as it was at the write) cannot be read back by this transaction.
+                low = splice(body, offset, make_stamp(read_version, 0))
+                buf.set_unreadable_range(low, key_after(splice(body, offset, b"\xff" * STAMP_BYTES)))
             self._unreadable.clear()
         return buf
 
@@ -325,24 +337,26 @@ class BufferedTransaction(Transaction):
         reverse: bool,
         snapshot: bool,
     ) -> list[tuple[bytes, bytes]]:
-        self._check_open()
+        if self._blocked:
+            self._check_open()
         if limit < 0:
             raise ValueError("limit must be >= 0 (0 means no limit)")
         rb = self._get_key(begin, snapshot) if isinstance(begin, KeySelector) else begin
         re = self._get_key(end, snapshot) if isinstance(end, KeySelector) else end
-        re = min(re, KEYSPACE_END)
+        if re > KEYSPACE_END:
+            re = KEYSPACE_END
         if rb >= re:
             return []
-        out: list[tuple[bytes, bytes]] = []
+        out: list[tuple[bytes, bytes]]
         if self._mutations or self._buf is not None or self._unreadable:
-            pairs = self._fold().merged(self._snapshot, rb, re, reverse, limit)
+            out = []
+            for pair in self._fold().merged(self._snapshot, rb, re, reverse, limit):
+                out.append(pair)
+                if limit and len(out) >= limit:
+                    break
         else:
             # Nothing written: the snapshot's own pairs, without the merge.
-            pairs = self._snapshot().scan(rb, re, reverse, limit)
-        for pair in pairs:
-            out.append(pair)
-            if limit and len(out) >= limit:
-                break
+            out = self._snapshot().read_range(rb, re, reverse, limit)
         if not snapshot:
             # The range actually scanned: a limited read did not look past its last key.
             if limit and len(out) >= limit:
@@ -355,7 +369,7 @@ class BufferedTransaction(Transaction):
 
     def get(self, key: bytes) -> bytes | None:
         """See :meth:`ReadView.get`; adds a read conflict on ``key``."""
-        if self._blocked or self._mutations:
+        if self._blocked or self._wide or key in self._written:
             return self._get_slow(key, snapshot=False)
         value = self._snapshot().get(key)
         self._reads.points.add(key)
@@ -384,6 +398,7 @@ class BufferedTransaction(Transaction):
         if error:
             return self._defer(error)
         self._mutations.append((OP_SET, key, value, 0))
+        self._written.add(key)
         self._mutation_bytes += 3 * len(key) + 1 + len(value)
 
     def clear(self, key: bytes) -> None:
@@ -396,6 +411,7 @@ class BufferedTransaction(Transaction):
         if error:
             return self._defer(error)
         self._mutations.append((OP_CLEAR, key, b"", 0))
+        self._written.add(key)
         self._mutation_bytes += 3 * len(key) + 1
 
     def clear_range(self, begin: bytes, end: bytes) -> None:
@@ -409,6 +425,7 @@ class BufferedTransaction(Transaction):
         if begin == end:
             return
         self._mutations.append((OP_CLEAR_RANGE, begin, end, 0))
+        self._wide = True
         self._mutation_bytes += 2 * (len(begin) + len(end))
 
     def add(self, key: bytes, param: bytes) -> None:
@@ -419,10 +436,29 @@ class BufferedTransaction(Transaction):
         if error:
             return self._defer(error)
         self._mutations.append((OP_ADD, key, param, 0))
+        self._written.add(key)
         self._mutation_bytes += 3 * len(key) + 1 + len(param)
 
     def set_versionstamped_key(self, key: bytes, value: bytes) -> None:
         """See :meth:`Transaction.set_versionstamped_key`; 2000 (deferred) for a bad offset trailer."""
+        # Every accept and update makes one: the usual well-formed operand (the stamp after
+        # the key's first byte, so that byte alone decides the legal range) is taken here,
+        # anything else by the checks below in their order.
+        if key.__class__ is bytes and value.__class__ is bytes and not self._blocked \
+                and STAMP_BYTES + TRAILER_BYTES < len(key) and len(value) <= VALUE_SIZE_LIMIT_BYTES:
+            offset = int.from_bytes(key[-TRAILER_BYTES:], "little")
+            body = key[:-TRAILER_BYTES]
+            if 0 < offset and offset + STAMP_BYTES <= len(body) <= KEY_SIZE_LIMIT_BYTES and body < KEYSPACE_END:
+                snap = self._held.snapshot
+                self._unreadable.append((body, offset, snap.read_version if snap is not None else 0))
+                self._mutations.append((OP_VS_KEY, body, value, offset))
+                self._wide = True
+                self._mutation_bytes += 3 * len(body) + 1 + len(value)
+                return
+        self._set_versionstamped_key_checked(key, value)
+
+    def _set_versionstamped_key_checked(self, key: bytes, value: bytes) -> None:
+        """``set_versionstamped_key`` with every check, in FoundationDB's order."""
         value_error = self._value_error(value)
         if self._blocked:
             return self._refuse_write()
@@ -433,12 +469,10 @@ class BufferedTransaction(Transaction):
         error = self._key_error(splice(body, offset, b"\x00" * STAMP_BYTES)) or value_error
         if error:
             return self._defer(error)
-        # As FDB's RYW layer: the keys this write may land on (any stamp after our read
-        # version, as it is now) cannot be read back by this transaction.
         snap = self._held.snapshot
-        low_stamp = make_stamp(snap.read_version if snap is not None else 0, 0)
-        self._unreadable.append((splice(body, offset, low_stamp), key_after(splice(body, offset, b"\xff" * STAMP_BYTES))))
+        self._unreadable.append((body, offset, snap.read_version if snap is not None else 0))
         self._mutations.append((OP_VS_KEY, body, value, offset))
+        self._wide = True
         self._mutation_bytes += 3 * len(body) + 1 + len(value)
 
     def set_versionstamped_value(self, key: bytes, value: bytes) -> None:
@@ -451,8 +485,13 @@ class BufferedTransaction(Transaction):
             body = value[:-TRAILER_BYTES]
             if offset + STAMP_BYTES <= len(body):
                 self._mutations.append((OP_VS_VALUE, key, body, offset))
+                self._written.add(key)
                 self._mutation_bytes += 3 * len(key) + 1 + len(body)
                 return
+        self._set_versionstamped_value_checked(key, value)
+
+    def _set_versionstamped_value_checked(self, key: bytes, value: bytes) -> None:
+        """``set_versionstamped_value`` with every check, in FoundationDB's order."""
         key_error = self._key_error(key)
         if self._blocked:
             return self._refuse_write()
@@ -466,13 +505,14 @@ class BufferedTransaction(Transaction):
         if error:
             return self._defer(error)
         self._mutations.append((OP_VS_VALUE, key, body, offset))
+        self._written.add(key)
         self._mutation_bytes += 3 * len(key) + 1 + len(body)
 
     def add_read_conflict_key(self, key: bytes) -> None:
         """See :meth:`Transaction.add_read_conflict_key`; a key we already wrote adds nothing."""
         if self._blocked:
             return
-        if self._mutations and self._fold().decides(key):
+        if (self._wide or key in self._written) and self._fold().decides(key):
             return
         if self._held.snapshot is None:
             self.add_read_conflict_range(key, key_after(key))
@@ -503,7 +543,7 @@ class BufferedTransaction(Transaction):
         if w.is_ready():
             return w  # failed with 1032
         seen = None
-        if not (self._mutations and self._fold().wrote(key)):
+        if not ((self._wide or key in self._written) and self._fold().wrote(key)):
             try:
                 seen = self._snapshot().get(key)
             except BaseException:
@@ -543,14 +583,18 @@ class BufferedTransaction(Transaction):
         if size > self._store.size_limit_bytes:
             raise StoreError(TRANSACTION_TOO_LARGE)
         snap = held.snapshot
-        if snap is not None:
-            self._check_age()
         watches = held.watches
-        req = CommitRequest(snap.read_version if snap is not None else None, self._reads, self._mutations, list(watches))
-        # The read snapshot is not needed to commit: give it back now rather than pin the WAL.
         if snap is not None:
-            held.release(watch_error=None)
-            watches.extend(req.watches)
+            store = self._store
+            max_age_s = store.max_age_s
+            if max_age_s is not None and store.clock() - self._snap_time > max_age_s:
+                raise StoreError(TRANSACTION_TOO_OLD)
+            # The read snapshot is not needed to commit: give it back now rather than pin the WAL.
+            held.snapshot = None
+            snap.close()
+            req = CommitRequest(snap.read_version, reads, self._mutations, list(watches) if watches else None)
+        else:
+            req = CommitRequest(None, reads, self._mutations, list(watches) if watches else None)
         try:
             self._stamp = self._store._commit(req)
         except StoreError as e:

@@ -26,9 +26,10 @@ import bisect
 import collections
 import heapq
 import operator
+import struct
 import threading
 import time
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Optional, Union
 
 from sortedcontainers import SortedList  # type: ignore[import-untyped]
 
@@ -39,7 +40,17 @@ from smoosh.store.base import (
 )
 from smoosh.store.errors import NOT_COMMITTED, TRANSACTION_TOO_OLD, StoreError
 from smoosh.store._commit import CommitRequest, PendingWatch, Snapshot
-from smoosh.store._mutations import Mutation, make_stamp, writes_of
+from smoosh.store._mutations import (
+    OP_ADD,
+    OP_CLEAR,
+    OP_CLEAR_RANGE,
+    OP_SET,
+    OP_VS_KEY,
+    OP_VS_VALUE,
+    STAMP_BYTES,
+    Mutation,
+    atomic_add,
+)
 from smoosh.store._txn import BufferedStore
 
 #: Pairs copied per lock acquisition during a range scan.
@@ -51,10 +62,17 @@ PRUNE_INTERVAL_S = 0.05
 #: type's watch key) holds retention x commit rate versions; trimming it on every commit
 #: moved that whole list each time (80% of a round trip's time at 5,000 commits/s).
 HISTORY_TRIM_INTERVAL_S = 1.0
+#: Versions a key's history holds as a tuple; a longer one is a list, appended in place (a
+#: key written by every commit). The cyclic collector stops tracking a tuple of bytes and
+#: ints, where a list per key, kept for the store's life, was walked by every full collection.
+TUPLE_HISTORY_MAX = 8
 
 _version_of = operator.itemgetter(0)
+_pack_stamp = struct.Struct(">QH").pack
 
-_History = list  # [(version, value or None for a deletion)], ascending versions
+#: ``(version, value or None for a deletion)`` pairs, ascending versions: a tuple while short
+#: (replaced as a whole on each write), a list once longer (see :data:`TUPLE_HISTORY_MAX`).
+_History = Union[tuple[tuple[int, Optional[bytes]], ...], list[tuple[int, Optional[bytes]]]]
 
 
 def take_politely(lock: threading.Lock) -> None:
@@ -109,8 +127,8 @@ class _MemorySnapshot(Snapshot):
         store = self._store
         read_version = self.read_version
         # Without the lock when the key's newest version is the one we read (nearly always):
-        # one read of the list's last item is atomic, and a commit only appends or replaces
-        # that item. The floor is checked after the read: a prune raises the floor before it
+        # one read of the history's last item is atomic, and a commit only appends to a list
+        # history, replaces its last item, or puts a new tuple in its place. The floor is checked after the read: a prune raises the floor before it
         # trims, so a read that raced a trim sees the raised floor and fails as too old.
         history = store._data.get(key)
         if history is None:
@@ -126,34 +144,51 @@ class _MemorySnapshot(Snapshot):
             raise StoreError(TRANSACTION_TOO_OLD)
         return value
 
-    def scan(self, begin: bytes, end: bytes, reverse: bool, first_chunk: int = 0) -> Iterator[tuple[bytes, bytes]]:
+    def _collect(self, lo: bytes, hi: bytes, reverse: bool, count: int) -> list[tuple[bytes, bytes]]:
+        """Up to ``count`` pairs of ``[lo, hi)`` at the read version, in order (one lock hold)."""
         store = self._store
         data = store._data
+        lock = store._lock
         read_version = self.read_version
+        chunk = []
+        if not lock.acquire(False):
+            take_politely(lock)
+        try:
+            self._check_floor()
+            # Keys live now, plus keys deleted since our read version (they may still hold
+            # a value at it); a key in both comes out of the merge twice.
+            keys: Iterator[bytes] = store._live.irange(lo, hi, inclusive=(True, False), reverse=reverse)
+            deletions = store._deletions
+            if deletions and deletions[-1][0] > read_version:
+                recent = store._deleted_since(read_version, lo, hi)
+                if recent:
+                    keys = heapq.merge(keys, sorted(recent, reverse=reverse), reverse=reverse)
+            previous = None
+            for key in keys:
+                if key == previous:
+                    continue
+                previous = key
+                history = data.get(key)
+                if history is None:
+                    continue
+                # The newest version is nearly always the one we read.
+                version, value = history[-1]
+                if version > read_version:
+                    value = _value_at(history, read_version)
+                if value is not None:
+                    chunk.append((key, value))
+                    if len(chunk) >= count:
+                        break
+        finally:
+            lock.release()
+        return chunk
+
+    def scan(self, begin: bytes, end: bytes, reverse: bool, first_chunk: int = 0) -> Iterator[tuple[bytes, bytes]]:
         lo, hi = begin, end
         # The merge above us reads one pair ahead; later chunks grow back to the usual size.
         chunk_size = min(first_chunk + 1, SCAN_CHUNK) if first_chunk > 0 else SCAN_CHUNK
         while True:
-            chunk = []
-            with store._guard:
-                self._check_floor()
-                # Keys live now, plus keys deleted since our read version (they may still
-                # hold a value at it); a key in both comes out of the merge twice.
-                keys: Iterator[bytes] = store._live.irange(lo, hi, inclusive=(True, False), reverse=reverse)
-                recent = store._deleted_since(read_version, lo, hi)
-                if recent:
-                    keys = heapq.merge(keys, sorted(recent, reverse=reverse), reverse=reverse)
-                previous = None
-                for key in keys:
-                    if key == previous:
-                        continue
-                    previous = key
-                    history = data.get(key)
-                    value = None if history is None else _value_at(history, read_version)
-                    if value is not None:
-                        chunk.append((key, value))
-                        if len(chunk) >= chunk_size:
-                            break
+            chunk = self._collect(lo, hi, reverse, chunk_size)
             yield from chunk
             if len(chunk) < chunk_size:
                 return
@@ -162,6 +197,11 @@ class _MemorySnapshot(Snapshot):
                 hi = chunk[-1][0]
             else:
                 lo = chunk[-1][0] + b"\x00"
+
+    def read_range(self, begin: bytes, end: bytes, reverse: bool, limit: int) -> list[tuple[bytes, bytes]]:
+        if 0 < limit <= SCAN_CHUNK:
+            return self._collect(begin, end, reverse, limit)  # one chunk: no generator
+        return super().read_range(begin, end, reverse, limit)
 
     def close(self) -> None:
         pass
@@ -201,10 +241,12 @@ class MemoryStore(BufferedStore):
         self._next_prune_s = -float("inf")
         #: Reads below this version would need pruned history: they fail with 1007.
         self._floor_version = 0
-        #: (commit_version, commit_time, keys written, ranges cleared) of recent commits, oldest first.
-        self._log: collections.deque[tuple[int, float, set[bytes], list[tuple[bytes, bytes]]]] = collections.deque()
-        #: (commit_time, version, keys written) whose older history may be pruned later.
-        self._touched: collections.deque[tuple[float, int, set[bytes]]] = collections.deque()
+        #: (commit_version, commit_time, keys written, ranges cleared) of recent commits, oldest
+        #: first. Tuples, not sets and lists: the collector stops tracking a tuple of bytes,
+        #: and it would otherwise walk every commit of the retention window on each full pass.
+        self._log: collections.deque[tuple[int, float, tuple[bytes, ...], tuple[tuple[bytes, bytes], ...]]] = collections.deque()
+        #: (commit_time, version, keys whose history changed) whose older history may be pruned later.
+        self._touched: collections.deque[tuple[float, int, tuple[bytes, ...]]] = collections.deque()
         self._last_trim = -float("inf")
 
     def _deleted_since(self, read_version: int, begin: bytes, end: bytes) -> set[bytes]:
@@ -237,7 +279,7 @@ class MemoryStore(BufferedStore):
         self._last_trim = now
         keys: set[bytes] = set()
         while self._touched and self._touched[0][0] < cutoff:
-            keys |= self._touched.popleft()[2]
+            keys.update(self._touched.popleft()[2])
         data = self._data
         for key in keys:
             history = data.get(key)
@@ -247,7 +289,9 @@ class MemoryStore(BufferedStore):
             # and everything newer.
             i = bisect.bisect_right(history, floor, key=_version_of) - 1
             if i > 0:
-                del history[:i]
+                # A new history, not one cut in place: a reader may walk the old one unlocked.
+                history = history[i:]
+                data[key] = tuple(history) if len(history) <= TUPLE_HISTORY_MAX else history
             if len(history) == 1 and history[0][1] is None and history[0][0] <= floor:
                 del data[key]
 
@@ -260,7 +304,7 @@ class MemoryStore(BufferedStore):
             if now >= self._next_prune_s:
                 self._prune(now)
             reads = req.reads
-            if reads:
+            if reads.points or reads.ranges:
                 read_version = req.read_version
                 assert read_version is not None
                 if read_version < self._floor_version:
@@ -272,7 +316,7 @@ class MemoryStore(BufferedStore):
                         if reads.intersects(points, ranges):
                             raise StoreError(NOT_COMMITTED)
             version = self._version + 1
-            stamp = make_stamp(version)
+            stamp = _pack_stamp(version, 0)  # make_stamp, without the call
             points, cleared, touched = self._apply(req.mutations, stamp, version)
             self._version = version
             self._log.append((version, now, points, cleared))
@@ -280,7 +324,7 @@ class MemoryStore(BufferedStore):
             if req.watches:
                 self._arm(req.watches)
             # Watches are armed only under this lock: none armed means none to check.
-            if self.watches.has_armed():
+            if self.watches._armed:
                 keys = self.watches.affected(points, cleared)
                 if keys:
                     self.watches.check({k: self._latest(k) for k in keys})
@@ -290,43 +334,102 @@ class MemoryStore(BufferedStore):
 
     def _apply(
         self, mutations: list[Mutation], stamp: bytes, version: int
-    ) -> tuple[set[bytes], list[tuple[bytes, bytes]], set[bytes]]:
+    ) -> tuple[tuple[bytes, ...], tuple[tuple[bytes, bytes], ...], tuple[bytes, ...]]:
         """Apply one commit's mutations in issue order as versions ``version`` (under the lock).
 
+        :func:`~smoosh.store._mutations.writes_of` and :meth:`_put` written out in one loop:
+        every commit runs it, and a generator step and a call per write were most of its cost.
+        The semantics are theirs (a test runs random mutations through both).
+
         Returns:
-            ``(keys written, ranges cleared, keys whose history changed)``.
+            ``(keys written, ranges cleared, keys whose history changed)`` (a key may repeat).
         """
-        points: set[bytes] = set()
+        points: list[bytes] = []
         cleared: list[tuple[bytes, bytes]] = []
         touched = points
-        for key, value, end in writes_of(mutations, stamp, self._latest):
-            if end is not None:  # a range clear: only live keys can change
-                cleared.append((key, end))
+        data = self._data
+        live = self._live
+        value: bytes | None
+        for kind, key, value, offset in mutations:
+            if kind == OP_SET:
+                pass
+            elif kind == OP_VS_VALUE:
+                value = value[:offset] + stamp + value[offset + STAMP_BYTES :]
+            elif kind == OP_CLEAR:
+                value = None
+            elif kind == OP_VS_KEY:
+                key = key[:offset] + stamp + key[offset + STAMP_BYTES :]
+            elif kind == OP_ADD:
+                history = data.get(key)
+                value = atomic_add(None if history is None else history[-1][1], value)
+            elif kind == OP_CLEAR_RANGE:  # only live keys can change
+                cleared.append((key, value))
                 if touched is points:
-                    touched = set(points)
-                for k in list(self._live.irange(key, end, inclusive=(True, False))):
+                    touched = list(points)
+                for k in list(live.irange(key, value, inclusive=(True, False))):
                     self._put(k, None, version)
-                    touched.add(k)
+                    touched.append(k)
                 continue
-            points.add(key)
+            else:  # pragma: no cover - the transaction only records the kinds above
+                raise AssertionError(f"unknown mutation kind {kind}")
+            points.append(key)
             if touched is not points:
-                touched.add(key)
-            self._put(key, value, version)
-        return points, cleared, touched
+                touched.append(key)
+            # _put, inline.
+            history = data.get(key)
+            if history is None:
+                if value is not None:
+                    data[key] = ((version, value),)
+                    live.add(key)
+                continue
+            last_version, last_value = history[-1]
+            if last_version == version:
+                if isinstance(history, tuple):
+                    data[key] = history[:-1] + ((version, value),)
+                else:
+                    history[-1] = (version, value)
+            elif last_value is not None or value is not None:
+                if isinstance(history, list):
+                    history.append((version, value))
+                elif len(history) < TUPLE_HISTORY_MAX:
+                    data[key] = history + ((version, value),)
+                else:
+                    data[key] = [*history, (version, value)]
+            else:
+                continue  # clearing a key that is already absent changes nothing
+            if last_value is not None:
+                if value is None:
+                    live.remove(key)
+                    self._deletions.append((version, key))
+            elif value is not None:
+                live.add(key)
+        written = tuple(points)
+        if not cleared:
+            return written, (), written
+        return written, tuple(cleared), tuple(touched)
 
     def _put(self, key: bytes, value: bytes | None, version: int) -> None:
         """Record ``key``'s value at ``version``; keeps the live-key index (under the lock)."""
-        history = self._data.get(key)
+        data = self._data
+        history = data.get(key)
         if history is None:
             if value is not None:
-                self._data[key] = [(version, value)]
+                data[key] = ((version, value),)
                 self._live.add(key)
             return
         last_version, last_value = history[-1]
         if last_version == version:
-            history[-1] = (version, value)
+            if isinstance(history, tuple):
+                data[key] = history[:-1] + ((version, value),)
+            else:
+                history[-1] = (version, value)
         elif last_value is not None or value is not None:
-            history.append((version, value))
+            if isinstance(history, list):
+                history.append((version, value))
+            elif len(history) < TUPLE_HISTORY_MAX:
+                data[key] = history + ((version, value),)
+            else:
+                data[key] = [*history, (version, value)]
         else:
             return  # clearing a key that is already absent changes nothing
         if last_value is not None:

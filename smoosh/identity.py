@@ -47,6 +47,8 @@ __all__ = [
     "identity_refusal",
     "side_file_refusal",
     "side_files",
+    "side_file_stats",
+    "lstat_if_there",
 ]
 
 _O_PATH = getattr(os, "O_PATH", 0)
@@ -260,22 +262,45 @@ def side_file_refusal(path: str, roots: Sequence[str] | None) -> str | None:
 def side_files(path: str, roots: Sequence[str] | None) -> tuple[str | None, int]:
     """:func:`side_file_refusal`, and the ``-wal``'s size its ``lstat`` read (0: none; a
     compaction's footprint is the database and its ``-wal``, so it needs no ``stat`` of its own)."""
+    refusal, wal = side_file_stats(path, roots)
+    return refusal, wal.st_size if wal is not None else 0
+
+
+def side_file_stats(path: str, roots: Sequence[str] | None) -> tuple[str | None, os.stat_result | None]:
+    """:func:`side_file_refusal`, and the ``lstat`` of the ``-wal`` it read (None: none, or refused)."""
     links_ok: bool | None = None
-    wal_bytes = 0
+    wal = None
     for side in SIDE_SUFFIXES:
-        try:
-            st = os.lstat(path + side)
-        except OSError:
+        st = lstat_if_there(path + side)
+        if st is None:
             continue
         if stat.S_ISLNK(st.st_mode):
-            return SIDE_SYMLINK.format(side=side), 0
+            return SIDE_SYMLINK.format(side=side), None
         if not stat.S_ISREG(st.st_mode):
-            return SIDE_NOT_REGULAR.format(side=side), 0
+            return SIDE_NOT_REGULAR.format(side=side), None
         if st.st_nlink > 1:
             if links_ok is None:
                 links_ok = _links_allowed(root_of(path, roots) if roots else None, roots)
             if not links_ok:
-                return SIDE_HARD_LINKS.format(side=side, n=st.st_nlink), 0
+                return SIDE_HARD_LINKS.format(side=side, n=st.st_nlink), None
         if side == "-wal":
-            wal_bytes = st.st_size
-    return None, wal_bytes
+            wal = st
+    return None, wal
+
+
+_ACCESS_NOFOLLOW = os.access in os.supports_follow_symlinks
+
+
+def lstat_if_there(path: str) -> os.stat_result | None:
+    """``os.lstat(path)``, or None when nothing is there (or it cannot be looked at).
+
+    Side files are missing more often than not (a database at rest has no ``-journal``, and
+    SQLite removes a ``-wal`` and ``-shm`` at its last close): an ``access`` answers that
+    without the exception a failed ``lstat`` raises, which costs several times the call.
+    """
+    if _ACCESS_NOFOLLOW and not os.access(path, os.F_OK, follow_symlinks=False):
+        return None
+    try:
+        return os.lstat(path)
+    except OSError:
+        return None

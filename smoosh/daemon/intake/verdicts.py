@@ -19,13 +19,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from smoosh.compactors.base import NOT_A_DATABASE
 from smoosh.config import ChannelConfig
 from smoosh.errors import InvalidKey
 from smoosh.priority import DEFAULT_MIN_PRIORITY
 
 __all__ = [
     "QUEUED", "NOT_QUEUED", "REJECTED", "STILL_EXAMINING", "Verdict", "Offered", "Waiter",
-    "file_problem", "why_zero", "stale_reason", "enqueue_and_wait", "WAIT_S", "hold_reasons", "forced_note",
+    "file_problem", "look_at", "why_zero", "stale_reason", "enqueue_and_wait", "WAIT_S", "hold_reasons", "forced_note",
     "utc_text", "channel_phrase", "below_reason", "not_measured_reason",
 ]
 
@@ -124,32 +125,49 @@ def enqueue_and_wait(
 
 
 def file_problem(path: str, compactor: Any) -> str | None:
-    """Why ``path`` cannot be a database to compact, or None when it may be one.
+    """Why ``path`` cannot be a database to compact, or None when it may be one (see :func:`look_at`)."""
+    return look_at(path, compactor)[0]
 
-    One ``lstat``; then, for a compactor that judges files (the SQLite one: ``file_problem``),
-    its header read and identity checks, which never disturb a compaction of this process (a
-    raw descriptor would: closing it drops the process's SQLite locks on the file).
+
+def look_at(path: str, compactor: Any) -> tuple[str | None, Any]:
+    """Why ``path`` cannot be a database to compact (or None), and the compactor's look at it.
+
+    For a compactor that looks at files (the SQLite one: ``look``), one open, ``fstat`` and
+    header read answer it with the strict identity checks, which never disturb a compaction
+    of this process (a raw descriptor would: closing it drops the process's SQLite locks on
+    the file); the look goes with the key to its examination, which then reads nothing again
+    (DESIGN §12). Only where no regular file could be opened does an ``lstat`` say what the
+    path names instead. A compactor that judges files without looking (``file_problem``) is
+    asked after that ``lstat``.
 
     Parameters:
         path: a canonical path inside the roots.
         compactor: the compactor that claims it.
 
     Returns:
-        "no such file", "a directory", "not a regular file", "not a SQLite file", why the file
-        is shared (other hard links, another mount, a side file that is a link), or None.
+        ``(problem, look)``: the problem is "no such file", "a directory", "not a regular
+        file", "not a SQLite file", why the file is shared (other hard links, another mount,
+        a side file that is a link), or None; the look is the compactor's
+        (:class:`~smoosh.compactors.base.Look`), or None.
     """
+    take = getattr(compactor, "look", None)
+    look = take(path) if take is not None else None
+    if look is not None and (look.opened or look.problem != NOT_A_DATABASE):
+        return look.problem, look  # a regular file was read, or refused by its identity
     try:
         st = os.lstat(path)
     except FileNotFoundError:
-        return "no such file"
+        return "no such file", None
     except OSError as e:
-        return f"cannot read it: {e.strerror or e}"
+        return f"cannot read it: {e.strerror or e}", None
     if stat.S_ISDIR(st.st_mode):
-        return "a directory"
+        return "a directory", None
     if not stat.S_ISREG(st.st_mode):
-        return "not a regular file"
+        return "not a regular file", None
+    if look is not None:
+        return look.problem, None  # a regular file it could not open: not one it can read
     judge = getattr(compactor, "file_problem", None)
-    return judge(path) if judge is not None else None
+    return (judge(path) if judge is not None else None), None
 
 
 def stale_reason(left_s: float, now: float) -> str:

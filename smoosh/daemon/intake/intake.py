@@ -196,10 +196,10 @@ class Intake:
             if waiter is not None:
                 self._stale(canonical, waiter)
             return
-        self.validate(canonical)
+        compactor = check_key(canonical, self.router, self._config_of().roots, self.own_paths)
         look = None
         if require_file and not canonical.startswith(CLEANUP_PREFIX):
-            problem, look = look_at(canonical, self.router.compactor_for(canonical))
+            problem, look = look_at(canonical, compactor)
             if problem is not None:
                 raise InvalidKey(canonical, problem)
         self.submit(canonical, waiter=waiter, force=force, look=look)

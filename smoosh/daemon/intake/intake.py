@@ -416,15 +416,16 @@ class Intake:
             if explain:
                 self._verdicts[key] = Verdict(key, NOT_QUEUED, reason="ignored ([smoosh.ignore])")
             return False
+        compactor = self.router.compactor_for(key)
         if look is None and not key.startswith(CLEANUP_PREFIX):
-            take = getattr(self.router.compactor_for(key), "look", None)
+            take = getattr(compactor, "look", None)
             if take is not None:
                 look = take(key, strict=False)
         if defer_exact and cfg.cleanup_channels:
-            self._feed_cleanup(key, look)
+            self._feed_cleanup(key, look, compactor)
         before = look.signature if look is not None else signature(db_path(key))
         verdict = None
-        for offer in self.router.offers(key, cfg, defer_exact=defer_exact, force=force, look=look):
+        for offer in self.router.offers(key, cfg, defer_exact=defer_exact, force=force, look=look, compactor=compactor):
             if offer is EXACT_DUE:
                 return EXACT_DUE
             names, sizes, priority_of, exact = offer
@@ -454,7 +455,7 @@ class Intake:
             self._verdicts[key] = verdict or Verdict(key, NOT_QUEUED, reason=not_measured_reason(key))
         return False
 
-    def _feed_cleanup(self, key: str, look: Any = None) -> None:
+    def _feed_cleanup(self, key: str, look: Any = None, compactor: Any = None) -> None:
         """Examine ``key``'s cleanup key too when its database asks for one (a ``-wal`` past ``wal_max_size``).
 
         Fed from the examination every event and scan leads to (one ``lstat``, on the thread
@@ -462,7 +463,7 @@ class Intake:
         path, so the database key's validation holds for it; a cleanup key a channel took
         within ``staleness`` is left alone like any fresh key.
         """
-        cleanup = self.router.cleanup_key(key, look)
+        cleanup = self.router.cleanup_key(key, look, compactor)
         if cleanup is None or self.access.is_fresh(cleanup):
             return
         log.debug("%r has a WAL past wal_max_size; examining %r", key, cleanup)

@@ -55,14 +55,15 @@ class Router:
         """The compactor that claims ``key``, or None."""
         return compactor_for(key, self.compactors)
 
-    def cleanup_key(self, key: str, look: Any = None) -> str | None:
+    def cleanup_key(self, key: str, look: Any = None, compactor: Any = None) -> str | None:
         """The cleanup key ``key``'s database calls for now (its WAL outgrew ``wal_max_size``), or None.
 
         Asked of the compactor that claims the key (``cleanup_key``, optional: a compactor
         without one never asks for cleanup); cheap, one ``lstat`` for SQLite, none with the
         compactor's ``look`` at the file (:class:`~smoosh.compactors.base.Look`).
+        ``compactor``: the one that claims it, when the caller has it already.
         """
-        ask = getattr(self.compactor_for(key), "cleanup_key", None)
+        ask = getattr(compactor if compactor is not None else self.compactor_for(key), "cleanup_key", None)
         if ask is None:
             return None
         return ask(key) if look is None else ask(key, look=look)
@@ -75,6 +76,7 @@ class Router:
 
     def offers(
         self, key: str, cfg: Config, *, defer_exact: bool = False, force: bool = False, look: Any = None,
+        compactor: Any = None,
     ) -> Iterator[Offer]:
         """The ways to offer ``key`` to its channels, cheapest measurement first.
 
@@ -90,9 +92,11 @@ class Router:
         With ``force`` (``enqueue --force``: thresholds do not count) the cheap estimate is
         the only offer, and a database compacted recently is offered all the same. ``look``:
         the compactor's look at the database just taken (its ``look``), measured from instead
-        of reading the file again.
+        of reading the file again; ``compactor``: the one that claims the key, when the caller
+        has it already.
         """
-        compactor = self.compactor_for(key)
+        if compactor is None:
+            compactor = self.compactor_for(key)
         if compactor is None:
             return
         if key.startswith(CLEANUP_PREFIX):

@@ -87,16 +87,15 @@ class Look:
 
     Attributes:
         problem: why the file is not a database to compact, in an operator's words (a
-            refusal's reason, :data:`NOT_A_DATABASE`); None when it may be one.
-        opened: a regular file was opened (False: missing, unreadable, a directory, another
-            kind of file; a caller that must tell these apart looks at the path itself).
+            refusal's reason, :data:`NOT_A_DATABASE` also for a file that is missing or not a
+            regular one: a caller that must tell these apart looks at the path itself); None
+            when it may be one.
         signature: :func:`file_signature` of what was read, or None.
         wal_bytes: the ``-wal``'s size (0: none).
         state: the compactor's own reading of the file (opaque to the daemon), or None.
     """
 
     problem: str | None
-    opened: bool = False
     signature: tuple[int, ...] | None = None
     wal_bytes: int = 0
     state: Any = None

@@ -380,11 +380,11 @@ def look(path: str, timeout_s: float, *, roots: Sequence[str] | None = None, str
         else:
             state, st = cast("tuple[DbState | None, os.stat_result | None]", head)
             if state is None:
-                return Look(NOT_A_DATABASE, opened=st is not None)
+                return Look(NOT_A_DATABASE)
             if strict:
                 side, wal = side_file_stats(path, roots)
                 if side is not None:
-                    return Look(side, opened=True)
+                    return Look(side)
             else:
                 wal = lstat_if_there(path + "-wal")
             if state.wal and wal is not None and wal.st_size:
@@ -392,9 +392,9 @@ def look(path: str, timeout_s: float, *, roots: Sequence[str] | None = None, str
     except Refused as exc:
         return Look(exc.reason)
     if state is None or st is None:
-        return Look(NOT_A_DATABASE, opened=st is not None)
+        return Look(NOT_A_DATABASE)
     wal_bytes = wal.st_size if wal is not None else 0
-    return Look(None, opened=True, signature=file_signature(st, wal), wal_bytes=wal_bytes, state=state)
+    return Look(None, signature=file_signature(st, wal), wal_bytes=wal_bytes, state=state)
 
 
 

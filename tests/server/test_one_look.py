@@ -22,6 +22,7 @@ from compactor.dbfactory import make_bloated_db
 from helpers.daemon import wait_for
 from server.test_server import make_config
 from smoosh.daemon.intake.measurement import signature
+from smoosh.errors import InvalidKey
 
 #: Ceiling on the server's threads doing what the test waits for (only bounds a hang).
 SETTLE_S = 30.0
@@ -89,7 +90,9 @@ def test_a_new_key_is_read_once_from_its_enqueue_to_its_channel(
 
     seen = _about(calls, db)
     assert seen.get(("open", ""), 0) == 1, seen  # one header read
-    assert seen.get(("stat", ""), 0) + seen.get(("lstat", ""), 0) == 0, seen  # its fstat answered the rest
+    # its fstat answered the rest; an operator's path is lstat'ed first: only a regular file is opened
+    assert seen.get(("lstat", ""), 0) == (1 if way == "an operator's key" else 0), seen
+    assert seen.get(("stat", ""), 0) == 0, seen
     for side in ("-wal", "-shm", "-journal"):
         # each side file looked at once at most: by the strict check (an operator's key), or
         # for the -wal alone (a measurement)
@@ -98,3 +101,18 @@ def test_a_new_key_is_read_once_from_its_enqueue_to_its_channel(
     # ... and the measurement it waits with holds while the file is unchanged: the re-check
     # before its start reuses it instead of measuring again
     assert server.intake.measurements[str(db)].signature == signature(str(db))
+
+
+def test_an_operator_key_naming_a_fifo_is_rejected_without_being_opened(
+    tmp_path: Path, running: Any, dbs: Path, calls: collections.Counter[tuple[str, str]]
+) -> None:
+    # Opening a FIFO is not free of consequence (a writer blocked in its open goes on, then
+    # meets a closed pipe): only a regular file is opened to read its header.
+    fifo = dbs.resolve() / "pipe.db"
+    os.mkfifo(fifo)
+    server = running(make_config(tmp_path, extra="wait_secs = 3600"), workers=0)
+    calls.clear()
+    with pytest.raises(InvalidKey) as info:
+        server.enqueue(str(fifo), require_file=True)
+    assert info.value.reason == "not a regular file"
+    assert _about(calls, fifo).get(("open", ""), 0) == 0

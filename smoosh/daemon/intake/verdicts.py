@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from smoosh.compactors.base import NOT_A_DATABASE
 from smoosh.config import ChannelConfig
 from smoosh.errors import InvalidKey
 from smoosh.priority import DEFAULT_MIN_PRIORITY
@@ -132,13 +131,13 @@ def file_problem(path: str, compactor: Any) -> str | None:
 def look_at(path: str, compactor: Any) -> tuple[str | None, Any]:
     """Why ``path`` cannot be a database to compact (or None), and the compactor's look at it.
 
-    For a compactor that looks at files (the SQLite one: ``look``), one open, ``fstat`` and
-    header read answer it with the strict identity checks, which never disturb a compaction
-    of this process (a raw descriptor would: closing it drops the process's SQLite locks on
-    the file); the look goes with the key to its examination, which then reads nothing again
-    (DESIGN §12). Only where no regular file could be opened does an ``lstat`` say what the
-    path names instead. A compactor that judges files without looking (``file_problem``) is
-    asked after that ``lstat``.
+    One ``lstat``: only a regular file is opened (a FIFO's writer or a device's driver would
+    notice an open). Then, for a compactor that looks at files (the SQLite one: ``look``), one
+    open, ``fstat`` and header read answer the rest with the strict identity checks, which
+    never disturb a compaction of this process (a raw descriptor would: closing it drops the
+    process's SQLite locks on the file); the look goes with the key to its examination, which
+    then reads nothing again (DESIGN §12). A compactor that judges files without looking
+    (``file_problem``) is asked instead.
 
     Parameters:
         path: a canonical path inside the roots.
@@ -150,10 +149,6 @@ def look_at(path: str, compactor: Any) -> tuple[str | None, Any]:
         a side file that is a link), or None; the look is the compactor's
         (:class:`~smoosh.compactors.base.Look`), or None.
     """
-    take = getattr(compactor, "look", None)
-    look = take(path) if take is not None else None
-    if look is not None and (look.opened or look.problem != NOT_A_DATABASE):
-        return look.problem, look  # a regular file was read, or refused by its identity
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -164,8 +159,10 @@ def look_at(path: str, compactor: Any) -> tuple[str | None, Any]:
         return "a directory", None
     if not stat.S_ISREG(st.st_mode):
         return "not a regular file", None
-    if look is not None:
-        return look.problem, None  # a regular file it could not open: not one it can read
+    take = getattr(compactor, "look", None)
+    if take is not None:
+        look = take(path)
+        return look.problem, look
     judge = getattr(compactor, "file_problem", None)
     return (judge(path) if judge is not None else None), None
 

@@ -183,13 +183,24 @@ class Channel(ChannelRuns, ChannelCheckpoints):
         with self._lock:
             if self._closed or key in self._starting or key in self._active:
                 return False
+            checkpointer = self._checkpointer
+            # Written and unchanged since the owner's last tick, which then told it no checkpoint is due.
+            was_current = checkpointer is not None and checkpointer.is_current(self._changes)
             changed, evicted = self._waiting.push(key, priority)
             if changed:
                 self._changed_locked()
+            # The owner's loop is woken only for what this key changes: a start it could make
+            # now, or a checkpoint it does not know is due (and always before its first tick,
+            # which has told it nothing yet). A paused, stopped or full channel, or one outside
+            # its window, is ticked when that ends (its due time, a resume, a run's event), so
+            # a key queued meanwhile needs no tick of its own: a backlog arriving key by key
+            # would otherwise cost the loop one tick (a thread hand-off) each.
+            wake = self._hold_sent is None or self._can_start_locked() or (changed and was_current)
         if evicted is not None:
             self._log.debug("Channel %s is full: evicted %r.", self.name, evicted)
         self._log.debug("Channel %s: queued %r at priority %r.", self.name, key, priority)
-        self._host.wake(self.name)
+        if wake:
+            self._host.wake(self.name)
         return evicted != key
 
     def force(self, key: str) -> bool:

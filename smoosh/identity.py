@@ -19,8 +19,10 @@ So a database file with more than one link, or on another mount than its root, a
 files that are links, are refused unless the operator opts in for that root
 (``allow_hard_links``, ``allow_mounts``). The checks use what the caller already has: the
 ``stat`` of the descriptor its header read opened (links, device), and, where a compaction
-is about to start, the descriptor's mount id from ``/proc/self/fdinfo`` (a bind mount of
-the same file system keeps the device number; only the mount id tells it apart).
+is about to start or an operator enqueues a key, the descriptor's mount id (a bind mount of
+the same file system keeps the device number; only the mount id tells it apart: so it is
+asked of each file, never remembered per device). ``statx`` answers it in one system call;
+``/proc/self/fdinfo`` (three, and a parse) where ``statx`` cannot.
 
 :class:`Roots` carries the roots with the opt-ins and each root's identity; it is a tuple
 of the canonical root paths, so every lexical check that takes a sequence of roots takes
@@ -29,10 +31,12 @@ it unchanged. It is immutable: a new config builds a new one.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import stat
+import struct
 import threading
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from smoosh.paths import SIDE_SUFFIXES, inside
 
@@ -43,6 +47,8 @@ __all__ = [
     "identity_refusal",
     "side_file_refusal",
     "side_files",
+    "side_file_stats",
+    "lstat_if_there",
 ]
 
 _O_PATH = getattr(os, "O_PATH", 0)
@@ -56,13 +62,60 @@ SIDE_NOT_REGULAR = "its {side} is not a regular file"
 SIDE_HARD_LINKS = "its {side} has {n} hard links (allow_hard_links opts a root in)"
 
 
+#: ``statx`` flags and mask bits (linux/stat.h, fcntl.h): the descriptor itself, its mount id.
+_AT_EMPTY_PATH = 0x1000
+_STATX_MNT_ID = 0x1000
+#: Size of ``struct statx`` and where its ``stx_mask`` and ``stx_mnt_id`` lie (a stable kernel ABI).
+_STATX_SIZE = 256
+_STX_MASK = struct.Struct("=I")
+_STX_MNT_ID = struct.Struct("=Q")
+_STX_MNT_ID_AT = 144
+
+
+def _libc_statx() -> Callable[..., int] | None:
+    """glibc's ``statx`` (2.28 and later), or None."""
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).statx
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint, ctypes.c_void_p]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_statx = _libc_statx()
+# One buffer per thread: the call fills it and the id is read before anything else can.
+_statx_buffers = threading.local()
+
+
+def _statx_mount_id(fd: int) -> int | None:
+    """``stx_mnt_id`` of ``fd`` (Linux 5.8 and later), or None where the kernel or libc cannot say."""
+    if _statx is None:
+        return None
+    try:
+        buf = _statx_buffers.buf
+    except AttributeError:
+        buf = _statx_buffers.buf = ctypes.create_string_buffer(_STATX_SIZE)
+    if _statx(fd, b"", _AT_EMPTY_PATH, _STATX_MNT_ID, buf) != 0:
+        return None
+    if not _STX_MASK.unpack_from(buf, 0)[0] & _STATX_MNT_ID:
+        return None  # a kernel before 5.8 fills the rest and leaves the id out
+    return int(_STX_MNT_ID.unpack_from(buf, _STX_MNT_ID_AT)[0])
+
+
 def mount_id(fd: int) -> int | None:
     """The id of the mount ``fd`` lies on (``mnt_id`` of ``/proc/self/fdinfo/FD``), or None.
 
-    None where the kernel does not say (no ``/proc``, a kernel before 3.15).
+    Asked of ``statx`` first: one system call, where the ``fdinfo`` read is three and a parse,
+    and it is asked for every key an operator enqueues. Both give the same id (the one
+    ``/proc/self/mountinfo`` lists). None where the kernel does not say (no ``/proc``, a
+    kernel before 3.15).
     """
+    found = _statx_mount_id(fd)
+    if found is not None:
+        return found
     try:
-        # Raw descriptors, not a file object: this runs once per compaction start.
+        # Raw descriptors, not a file object: the fallback runs once per key an operator enqueues.
         info = os.open(_FDINFO + str(fd), os.O_RDONLY | os.O_CLOEXEC)
         try:
             text = os.read(info, 4096)
@@ -209,22 +262,45 @@ def side_file_refusal(path: str, roots: Sequence[str] | None) -> str | None:
 def side_files(path: str, roots: Sequence[str] | None) -> tuple[str | None, int]:
     """:func:`side_file_refusal`, and the ``-wal``'s size its ``lstat`` read (0: none; a
     compaction's footprint is the database and its ``-wal``, so it needs no ``stat`` of its own)."""
+    refusal, wal = side_file_stats(path, roots)
+    return refusal, wal.st_size if wal is not None else 0
+
+
+def side_file_stats(path: str, roots: Sequence[str] | None) -> tuple[str | None, os.stat_result | None]:
+    """:func:`side_file_refusal`, and the ``lstat`` of the ``-wal`` it read (None: none, or refused)."""
     links_ok: bool | None = None
-    wal_bytes = 0
+    wal = None
     for side in SIDE_SUFFIXES:
-        try:
-            st = os.lstat(path + side)
-        except OSError:
+        st = lstat_if_there(path + side)
+        if st is None:
             continue
         if stat.S_ISLNK(st.st_mode):
-            return SIDE_SYMLINK.format(side=side), 0
+            return SIDE_SYMLINK.format(side=side), None
         if not stat.S_ISREG(st.st_mode):
-            return SIDE_NOT_REGULAR.format(side=side), 0
+            return SIDE_NOT_REGULAR.format(side=side), None
         if st.st_nlink > 1:
             if links_ok is None:
                 links_ok = _links_allowed(root_of(path, roots) if roots else None, roots)
             if not links_ok:
-                return SIDE_HARD_LINKS.format(side=side, n=st.st_nlink), 0
+                return SIDE_HARD_LINKS.format(side=side, n=st.st_nlink), None
         if side == "-wal":
-            wal_bytes = st.st_size
-    return None, wal_bytes
+            wal = st
+    return None, wal
+
+
+_ACCESS_NOFOLLOW = os.access in os.supports_follow_symlinks
+
+
+def lstat_if_there(path: str) -> os.stat_result | None:
+    """``os.lstat(path)``, or None when nothing is there (or it cannot be looked at).
+
+    Side files are missing more often than not (a database at rest has no ``-journal``, and
+    SQLite removes a ``-wal`` and ``-shm`` at its last close): an ``access`` answers that
+    without the exception a failed ``lstat`` raises, which costs several times the call.
+    """
+    if _ACCESS_NOFOLLOW and not os.access(path, os.F_OK, follow_symlinks=False):
+        return None
+    try:
+        return os.lstat(path)
+    except OSError:
+        return None

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import threading
 from dataclasses import dataclass
-from typing import Callable, Protocol, runtime_checkable
+from typing import Any, Callable, Protocol, runtime_checkable
 
 from smoosh.errors import SmooshError
 
@@ -22,6 +23,9 @@ _refusals = logging.getLogger("smoosh.compactors.sqlite_open")
 
 __all__ = [
     "Sizes",
+    "Look",
+    "NOT_A_DATABASE",
+    "file_signature",
     "CompactionResult",
     "CompactionContext",
     "Compactor",
@@ -58,6 +62,43 @@ class Sizes:
     def reclaimable_bytes(self) -> int:
         """Bytes a compaction would give back: the file less its live bytes (never negative)."""
         return max(0, self.file_bytes - self.active_bytes)
+
+
+#: The problem of a :class:`Look` at a file that is not a database of the compactor's kind.
+NOT_A_DATABASE = "not a SQLite file"
+
+
+def file_signature(st: os.stat_result, wal: os.stat_result | None) -> tuple[int, ...]:
+    """What changes when a database is written: inode, size and mtime of the file, and size
+    and mtime of its ``-wal`` when it has one (``st``, ``wal``: their ``stat`` results)."""
+    if wal is None:
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
+    return (st.st_ino, st.st_size, st.st_mtime_ns, wal.st_size, wal.st_mtime_ns)
+
+
+@dataclass(frozen=True, slots=True)
+class Look:
+    """One look at a key's database file: what a new key's admission, its examination and its
+    sizes share, so the file is opened, ``fstat``-ed and its header read once per decision
+    (DESIGN §12), not once per question.
+
+    Taken by a compactor's optional ``look(path, *, strict)`` and handed back to its
+    ``sizes(key, look=...)`` and ``cleanup_key(key, look=...)``.
+
+    Attributes:
+        problem: why the file is not a database to compact, in an operator's words (a
+            refusal's reason, :data:`NOT_A_DATABASE` also for a file that is missing or not a
+            regular one: a caller that must tell these apart looks at the path itself); None
+            when it may be one.
+        signature: :func:`file_signature` of what was read, or None.
+        wal_bytes: the ``-wal``'s size (0: none).
+        state: the compactor's own reading of the file (opaque to the daemon), or None.
+    """
+
+    problem: str | None
+    signature: tuple[int, ...] | None = None
+    wal_bytes: int = 0
+    state: Any = None
 
 
 @dataclass(frozen=True)
@@ -116,6 +157,11 @@ class Compactor(Protocol):
     # Optional, looked up with getattr: ``cleanup_key(key) -> str | None``, the cleanup key a
     # database's state calls for now (SQLite: its -wal grew past half of wal_max_size), asked cheaply
     # whenever a database key is examined; the server then examines that key too.
+    #
+    # Optional, looked up with getattr: ``look(path, *, strict) -> Look``, one look at a
+    # database file (strict: the identity checks a compaction's start makes, for HTTP, the CLI
+    # and explain). A compactor that has it takes ``look=`` in ``sizes`` and ``cleanup_key``
+    # and answers from it instead of reading the file again.
 
     def compact(self, key: str, ctx: CompactionContext) -> CompactionResult:
         """Compact the key's database.

@@ -41,13 +41,16 @@ import smoosh.compactors.sqlite_incremental as sqlite_incremental
 import smoosh.compactors.sqlite_leftovers as sqlite_leftovers
 import smoosh.compactors.sqlite_wal as sqlite_wal
 from smoosh.paths import CLEANUP_PREFIX
-from smoosh.compactors.base import Blocked, CompactionContext, CompactionResult, Gone, Refused, Replaced, Shared, Sizes
+from smoosh.compactors.base import (
+    Blocked, CompactionContext, CompactionResult, Gone, Look, Refused, Replaced, Shared, Sizes,
+)
 from smoosh.compactors.sqlite_file import AUTO_VACUUM_CODES, DbState, file_size, footprint_bytes, in_use, read_state
+from smoosh.compactors.sqlite_file import look as look_at
 from smoosh.compactors.sqlite_identity import FileIdentity, replaced_error
 from smoosh.compactors.sqlite_measure import DBSTAT_QUERY, KeyMemory, exact_active_bytes
 from smoosh.compactors.sqlite_open import canonical_roots, close_quietly, pragma
 from smoosh.disk_room import DiskRoom
-from smoosh.identity import Roots, side_file_refusal, side_files
+from smoosh.identity import Roots, side_files
 from smoosh.io_budget import IoBudget
 
 __all__ = [
@@ -219,7 +222,8 @@ class SqliteCompactor:
             True for keys this compactor handles.
         """
         path = key[len(CLEANUP_PREFIX):] if key.startswith(CLEANUP_PREFIX) else key
-        return bool(path) and "\x00" not in path and os.path.isabs(path)
+        # Asked several times per key a fleet enqueues: os.path.isabs's test, without its call.
+        return path.startswith("/") and "\x00" not in path
 
     @staticmethod
     def _split(key: str) -> tuple[str, bool]:
@@ -256,15 +260,21 @@ class SqliteCompactor:
         Returns:
             ``"not a SQLite file"``, the reason of a refusal (:mod:`smoosh.identity`), or None.
         """
-        try:
-            state = read_state(path, self.busy_timeout_s, roots=self._roots, strict=True)
-        except Refused as exc:
-            return exc.reason
-        if state is None:
-            return "not a SQLite file"
-        return side_file_refusal(path, self._roots)
+        return self.look(path).problem
 
-    def sizes(self, key: str, *, exact: bool = False) -> Sizes | None:
+    def look(self, path: str, *, strict: bool = True) -> Look:
+        """One look at the database ``path`` (:func:`~smoosh.compactors.sqlite_file.look`): what
+        :meth:`file_problem` says (``strict``), and what :meth:`sizes` and :meth:`cleanup_key`
+        answer from when it is handed to them, so a new key's file is read once.
+
+        Parameters:
+            path: a canonical path inside the roots.
+            strict: the identity checks a compaction's start makes (an operator's key); False:
+                those of a measurement (links and device; the examination of a watched file).
+        """
+        return look_at(path, self.busy_timeout_s, roots=self._roots, strict=strict)
+
+    def sizes(self, key: str, *, exact: bool = False, look: Look | None = None) -> Sizes | None:
         """File and live bytes of a key's database.
 
         For a ``cleanup:`` key: ``file_bytes`` is the ``-wal`` size (for a database that no
@@ -274,6 +284,8 @@ class SqliteCompactor:
         Parameters:
             key: a claimed key.
             exact: take the exact ``dbstat`` payload (reads every page; remembered per key).
+            look: a :meth:`look` at the database just taken: its state is used instead of
+                reading the header again (ignored for a ``cleanup:`` key).
 
         Returns:
             ``Sizes(file_bytes, active_bytes, changes)``; None when missing, not SQLite,
@@ -286,10 +298,13 @@ class SqliteCompactor:
         """
         path, cleanup = self._split(key)
         roots = self._roots
-        try:
-            state = read_state(path, self.busy_timeout_s, roots=roots)
-        except Refused:
-            return None
+        if look is not None and not cleanup:
+            state = look.state if look.problem is None else None
+        else:
+            try:
+                state = read_state(path, self.busy_timeout_s, roots=roots)
+            except Refused:
+                return None
         if state is None:
             left = self.leftovers(path) if cleanup else []
             return Sizes(file_bytes=sum(file_size(f) for f in left), active_bytes=0) if left else None
@@ -364,20 +379,25 @@ class SqliteCompactor:
         """The ``-wal`` size past which a cleanup job is worth starting (:data:`WAL_ACT_FRACTION` of ``wal_max_size``)."""
         return int(self.wal_max_size_bytes * WAL_ACT_FRACTION)
 
-    def cleanup_key(self, key: str) -> str | None:
+    def cleanup_key(self, key: str, *, look: Look | None = None) -> str | None:
         """The cleanup key a database's state calls for now: its ``-wal`` passed :attr:`wal_act_bytes`.
 
-        Cheap (one ``lstat``): the server asks it whenever it examines a database key.
+        Cheap (one ``lstat``, none with a ``look``): the server asks it whenever it examines a
+        database key.
 
         Parameters:
             key: a claimed key.
+            look: a :meth:`look` at the database just taken: its ``-wal`` size is used.
 
         Returns:
             ``cleanup:<path>`` for a database key whose ``-wal`` is larger than
             :attr:`wal_act_bytes`; None otherwise (a ``cleanup:`` key itself included).
         """
         path, cleanup = self._split(key)
-        if cleanup or file_size(path + "-wal") <= self.wal_act_bytes:
+        if cleanup:
+            return None
+        wal_bytes = look.wal_bytes if look is not None else file_size(path + "-wal")
+        if wal_bytes <= self.wal_act_bytes:
             return None
         return CLEANUP_PREFIX + path
 

@@ -38,15 +38,16 @@ from typing import Any, Iterator, Sequence, cast
 
 import apsw
 
-from smoosh.compactors.base import Shared, shared
+from smoosh.compactors.base import NOT_A_DATABASE, Look, Refused, Shared, file_signature, shared
 from smoosh.compactors.sqlite_open import THROUGH_SYMLINK, close_quietly, open_database, pragma, refusal, refused
-from smoosh.identity import identity_refusal
+from smoosh.identity import identity_refusal, lstat_if_there, side_file_stats
 from smoosh.paths import canonical_path
 
 __all__ = [
     "DbState",
     "parse_header",
     "read_state",
+    "look",
     "open_for_read",
     "read_quietly",
     "file_size",
@@ -89,34 +90,30 @@ class DbState:
     device: int = 0
 
 
+#: The header fields a state needs, in one unpack (sqlite.org/fileformat.html, 1.3): the magic,
+#: page size, write and read versions, change counter, in-header page count, first freelist
+#: trunk, freelist count, largest root b-tree page, incremental vacuum flag, version-valid-for.
+_HEADER = struct.Struct(">16sHBB4xIIII12xI8xI24xI4x")
+
+
 def parse_header(header: bytes, file_bytes: int, inode: int = 0, device: int = 0) -> DbState | None:
     """Decode a database header; None when it is not a SQLite 3 header."""
-    if len(header) < HEADER_BYTES or not header.startswith(MAGIC):
+    if len(header) < HEADER_BYTES:
         return None
-    (raw_page_size,) = struct.unpack_from(">H", header, 16)
+    (magic, raw_page_size, write_version, read_version, change_counter, in_header_pages, _trunk, freelist,
+     largest_root, incremental, valid_for) = _HEADER.unpack_from(header)
+    if magic != MAGIC:
+        return None
     page_size = 65536 if raw_page_size == 1 else raw_page_size
     if page_size < 512 or page_size & (page_size - 1):
         return None
-    change_counter, in_header_pages, _trunk, freelist = struct.unpack_from(">IIII", header, 24)
-    (valid_for,) = struct.unpack_from(">I", header, 92)
     # The in-header size is only trusted when written by a SQLite that maintains it (3.7.0+),
     # which it proves by matching the change counter; otherwise the file size decides.
     pages = in_header_pages if in_header_pages and change_counter == valid_for else file_bytes // page_size
-    (largest_root,) = struct.unpack_from(">I", header, 52)
-    (incremental,) = struct.unpack_from(">I", header, 64)
     auto_vacuum = 0 if largest_root == 0 else (2 if incremental else 1)
-    wal = header[18] == 2 and header[19] == 2
-    return DbState(
-        file_bytes=file_bytes,
-        page_size=page_size,
-        page_count=pages,
-        freelist_count=min(freelist, pages),
-        auto_vacuum=auto_vacuum,
-        wal=wal,
-        change_counter=None if wal else change_counter,
-        inode=inode,
-        device=device,
-    )
+    wal = write_version == 2 and read_version == 2
+    return DbState(file_bytes, page_size, pages, min(freelist, pages), auto_vacuum, wal,
+                   None if wal else change_counter, inode, device)
 
 
 def file_size(path: str) -> int:
@@ -248,8 +245,8 @@ _IN_USE = object()
 _SYMLINK = object()
 
 
-def _read_header(path: str, roots: Sequence[str] | None, strict: bool) -> tuple[bytes, int, int, int] | object | None:
-    """The header, size, inode and device of a regular file through a raw descriptor, ``_IN_USE``,
+def _read_header(path: str, roots: Sequence[str] | None, strict: bool) -> tuple[bytes, os.stat_result] | object | None:
+    """The header and ``fstat`` of a regular file through a raw descriptor, ``_IN_USE``,
     ``_SYMLINK``, or the reason its identity refuses it (a ``str``: see :func:`_read_raw`).
 
     The read happens under ``_in_use_lock``: a compaction registers its file before opening
@@ -267,7 +264,7 @@ def _read_header(path: str, roots: Sequence[str] | None, strict: bool) -> tuple[
 
 def _read_raw(
     path: str, roots: Sequence[str] | None = None, strict: bool = False
-) -> tuple[bytes, int, int, int] | object | None:
+) -> tuple[bytes, os.stat_result] | object | None:
     """Read the header through a descriptor; its ``fstat`` also answers the identity checks
     (links, device; with ``strict``, the mount id too), so they cost no system call of their own."""
     try:
@@ -284,11 +281,37 @@ def _read_raw(
         problem = identity_refusal(path, st, roots, fd=fd if strict else None)
         if problem is not None:
             return problem
-        return os.pread(fd, HEADER_BYTES, 0), st.st_size, st.st_ino, st.st_dev
+        return os.pread(fd, HEADER_BYTES, 0), st
     except OSError:
         return None
     finally:
         os.close(fd)
+
+
+def _header_state(
+    path: str, roots: Sequence[str] | None, strict: bool, warn: bool
+) -> tuple[DbState | None, os.stat_result | None] | object:
+    """The state the header says and the ``fstat`` it was read with, or ``_IN_USE``.
+
+    ``(None, None)``: no regular file could be opened; ``(None, st)``: not a SQLite header.
+
+    Raises:
+        Refused, Shared: as :func:`read_state`.
+    """
+    reason = refusal(path, roots)
+    if reason is not None:
+        raise refused(path, reason)
+    raw = _read_header(path, roots, strict)
+    if raw is _IN_USE:
+        return _IN_USE
+    if raw is None:
+        return None, None
+    if raw is _SYMLINK:
+        raise refused(path, THROUGH_SYMLINK)
+    if isinstance(raw, str):
+        raise shared(path, raw) if warn else Shared(path, raw)
+    header, st = cast("tuple[bytes, os.stat_result]", raw)
+    return parse_header(header, st.st_size, st.st_ino, st.st_dev), st
 
 
 def read_state(
@@ -320,23 +343,59 @@ def read_state(
         Shared: the file has other hard links or lies on another mount than its root
             (:mod:`smoosh.identity`); logged at WARNING once per path and reason.
     """
-    reason = refusal(path, roots)
-    if reason is not None:
-        raise refused(path, reason)
-    raw = _read_header(path, roots, strict)
-    if raw is _IN_USE:
+    head = _header_state(path, roots, strict, warn)
+    if head is _IN_USE:
         return _state_from_connection(path, timeout_s, roots)
-    if raw is None:
-        return None
-    if raw is _SYMLINK:
-        raise refused(path, THROUGH_SYMLINK)
-    if isinstance(raw, str):
-        raise shared(path, raw) if warn else Shared(path, raw)
-    header, file_bytes, inode, device = cast("tuple[bytes, int, int, int]", raw)
-    state = parse_header(header, file_bytes, inode, device)
+    state = cast("tuple[DbState | None, os.stat_result | None]", head)[0]
     if state is None or not state.wal or file_size(path + "-wal") == 0:
         return state
     return _state_from_connection(path, timeout_s, roots, fallback=state)
+
+
+def look(path: str, timeout_s: float, *, roots: Sequence[str] | None = None, strict: bool = False) -> Look:
+    """One look at a database file: the state, the identity checks, the ``-wal`` and the signature
+    from one open, one ``fstat`` and one header read (and the side files' ``lstat``).
+
+    What :func:`read_state` reads, with what the examination asks next kept instead of read
+    again: the ``-wal``'s size (the cleanup key, the footprint) and the file's signature (the
+    re-check before a start). A refusal is the look's ``problem``, logged as
+    :func:`read_state` logs it, never raised.
+
+    Parameters:
+        path: the database file (canonical).
+        timeout_s: busy timeout of the connection opened for a database with a live WAL.
+        roots: as for :func:`read_state`.
+        strict: the checks a compaction's start makes, for an operator's key (HTTP, the CLI,
+            explain): the mount id, and the side files (:func:`smoosh.identity.side_file_refusal`).
+
+    Returns:
+        The :class:`~smoosh.compactors.base.Look`; its ``state`` is a :class:`DbState`.
+    """
+    try:
+        head = _header_state(path, roots, strict, True)
+        if head is _IN_USE:
+            # A compaction of this process holds it: read through a connection, as read_state does.
+            state = _state_from_connection(path, timeout_s, roots)
+            st, wal = lstat_if_there(path), lstat_if_there(path + "-wal")
+        else:
+            state, st = cast("tuple[DbState | None, os.stat_result | None]", head)
+            if state is None:
+                return Look(NOT_A_DATABASE)
+            if strict:
+                side, wal = side_file_stats(path, roots)
+                if side is not None:
+                    return Look(side)
+            else:
+                wal = lstat_if_there(path + "-wal")
+            if state.wal and wal is not None and wal.st_size:
+                state = _state_from_connection(path, timeout_s, roots, fallback=state)
+    except Refused as exc:
+        return Look(exc.reason)
+    if state is None or st is None:
+        return Look(NOT_A_DATABASE)
+    wal_bytes = wal.st_size if wal is not None else 0
+    return Look(None, signature=file_signature(st, wal), wal_bytes=wal_bytes, state=state)
+
 
 
 def _state_from_connection(

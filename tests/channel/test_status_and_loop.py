@@ -228,6 +228,43 @@ def test_enqueue_wakes_the_loop_early(make_channel: MakeChannel) -> None:
     assert h.started() == ["/db/a"]
 
 
+def test_a_paused_channel_takes_keys_without_waking_its_loop_and_still_checkpoints_them(
+    make_channel: MakeChannel, tmp_path: Any
+) -> None:
+    # A backlog arriving key by key while the channel is paused costs its loop no tick per
+    # key; the loop learns from the first change after a checkpoint that another one is due.
+    h, loop = on_a_loop(make_channel, wait_s=3600, state_dir=tmp_path, checkpoint_interval_s=5)
+    assert loop.run_once(T0) == T0 + 3600  # nothing to write: only the unpause is due
+    wakes = h.journal.count(("wake",))
+    h.channel.enqueue("/db/a", 5.0)
+    assert h.journal.count(("wake",)) == wakes + 1  # the loop does not know a checkpoint is due
+    assert loop.run_once(T0 + 1) == T0 + 5  # now it does
+    for key in ("/db/b", "/db/c"):
+        h.channel.enqueue(key, 4.0)
+    assert h.journal.count(("wake",)) == wakes + 1  # paused, and the checkpoint is known due
+    assert loop.run_once(T0 + 5) is not None
+    assert h.channel.join_checkpoint(5)
+    assert h.started() == []
+    h.channel.close(checkpoint=False)
+    again = make_channel(state_dir=tmp_path, settings=Settings(concurrency=0))
+    assert again.channel.waiting() == [("/db/a", 5.0), ("/db/b", 4.0), ("/db/c", 4.0)]
+
+
+def test_a_full_channel_takes_a_key_without_waking_its_loop_and_starts_it_when_a_run_ends(
+    make_channel: MakeChannel,
+) -> None:
+    h, loop = on_a_loop(make_channel, settings=Settings(concurrency=1))
+    h.channel.enqueue("/db/a", 5.0)
+    loop.run_once(T0)
+    assert h.started() == ["/db/a"]
+    wakes = h.journal.count(("wake",))
+    h.channel.enqueue("/db/b", 4.0)
+    assert h.journal.count(("wake",)) == wakes  # nothing it could start
+    h.channel.on_run_event(RunEvent("/db/a", h.scheduler.tokens["/db/a"], "ended", outcome=Outcome("ok")), T0)
+    loop.run_once(T0)  # the run's event woke it
+    assert h.started() == ["/db/a", "/db/b"]
+
+
 def test_owner_loop_follows_runs_to_the_end(make_channel: MakeChannel) -> None:
     # The scheduler posts run events to the loop; each wakes the channel, whose tick
     # starts the next key.

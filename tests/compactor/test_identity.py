@@ -226,3 +226,37 @@ def test_a_database_on_a_bind_mount_below_its_root_is_refused_unless_the_root_op
     assert fingerprint(victim) == before
     opted_in = _in_a_mount_namespace([mount], str(dbs), str(key), "1")
     assert opted_in is not None and opted_in["problem"] is None and opted_in["reclaimed"] > 0
+
+
+# ---------------------------------------------------------------- the mount id, two ways
+
+def _fdinfo_mount_id(fd: int) -> int | None:
+    try:
+        with open(f"/proc/self/fdinfo/{fd}") as info:
+            for line in info:
+                if line.startswith("mnt_id:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+@pytest.mark.parametrize("where", ["a file", "a directory", "/proc"])
+def test_the_mount_id_statx_gives_is_the_one_fdinfo_names(tmp_path: Path, where: str) -> None:
+    # The start and the enqueue compare a file's id with its root's: both must be read the
+    # same way, and statx's must be the fdinfo's (the fallback where statx cannot say).
+    from smoosh import identity
+
+    target = {"a file": tmp_path / "f.db", "a directory": tmp_path, "/proc": Path("/proc/self")}[where]
+    if where == "a file":
+        target.write_bytes(b"")
+    fd = os.open(target, os.O_RDONLY | getattr(os, "O_PATH", 0))
+    try:
+        expected = _fdinfo_mount_id(fd)
+        if expected is None:
+            pytest.skip("no /proc/self/fdinfo here")
+        assert identity.mount_id(fd) == expected
+        fast = identity._statx_mount_id(fd)
+        assert fast in (None, expected)  # None: a kernel or libc without statx's mount id
+    finally:
+        os.close(fd)

@@ -473,3 +473,23 @@ def test_a_stream_of_batches_does_not_starve_the_examination(
         wait_for(lambda: server.status()["channels"]["ratio_dbs"]["waiting"]["size"] == 5, HANG_S, what="all queued meanwhile")
     # Then the examination waited out the spell once (its one thread, the first key), not once per key
     assert admitted.ran_out == 1
+
+
+def test_the_examination_lets_go_of_the_gil_between_keys(
+    tmp_path: Path, running: Any, dbs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import smoosh.daemon.intake.admission as admission_module
+
+    # A key measured from its admission's look is examined in Python alone, without a system
+    # call: the threads bringing the next batch in must not wait for the switch interval.
+    yields: list[str] = []
+    monkeypatch.setattr(admission_module, "_yield", lambda: yields.append(threading.current_thread().name))
+    paths = []
+    for i in range(3):
+        paths.append(str(dbs / f"y{i}.db"))
+        make_bloated_db(paths[-1])
+    server = running(make_config(tmp_path), workers=0, dry_run=True)
+    for path in paths:
+        server.enqueue(path, require_file=True)
+    wait_for(lambda: server.counters.enqueue_examined == 3, HANG_S, what="all examined")
+    assert len(yields) == 3 and all(name.startswith("smoosh-examine") for name in yields)

@@ -37,7 +37,7 @@ from smoosh.daemon.intake.measurement import Measurement, StatusSizer, signature
 from smoosh.daemon.intake.router import CLEANUP_PREFIX, EXACT_DUE, Router, db_path
 from smoosh.daemon.watch.staleness import AccessTable
 from smoosh.daemon.intake.verdicts import (
-    NOT_QUEUED, QUEUED, Verdict, Waiter, below_reason, file_problem, not_measured_reason, stale_reason,
+    NOT_QUEUED, QUEUED, Verdict, Waiter, below_reason, look_at, not_measured_reason, stale_reason,
 )
 from smoosh.errors import InvalidKey
 from smoosh.paths import inside, refused_at_use
@@ -67,13 +67,16 @@ class _InFlight:
 
     ``dirty`` asks for one more run after the one in progress; ``debounced`` reports the
     outcome to the debouncer (the key came from the watcher's events); ``force`` routes it
-    past the thresholds (``enqueue --force``).
+    past the thresholds (``enqueue --force``); ``look`` is the compactor's look at the file
+    its admission took (HTTP, the CLI), for the examination to measure from instead of
+    reading the file again (DESIGN §12: one look per new key); a run takes it once.
     """
 
     started: bool = False
     dirty: bool = False
     debounced: bool = False
     force: bool = False
+    look: Any = None
 
 
 class Intake:
@@ -193,12 +196,13 @@ class Intake:
             if waiter is not None:
                 self._stale(canonical, waiter)
             return
-        self.validate(canonical)
+        compactor = check_key(canonical, self.router, self._config_of().roots, self.own_paths)
+        look = None
         if require_file and not canonical.startswith(CLEANUP_PREFIX):
-            problem = file_problem(canonical, self.router.compactor_for(canonical))
+            problem, look = look_at(canonical, compactor)
             if problem is not None:
                 raise InvalidKey(canonical, problem)
-        self.submit(canonical, waiter=waiter, force=force)
+        self.submit(canonical, waiter=waiter, force=force, look=look)
 
     def _stale(self, key: str, waiter: Waiter) -> None:
         waiter.resolve(Verdict(waiter.key, NOT_QUEUED, reason=stale_reason(self.access.fresh_for_s(key), self._wall())))
@@ -311,11 +315,15 @@ class Intake:
 
     # -- examination (pool threads) ------------------------------------------------------------
 
-    def submit(self, key: str, debounced: bool = False, waiter: Waiter | None = None, force: bool = False) -> None:
+    def submit(
+        self, key: str, debounced: bool = False, waiter: Waiter | None = None, force: bool = False, look: Any = None,
+    ) -> None:
         """Examine ``key`` off this thread; a second request while it runs marks it dirty.
 
         ``waiter``, when given, hears what became of the key after its examination ends;
-        ``force`` routes it past the thresholds (it sticks until the examination ends).
+        ``force`` routes it past the thresholds (it sticks until the examination ends);
+        ``look``, the compactor's look at its file just taken, is measured from instead of the
+        file (a later request's look, or its absence, replaces it: the newest reading counts).
         """
         with self._lock:
             if waiter is not None:
@@ -328,8 +336,9 @@ class Intake:
                 state.dirty = state.started
                 state.debounced = state.debounced or debounced
                 state.force = state.force or force
+                state.look = look
                 return
-            self._inflight[key] = _InFlight(debounced=debounced, force=force)
+            self._inflight[key] = _InFlight(debounced=debounced, force=force, look=look)
         if not self._examiners.submit(key):  # stopped: the daemon is stopping
             with self._lock:
                 self._inflight.pop(key, None)
@@ -354,12 +363,13 @@ class Intake:
             if state is None:
                 return
             state.started = True
+            look, state.look = state.look, None
         accepted = False
         while True:
             try:
                 if defer_exact:
                     self.counters.enqueue_examined += 1
-                outcome = self._route(key, defer_exact, force=state.force)
+                outcome = self._route(key, defer_exact, force=state.force, look=look)
             except Exception as exc:
                 log.exception("examining %r failed", key)
                 self._verdicts[key] = Verdict(key, NOT_QUEUED, reason=f"examining it failed: {exc}")
@@ -372,6 +382,7 @@ class Intake:
             with self._lock:
                 if state.dirty and not self._stopped:
                     state.dirty = False
+                    look, state.look = state.look, None
                     continue
                 self._inflight.pop(key, None)
                 # Taken with the in-flight entry: a caller arriving after this waits for the
@@ -386,13 +397,17 @@ class Intake:
             except Exception:
                 log.exception("debouncer result for %r failed", key)
 
-    def _route(self, key: str, defer_exact: bool = False, force: bool = False) -> Any:
+    def _route(self, key: str, defer_exact: bool = False, force: bool = False, look: Any = None) -> Any:
         """Offer ``key`` to its channels in configured order; True when one queued it.
 
         With ``defer_exact``: :data:`EXACT_DUE` when no channel took the cheap sizes and an
         exact measurement is due (the caller hands the key to a measurer thread). With
         ``force``: the first channel that considers the key takes it if none prices it above
         0. While a caller waits for the key, the verdict is kept in ``_verdicts`` for it.
+
+        A database key's file is looked at once (the compactor's ``look``; ``look`` when its
+        admission took one): its sizes, its ``-wal`` (for the cleanup key) and the signature
+        the measurement is carried with all come from that look.
         """
         cfg = self._config_of()
         explain = key in self._waiters  # the words cost nothing on the fleet's path
@@ -401,11 +416,16 @@ class Intake:
             if explain:
                 self._verdicts[key] = Verdict(key, NOT_QUEUED, reason="ignored ([smoosh.ignore])")
             return False
+        compactor = self.router.compactor_for(key)
+        if look is None and not key.startswith(CLEANUP_PREFIX):
+            take = getattr(compactor, "look", None)
+            if take is not None:
+                look = take(key, strict=False)
         if defer_exact and cfg.cleanup_channels:
-            self._feed_cleanup(key)
-        before = signature(db_path(key))
+            self._feed_cleanup(key, look, compactor)
+        before = look.signature if look is not None else signature(db_path(key))
         verdict = None
-        for offer in self.router.offers(key, cfg, defer_exact=defer_exact, force=force):
+        for offer in self.router.offers(key, cfg, defer_exact=defer_exact, force=force, look=look, compactor=compactor):
             if offer is EXACT_DUE:
                 return EXACT_DUE
             names, sizes, priority_of, exact = offer
@@ -435,7 +455,7 @@ class Intake:
             self._verdicts[key] = verdict or Verdict(key, NOT_QUEUED, reason=not_measured_reason(key))
         return False
 
-    def _feed_cleanup(self, key: str) -> None:
+    def _feed_cleanup(self, key: str, look: Any = None, compactor: Any = None) -> None:
         """Examine ``key``'s cleanup key too when its database asks for one (a ``-wal`` past half of ``wal_max_size``).
 
         Fed from the examination every event and scan leads to (one ``lstat``, on the thread
@@ -443,7 +463,7 @@ class Intake:
         path, so the database key's validation holds for it; a cleanup key a channel took
         within ``staleness`` is left alone like any fresh key.
         """
-        cleanup = self.router.cleanup_key(key)
+        cleanup = self.router.cleanup_key(key, look, compactor)
         if cleanup is None or self.access.is_fresh(cleanup):
             return
         log.debug("%r has a WAL past half of wal_max_size; examining %r", key, cleanup)

@@ -8,12 +8,11 @@ watcher, a checkpoint and the job store alike.
 
 from __future__ import annotations
 
-import os
-from typing import Iterable, Sequence
+from typing import Any, Sequence
 
 from smoosh.daemon.intake.router import Router, db_path
 from smoosh.errors import InvalidKey
-from smoosh.paths import CLEANUP_PREFIX, MAX_COMPONENTS, TEMPORARY_SUFFIXES, canonical_path, inside, temporary_name
+from smoosh.paths import CLEANUP_PREFIX, MAX_COMPONENTS, TEMPORARY_SUFFIXES, canonical_path, inside_any, temporary_name
 
 __all__ = ["MAX_KEY_BYTES", "canonical_key", "check_key"]
 
@@ -41,28 +40,33 @@ def canonical_key(key: object) -> str:
     if size_bytes > MAX_KEY_BYTES:
         raise InvalidKey(key[:80] + "...", f"longer than {MAX_KEY_BYTES} bytes")
     prefix, path = (CLEANUP_PREFIX, key[len(CLEANUP_PREFIX):]) if key.startswith(CLEANUP_PREFIX) else ("", key)
-    if not os.path.isabs(path):
+    if not path.startswith("/"):  # os.path.isabs on POSIX, without its call
         raise InvalidKey(key, "not an absolute path")
     if path.count("/") > MAX_COMPONENTS:
         # Bounds what one key costs to resolve (a request carries up to 10,000 of them).
         raise InvalidKey(key[:80] + "...", f"more than {MAX_COMPONENTS} path components")
     return prefix + canonical_path(path)
 
-def check_key(key: str, router: Router, roots: Sequence[str], own_paths: Iterable[str]) -> None:
+def check_key(key: str, router: Router, roots: Sequence[str], own_paths: Sequence[str]) -> Any:
     """Check a canonical key: claimed by a compactor, inside ``roots``, not smoosh's own file, not a temporary name.
+
+    Returns:
+        The compactor that claims it (the caller's next question is for it).
 
     Raises:
         InvalidKey: naming the key and the reason.
     """
-    if router.compactor_for(key) is None:
+    compactor = router.compactor_for(key)
+    if compactor is None:
         raise InvalidKey(key, "no compactor claims it")
     path = db_path(key)
     if not roots:
         raise InvalidKey(key, "no roots configured: set [smoosh] roots or watch")
-    if not any(inside(path, root) for root in roots):
+    if not inside_any(path, roots):
         raise InvalidKey(key, f"outside roots ({', '.join(roots)})")
-    if any(inside(path, own) for own in own_paths):
+    if inside_any(path, own_paths):
         raise InvalidKey(key, "smoosh's own file")
     if temporary_name(path):
         raise InvalidKey(key, f"a temporary name ({', '.join('*' + s for s in TEMPORARY_SUFFIXES)}): it is compacted "
                               "under its final name, once renamed into place")
+    return compactor

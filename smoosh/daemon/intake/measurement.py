@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from smoosh.compactors.base import Sizes
+from smoosh.compactors.base import Sizes, file_signature
 from smoosh.config import Config
 from smoosh.daemon.keypool import KeyPool
 from smoosh.daemon.intake.router import db_path
@@ -25,17 +25,17 @@ log = logging.getLogger(__name__)
 
 
 def signature(path: str) -> tuple[int, ...] | None:
-    """What changes when a database is written: inode, size and mtime of the file and its ``-wal``."""
+    """What changes when a database is written: inode, size and mtime of the file and its ``-wal``
+    (:func:`~smoosh.compactors.base.file_signature`; a compactor's look at a file carries the same)."""
     try:
         st = os.stat(path)
     except OSError:
         return None
     try:
-        wal = os.stat(path + "-wal")
-        wal_part: tuple[int, ...] = (wal.st_size, wal.st_mtime_ns)
+        wal: os.stat_result | None = os.stat(path + "-wal")
     except OSError:
-        wal_part = ()
-    return (st.st_ino, st.st_size, st.st_mtime_ns, *wal_part)
+        wal = None
+    return file_signature(st, wal)
 
 
 @dataclass(frozen=True)

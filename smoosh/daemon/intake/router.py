@@ -55,14 +55,18 @@ class Router:
         """The compactor that claims ``key``, or None."""
         return compactor_for(key, self.compactors)
 
-    def cleanup_key(self, key: str) -> str | None:
+    def cleanup_key(self, key: str, look: Any = None, compactor: Any = None) -> str | None:
         """The cleanup key ``key``'s database calls for now (its WAL grew past half of ``wal_max_size``), or None.
 
         Asked of the compactor that claims the key (``cleanup_key``, optional: a compactor
-        without one never asks for cleanup); cheap, one ``lstat`` for SQLite.
+        without one never asks for cleanup); cheap, one ``lstat`` for SQLite, none with the
+        compactor's ``look`` at the file (:class:`~smoosh.compactors.base.Look`).
+        ``compactor``: the one that claims it, when the caller has it already.
         """
-        ask = getattr(self.compactor_for(key), "cleanup_key", None)
-        return ask(key) if ask is not None else None
+        ask = getattr(compactor if compactor is not None else self.compactor_for(key), "cleanup_key", None)
+        if ask is None:
+            return None
+        return ask(key) if look is None else ask(key, look=look)
 
     @staticmethod
     def is_ignored(key: str, cfg: Config) -> bool:
@@ -70,7 +74,10 @@ class Router:
         path = db_path(key)
         return any(path == pattern or fnmatch.fnmatchcase(path, pattern) for pattern in cfg.ignore)
 
-    def offers(self, key: str, cfg: Config, *, defer_exact: bool = False, force: bool = False) -> Iterator[Offer]:
+    def offers(
+        self, key: str, cfg: Config, *, defer_exact: bool = False, force: bool = False, look: Any = None,
+        compactor: Any = None,
+    ) -> Iterator[Offer]:
         """The ways to offer ``key`` to its channels, cheapest measurement first.
 
         Yields nothing for a missing database. One compacted recently that has not grown is
@@ -83,16 +90,20 @@ class Router:
         ``defer_exact``, a due exact measurement is not taken: :data:`EXACT_DUE` is yielded
         in its place, for the caller to hand the key to a thread that may take its time.
         With ``force`` (``enqueue --force``: thresholds do not count) the cheap estimate is
-        the only offer, and a database compacted recently is offered all the same.
+        the only offer, and a database compacted recently is offered all the same. ``look``:
+        the compactor's look at the database just taken (its ``look``), measured from instead
+        of reading the file again; ``compactor``: the one that claims the key, when the caller
+        has it already.
         """
-        compactor = self.compactor_for(key)
+        if compactor is None:
+            compactor = self.compactor_for(key)
         if compactor is None:
             return
         if key.startswith(CLEANUP_PREFIX):
             priority = compactor.cleanup_priority(key)
             yield cfg.cleanup_channels, None, lambda ch: priority, False
             return
-        sizes = compactor.sizes(key)
+        sizes = compactor.sizes(key) if look is None else compactor.sizes(key, look=look)
         if sizes is None:
             return
         if not force and self.freshly_compacted(key, sizes.file_bytes, cfg):
@@ -108,7 +119,7 @@ class Router:
             if defer_exact:
                 yield EXACT_DUE
                 return
-            exact = compactor.sizes(key, exact=True)
+            exact = compactor.sizes(key, exact=True) if look is None else compactor.sizes(key, exact=True, look=look)
             if exact is not None and exact != sizes:
                 yield cfg.db_channels, exact, lambda ch: self.priority(ch, key, exact, compactor), True
 

@@ -25,7 +25,7 @@ from smoosh.priority import DEFAULT_MIN_PRIORITY
 
 __all__ = [
     "QUEUED", "NOT_QUEUED", "REJECTED", "STILL_EXAMINING", "Verdict", "Offered", "Waiter",
-    "file_problem", "why_zero", "stale_reason", "enqueue_and_wait", "WAIT_S", "hold_reasons", "forced_note",
+    "file_problem", "look_at", "why_zero", "stale_reason", "enqueue_and_wait", "WAIT_S", "hold_reasons", "forced_note",
     "utc_text", "channel_phrase", "below_reason", "not_measured_reason",
 ]
 
@@ -124,32 +124,47 @@ def enqueue_and_wait(
 
 
 def file_problem(path: str, compactor: Any) -> str | None:
-    """Why ``path`` cannot be a database to compact, or None when it may be one.
+    """Why ``path`` cannot be a database to compact, or None when it may be one (see :func:`look_at`)."""
+    return look_at(path, compactor)[0]
 
-    One ``lstat``; then, for a compactor that judges files (the SQLite one: ``file_problem``),
-    its header read and identity checks, which never disturb a compaction of this process (a
-    raw descriptor would: closing it drops the process's SQLite locks on the file).
+
+def look_at(path: str, compactor: Any) -> tuple[str | None, Any]:
+    """Why ``path`` cannot be a database to compact (or None), and the compactor's look at it.
+
+    One ``lstat``: only a regular file is opened (a FIFO's writer or a device's driver would
+    notice an open). Then, for a compactor that looks at files (the SQLite one: ``look``), one
+    open, ``fstat`` and header read answer the rest with the strict identity checks, which
+    never disturb a compaction of this process (a raw descriptor would: closing it drops the
+    process's SQLite locks on the file); the look goes with the key to its examination, which
+    then reads nothing again (DESIGN §12). A compactor that judges files without looking
+    (``file_problem``) is asked instead.
 
     Parameters:
         path: a canonical path inside the roots.
         compactor: the compactor that claims it.
 
     Returns:
-        "no such file", "a directory", "not a regular file", "not a SQLite file", why the file
-        is shared (other hard links, another mount, a side file that is a link), or None.
+        ``(problem, look)``: the problem is "no such file", "a directory", "not a regular
+        file", "not a SQLite file", why the file is shared (other hard links, another mount,
+        a side file that is a link), or None; the look is the compactor's
+        (:class:`~smoosh.compactors.base.Look`), or None.
     """
     try:
         st = os.lstat(path)
     except FileNotFoundError:
-        return "no such file"
+        return "no such file", None
     except OSError as e:
-        return f"cannot read it: {e.strerror or e}"
+        return f"cannot read it: {e.strerror or e}", None
     if stat.S_ISDIR(st.st_mode):
-        return "a directory"
+        return "a directory", None
     if not stat.S_ISREG(st.st_mode):
-        return "not a regular file"
+        return "not a regular file", None
+    take = getattr(compactor, "look", None)
+    if take is not None:
+        look = take(path)
+        return look.problem, look
     judge = getattr(compactor, "file_problem", None)
-    return judge(path) if judge is not None else None
+    return (judge(path) if judge is not None else None), None
 
 
 def stale_reason(left_s: float, now: float) -> str:

@@ -179,7 +179,9 @@ class BufferedTransaction(Transaction):
         # no write, the process's exit releases its WAL read lock, and no thread is left to
         # wait on a watch of that process.
         if self._holds:
-            self._held.abandon()
+            held = self._held
+            if held.snapshot is not None or held.watches:  # a commit gave both back already
+                held.abandon()
 
     @property
     def snapshot(self) -> ReadView:  # type: ignore[override]

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import abc
 import time
-import weakref
 from typing import Callable
 
 from smoosh.store.base import (
@@ -162,13 +161,27 @@ class BufferedTransaction(Transaction):
     def __init__(self, store: BufferedStore) -> None:
         self._store = store
         self._held = Held(store.watches)
+        self._clear_state()
+
+    #: Whether the transaction has held a snapshot that must be given back or a watch
+    #: (see :meth:`__del__`); a class default, so a half-built transaction has it too.
+    _holds = False
+
+    def __del__(self) -> None:
         # An abandoned transaction must still give back its snapshot (an SQLite read
         # transaction pins the WAL) and fail its uncommitted watches with 1025, as FDB does.
-        # The finalizer is made when the transaction first holds such a thing: most hold
-        # neither (a memory snapshot), and a finalizer for every transaction was a visible
-        # part of the cost of examining a key.
-        self._finalizer: weakref.finalize | None = None
-        self._clear_state()
+        # A transaction is in no reference cycle of its own (see ``snapshot``), so this runs
+        # as soon as its last reference goes, and the cyclic collector runs it for one a
+        # caller put in a cycle; it runs where the collector runs, hence Held.abandon takes
+        # none of the store's locks. A weakref.finalize per transaction did the same for
+        # several times the cost. Unlike that finalizer it is not run at interpreter exit
+        # for a transaction still referenced then: nothing is lost, a read connection holds
+        # no write, the process's exit releases its WAL read lock, and no thread is left to
+        # wait on a watch of that process.
+        if self._holds:
+            held = self._held
+            if held.snapshot is not None or held.watches:  # a commit gave both back already
+                held.abandon()
 
     @property
     def snapshot(self) -> ReadView:  # type: ignore[override]
@@ -250,8 +263,7 @@ class BufferedTransaction(Transaction):
         return snap
 
     def _hold_resources(self) -> None:
-        if self._finalizer is None:
-            self._finalizer = weakref.finalize(self, self._held.abandon)
+        self._holds = True
 
     @staticmethod
     def _key_error(key: bytes) -> int:

@@ -71,6 +71,17 @@ _HOLD_SNAPSHOT = f"{SELECT_VERSION} UNION ALL SELECT NULL"
 _HOLD_SNAPSHOT_WITH_GET = (
     f"SELECT 0, ({SELECT_VERSION}) UNION ALL SELECT 1, value FROM kv WHERE key = ? UNION ALL SELECT 2, NULL UNION ALL SELECT 2, NULL"
 )
+#: The same with a first chunk of a range read: (0, version, NULL), the chunk's (1, key,
+#: value) rows in order, then two pads, so one row is left unread however many the chunk has.
+_HOLD_SNAPSHOT_WITH_SCAN = (
+    f"SELECT 0, ({SELECT_VERSION}), NULL"
+    " UNION ALL SELECT * FROM (SELECT 1, key, value FROM kv WHERE key >= ? AND key < ? ORDER BY key {} LIMIT ?)"
+    " UNION ALL SELECT 2, NULL, NULL UNION ALL SELECT 2, NULL, NULL"
+)
+_HOLD_SNAPSHOT_WITH_SCAN_FORWARD = _HOLD_SNAPSHOT_WITH_SCAN.format("")
+_HOLD_SNAPSHOT_WITH_SCAN_REVERSE = _HOLD_SNAPSHOT_WITH_SCAN.format("DESC")
+_SCAN_FORWARD = "SELECT key, value FROM kv WHERE key >= ? AND key < ? ORDER BY key LIMIT ?"
+_SCAN_REVERSE = "SELECT key, value FROM kv WHERE key >= ? AND key < ? ORDER BY key DESC LIMIT ?"
 
 
 def probe(path: str) -> int:
@@ -180,31 +191,42 @@ class _SqliteSnapshot(Snapshot):
         return value
 
     def scan(self, begin: bytes, end: bytes, reverse: bool, first_chunk: int = 0) -> Iterator[tuple[bytes, bytes]]:
-        if self._holder is None:
-            self._hold(None)
         lo, hi = begin, end
         # The merge above us reads one pair ahead; later chunks grow back to the usual size.
         chunk_size = min(first_chunk + 1, SCAN_CHUNK) if first_chunk > 0 else SCAN_CHUNK
-        while True:
-            try:
-                if reverse:
-                    rows = self._c().execute(
-                        "SELECT key, value FROM kv WHERE key >= ? AND key < ? ORDER BY key DESC LIMIT ?", (lo, hi, chunk_size)
-                    ).fetchall()
-                else:
-                    rows = self._c().execute(
-                        "SELECT key, value FROM kv WHERE key >= ? AND key < ? ORDER BY key LIMIT ?", (lo, hi, chunk_size)
-                    ).fetchall()
-            except sqlite3.Error as e:
-                raise store_error(e) from e
-            yield from rows
-            if len(rows) < chunk_size:
-                return
-            chunk_size = min(chunk_size * 4, SCAN_CHUNK)
-            if reverse:
-                hi = rows[-1][0]
+        try:
+            if self._holder is None:
+                # The transaction's first read: its version, the hold and the first chunk are
+                # one statement (an accept's pick is such a read).
+                rows = self._hold_with_chunk(lo, hi, reverse, chunk_size)
             else:
-                lo = rows[-1][0] + b"\x00"
+                rows = self._c().execute(_SCAN_REVERSE if reverse else _SCAN_FORWARD, (lo, hi, chunk_size)).fetchall()
+            while True:
+                yield from rows
+                if len(rows) < chunk_size:
+                    return
+                chunk_size = min(chunk_size * 4, SCAN_CHUNK)
+                if reverse:
+                    hi = rows[-1][0]
+                else:
+                    lo = rows[-1][0] + b"\x00"
+                rows = self._c().execute(_SCAN_REVERSE if reverse else _SCAN_FORWARD, (lo, hi, chunk_size)).fetchall()
+        except sqlite3.Error as e:
+            raise store_error(e) from e
+
+    def _hold_with_chunk(self, lo: bytes, hi: bytes, reverse: bool, chunk_size: int) -> list[tuple[bytes, bytes]]:
+        """Start the read transaction with the first chunk of a range read; returns the chunk."""
+        holder = self._c().execute(
+            _HOLD_SNAPSHOT_WITH_SCAN_REVERSE if reverse else _HOLD_SNAPSHOT_WITH_SCAN_FORWARD, (lo, hi, chunk_size)
+        )
+        self._version = next(holder)[1]
+        rows = []
+        for tag, key, value in holder:
+            if tag == 2:  # the first pad: the second stays unread and holds the snapshot
+                break
+            rows.append((key, value))
+        self._holder = holder
+        return rows
 
     def abandon(self) -> None:
         # Closing the connection ends its read transaction; the pool (and its lock) is skipped.

@@ -8,10 +8,12 @@ checkpoints once no reader holds a snapshot.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
 from pathlib import Path
+from typing import Any, Iterator
 
 import pytest
 
@@ -86,7 +88,10 @@ class JumpingClock:
         return 0.0 if self.readings == 1 else 1_000.0
 
 
-def test_a_reader_that_never_lets_go_is_named_and_the_log_left_to_it(grown: str) -> None:
+@contextlib.contextmanager
+def _pinned_log(grown: str) -> Iterator[tuple[ChildConnection, int, Any]]:
+    """A reader (another process) holding a snapshot while the log grows past it: the reader,
+    the log's size, and smoosh's connection to the database (closed on the way out)."""
     with ChildConnection(grown) as reader:
         reader.execute("BEGIN")
         reader.execute("SELECT count(*) FROM docs")
@@ -94,10 +99,15 @@ def test_a_reader_that_never_lets_go_is_named_and_the_log_left_to_it(grown: str)
         wal = os.path.getsize(grown + "-wal")
         conn = open_for_compaction(grown, None, 1.0)
         try:
-            with pytest.raises(Blocked) as info:
-                cleanup(conn, grown, RecordingContext(), clock=JumpingClock())
+            yield reader, wal, conn
         finally:
             close_quietly(conn)
+
+
+def test_a_reader_that_never_lets_go_is_named_and_the_log_left_to_it(grown: str) -> None:
+    with _pinned_log(grown) as (reader, wal, conn):
+        with pytest.raises(Blocked) as info:
+            cleanup(conn, grown, RecordingContext(), clock=JumpingClock())
         reason = str(info.value)
         assert reason.startswith(f"a reader holds the WAL: {wal} bytes still in {grown}-wal; held by pid "
                                  f"{reader.proc.pid} ({sys.executable} -c ")
@@ -109,18 +119,10 @@ def test_a_reader_that_never_lets_go_is_named_and_the_log_left_to_it(grown: str)
 def test_a_job_started_early_ends_quietly_while_the_pinned_log_is_under_wal_max_size(grown: str) -> None:
     # Started at half of wal_max_size: a reader in the way is not reported yet; the next look
     # at the growing log starts the next job
-    with ChildConnection(grown) as reader:
-        reader.execute("BEGIN")
-        reader.execute("SELECT count(*) FROM docs")
-        _grow(grown)
-        wal = os.path.getsize(grown + "-wal")
-        conn = open_for_compaction(grown, None, 1.0)
-        try:
-            cleanup(conn, grown, RecordingContext(), clock=JumpingClock(), wal_max_bytes=wal)
-            with pytest.raises(Blocked) as info:  # one byte less: past the limit, the reader is named
-                cleanup(conn, grown, RecordingContext(), clock=JumpingClock(), wal_max_bytes=wal - 1)
-        finally:
-            close_quietly(conn)
+    with _pinned_log(grown) as (reader, wal, conn):
+        cleanup(conn, grown, RecordingContext(), clock=JumpingClock(), wal_max_bytes=wal)
+        with pytest.raises(Blocked) as info:  # one byte less: past the limit, the reader is named
+            cleanup(conn, grown, RecordingContext(), clock=JumpingClock(), wal_max_bytes=wal - 1)
         assert f"held by pid {reader.proc.pid} (" in str(info.value)
         assert os.path.getsize(grown + "-wal") == wal
         reader.execute("COMMIT")

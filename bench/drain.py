@@ -131,13 +131,15 @@ def copies(template: str, directory: Path, count: int) -> list[str]:
     return paths
 
 
-def config_text(base: Path, concurrency: int, port: int | None, store: str | None = None) -> str:
+def config_text(base: Path, concurrency: int, port: int | None, store: str | None = None, extra: str = "") -> str:
     """The default config, but every file qualifies and nothing waits (see the module docstring).
 
     ``store``: the job store URL (default: the embedded SQLite store in the state directory).
+    ``extra``: more ``[smoosh]`` lines (``disk_pressure = 1%``).
     """
     http = f"http = 127.0.0.1:{port}\n" if port else ""
     store = store or f"sqlite:{base / 'state' / 'jobs.db'}"
+    extra = f"{extra}\n" if extra else ""
     return f"""[smoosh]
 watch = {base / 'dbs'}
 state_dir = {base / 'state'}
@@ -145,7 +147,7 @@ store = {store}
 node = bench
 {http}wait_secs = 0
 staleness = 0
-
+{extra}
 [smoosh.ratio_dbs]
 min_size = 0
 concurrency = {concurrency}

@@ -35,7 +35,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench._daemon import Daemon, free_port  # noqa: E402
-from bench.drain import BARE_LOOP, BARE_POOL  # noqa: E402
+from bench.drain import BARE_LOOP, BARE_POOL, config_text  # noqa: E402
 from bench._fixtures import make_bloated_db  # noqa: E402
 from bench._harness import Metric, parse_args, report  # noqa: E402
 from smoosh.daemon.watch.scan import SETTLE_S  # noqa: E402
@@ -209,22 +209,7 @@ def daemon_run(shape: list[tuple[int, int, float]], extra: str = "", ratio_concu
         (base / "state").mkdir()
         port = free_port()
         config = base / "smoosh.ini"
-        config.write_text(f"""[smoosh]
-watch = {base / 'dbs'}
-state_dir = {base / 'state'}
-store = sqlite:{base / 'state' / 'jobs.db'}
-node = bench
-http = 127.0.0.1:{port}
-wait_secs = 0
-staleness = 0
-{extra}
-[smoosh.ratio_dbs]
-min_size = 0
-concurrency = {ratio_concurrency}
-
-[smoosh.slack_dbs]
-min_size = 0
-""")
+        config.write_text(config_text(base, ratio_concurrency, port, extra=extra))
         sampler = _Sampler(paths, gains, _large(paths, shape))
         daemon = Daemon(config, port)
         try:

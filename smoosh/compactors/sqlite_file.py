@@ -397,7 +397,6 @@ def look(path: str, timeout_s: float, *, roots: Sequence[str] | None = None, str
     return Look(None, signature=file_signature(st, wal), wal_bytes=wal_bytes, state=state)
 
 
-
 def _state_from_connection(
     path: str, timeout_s: float, roots: Sequence[str] | None, fallback: DbState | None = None
 ) -> DbState | None:

@@ -84,11 +84,13 @@ def incremental(
     pages = chunk_pages
     own_write_ns = time.time_ns()  # writes before this (the compaction's own checks) are not the application's
     shared = others_have_open(path) is True
+    # The worker's pause ends at once on a stop, a hold or a rotation; a plain sleep otherwise.
+    pause = getattr(ctx, "pause", None) or _pause
     ctx.progress(0.0)
     while freed < start_free:
         if shared:
             # Before the checkpoint: a stop or a hold that ends this wait acts there, before the chunk.
-            yield_to_writer(lambda: last_write_age(path, own_write_ns), getattr(ctx, "pause", None) or _pause)
+            yield_to_writer(lambda: last_write_age(path, own_write_ns), pause)
         ctx.checkpoint()  # no transaction is open here: a hold waits holding no lock
         if identity is not None:
             identity.check()
@@ -116,7 +118,6 @@ def incremental(
             # The lock is free for the pace's factor times as long as the chunk held it (read
             # each time: the controller changes it while a long compaction runs).
             factor = budget.chunk_gap_factor if budget is not None else SHARED_CHUNK_GAP_FACTOR
-            pause = getattr(ctx, "pause", None) or _pause
             pause(min(MAX_CHUNK_GAP_S, held_s * factor))
 
 

@@ -48,6 +48,8 @@ from smoosh.daemon.record.status import STATUS_INTERVAL_S, other_live_daemon, pu
 from smoosh.errors import ConfigError, SmooshError
 
 if TYPE_CHECKING:
+    import subprocess
+
     from channels import Channel
     from smoosh.daemon.control.backlog import BacklogController, Decision
     from smoosh.daemon.control.pressure import DiskPressure
@@ -123,6 +125,9 @@ class Parts:
     #: Whether this process's worker compacts anything now (any thread, never blocks): the
     #: observer then lets events wait for a compaction's end (InotifyObserver.set_quiet).
     compacting_any: Callable[[], bool] = lambda: False
+    #: A scan helper process the server started ahead for the start-up scan (None: the scan
+    #: starts its own); the housekeeping owns it, then the watcher it hands it to.
+    scan_helper: subprocess.Popen[bytes] | None = None
 
 
 class Housekeeping:
@@ -131,6 +136,7 @@ class Housekeeping:
     def __init__(self, parts: Parts, *, watch_config: bool) -> None:
         self.parts = parts
         self._watch_config = watch_config
+        self._scan_helper = parts.scan_helper
         self._observer: Any = None
         self.watcher: Any = None
         self.config_watcher: Any = None
@@ -154,6 +160,8 @@ class Housekeeping:
             self._ensure_observer()
         if cfg.watch:
             self._start_watcher(cfg)
+        else:
+            self._discard_scan_helper()
         if self._watch_config and cfg.path is not None:
             from smoosh.config.watch import ConfigWatcher
 
@@ -180,12 +188,25 @@ class Housekeeping:
         self.watcher = Watcher(
             list(cfg.watch), intake.on_event, on_scanned=intake.on_scanned, on_settling=intake.on_event,
             rescan_interval_s=cfg.rescan_interval_s, exclude=self._is_own_path, observer=self._observer,
-            busy=self.parts.compacting,
+            busy=self.parts.compacting, scan_helper=self._take_scan_helper(),
         )
         self.watcher.start(thread=False)
 
+    def _take_scan_helper(self) -> subprocess.Popen[bytes] | None:
+        """The helper started ahead for the start-up scan, once (a later watcher starts its own)."""
+        helper, self._scan_helper = self._scan_helper, None
+        return helper
+
+    def _discard_scan_helper(self) -> None:
+        helper = self._take_scan_helper()
+        if helper is not None:  # no watcher to hand it to (no watch, or stopped before one started)
+            from smoosh.daemon.watch.scan_helper import discard_helper
+
+            discard_helper(helper)
+
     def stop(self) -> None:
         """Stop the watchers and the observer."""
+        self._discard_scan_helper()
         for part in (self.config_watcher, self.watcher):
             if part is not None:
                 try:

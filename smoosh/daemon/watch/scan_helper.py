@@ -19,9 +19,43 @@ from typing import Callable, Sequence
 
 from smoosh.daemon.watch.scan import WatchEntry
 
-__all__ = ["run_scan_helper"]
+__all__ = ["run_scan_helper", "spawn_helper"]
 
 log = logging.getLogger(__name__)
+
+
+def spawn_helper() -> subprocess.Popen[bytes]:
+    """Start a scan helper process; it waits for its request on stdin.
+
+    The daemon starts the one for its start-up scan as its own start begins (the helper's
+    interpreter then starts beside the daemon's, not after it) and hands it to the first
+    scan (:func:`run_scan_helper`'s ``spare``); a helper whose stdin closes unread exits.
+
+    Raises:
+        OSError: the process could not be started.
+    """
+    return subprocess.Popen(
+        # -S: no site-packages and no .pth files to read at start; the helper needs only the
+        # standard library and smoosh, which _helper_env puts on its path.
+        [sys.executable, "-S", "-m", "smoosh.daemon.watch.scan"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        # The helper writes to stderr only when Python itself fails (e.g. cannot import
+        # smoosh): a short traceback, read after stdout ends, so the pipe cannot fill.
+        stderr=subprocess.PIPE,
+        env=_helper_env(),
+        close_fds=True,
+    )
+
+
+def discard_helper(proc: subprocess.Popen[bytes]) -> None:
+    """Kill a helper that will not be used (or has ended), reap it and close its pipes."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
 
 
 def run_scan_helper(
@@ -32,6 +66,7 @@ def run_scan_helper(
     on_path: Callable[[str, bool], bool],
     started: Callable[[subprocess.Popen[bytes] | None], None],
     stop: threading.Event,
+    spare: subprocess.Popen[bytes] | None = None,
 ) -> int:
     """Walk ``roots`` in a helper process; every database found goes to ``on_path``.
 
@@ -44,6 +79,8 @@ def run_scan_helper(
         started: told the helper process once it runs and None once it ended (so a stop can
             kill it).
         stop: set by a stop; a helper started after it is killed at once.
+        spare: a helper :func:`spawn_helper` started ahead, used if it is still waiting (a new
+            one is started otherwise); this call owns it from here.
 
     Returns:
         How many databases ``on_path`` counted.
@@ -56,16 +93,10 @@ def run_scan_helper(
         "roots": [[root, rec] for root, rec in roots.items()],
         "changed_since": changed_since,
     }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "smoosh.daemon.watch.scan"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        # The helper writes to stderr only when Python itself fails (e.g. cannot import
-        # smoosh): a short traceback, read after stdout ends, so the pipe cannot fill.
-        stderr=subprocess.PIPE,
-        env=_helper_env(),
-        close_fds=True,
-    )
+    if spare is not None and spare.poll() is not None:
+        discard_helper(spare)  # it died waiting (killed by hand, say): start another
+        spare = None
+    proc = spare if spare is not None else spawn_helper()
     started(proc)
     if stop.is_set():
         proc.kill()  # the stop ran between its look at the running helper and started()
@@ -91,12 +122,7 @@ def run_scan_helper(
             log.error("the scan helper process exited with status %d%s", returncode, detail)
     finally:
         started(None)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for pipe in (proc.stdout, proc.stderr):
-            if pipe is not None:
-                pipe.close()
+        discard_helper(proc)
     return count
 
 

@@ -52,7 +52,7 @@ from watchdog.events import (
 from smoosh.daemon.watch.debounce import Debouncer
 from smoosh.paths import CLEANUP_PREFIX, canonical_path
 from smoosh.daemon.watch.observers import ROOT_CHECK_INTERVAL_S, WatchedRoots, watchdog_overflows
-from smoosh.daemon.watch.scan_helper import run_scan_helper
+from smoosh.daemon.watch.scan_helper import discard_helper, run_scan_helper
 from smoosh.daemon.watch.scan import WatchEntry, accepts, is_sqlite_file, main_db_path, resolve_watch, watch_roots
 
 __all__ = [
@@ -128,6 +128,9 @@ class Watcher:
         busy: True for a database path smoosh itself is compacting now: events on it (and its
             side files) are ignored, checked before any system call. When its compaction ends,
             the owner calls :meth:`settle`, so the last events of it are ignored too.
+        scan_helper: a scan helper process started ahead
+            (:func:`~smoosh.daemon.watch.scan_helper.spawn_helper`) for the first scan to use;
+            the watcher owns it from here (a stop before that scan kills it).
     """
 
     def __init__(
@@ -143,8 +146,12 @@ class Watcher:
         on_settling: Callable[[str], None] | None = None,
         observer: Any = None,
         busy: Callable[[str], bool] = lambda path: False,
+        scan_helper: subprocess.Popen[bytes] | None = None,
     ) -> None:
         self._specs = tuple(watch)
+        # A scan helper started ahead for the first scan (spawn_helper), or None; the watcher
+        # owns it: the first scan takes it (under _lock), a stop before that kills it.
+        self._spare_helper = scan_helper
         self._on_path = on_path
         self._on_scanned = on_scanned or on_path
         self._on_settling = on_settling or self._on_scanned
@@ -249,6 +256,9 @@ class Watcher:
         with self._lock:
             release = self._roots.detach()
             self._ticked = False
+            spare, self._spare_helper = self._spare_helper, None
+        if spare is not None:
+            discard_helper(spare)
         release(timeout_s)
         for thread in (self._thread, self._scan_thread):
             if thread is not None and thread is not threading.current_thread():
@@ -439,8 +449,10 @@ class Watcher:
         def started(proc: subprocess.Popen[bytes] | None) -> None:
             self._scan_proc = proc
 
+        with self._lock:
+            spare, self._spare_helper = self._spare_helper, None
         return run_scan_helper(entries, roots, changed_since, on_path=self._on_scan_path,
-                               started=started, stop=self._stop)
+                               started=started, stop=self._stop, spare=spare)
 
     def _on_scan_path(self, path: str, settling: bool = False) -> bool:
         # A cleanup key is a vanished database's leftovers (scan.orphans): reported, not counted.

@@ -11,7 +11,9 @@ The ``cleanup:`` job supervises a log that grew past half of ``wal_max_size`` (t
 (which waits for nobody) copies back what it can; then, only at a moment when no reader holds
 a snapshot with log frames in it (read from the kernel's lock list, :func:`wal_readers`), a
 ``TRUNCATE`` checkpoint empties the log with a short busy timeout, so the application's
-writers are never held while smoosh waits for its readers. A reader that does not let go
+writers are never held while smoosh waits for its readers. Every ``TRUNCATE`` (this one, and
+the one after a compaction) follows a passive checkpoint, so what it copies back while it
+holds the writers is only what was committed since. A reader that does not let go
 within :data:`READERS_WAIT_S` of a log past ``wal_max_size`` is named in the ``blocked``
 reason (its pid and command line: ``/jobs``, ``explain``, one WARNING), so an operator can
 act; below the limit the job ends there quietly (its passive checkpoint done), and the next
@@ -107,15 +109,12 @@ def cleanup(
     while True:
         readers = wal_readers(path)
         if not readers:  # none, or it cannot be told: SQLite's busy timeout decides
-            conn.set_busy_timeout(int(TRUNCATE_BUSY_TIMEOUT_S * 1000))
             try:
-                truncate_wal(conn, path, required=True)
+                truncate_wal(conn, path, required=True, busy_timeout_s=busy_timeout_s)
                 return
             except Busy:
                 if readers is None or clock() >= deadline:
                     raise
-            finally:
-                conn.set_busy_timeout(int(busy_timeout_s * 1000))
         elif clock() >= deadline:
             if wal_max_bytes is not None and wal_bytes(path) <= wal_max_bytes:
                 log.debug("%r: readers pin its WAL, still under wal_max_size; not truncated this time.", path)
@@ -125,8 +124,11 @@ def cleanup(
             raise Interrupted(f"cleanup of {path} was interrupted")
 
 
-def truncate_wal(conn: apsw.Connection, path: str, *, required: bool) -> None:
+def truncate_wal(conn: apsw.Connection, path: str, *, required: bool, busy_timeout_s: float) -> None:
     """``PRAGMA wal_checkpoint(TRUNCATE)``: the only way a WAL database's footprint shrinks.
+
+    It waits for readers at most :data:`TRUNCATE_BUSY_TIMEOUT_S`, since it holds the
+    application's writers while it waits, then gives the connection back ``busy_timeout_s``.
 
     Parameters:
         required: a cleanup job, which exists for this checkpoint, so a blocked or failed one
@@ -139,6 +141,17 @@ def truncate_wal(conn: apsw.Connection, path: str, *, required: bool) -> None:
         Blocked: not ``required``, and frames stayed in the WAL (a reader's snapshot pins them).
         apsw.Error: ``required`` and SQLite reported anything else.
     """
+    # A TRUNCATE checkpoint holds the application's writers from its busy wait to its end, the
+    # copy back included. A passive one first copies back what the log holds while they go on
+    # (it waits for nobody), so the TRUNCATE copies only what was committed since: after a
+    # VACUUM that is the whole database in the log, and behind a reader the seconds of commits
+    # made while smoosh waited for it to let go. Failing (another checkpoint runs), it leaves
+    # the whole copy to the TRUNCATE, as before.
+    try:
+        run(conn, "PRAGMA wal_checkpoint(PASSIVE)")
+    except apsw.Error:
+        log.debug("Passive WAL checkpoint of %r before its TRUNCATE failed.", path, exc_info=True)
+    conn.set_busy_timeout(int(TRUNCATE_BUSY_TIMEOUT_S * 1000))
     try:
         rows = run(conn, "PRAGMA wal_checkpoint(TRUNCATE)")
     except apsw.Error as exc:
@@ -147,6 +160,8 @@ def truncate_wal(conn: apsw.Connection, path: str, *, required: bool) -> None:
             return
         raise_mapped(exc, path, busy_message=f"WAL checkpoint of {path} could not complete: {exc}")
         raise
+    finally:
+        conn.set_busy_timeout(int(busy_timeout_s * 1000))
     row = rows[0] if rows else None
     if row and row[0]:
         if required:

@@ -22,9 +22,9 @@ from compactor.dbfactory import integrity, make_bloated_db
 from helpers.locks import ChildConnection
 from smoosh.compactors import Blocked
 from smoosh.compactors.sqlite_compact import open_for_compaction
-from smoosh.compactors.sqlite_open import close_quietly
+from smoosh.compactors.sqlite_open import close_quietly, pragma, run
 from smoosh.compactors.sqlite_openers import wal_readers
-from smoosh.compactors.sqlite_wal import cleanup
+from smoosh.compactors.sqlite_wal import cleanup, truncate_wal
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/locks is Linux only")
 
@@ -127,3 +127,37 @@ def test_a_job_started_early_ends_quietly_while_the_pinned_log_is_under_wal_max_
         assert os.path.getsize(grown + "-wal") == wal
         reader.execute("COMMIT")
     assert integrity(grown) == "ok"
+
+
+def test_the_truncate_that_holds_the_writers_finds_the_log_already_copied_back(tmp_path: Path) -> None:
+    # Given a WAL database just compacted: the whole new database sits in the log, the file
+    # beside it is still the old, larger one
+    path = str(tmp_path / "v.db")
+    make_bloated_db(path, rows=3000, delete_fraction=0.8, journal_mode="wal")
+    conn = open_for_compaction(path, None, 1.0)
+    try:
+        run(conn, "PRAGMA wal_autocheckpoint=0")
+        run(conn, "VACUUM")
+        old_bytes = os.path.getsize(path)
+        assert os.path.getsize(path + "-wal") > 0
+        # When its log is truncated, the database file's size is noted as the TRUNCATE starts
+        at_truncate: list[int] = []
+
+        def trace(_cursor: Any, sql: str, _bindings: Any) -> bool:
+            if "wal_checkpoint(TRUNCATE)" in sql:
+                at_truncate.append(os.path.getsize(path))
+            return True
+
+        conn.exec_trace = trace
+        truncate_wal(conn, path, required=True, busy_timeout_s=0.75)
+        conn.exec_trace = None
+        # Then the copy back was done before it (by a checkpoint that holds no writer): the file
+        # had already shrunk, so the TRUNCATE, which holds the application's writers, copies
+        # nothing back
+        assert at_truncate and at_truncate[0] < old_bytes
+        assert os.path.getsize(path + "-wal") == 0
+        # ... and the connection has its own busy timeout back
+        assert pragma(conn, "busy_timeout") == 750
+    finally:
+        close_quietly(conn)
+    assert integrity(path) == "ok"

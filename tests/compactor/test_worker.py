@@ -15,6 +15,7 @@ import pytest
 
 from compactor.dbfactory import db_stats, integrity, make_bloated_db, row_count
 from compactor.gates import GatedCompactor
+from helpers.clocks import FakeClock
 from helpers.daemon import HANG_S
 from helpers.locks import ChildConnection
 from smoosh.daemon.control import control
@@ -22,7 +23,7 @@ from smoosh.compactors import SqliteCompactor
 from smoosh.jobs import Jobs
 from smoosh.store import open_store
 from smoosh.daemon.run.worker import Worker
-from smoosh.io_budget import IoBudget
+from smoosh.io_budget import DEFAULT_CHUNK_GAP_FACTOR, IoBudget
 
 NODE = "n1"
 JOB_TYPE = "smoosh:" + NODE
@@ -425,24 +426,75 @@ def test_a_worker_process_paces_its_chunks_as_the_daemon_writes_its_pace(tmp_pat
     make_bloated_db(path, auto_vacuum="incremental")
     gated = GatedCompactor(SqliteCompactor(settings()), at_checkpoint=2)
     budget = IoBudget(None)
+    clock = FakeClock()
     jobs.add(JOB_TYPE, path, start_data(path))
-    worker = workers([gated], hold_poll_s=0.02, io_budget=budget)
+    worker = workers([gated], hold_poll_s=0.02, io_budget=budget, clock=clock)
     worker.start()
     assert gated.reached.wait(WAIT_S)
     assert budget.chunk_gap_factor != 64.0
-    store.transact(lambda tr: control.put_pace(tr, NODE, 64.0))
+    store.transact(lambda tr: control.put_pace(tr, NODE, 64.0, clock()))
     wait_until(lambda: budget.chunk_gap_factor == 64.0)
     gated.release.set()
     assert finished(jobs, path)["result"] == "ok"
 
 
-def test_the_pace_read_with_the_holds_is_the_nodes_own_and_a_number(store) -> None:
-    assert control.read_signals(store, NODE, CHANNEL, "/k.db") == (False, None, None)  # none written yet
-    store.transact(lambda tr: control.put_pace(tr, "another node", 2.0))
-    assert control.read_signals(store, NODE, CHANNEL, "/k.db")[2] is None
-    store.transact(lambda tr: control.put_pace(tr, NODE, 8.5))
-    assert control.read_signals(store, NODE, CHANNEL, "/k.db")[2] == 8.5
-    for raw in (b"nonsense", b"-4", b"inf", b"\xff"):
-        store.transact(lambda tr, raw=raw: tr.set(control.pace_key(NODE), raw))
-        assert control.read_signals(store, NODE, CHANNEL, "/k.db")[2] is None
+def test_a_worker_process_goes_back_to_its_default_pace_when_the_daemons_gets_old(
+    tmp_path, jobs, store, workers
+) -> None:
+    # Given a worker process pacing as a daemon wrote, mid-compaction
+    path = str(tmp_path / "inc.db")
+    make_bloated_db(path, auto_vacuum="incremental")
+    gated = GatedCompactor(SqliteCompactor(settings()), at_checkpoint=2)
+    budget = IoBudget(None)
+    clock = FakeClock()
+    jobs.add(JOB_TYPE, path, start_data(path))
+    worker = workers([gated], hold_poll_s=0.02, io_budget=budget, clock=clock)
+    worker.start()
+    assert gated.reached.wait(WAIT_S)
+    store.transact(lambda tr: control.put_pace(tr, NODE, 64.0, clock()))
+    wait_until(lambda: budget.chunk_gap_factor == 64.0)
+    # When the daemon writes no more (killed) and its last pace grows older than the bound
+    clock.advance(control.PACE_MAX_AGE_S + 1)
+    # Then the worker paces as it would with no daemon at all, not as the dead one said
+    wait_until(lambda: budget.chunk_gap_factor == DEFAULT_CHUNK_GAP_FACTOR)
+    gated.release.set()
+    assert finished(jobs, path)["result"] == "ok"
 
+
+def test_the_pace_read_with_the_holds_is_the_nodes_own_and_a_number(store) -> None:
+    now = FakeClock.START
+    assert control.read_signals(store, NODE, CHANNEL, "/k.db", now=now) == (False, None, None)  # none written yet
+    store.transact(lambda tr: control.put_pace(tr, "another node", 2.0, now))
+    assert control.read_signals(store, NODE, CHANNEL, "/k.db", now=now)[2] is None
+    store.transact(lambda tr: control.put_pace(tr, NODE, 8.5, now))
+    assert control.read_signals(store, NODE, CHANNEL, "/k.db", now=now)[2] == 8.5
+    for raw in (b"nonsense", b"-4", b"inf", b"\xff", b"-4 1700000000.0", b"nan 1700000000.0", b"8.5 inf",
+                b"8.5 nonsense", b"8.5 1700000000.0 1", b"8.5  1700000000.0"):
+        store.transact(lambda tr, raw=raw: tr.set(control.pace_key(NODE), raw))
+        assert control.read_signals(store, NODE, CHANNEL, "/k.db", now=now)[2] is None, raw
+
+
+def test_a_pace_counts_only_while_its_wall_time_is_within_the_bound_of_the_readers(store) -> None:
+    written = FakeClock.START
+    store.transact(lambda tr: control.put_pace(tr, NODE, 8.5, written))
+
+    def pace_at(now: float) -> float | None:
+        return control.read_signals(store, NODE, CHANNEL, "/k.db", now=now)[2]
+
+    # Fresh, and still so at the bound: a live daemon writes one every status interval
+    assert pace_at(written) == 8.5
+    assert pace_at(written + control.STATUS_INTERVAL_S) == 8.5
+    assert pace_at(written + control.PACE_MAX_AGE_S) == 8.5
+    # Older than the bound: the daemon stopped writing (killed, or cut off from the store)
+    assert pace_at(written + control.PACE_MAX_AGE_S + 0.001) is None
+    assert pace_at(written + 86_400) is None
+    # From the future within the bound (clock skew between hosts), and beyond it (a clock stepped back)
+    assert pace_at(written - control.PACE_MAX_AGE_S) == 8.5
+    assert pace_at(written - control.PACE_MAX_AGE_S - 0.001) is None
+    assert pace_at(written - 86_400) is None
+
+
+def test_a_pace_in_the_format_without_its_wall_time_counts_as_none(store) -> None:
+    # What a daemon from before the stamp wrote: its age cannot be told, so the worker keeps its default
+    store.transact(lambda tr: tr.set(control.pace_key(NODE), repr(8.5).encode("ascii")))
+    assert control.read_signals(store, NODE, CHANNEL, "/k.db", now=FakeClock.START)[2] is None

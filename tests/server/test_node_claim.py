@@ -241,9 +241,15 @@ def test_provably_dead_tells_a_live_daemon_from_a_dead_one() -> None:
 def test_the_daemon_writes_its_pace_beside_its_status_record_for_its_worker_processes(
     tmp_path: Path, store: Store
 ) -> None:
-    server = start(tmp_path, store, FakeClock())
+    clock = FakeClock()
+    server = start(tmp_path, store, clock)
     try:
-        wait_for(lambda: control.read_signals(store, NODE, RATIO, "/k.db")[2] is not None, 30, what="the pace written")
-        assert control.read_signals(store, NODE, RATIO, "/k.db")[2] == server.controller.last.chunk_gap_factor
+        def pace(now: float) -> float | None:
+            return control.read_signals(store, NODE, RATIO, "/k.db", now=now)[2]
+
+        wait_for(lambda: pace(clock()) is not None, 30, what="the pace written")
+        assert pace(clock()) == server.controller.last.chunk_gap_factor
+        # Stamped with the daemon's wall time: read long after, it is a dead daemon's, not a pace
+        assert pace(clock() + control.PACE_MAX_AGE_S + 1) is None
     finally:
         server.stop()

@@ -15,7 +15,11 @@ at a chunk boundary of a suspendable compaction.
 The incremental pace (the backlog controller's ``chunk_gap_factor``, which lives in the
 daemon) reaches ``smoosh worker`` processes the same way: the daemon writes it under
 ``pack(("pace", node))`` with its status record (:func:`put_pace`, no transaction of its
-own), and :func:`read_signals` reads it with the holds.
+own), stamped with the record's wall time (ASCII ``"factor wall_time"``), and
+:func:`read_signals` reads it with the holds. A pace stamped more than
+:data:`PACE_MAX_AGE_S` from the reader's wall time, either way, counts as none (the daemon
+stopped, was killed, or cannot reach the store), and so does one in another format. A
+worker with no pace keeps its own default.
 """
 
 from __future__ import annotations
@@ -28,10 +32,22 @@ from smoosh.store.base import Store, Transaction
 __all__ = [
     "set_hold", "held_channels", "hold_key",
     "request_rotation", "rotation_requests", "clear_rotation", "read_signals", "put_pace", "pace_key",
+    "STATUS_INTERVAL_S", "PACE_MAX_AGE_S",
 ]
 
 #: Value stored under a hold key (the key's presence is what counts).
 HOLD_VALUE = b"\x01"
+
+#: Seconds between two status records written by one node, each with its pace (the status
+#: record's cadence lives here, in the lowest layer that needs it: the pace's bound below).
+STATUS_INTERVAL_S = 5.0
+#: A pace stamped more than this many seconds from the reader's wall time counts as none. A live
+#: daemon stamps one every status interval as it queues the write, which may take up to two
+#: intervals to commit (its timeout): its newest pace can be three intervals old when read.
+#: One interval more for a starter thread busy with other store work and for clock skew
+#: between the daemon's host and a worker's; missing that many means the daemon stopped or
+#: cannot reach the store.
+PACE_MAX_AGE_S = 4 * STATUS_INTERVAL_S
 
 
 def hold_key(node: str, channel: str) -> bytes:
@@ -103,27 +119,39 @@ def pace_key(node: str) -> bytes:
     return tuples.pack(("pace", node))
 
 
-def put_pace(tr: Transaction, node: str, chunk_gap_factor: float) -> None:
-    """Write ``node``'s pace inside the caller's transaction (the daemon's status write)."""
-    tr.set(pace_key(node), repr(float(chunk_gap_factor)).encode("ascii"))
+def put_pace(tr: Transaction, node: str, chunk_gap_factor: float, now: float) -> None:
+    """Write ``node``'s pace inside the caller's transaction (the daemon's status write), stamped ``now`` (wall seconds)."""
+    tr.set(pace_key(node), f"{float(chunk_gap_factor)!r} {float(now)!r}".encode("ascii"))
 
 
-def _pace(raw: bytes | None) -> float | None:
-    """A stored pace, or None when there is none or it is not a positive finite number."""
+def _pace(raw: bytes | None, now: float) -> float | None:
+    """A stored pace read at ``now`` (wall seconds), or None when there is none, it is not a
+    positive finite number with its wall time, or that time is more than :data:`PACE_MAX_AGE_S` from ``now``."""
     if raw is None:
         return None
     try:
-        value = float(bytes(raw).decode("ascii"))
+        # A bare float (a daemon from before the stamp) has one field: no age, so no pace.
+        factor_text, written_text = bytes(raw).decode("ascii").split(" ")
+        factor, written = float(factor_text), float(written_text)
     except (UnicodeDecodeError, ValueError):
         return None
-    return value if math.isfinite(value) and value > 0 else None
+    if not (math.isfinite(factor) and factor > 0 and math.isfinite(written)):
+        return None
+    # Stamped in the future by more than the bound: a wall clock stepped back (the worker's,
+    # or the daemon's after it wrote). Its age cannot be told, and honouring it until the
+    # clock catches up could keep a dead daemon's pace for as long as the step: none, and
+    # the worker keeps its default. Within the bound it is clock skew between two hosts.
+    return factor if abs(now - written) <= PACE_MAX_AGE_S else None
 
 
-def read_signals(store: Store, node: str, channel: str | None, key: str) -> tuple[bool, str | None, float | None]:
+def read_signals(
+    store: Store, node: str, channel: str | None, key: str, *, now: float
+) -> tuple[bool, str | None, float | None]:
     """``(held, rotation run id or None, the node's pace or None)`` for one running job, read in one transaction.
 
     The worker's heartbeat polls this every second, so it is one snapshot transaction with
-    three point reads rather than three transactions.
+    three point reads rather than three transactions. ``now`` (wall seconds, the reader's
+    clock) ages the pace: one too old or too far ahead is None, as if none was written.
     """
     hkey = None if channel is None else hold_key(node, channel)
     rkey = rotate_key(node, key)
@@ -132,7 +160,7 @@ def read_signals(store: Store, node: str, channel: str | None, key: str) -> tupl
     def body(tr: Transaction) -> tuple[bool, str | None, float | None]:
         held = hkey is not None and tr.snapshot.get(hkey) is not None
         run = tr.snapshot.get(rkey)
-        return held, None if run is None else bytes(run).decode("utf-8", "replace"), _pace(tr.snapshot.get(pkey))
+        return held, None if run is None else bytes(run).decode("utf-8", "replace"), _pace(tr.snapshot.get(pkey), now)
 
     held, run, pace = store.transact(body)
     return bool(held), run, pace

@@ -328,7 +328,9 @@ class Housekeeping:
         def body(tr: Transaction) -> tuple[list[Hold], Watch | None, dict[str, Any] | None]:
             previous = read_node_record(tr.snapshot, node) if process is not None else None
             put_node_status(tr, node, status, now, process=process)
-            control.put_pace(tr, node, pace)  # for this node's `smoosh worker` processes (their heartbeat reads it)
+            # For this node's `smoosh worker` processes (their heartbeat reads it): stamped with
+            # the record's time, so a pace this daemon stops writing ages out of use.
+            control.put_pace(tr, node, pace, now)
             # Snapshot reads: the write stays conflict-free. The watch is armed at this
             # commit against what this read saw, so no change can slip between the two.
             return cluster.read(tr), (cluster.watch(tr) if arm else None), previous

@@ -19,6 +19,9 @@ from typing import Any
 
 import msgpack
 
+# Seconds between two status records of one node: the control layer's (below this one), since
+# the pace written with each record is aged by it; named here too for the record's readers.
+from smoosh.daemon.control.control import STATUS_INTERVAL_S
 from smoosh.daemon.control.node_claim import Identity, NodeInUse, provably_dead
 from smoosh.jsonutil import jsonable
 from smoosh.store import Store, Transaction, tuples
@@ -26,8 +29,6 @@ from smoosh.store.base import ReadView
 
 log = logging.getLogger(__name__)
 
-#: Seconds between two status records written by one node.
-STATUS_INTERVAL_S = 5.0
 #: A record older than this many seconds marks its node stale.
 STALE_AFTER_S = 15.0
 #: Largest record decoded, in bytes (a record is a few hundred bytes per channel).

@@ -23,6 +23,7 @@ from smoosh.daemon.control.store_health import log_failure
 from smoosh.daemon.run.job_context import HALTED, Running
 from smoosh.daemon.keypool import DEFAULT_IDLE_EXIT_S
 from smoosh.daemon.run.startup import DAEMON_WORKER, HOLDER
+from smoosh.io_budget import DEFAULT_CHUNK_GAP_FACTOR
 from smoosh.jobs import JobHalted
 
 __all__ = ["Heartbeat", "ERROR_PAUSE_S"]
@@ -58,11 +59,12 @@ class Heartbeat:
         signals: ``"direct"`` (in the daemon: no store polls) or ``"store"``.
         job_timeout_s: the type timeout, read at every heartbeat (a config reload changes it).
         hold_poll_s: how often a stand-alone worker reads its holds (seconds).
-        clock: wall-clock seconds, for ``heartbeat_at``.
+        clock: wall-clock seconds, for ``heartbeat_at`` and to age the pace the daemon wrote.
         holder: the instance of the process the worker runs in, named in every heartbeat: a
             restarting daemon takes back the jobs of a holder it knows dead, and follows the others.
         on_pace: given the node's incremental pace as each store poll reads it (``signals="store"``:
-            the daemon's backlog controller sets it; the worker's I/O budget takes it).
+            the daemon's backlog controller sets it; the worker's I/O budget takes it), or
+            :data:`~smoosh.io_budget.DEFAULT_CHUNK_GAP_FACTOR` while the store holds no fresh one.
     """
 
     def __init__(
@@ -189,9 +191,11 @@ class Heartbeat:
         return min(dues)
 
     def _poll_signals(self, r: Running) -> None:
-        held, rotate_run, pace = control.read_signals(self._store, self._node, r.channel, r.key)
-        if pace is not None and self._on_pace is not None:
-            self._on_pace(pace)
+        held, rotate_run, pace = control.read_signals(self._store, self._node, r.channel, r.key, now=self._clock())
+        if self._on_pace is not None:
+            # No pace (never written, too old, or cleared by a daemon that stopped): back to the
+            # default, not the last one read, which a daemon gone no longer adjusts.
+            self._on_pace(DEFAULT_CHUNK_GAP_FACTOR if pace is None else pace)
         if r.channel is not None:
             r.ctx.set_held(held)
         if rotate_run == r.run_id and r.ctx.stop_reason is None and r.ctx.rotate():

@@ -253,3 +253,17 @@ def test_the_daemon_writes_its_pace_beside_its_status_record_for_its_worker_proc
         assert pace(clock() + control.PACE_MAX_AGE_S + 1) is None
     finally:
         server.stop()
+
+
+def test_a_daemon_that_stops_cleanly_takes_its_pace_out_of_the_store(tmp_path: Path, store: Store) -> None:
+    # Given a daemon whose pace its worker processes read
+    clock = FakeClock()
+    server = start(tmp_path, store, clock)
+    try:
+        wait_for(lambda: store.transact(lambda tr: tr.get(control.pace_key(NODE))) is not None, 30,
+                 what="the pace written")
+    finally:
+        # When it stops cleanly
+        server.stop()
+    # Then its pace is gone at once: the workers go back to their default at their next poll
+    assert store.transact(lambda tr: tr.get(control.pace_key(NODE))) is None

@@ -18,8 +18,9 @@ daemon) reaches ``smoosh worker`` processes the same way: the daemon writes it u
 own), stamped with the record's wall time (ASCII ``"factor wall_time"``), and
 :func:`read_signals` reads it with the holds. A pace stamped more than
 :data:`PACE_MAX_AGE_S` from the reader's wall time, either way, counts as none (the daemon
-stopped, was killed, or cannot reach the store), and so does one in another format. A
-worker with no pace keeps its own default.
+stopped, was killed, or cannot reach the store), and so does one in another format; a
+daemon that stops cleanly removes its pace (:func:`clear_pace`). A worker with no pace
+keeps its own default.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from smoosh.store.base import Store, Transaction
 __all__ = [
     "set_hold", "held_channels", "hold_key",
     "request_rotation", "rotation_requests", "clear_rotation", "read_signals", "put_pace", "pace_key",
-    "STATUS_INTERVAL_S", "PACE_MAX_AGE_S",
+    "clear_pace", "STATUS_INTERVAL_S", "PACE_MAX_AGE_S",
 ]
 
 #: Value stored under a hold key (the key's presence is what counts).
@@ -122,6 +123,16 @@ def pace_key(node: str) -> bytes:
 def put_pace(tr: Transaction, node: str, chunk_gap_factor: float, now: float) -> None:
     """Write ``node``'s pace inside the caller's transaction (the daemon's status write), stamped ``now`` (wall seconds)."""
     tr.set(pace_key(node), f"{float(chunk_gap_factor)!r} {float(now)!r}".encode("ascii"))
+
+
+def clear_pace(store: Store, node: str, timeout_s: float) -> None:
+    """Remove ``node``'s pace (a daemon stopping cleanly): its workers go back to their default at their next poll.
+
+    Raises:
+        SmooshError: the store failed within ``timeout_s``.
+    """
+    pkey = pace_key(node)
+    store.transact(lambda tr: tr.clear(pkey), timeout_s=timeout_s)
 
 
 def _pace(raw: bytes | None, now: float) -> float | None:

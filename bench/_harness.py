@@ -93,6 +93,8 @@ def fmt(x: float) -> str:
     """A number for a table: thousands separators for big ones, 3 significant digits for small."""
     if x != x:
         return "nan"
+    if float(x).is_integer() and abs(x) < 1000:
+        return f"{int(x)}"  # a count (commits, files): never "1.00"
     if abs(x) >= 1000:
         return f"{x:,.0f}"
     if abs(x) >= 100:

@@ -12,9 +12,13 @@ large the log grows is sampled every 100 ms over ``DURATION_S``:
 * **smoosh**: ``smoosh run`` watching the database with ``wal_max_size = 64MiB``: from half of
   it on, its cleanup job checkpoints passively and truncates the log in a moment with no reader.
 
-Budget (DESIGN §9): the WAL at most 64 MiB at p99 with smoosh. The application's slowest
-commit is printed beside it (a ``TRUNCATE`` holds its writers while it copies back what the
-reader held back).
+Budget (DESIGN §9): the WAL at most 64 MiB at p99 with smoosh. The application's commit
+times are printed beside it, with the commits over 100 ms (DESIGN's aim: none stalled that
+long by a checkpoint): a ``TRUNCATE`` holds the application's writers from its wait for
+readers to its end, and the passive checkpoint before it leaves it little to copy back, but
+cutting the log's file is itself slow where the file system discards what it frees (ext4
+mounted with ``discard``, as cloud disks often are: about 2.5 ms per MiB of log on the
+project's VM).
 
 Why not the application's own autocheckpoint: with it, SQLite restarts the log itself in any
 pause of the reader (the log stays near what one held transaction lets grow); and with a
@@ -66,7 +70,7 @@ c.execute("PRAGMA wal_autocheckpoint=0")
 rows, every, end = int(sys.argv[2]), float(sys.argv[3]), time.monotonic() + float(sys.argv[4])
 blob = b"x" * 4000
 n = c.execute("SELECT coalesce(max(id), 0) + 1 FROM log").fetchone()[0]
-slowest = 0.0
+took = []
 while time.monotonic() < end:
     t = time.monotonic()
     c.execute("BEGIN IMMEDIATE")
@@ -74,9 +78,11 @@ while time.monotonic() < end:
     n += rows
     c.execute("DELETE FROM log WHERE id < ?", (n - 20000,))
     c.execute("COMMIT")
-    slowest = max(slowest, time.monotonic() - t)
+    took.append(time.monotonic() - t)
     time.sleep(every)
-print(json.dumps({"slowest_commit_s": slowest}), flush=True)
+took.sort()
+print(json.dumps({"slowest_commit_s": took[-1], "p999_commit_s": took[int(len(took) * 0.999)],
+                  "commits_over_100ms": sum(1 for x in took if x > 0.1), "commits": len(took)}), flush=True)
 """
 
 READER = """
@@ -135,8 +141,9 @@ def _writer(path: str, duration_s: float) -> subprocess.Popen[str]:
                              str(duration_s)], stdout=subprocess.PIPE, text=True)
 
 
-def wal_run(with_smoosh: bool, duration_s: float) -> tuple[list[float], float]:
-    """WAL sizes (MiB) sampled over a run of the writer beside the reader, and its slowest commit (s)."""
+def wal_run(with_smoosh: bool, duration_s: float) -> tuple[list[float], dict[str, float]]:
+    """WAL sizes (MiB) sampled over a run of the writer beside the reader, and its commits' times
+    (``slowest_commit_s``, ``p999_commit_s``, ``commits_over_100ms``, ``commits``)."""
     base = Path(tempfile.mkdtemp(prefix="smoosh-bench-wal-"))
     daemon = None
     try:
@@ -151,7 +158,7 @@ def wal_run(with_smoosh: bool, duration_s: float) -> tuple[list[float], float]:
         sizes = _wal_sizes(path, duration_s)
         out, _ = writer.communicate()
         reader.wait()
-        return sizes, float(json.loads(out.strip().splitlines()[-1])["slowest_commit_s"])
+        return sizes, {k: float(v) for k, v in json.loads(out.strip().splitlines()[-1]).items()}
     finally:
         if daemon is not None:
             daemon.stop()
@@ -200,21 +207,22 @@ def main(argv: list[str] | None = None) -> int:
     duration = 10.0 if args.quick else DURATION_S
     bare: list[float] = []
     bare_max: list[float] = []
-    bare_commit: list[float] = []
     smoosh: list[float] = []
     smoosh_max: list[float] = []
-    smoosh_commit: list[float] = []
+    commits: dict[bool, dict[str, list[float]]] = {False: {}, True: {}}
     named: list[float] = []
     for _ in range(args.runs):
-        sizes, slowest = wal_run(False, duration)
-        bare.append(percentile(sizes, 0.99))
-        bare_max.append(max(sizes))
-        bare_commit.append(slowest * 1000)
-        sizes, slowest = wal_run(True, duration)
-        smoosh.append(percentile(sizes, 0.99))
-        smoosh_max.append(max(sizes))
-        smoosh_commit.append(slowest * 1000)
+        for with_smoosh, p99s, maxes in ((False, bare, bare_max), (True, smoosh, smoosh_max)):
+            sizes, took = wal_run(with_smoosh, duration)
+            p99s.append(percentile(sizes, 0.99))
+            maxes.append(max(sizes))
+            for name, value in took.items():
+                commits[with_smoosh].setdefault(name, []).append(value)
         named.append(time_to_name())
+
+    def ms(with_smoosh: bool, name: str) -> list[float]:
+        return [v * 1000 for v in commits[with_smoosh][name]]
+
     metrics = [
         Metric("WAL size p99, no smoosh (nothing checkpoints)", "MiB", bare, higher_is_better=False),
         Metric("WAL size max, no smoosh", "MiB", bare_max, higher_is_better=False),
@@ -222,8 +230,16 @@ def main(argv: list[str] | None = None) -> int:
                budget=64.0, budget_text="<= 64 MiB", reference=sorted(bare)[len(bare) // 2],
                reference_name="no smoosh"),
         Metric("WAL size max, smoosh run", "MiB", smoosh_max, higher_is_better=False),
-        Metric("the application's slowest commit, no smoosh", "ms", bare_commit, higher_is_better=False),
-        Metric("the application's slowest commit, smoosh run", "ms", smoosh_commit, higher_is_better=False),
+        Metric("the application's commit p99.9, no smoosh", "ms", ms(False, "p999_commit_s"), higher_is_better=False),
+        Metric("the application's commit p99.9, smoosh run", "ms", ms(True, "p999_commit_s"), higher_is_better=False),
+        Metric("the application's slowest commit, no smoosh", "ms", ms(False, "slowest_commit_s"),
+               higher_is_better=False),
+        Metric("the application's slowest commit, smoosh run", "ms", ms(True, "slowest_commit_s"),
+               higher_is_better=False),
+        Metric("the application's commits over 100 ms, no smoosh", "commits",
+               commits[False]["commits_over_100ms"], higher_is_better=False),
+        Metric("the application's commits over 100 ms, smoosh run (DESIGN aim: none stalled by a checkpoint)",
+               "commits", commits[True]["commits_over_100ms"], higher_is_better=False),
         Metric("a reader that never lets go: WAL past wal_max_size to its pid in /jobs", "s", named,
                higher_is_better=False, budget=5.0, budget_text="<= 5 s"),
     ]

@@ -10,15 +10,15 @@ large the log grows is sampled every 100 ms over ``DURATION_S``:
 
 * **no smoosh**: nothing checkpoints, so the log grows for the whole run;
 * **smoosh**: ``smoosh run`` watching the database with ``wal_max_size = 64MiB``: from half of
-  it on, its cleanup job checkpoints passively and truncates the log in a moment with no reader.
+  it on, its cleanup job checkpoints passively and restarts the log in a moment with no reader.
 
 Budget (DESIGN §9): the WAL at most 64 MiB at p99 with smoosh. The application's commit
 times are printed beside it, with the commits over 100 ms (DESIGN's aim: none stalled that
 long by a checkpoint): a ``TRUNCATE`` holds the application's writers from its wait for
 readers to its end, and the passive checkpoint before it leaves it little to copy back, but
 cutting the log's file is itself slow where the file system discards what it frees (ext4
-mounted with ``discard``, as cloud disks often are: about 2.5 ms per MiB of log on the
-project's VM).
+mounted with ``discard``, as cloud disks often are), so the cleanup job cuts only a file past
+``wal_max_size`` and otherwise restarts the log in its file.
 
 Why not the application's own autocheckpoint: with it, SQLite restarts the log itself in any
 pause of the reader (the log stays near what one held transaction lets grow); and with a

@@ -26,7 +26,7 @@ __all__ = [
     "CLEANUP_PREFIX",
 ]
 
-#: Prefix of a cleanup key, ``cleanup:<db path>``: the job truncates the database's WAL, or
+#: Prefix of a cleanup key, ``cleanup:<db path>``: the job restarts (or cuts) the database's WAL, or
 #: removes what a deleted database left behind. Match patterns, ignore entries and roots
 #: apply to the path after it.
 CLEANUP_PREFIX = "cleanup:"

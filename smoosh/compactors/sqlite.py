@@ -10,8 +10,10 @@ which way each compaction goes:
 * else an in-place ``VACUUM``;
 * then, with ``analyze`` on, ``PRAGMA optimize`` (the planner's statistics, refreshed);
 * and afterwards, for a WAL database, a ``wal_checkpoint(TRUNCATE)``: in WAL mode the file
-  only shrinks when the log is checkpointed. ``cleanup:<path>`` jobs do only that checkpoint,
-  or, for a database that no longer exists, remove the side files it left behind
+  only shrinks when the log is checkpointed. ``cleanup:<path>`` jobs checkpoint a log that grew
+  past half of ``wal_max_size`` (restarting it, or cutting a file past the limit: see
+  :mod:`~smoosh.compactors.sqlite_wal`), or, for a database that no longer exists, remove the
+  side files it left behind
   (:meth:`SqliteCompactor.leftovers`). A side file whose database exists is never removed:
   a ``-wal`` or a ``-journal`` may hold committed transactions the database needs.
 
@@ -59,7 +61,7 @@ __all__ = [
 
 #: The size a ``-wal`` is kept under (bytes): see :data:`WAL_ACT_FRACTION`.
 DEFAULT_WAL_MAX_SIZE_BYTES = 64 * 1024 * 1024
-#: A ``-wal`` past this fraction of ``wal_max_size`` makes its cleanup key worth a job. Acting
+#: A log past this fraction of ``wal_max_size`` makes its cleanup key worth a job. Acting
 #: only once the log is past the limit leaves it over the limit for as long as the job takes to
 #: start and to find a moment no reader pins the log (up to a reader's whole transaction), while
 #: the application keeps writing; acting at half of it gives that time room below the limit.
@@ -397,9 +399,23 @@ class SqliteCompactor:
         if cleanup:
             return None
         wal_bytes = look.wal_bytes if look is not None else file_size(path + "-wal")
+        return CLEANUP_PREFIX + path if self._wal_calls_for_cleanup(path, wal_bytes) else None
+
+    def _wal_calls_for_cleanup(self, path: str, wal_bytes: int) -> bool:
+        """Whether a ``-wal`` of ``wal_bytes`` needs its cleanup job: its file is past
+        ``wal_max_size``, or the log in it is past :attr:`wal_act_bytes`.
+
+        The log, not the file: a cleanup job restarts a log under ``wal_max_size`` rather than
+        cut its file (:func:`~smoosh.compactors.sqlite_wal.restart_wal`), so the file keeps its
+        size while the log starts over in it. Read only for a file past the act size (a few
+        reads of 24 bytes: :func:`~smoosh.compactors.sqlite_wal.wal_content_bytes`).
+        """
         if wal_bytes <= self.wal_act_bytes:
-            return None
-        return CLEANUP_PREFIX + path
+            return False
+        if wal_bytes > self.wal_max_size_bytes:
+            return True
+        in_use = sqlite_wal.wal_content_bytes(path)
+        return in_use is None or in_use > self.wal_act_bytes
 
     def cleanup_priority(self, key: str) -> float:
         """1.0 for a ``cleanup:`` key with work to do, else 0.0.
@@ -422,12 +438,12 @@ class SqliteCompactor:
             return 0.0
         if state is None:
             return 1.0 if self.leftovers(path) else 0.0
-        return 1.0 if file_size(path + "-wal") > self.wal_act_bytes else 0.0
+        return 1.0 if self._wal_calls_for_cleanup(path, file_size(path + "-wal")) else 0.0
 
     # ------------------------------------------------------------------ compacting
 
     def compact(self, key: str, ctx: CompactionContext) -> CompactionResult:
-        """Compact the key's database (for a ``cleanup:`` key: truncate its WAL, or remove its leftovers).
+        """Compact the key's database (for a ``cleanup:`` key: restart or cut its WAL, or remove its leftovers).
 
         Parameters:
             key: a claimed key.

@@ -7,26 +7,34 @@ job (:func:`cleanup`). Before compacting, :func:`refuse_pinned_wal` ends the run
 after a rename over the path, :func:`empty_moved_wal` empties the old file's log.
 
 The ``cleanup:`` job supervises a log that grew past half of ``wal_max_size`` (the compactor's
-``WAL_ACT_FRACTION``), so that it is cut before it reaches the limit: a passive checkpoint
-(which waits for nobody) copies back what it can; then, only at a moment when no reader holds
-a snapshot with log frames in it (read from the kernel's lock list, :func:`wal_readers`), a
-``TRUNCATE`` checkpoint empties the log with a short busy timeout, so the application's
-writers are never held while smoosh waits for its readers. Every ``TRUNCATE`` (this one, and
-the one after a compaction) follows a passive checkpoint, so what it copies back while it
-holds the writers is only what was committed since. A reader that does not let go
-within :data:`READERS_WAIT_S` of a log past ``wal_max_size`` is named in the ``blocked``
-reason (its pid and command line: ``/jobs``, ``explain``, one WARNING), so an operator can
-act; below the limit the job ends there quietly (its passive checkpoint done), and the next
-look at the growing log starts another.
+``WAL_ACT_FRACTION``), so that it is dealt with before it reaches the limit: a passive
+checkpoint (which waits for nobody) copies back what it can; then, only at a moment when no
+reader holds a snapshot with log frames in it (read from the kernel's lock list,
+:func:`wal_readers`), a ``RESTART`` checkpoint with a short busy timeout, after which the
+application's next commit writes the log from the start of its file again: the file stops
+growing, and the log in it starts from nothing (:func:`wal_content_bytes` reads how much of
+the file the log uses, which is what calls for the next job). Only a file past
+``wal_max_size`` itself is cut (``TRUNCATE``): cutting a file holds the application's writers
+for as long as freeing its blocks takes, which grows with the file (and is slow where the file
+system discards what it frees: ext4 mounted with ``discard``), while a ``RESTART``'s hold does
+not. Either way the
+application's writers are never held while smoosh waits for its readers, and every
+``RESTART`` or ``TRUNCATE`` (this one, and the one after a compaction) follows a passive
+checkpoint, so what it copies back while it holds the writers is only what was committed
+since. A reader that does not let go within :data:`READERS_WAIT_S` of a log past
+``wal_max_size`` is named in the ``blocked`` reason (its pid and command line: ``/jobs``,
+``explain``, one WARNING), so an operator can act; below the limit the job ends there quietly
+(its passive checkpoint done), and the next look at the growing log starts another.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import struct
 import threading
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import apsw
 
@@ -35,8 +43,8 @@ from smoosh.compactors.sqlite_compact import interrupt_quietly, raise_mapped
 from smoosh.compactors.sqlite_open import pragma, run
 from smoosh.compactors.sqlite_openers import Reader, wal_readers
 
-__all__ = ["cleanup", "truncate_wal", "refuse_pinned_wal", "empty_moved_wal", "wal_bytes", "pinned_reason",
-           "WalPinned", "READERS_WAIT_S"]
+__all__ = ["cleanup", "restart_wal", "truncate_wal", "refuse_pinned_wal", "empty_moved_wal", "wal_bytes", "wal_content_bytes",
+           "pinned_reason", "WalPinned", "READERS_WAIT_S"]
 
 log = logging.getLogger("smoosh.compactors.sqlite_compact")  # the compaction's lines, one logger
 
@@ -70,10 +78,11 @@ def cleanup(
     readers_wait_s: float = READERS_WAIT_S, clock: Callable[[], float] = time.monotonic,
     wal_max_bytes: int | None = None,
 ) -> None:
-    """A ``cleanup:`` job on an existing database: empty its WAL (never delete a side file of it).
+    """A ``cleanup:`` job on an existing database: start its log over (never delete a side file of it).
 
     A passive checkpoint first; then, at a moment when no reader pins the log (see the module
-    docstring), ``wal_checkpoint(TRUNCATE)`` with a short busy timeout.
+    docstring), ``wal_checkpoint(RESTART)`` with a short busy timeout, or ``TRUNCATE`` for a
+    ``-wal`` file past ``wal_max_bytes`` (or with no ``wal_max_bytes``).
 
     Parameters:
         busy_timeout_s: the connection's busy timeout, restored after the ``TRUNCATE``.
@@ -81,7 +90,8 @@ def cleanup(
         clock: monotonic seconds, for that wait.
         wal_max_bytes: the size the log is kept under (``wal_max_size``): a log readers kept
             pinned for ``readers_wait_s`` that is no larger ends the job quietly (a job started
-            early, before the limit); None names the readers whatever the log's size.
+            early, before the limit), and one no larger is restarted, not cut; None names the
+            readers whatever the log's size, and cuts the file.
 
     Raises:
         Blocked: readers kept the log pinned for ``readers_wait_s`` and it is past
@@ -110,7 +120,10 @@ def cleanup(
         readers = wal_readers(path)
         if not readers:  # none, or it cannot be told: SQLite's busy timeout decides
             try:
-                truncate_wal(conn, path, required=True, busy_timeout_s=busy_timeout_s)
+                if wal_max_bytes is not None and wal_bytes(path) <= wal_max_bytes:
+                    restart_wal(conn, path, busy_timeout_s=busy_timeout_s)
+                else:
+                    truncate_wal(conn, path, required=True, busy_timeout_s=busy_timeout_s)
                 return
             except Busy:
                 if readers is None or clock() >= deadline:
@@ -124,11 +137,57 @@ def cleanup(
             raise Interrupted(f"cleanup of {path} was interrupted")
 
 
+def _checkpoint_after_passive(conn: apsw.Connection, path: str, mode: str, busy_timeout_s: float) -> list[Any]:
+    """A passive checkpoint, then ``PRAGMA wal_checkpoint(mode)`` waiting for readers at most
+    :data:`TRUNCATE_BUSY_TIMEOUT_S`; the connection gets ``busy_timeout_s`` back. Its rows.
+
+    A ``RESTART`` or ``TRUNCATE`` checkpoint holds the application's writers from its busy wait
+    to its end, the copy back included. The passive one first copies back what the log holds
+    while they go on (it waits for nobody), so the second copies only what was committed since:
+    after a VACUUM that is the whole database in the log, and behind a reader the seconds of
+    commits made while smoosh waited for it to let go. Failing (another checkpoint runs), it
+    leaves the whole copy to the second, as before.
+
+    Raises:
+        apsw.Error: the second checkpoint failed.
+    """
+    try:
+        run(conn, "PRAGMA wal_checkpoint(PASSIVE)")
+    except apsw.Error:
+        log.debug("Passive WAL checkpoint of %r before its %s failed.", path, mode, exc_info=True)
+    conn.set_busy_timeout(int(TRUNCATE_BUSY_TIMEOUT_S * 1000))
+    try:
+        return run(conn, f"PRAGMA wal_checkpoint({mode})")
+    finally:
+        conn.set_busy_timeout(int(busy_timeout_s * 1000))
+
+
+def restart_wal(conn: apsw.Connection, path: str, *, busy_timeout_s: float) -> None:
+    """``PRAGMA wal_checkpoint(RESTART)``: the log starts over at the application's next commit, its file kept.
+
+    Like :func:`truncate_wal`, but it does not cut the file: a ``TRUNCATE``'s hold on the
+    application's writers grows with the log (freeing a file's blocks is slow where the file
+    system discards them: ext4 mounted with ``discard``), a ``RESTART``'s does not. The log's
+    next commit writes from the file's start, so the file stops growing at about the size it
+    reached.
+
+    Raises:
+        Busy: the checkpoint could not complete (a reader or a writer held the log).
+    """
+    try:
+        rows = _checkpoint_after_passive(conn, path, "RESTART", busy_timeout_s)
+    except apsw.Error as exc:
+        raise_mapped(exc, path, busy_message=f"WAL checkpoint of {path} could not complete: {exc}")
+        raise
+    if rows and rows[0][0]:
+        raise Busy(f"WAL checkpoint of {path} could not complete: readers or a writer hold the log")
+
+
 def truncate_wal(conn: apsw.Connection, path: str, *, required: bool, busy_timeout_s: float) -> None:
     """``PRAGMA wal_checkpoint(TRUNCATE)``: the only way a WAL database's footprint shrinks.
 
-    It waits for readers at most :data:`TRUNCATE_BUSY_TIMEOUT_S`, since it holds the
-    application's writers while it waits, then gives the connection back ``busy_timeout_s``.
+    After a passive checkpoint, waiting for readers at most :data:`TRUNCATE_BUSY_TIMEOUT_S`
+    (see :func:`_checkpoint_after_passive`); the connection gets ``busy_timeout_s`` back.
 
     Parameters:
         required: a cleanup job, which exists for this checkpoint, so a blocked or failed one
@@ -141,27 +200,14 @@ def truncate_wal(conn: apsw.Connection, path: str, *, required: bool, busy_timeo
         Blocked: not ``required``, and frames stayed in the WAL (a reader's snapshot pins them).
         apsw.Error: ``required`` and SQLite reported anything else.
     """
-    # A TRUNCATE checkpoint holds the application's writers from its busy wait to its end, the
-    # copy back included. A passive one first copies back what the log holds while they go on
-    # (it waits for nobody), so the TRUNCATE copies only what was committed since: after a
-    # VACUUM that is the whole database in the log, and behind a reader the seconds of commits
-    # made while smoosh waited for it to let go. Failing (another checkpoint runs), it leaves
-    # the whole copy to the TRUNCATE, as before.
     try:
-        run(conn, "PRAGMA wal_checkpoint(PASSIVE)")
-    except apsw.Error:
-        log.debug("Passive WAL checkpoint of %r before its TRUNCATE failed.", path, exc_info=True)
-    conn.set_busy_timeout(int(TRUNCATE_BUSY_TIMEOUT_S * 1000))
-    try:
-        rows = run(conn, "PRAGMA wal_checkpoint(TRUNCATE)")
+        rows = _checkpoint_after_passive(conn, path, "TRUNCATE", busy_timeout_s)
     except apsw.Error as exc:
         if not required:
             log.debug("WAL checkpoint of %r failed after compaction.", path, exc_info=True)
             return
         raise_mapped(exc, path, busy_message=f"WAL checkpoint of {path} could not complete: {exc}")
         raise
-    finally:
-        conn.set_busy_timeout(int(busy_timeout_s * 1000))
     row = rows[0] if rows else None
     if row and row[0]:
         if required:
@@ -228,6 +274,57 @@ def empty_moved_wal(conn: apsw.Connection, path: str) -> None:
             run(conn, "PRAGMA wal_checkpoint(TRUNCATE)")
     except apsw.Error:
         log.debug("Emptying the WAL of %r, renamed over, failed.", path, exc_info=True)
+
+
+#: The WAL file's header (bytes) and each frame's, before its page (sqlite.org/fileformat.html §4.1).
+WAL_HEADER_BYTES = 32
+WAL_FRAME_HEADER_BYTES = 24
+#: The WAL header's magic numbers (the last bit: the checksums' byte order).
+WAL_MAGICS = (0x377F0682, 0x377F0683)
+
+
+def wal_content_bytes(path: str) -> int | None:
+    """The bytes of ``path``'s log written since it last started over: its header and its current frames.
+
+    A log restarts (after a checkpoint copied all of it back and no reader is left in it) by
+    writing its frames again from the start of the file, which keeps its size: the file's size
+    says how large the log once grew, this says how much of it is in use. Frames of the current
+    log carry the header's two salts (a restart changes them), and they come first in the file,
+    so the first frame without them is found by bisection: about 15 reads of 24 bytes for a
+    10,000-frame log. SQLite takes no lock on a ``-wal`` (its locks are on the database and
+    the ``-shm``), so opening and closing it here releases none of this process's locks.
+
+    Returns:
+        The bytes; 0 for a log shorter than its header; None when there is no ``-wal`` or it
+        cannot be read or is not a log (a link is not followed).
+    """
+    try:
+        fd = os.open(path + "-wal", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        head = os.pread(fd, WAL_HEADER_BYTES, 0)
+        if len(head) < WAL_HEADER_BYTES:
+            return 0
+        magic, _version, page_bytes = struct.unpack(">III", head[:12])
+        if magic not in WAL_MAGICS or page_bytes < 512 or page_bytes & (page_bytes - 1):
+            return None
+        salts = head[16:24]
+        frame_bytes = WAL_FRAME_HEADER_BYTES + page_bytes
+        first_stale, last = 0, (size - WAL_HEADER_BYTES) // frame_bytes  # frames [0, first_stale) are current
+        while first_stale < last:
+            middle = (first_stale + last) // 2
+            frame = os.pread(fd, 16, WAL_HEADER_BYTES + middle * frame_bytes)
+            if frame[8:16] == salts:
+                first_stale = middle + 1
+            else:
+                last = middle
+        return WAL_HEADER_BYTES + first_stale * frame_bytes
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def wal_bytes(path: str) -> int:

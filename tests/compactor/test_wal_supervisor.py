@@ -20,11 +20,11 @@ import pytest
 from compactor.contexts import RecordingContext
 from compactor.dbfactory import integrity, make_bloated_db
 from helpers.locks import ChildConnection
-from smoosh.compactors import Blocked
+from smoosh.compactors import Blocked, SqliteCompactor
 from smoosh.compactors.sqlite_compact import open_for_compaction
 from smoosh.compactors.sqlite_open import close_quietly, pragma, run
 from smoosh.compactors.sqlite_openers import wal_readers
-from smoosh.compactors.sqlite_wal import cleanup, truncate_wal
+from smoosh.compactors.sqlite_wal import cleanup, truncate_wal, wal_content_bytes
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/locks is Linux only")
 
@@ -161,3 +161,88 @@ def test_the_truncate_that_holds_the_writers_finds_the_log_already_copied_back(t
     finally:
         close_quietly(conn)
     assert integrity(path) == "ok"
+
+
+# ---------------------------------------------------------------------- the log, not the file
+
+
+def test_the_log_in_use_is_read_from_the_file_and_starts_over_after_a_restart(grown: str) -> None:
+    with ChildConnection(grown) as app:
+        app.execute("PRAGMA wal_autocheckpoint=0")
+        app.execute("UPDATE docs SET body = randomblob(1000)")
+        wal = os.path.getsize(grown + "-wal")
+        assert wal_content_bytes(grown) == wal  # one log, written from the start of its file
+        app.execute("PRAGMA wal_checkpoint(RESTART)")
+        app.execute("INSERT INTO docs(key, body) VALUES ('after', x'00')")
+        # The next commit wrote from the file's start: the file kept its size, the log is small
+        assert os.path.getsize(grown + "-wal") == wal
+        assert 0 < wal_content_bytes(grown) < 20_000  # type: ignore[operator]
+    assert integrity(grown) == "ok"
+
+
+def test_what_is_not_a_log_reads_as_unknown_and_a_log_shorter_than_its_header_as_empty(tmp_path: Path) -> None:
+    path = str(tmp_path / "x.db")
+    assert wal_content_bytes(path) is None  # no -wal
+    Path(path + "-wal").write_bytes(b"\x37\x7f")
+    assert wal_content_bytes(path) == 0
+    Path(path + "-wal").write_bytes(b"not a log at all, and longer than a header")
+    assert wal_content_bytes(path) is None
+    os.remove(path + "-wal")
+    real = tmp_path / "elsewhere-wal"
+    real.write_bytes(bytes.fromhex("377f0682002de21800001000") + b"\0" * 4200)
+    os.symlink(real, path + "-wal")
+    assert wal_content_bytes(path) is None  # a link is not followed
+
+
+def test_a_log_under_wal_max_size_is_restarted_in_its_file_not_cut(grown: str) -> None:
+    with ChildConnection(grown) as app:
+        app.execute("PRAGMA wal_autocheckpoint=0")
+        app.execute("UPDATE docs SET body = randomblob(1000)")
+        wal = os.path.getsize(grown + "-wal")
+        conn = open_for_compaction(grown, None, 1.0)
+        try:
+            cleanup(conn, grown, RecordingContext(), wal_max_bytes=2 * wal)
+        finally:
+            close_quietly(conn)
+        # The file is kept (cutting it holds the writers as long as freeing its blocks takes) ...
+        assert os.path.getsize(grown + "-wal") == wal
+        # ... and the application's next commit starts the log over at its start
+        app.execute("INSERT INTO docs(key, body) VALUES ('after', x'00')")
+        assert wal_content_bytes(grown) < 20_000  # type: ignore[operator]
+        assert os.path.getsize(grown + "-wal") == wal
+    assert integrity(grown) == "ok"
+
+
+def test_a_log_past_wal_max_size_is_cut(grown: str) -> None:
+    with ChildConnection(grown) as app:
+        app.execute("PRAGMA wal_autocheckpoint=0")
+        app.execute("UPDATE docs SET body = randomblob(1000)")
+        wal = os.path.getsize(grown + "-wal")
+        conn = open_for_compaction(grown, None, 1.0)
+        try:
+            cleanup(conn, grown, RecordingContext(), wal_max_bytes=wal - 1)
+        finally:
+            close_quietly(conn)
+        assert os.path.getsize(grown + "-wal") == 0
+    assert integrity(grown) == "ok"
+
+
+def test_a_restarted_log_calls_for_no_cleanup_until_it_grows_again_in_its_file(grown: str) -> None:
+    with ChildConnection(grown) as app:
+        app.execute("PRAGMA wal_autocheckpoint=0")
+        app.execute("UPDATE docs SET body = randomblob(1000)")
+        wal = os.path.getsize(grown + "-wal")
+        compactor = SqliteCompactor(None, wal_max_size_bytes=2 * wal - 2)  # acts past wal - 1 bytes
+        assert compactor.cleanup_key(grown) == "cleanup:" + grown
+        compactor.compact("cleanup:" + grown, RecordingContext())
+        app.execute("INSERT INTO docs(key, body) VALUES ('after', x'00')")  # the log starts over
+        # The file is as large as before, but the log in it is not: no job, and none at the re-check
+        assert os.path.getsize(grown + "-wal") == wal
+        assert compactor.cleanup_key(grown) is None
+        assert compactor.cleanup_priority("cleanup:" + grown) == 0.0
+        # ... while a file past wal_max_size calls for one whatever the log in it (to be cut)
+        assert SqliteCompactor(None, wal_max_size_bytes=wal - 1).cleanup_key(grown) == "cleanup:" + grown
+        # When the log fills its file again, it calls for the next one
+        app.execute("UPDATE docs SET body = randomblob(1000)")
+        assert compactor.cleanup_key(grown) == "cleanup:" + grown
+        assert compactor.cleanup_priority("cleanup:" + grown) == 1.0

@@ -39,10 +39,28 @@ def grown(tmp_path: Path) -> str:
     return path
 
 
-def _grow(path: str) -> None:
+@contextlib.contextmanager
+def _growing_app(path: str) -> Iterator[tuple[ChildConnection, int]]:
+    """The application (another process) holding the database open, never checkpointing, its
+    log grown by a rewrite of every row: the application, and the log's size."""
     with ChildConnection(path) as app:
         app.execute("PRAGMA wal_autocheckpoint=0")
         app.execute("UPDATE docs SET body = randomblob(1000)")
+        yield app, os.path.getsize(path + "-wal")
+
+
+def _grow(path: str) -> None:
+    with _growing_app(path):
+        pass
+
+
+def _run_cleanup(path: str, **kwargs: Any) -> None:
+    """One ``cleanup:`` job's work on ``path``, on a connection of its own."""
+    conn = open_for_compaction(path, None, 1.0)
+    try:
+        cleanup(conn, path, RecordingContext(), **kwargs)
+    finally:
+        close_quietly(conn)
 
 
 def test_the_job_waits_for_the_reader_without_holding_the_writers_then_empties_the_log(grown: str) -> None:
@@ -167,10 +185,7 @@ def test_the_truncate_that_holds_the_writers_finds_the_log_already_copied_back(t
 
 
 def test_the_log_in_use_is_read_from_the_file_and_starts_over_after_a_restart(grown: str) -> None:
-    with ChildConnection(grown) as app:
-        app.execute("PRAGMA wal_autocheckpoint=0")
-        app.execute("UPDATE docs SET body = randomblob(1000)")
-        wal = os.path.getsize(grown + "-wal")
+    with _growing_app(grown) as (app, wal):
         assert wal_content_bytes(grown) == wal  # one log, written from the start of its file
         app.execute("PRAGMA wal_checkpoint(RESTART)")
         app.execute("INSERT INTO docs(key, body) VALUES ('after', x'00')")
@@ -195,15 +210,8 @@ def test_what_is_not_a_log_reads_as_unknown_and_a_log_shorter_than_its_header_as
 
 
 def test_a_log_under_wal_max_size_is_restarted_in_its_file_not_cut(grown: str) -> None:
-    with ChildConnection(grown) as app:
-        app.execute("PRAGMA wal_autocheckpoint=0")
-        app.execute("UPDATE docs SET body = randomblob(1000)")
-        wal = os.path.getsize(grown + "-wal")
-        conn = open_for_compaction(grown, None, 1.0)
-        try:
-            cleanup(conn, grown, RecordingContext(), wal_max_bytes=2 * wal)
-        finally:
-            close_quietly(conn)
+    with _growing_app(grown) as (app, wal):
+        _run_cleanup(grown, wal_max_bytes=2 * wal)
         # The file is kept (cutting it holds the writers as long as freeing its blocks takes) ...
         assert os.path.getsize(grown + "-wal") == wal
         # ... and the application's next commit starts the log over at its start
@@ -214,24 +222,14 @@ def test_a_log_under_wal_max_size_is_restarted_in_its_file_not_cut(grown: str) -
 
 
 def test_a_log_past_wal_max_size_is_cut(grown: str) -> None:
-    with ChildConnection(grown) as app:
-        app.execute("PRAGMA wal_autocheckpoint=0")
-        app.execute("UPDATE docs SET body = randomblob(1000)")
-        wal = os.path.getsize(grown + "-wal")
-        conn = open_for_compaction(grown, None, 1.0)
-        try:
-            cleanup(conn, grown, RecordingContext(), wal_max_bytes=wal - 1)
-        finally:
-            close_quietly(conn)
+    with _growing_app(grown) as (_app, wal):
+        _run_cleanup(grown, wal_max_bytes=wal - 1)
         assert os.path.getsize(grown + "-wal") == 0
     assert integrity(grown) == "ok"
 
 
 def test_a_restarted_log_calls_for_no_cleanup_until_it_grows_again_in_its_file(grown: str) -> None:
-    with ChildConnection(grown) as app:
-        app.execute("PRAGMA wal_autocheckpoint=0")
-        app.execute("UPDATE docs SET body = randomblob(1000)")
-        wal = os.path.getsize(grown + "-wal")
+    with _growing_app(grown) as (app, wal):
         compactor = SqliteCompactor(None, wal_max_size_bytes=2 * wal - 2)  # acts past wal - 1 bytes
         assert compactor.cleanup_key(grown) == "cleanup:" + grown
         compactor.compact("cleanup:" + grown, RecordingContext())

@@ -420,8 +420,11 @@ def test_worker_process_runs_jobs_and_stops_cleanly_on_sigterm(tmp_path) -> None
         store.close()
 
 
-def test_a_worker_process_paces_its_chunks_as_the_daemon_writes_its_pace(tmp_path, jobs, store, workers) -> None:
-    # The backlog controller runs in the daemon; its pace reaches `smoosh worker` through the store
+def test_a_worker_process_paces_as_the_daemon_writes_and_goes_back_to_its_default_when_that_gets_old(
+    tmp_path, jobs, store, workers
+) -> None:
+    # The backlog controller runs in the daemon; its pace reaches `smoosh worker` through the
+    # store. Given a worker process mid-compaction, pacing as a daemon wrote
     path = str(tmp_path / "inc.db")
     make_bloated_db(path, auto_vacuum="incremental")
     gated = GatedCompactor(SqliteCompactor(settings()), at_checkpoint=2)
@@ -432,25 +435,6 @@ def test_a_worker_process_paces_its_chunks_as_the_daemon_writes_its_pace(tmp_pat
     worker.start()
     assert gated.reached.wait(WAIT_S)
     assert budget.chunk_gap_factor != 64.0
-    store.transact(lambda tr: control.put_pace(tr, NODE, 64.0, clock()))
-    wait_until(lambda: budget.chunk_gap_factor == 64.0)
-    gated.release.set()
-    assert finished(jobs, path)["result"] == "ok"
-
-
-def test_a_worker_process_goes_back_to_its_default_pace_when_the_daemons_gets_old(
-    tmp_path, jobs, store, workers
-) -> None:
-    # Given a worker process pacing as a daemon wrote, mid-compaction
-    path = str(tmp_path / "inc.db")
-    make_bloated_db(path, auto_vacuum="incremental")
-    gated = GatedCompactor(SqliteCompactor(settings()), at_checkpoint=2)
-    budget = IoBudget(None)
-    clock = FakeClock()
-    jobs.add(JOB_TYPE, path, start_data(path))
-    worker = workers([gated], hold_poll_s=0.02, io_budget=budget, clock=clock)
-    worker.start()
-    assert gated.reached.wait(WAIT_S)
     store.transact(lambda tr: control.put_pace(tr, NODE, 64.0, clock()))
     wait_until(lambda: budget.chunk_gap_factor == 64.0)
     # When the daemon writes no more (killed) and its last pace grows older than the bound

@@ -17,11 +17,10 @@ the file the log uses, which is what calls for the next job). Only a file past
 ``wal_max_size`` itself is cut (``TRUNCATE``): cutting a file holds the application's writers
 for as long as freeing its blocks takes, which grows with the file (and is slow where the file
 system discards what it frees: ext4 mounted with ``discard``), while a ``RESTART``'s hold does
-not. Either way the
-application's writers are never held while smoosh waits for its readers, and every
-``RESTART`` or ``TRUNCATE`` (this one, and the one after a compaction) follows a passive
-checkpoint, so what it copies back while it holds the writers is only what was committed
-since. A reader that does not let go within :data:`READERS_WAIT_S` of a log past
+not. Either way the application's writers are never held while smoosh waits for its readers,
+and every ``RESTART`` or ``TRUNCATE`` (this one, and the one after a compaction) follows a
+passive checkpoint, so what it copies back while it holds the writers is only what was
+committed since. A reader that does not let go within :data:`READERS_WAIT_S` of a log past
 ``wal_max_size`` is named in the ``blocked`` reason (its pid and command line: ``/jobs``,
 ``explain``, one WARNING), so an operator can act; below the limit the job ends there quietly
 (its passive checkpoint done), and the next look at the growing log starts another.
@@ -43,8 +42,8 @@ from smoosh.compactors.sqlite_compact import interrupt_quietly, raise_mapped
 from smoosh.compactors.sqlite_open import pragma, run
 from smoosh.compactors.sqlite_openers import Reader, wal_readers
 
-__all__ = ["cleanup", "restart_wal", "truncate_wal", "refuse_pinned_wal", "empty_moved_wal", "wal_bytes", "wal_content_bytes",
-           "pinned_reason", "WalPinned", "READERS_WAIT_S"]
+__all__ = ["cleanup", "restart_wal", "truncate_wal", "refuse_pinned_wal", "empty_moved_wal", "wal_bytes",
+           "wal_content_bytes", "pinned_reason", "WalPinned", "READERS_WAIT_S"]
 
 log = logging.getLogger("smoosh.compactors.sqlite_compact")  # the compaction's lines, one logger
 
@@ -55,9 +54,9 @@ log = logging.getLogger("smoosh.compactors.sqlite_compact")  # the compaction's 
 READERS_WAIT_S = 3.0
 #: How often it looks meanwhile (one read of ``/proc/locks``; seconds).
 READERS_POLL_S = 0.05
-#: The busy timeout of the ``TRUNCATE`` checkpoint, tried only when no reader pins the log: it
-#: holds the application's writers while it waits, so it waits briefly (seconds).
-TRUNCATE_BUSY_TIMEOUT_S = 0.1
+#: The busy timeout of a ``RESTART`` or ``TRUNCATE`` checkpoint, tried only when no reader pins
+#: the log: it holds the application's writers while it waits, so it waits briefly (seconds).
+RESET_BUSY_TIMEOUT_S = 0.1
 
 
 class WalPinned(Blocked):
@@ -85,7 +84,7 @@ def cleanup(
     ``-wal`` file past ``wal_max_bytes`` (or with no ``wal_max_bytes``).
 
     Parameters:
-        busy_timeout_s: the connection's busy timeout, restored after the ``TRUNCATE``.
+        busy_timeout_s: the connection's busy timeout, restored after the ``RESTART`` or ``TRUNCATE``.
         readers_wait_s: how long to look for a moment without pinning readers.
         clock: monotonic seconds, for that wait.
         wal_max_bytes: the size the log is kept under (``wal_max_size``): a log readers kept
@@ -130,7 +129,7 @@ def cleanup(
                     raise
         elif clock() >= deadline:
             if wal_max_bytes is not None and wal_bytes(path) <= wal_max_bytes:
-                log.debug("%r: readers pin its WAL, still under wal_max_size; not truncated this time.", path)
+                log.debug("%r: readers pin its WAL, still under wal_max_size; not restarted this time.", path)
                 return
             raise WalPinned(pinned_reason(path, readers))
         if cancelled.wait(READERS_POLL_S):
@@ -139,7 +138,7 @@ def cleanup(
 
 def _checkpoint_after_passive(conn: apsw.Connection, path: str, mode: str, busy_timeout_s: float) -> list[Any]:
     """A passive checkpoint, then ``PRAGMA wal_checkpoint(mode)`` waiting for readers at most
-    :data:`TRUNCATE_BUSY_TIMEOUT_S`; the connection gets ``busy_timeout_s`` back. Its rows.
+    :data:`RESET_BUSY_TIMEOUT_S`; the connection gets ``busy_timeout_s`` back. Its rows.
 
     A ``RESTART`` or ``TRUNCATE`` checkpoint holds the application's writers from its busy wait
     to its end, the copy back included. The passive one first copies back what the log holds
@@ -155,7 +154,7 @@ def _checkpoint_after_passive(conn: apsw.Connection, path: str, mode: str, busy_
         run(conn, "PRAGMA wal_checkpoint(PASSIVE)")
     except apsw.Error:
         log.debug("Passive WAL checkpoint of %r before its %s failed.", path, mode, exc_info=True)
-    conn.set_busy_timeout(int(TRUNCATE_BUSY_TIMEOUT_S * 1000))
+    conn.set_busy_timeout(int(RESET_BUSY_TIMEOUT_S * 1000))
     try:
         return run(conn, f"PRAGMA wal_checkpoint({mode})")
     finally:
@@ -186,7 +185,7 @@ def restart_wal(conn: apsw.Connection, path: str, *, busy_timeout_s: float) -> N
 def truncate_wal(conn: apsw.Connection, path: str, *, required: bool, busy_timeout_s: float) -> None:
     """``PRAGMA wal_checkpoint(TRUNCATE)``: the only way a WAL database's footprint shrinks.
 
-    After a passive checkpoint, waiting for readers at most :data:`TRUNCATE_BUSY_TIMEOUT_S`
+    After a passive checkpoint, waiting for readers at most :data:`RESET_BUSY_TIMEOUT_S`
     (see :func:`_checkpoint_after_passive`); the connection gets ``busy_timeout_s`` back.
 
     Parameters:

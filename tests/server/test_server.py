@@ -78,10 +78,16 @@ def test_a_finished_compaction_writes_one_info_line_with_its_duration_and_sizes(
     server = running(make_config(tmp_path), workers=1)
     with caplog.at_level(logging.INFO):
         caplog.clear()
+
+        def about_db() -> list[str]:
+            return [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO and repr(str(db)) in r.getMessage()]
+
         server.enqueue(str(db))
-        wait_for(lambda: state_of(server, str(db)) == "finished", HANG_S,
-                 what="the compaction to finish")
-        lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO and repr(str(db)) in r.getMessage()]
+        # The line is written on the loop thread as it hears the end, which may come after the
+        # job reads "finished": wait for both (a busy machine showed the gap).
+        wait_for(lambda: state_of(server, str(db)) == "finished" and bool(about_db()), HANG_S,
+                 what="the compaction to finish and write its line")
+        lines = about_db()
     after = db.stat().st_size
     assert len(lines) == 1, lines
     match = re.fullmatch(rf"compacted {re.escape(repr(str(db)))} in \w+ in (\d+\.\d\d) s: "

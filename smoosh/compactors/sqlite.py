@@ -403,19 +403,23 @@ class SqliteCompactor:
 
     def _wal_calls_for_cleanup(self, path: str, wal_bytes: int) -> bool:
         """Whether a ``-wal`` of ``wal_bytes`` needs its cleanup job: its file is past
-        ``wal_max_size``, or the log in it is past :attr:`wal_act_bytes`.
+        ``wal_max_size``, or the log in it is past :attr:`wal_act_bytes`, or the file is past
+        that size and nobody has written it for :data:`~smoosh.compactors.sqlite_wal.WAL_QUIET_S`.
 
         The log, not the file: a cleanup job restarts a log under ``wal_max_size`` rather than
         cut its file (:func:`~smoosh.compactors.sqlite_wal.restart_wal`), so the file keeps its
         size while the log starts over in it. Read only for a file past the act size (a few
-        reads of 24 bytes: :func:`~smoosh.compactors.sqlite_wal.wal_content_bytes`).
+        reads of 24 bytes: :func:`~smoosh.compactors.sqlite_wal.wal_content_bytes`). Once its
+        application has gone quiet, such a file is cut after all: nobody is there to wait for
+        it, and space is what smoosh is for (a rescan looks at a database once after its last
+        write, which is when this is asked).
         """
         if wal_bytes <= self.wal_act_bytes:
             return False
         if wal_bytes > self.wal_max_size_bytes:
             return True
         in_use = sqlite_wal.wal_content_bytes(path)
-        return in_use is None or in_use > self.wal_act_bytes
+        return in_use is None or in_use > self.wal_act_bytes or sqlite_wal.wal_quiet(path)
 
     def cleanup_priority(self, key: str) -> float:
         """1.0 for a ``cleanup:`` key with work to do, else 0.0.

@@ -14,10 +14,10 @@ reader holds a snapshot with log frames in it (read from the kernel's lock list,
 application's next commit writes the log from the start of its file again: the file stops
 growing, and the log in it starts from nothing (:func:`wal_content_bytes` reads how much of
 the file the log uses, which is what calls for the next job). Only a file past
-``wal_max_size`` itself is cut (``TRUNCATE``): cutting a file holds the application's writers
-for as long as freeing its blocks takes, which grows with the file (and is slow where the file
-system discards what it frees: ext4 mounted with ``discard``), while a ``RESTART``'s hold does
-not. Either way the application's writers are never held while smoosh waits for its readers,
+``wal_max_size`` itself, or one its application has stopped writing (:data:`WAL_QUIET_S`), is
+cut (``TRUNCATE``): cutting a file holds the application's writers for as long as freeing its
+blocks takes, which grows with the file (and is slow where the file system discards what it
+frees: ext4 mounted with ``discard``), while a ``RESTART``'s hold does not. Either way the application's writers are never held while smoosh waits for its readers,
 and every ``RESTART`` or ``TRUNCATE`` (this one, and the one after a compaction) follows a
 passive checkpoint, so what it copies back while it holds the writers is only what was
 committed since. A reader that does not let go within :data:`READERS_WAIT_S` of a log past
@@ -43,7 +43,7 @@ from smoosh.compactors.sqlite_open import pragma, run
 from smoosh.compactors.sqlite_openers import Reader, wal_readers
 
 __all__ = ["cleanup", "restart_wal", "truncate_wal", "refuse_pinned_wal", "empty_moved_wal", "wal_bytes",
-           "wal_content_bytes", "pinned_reason", "WalPinned", "READERS_WAIT_S"]
+           "wal_content_bytes", "wal_quiet", "pinned_reason", "WalPinned", "READERS_WAIT_S", "WAL_QUIET_S"]
 
 log = logging.getLogger("smoosh.compactors.sqlite_compact")  # the compaction's lines, one logger
 
@@ -52,6 +52,11 @@ log = logging.getLogger("smoosh.compactors.sqlite_compact")  # the compaction's 
 #: never does is named (within this of the log outgrowing ``wal_max_size``: see the intake's
 #: look at a busy database's WAL).
 READERS_WAIT_S = 3.0
+#: A ``-wal`` nobody has written for this long belongs to an application gone quiet (seconds):
+#: its file is cut rather than restarted, since no writer waits for the cut (its mtime, wall
+#: time: a clock step misjudges it at most once, one bounded cut or one kept file). Shorter than
+#: the rescans' margin (a minute), so that a rescan after the last write finds the log quiet.
+WAL_QUIET_S = 30.0
 #: How often it looks meanwhile (one read of ``/proc/locks``; seconds).
 READERS_POLL_S = 0.05
 #: The busy timeout of a ``RESTART`` or ``TRUNCATE`` checkpoint, tried only when no reader pins
@@ -81,7 +86,8 @@ def cleanup(
 
     A passive checkpoint first; then, at a moment when no reader pins the log (see the module
     docstring), ``wal_checkpoint(RESTART)`` with a short busy timeout, or ``TRUNCATE`` for a
-    ``-wal`` file past ``wal_max_bytes`` (or with no ``wal_max_bytes``).
+    ``-wal`` file past ``wal_max_bytes`` (or with no ``wal_max_bytes``) or one its application
+    has not written for :data:`WAL_QUIET_S`.
 
     Parameters:
         busy_timeout_s: the connection's busy timeout, restored after the ``RESTART`` or ``TRUNCATE``.
@@ -119,7 +125,7 @@ def cleanup(
         readers = wal_readers(path)
         if not readers:  # none, or it cannot be told: SQLite's busy timeout decides
             try:
-                if wal_max_bytes is not None and wal_bytes(path) <= wal_max_bytes:
+                if wal_max_bytes is not None and wal_bytes(path) <= wal_max_bytes and not wal_quiet(path):
                     restart_wal(conn, path, busy_timeout_s=busy_timeout_s)
                 else:
                     truncate_wal(conn, path, required=True, busy_timeout_s=busy_timeout_s)
@@ -324,6 +330,18 @@ def wal_content_bytes(path: str) -> int | None:
         return None
     finally:
         os.close(fd)
+
+
+def wal_quiet(path: str, quiet_s: float = WAL_QUIET_S) -> bool:
+    """Whether nobody has written ``path``'s ``-wal`` for ``quiet_s`` (its mtime; False when there is none).
+
+    A checkpoint does not write the ``-wal`` (it reads it, and writes the database and the
+    ``-shm``), so smoosh's own checkpoints leave a quiet log quiet.
+    """
+    try:
+        return time.time() - os.stat(path + "-wal").st_mtime >= quiet_s
+    except OSError:
+        return False
 
 
 def wal_bytes(path: str) -> int:

@@ -12,6 +12,7 @@ import contextlib
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -24,7 +25,7 @@ from smoosh.compactors import Blocked, SqliteCompactor
 from smoosh.compactors.sqlite_compact import open_for_compaction
 from smoosh.compactors.sqlite_open import close_quietly, pragma, run
 from smoosh.compactors.sqlite_openers import wal_readers
-from smoosh.compactors.sqlite_wal import cleanup, truncate_wal, wal_content_bytes
+from smoosh.compactors.sqlite_wal import WAL_QUIET_S, cleanup, truncate_wal, wal_content_bytes
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/locks is Linux only")
 
@@ -244,3 +245,26 @@ def test_a_restarted_log_calls_for_no_cleanup_until_it_grows_again_in_its_file(g
         app.execute("UPDATE docs SET body = randomblob(1000)")
         assert compactor.cleanup_key(grown) == "cleanup:" + grown
         assert compactor.cleanup_priority("cleanup:" + grown) == 1.0
+
+
+def test_a_restarted_log_whose_application_went_quiet_has_its_file_cut(grown: str) -> None:
+    with _growing_app(grown) as (app, wal):
+        compactor = SqliteCompactor(None, wal_max_size_bytes=2 * wal - 2)
+        compactor.compact("cleanup:" + grown, RecordingContext())
+        app.execute("INSERT INTO docs(key, body) VALUES ('last', x'00')")  # the log starts over; then nothing
+        assert compactor.cleanup_key(grown) is None  # written a moment ago: restarting was enough
+        # When its application has not written for WAL_QUIET_S
+        old = time.time() - WAL_QUIET_S - 1
+        os.utime(grown + "-wal", (old, old))
+        # Then the file is worth a job, and the job cuts it: nobody waits for the cut
+        assert compactor.cleanup_key(grown) == "cleanup:" + grown
+        compactor.compact("cleanup:" + grown, RecordingContext())
+        assert os.path.getsize(grown + "-wal") == 0
+        assert compactor.cleanup_key(grown) is None
+    assert integrity(grown) == "ok"
+
+
+def test_a_log_goes_quiet_within_the_rescan_margin_so_a_rescan_after_its_last_write_sees_it() -> None:
+    from smoosh.daemon.watch.watcher import RESCAN_MARGIN_S
+
+    assert WAL_QUIET_S < RESCAN_MARGIN_S

@@ -279,6 +279,41 @@ def test_a_database_whose_vacuum_does_not_fit_beside_min_free_space_fails(tmp_pa
     assert finding.fix is not None and f"[smoosh.ignore] {db} = true" in finding.fix
 
 
+# ------------------------------------------------------------------ discard
+
+#: A mount table as the kernel writes it: optional fields before the "-", a space escaped as
+#: \040, and "discard" in one file system's super options (ext4 lists it there).
+MOUNTINFO = "\n".join([
+    "22 1 252:0 / / rw,relatime shared:1 - ext4 /dev/vda rw,discard,errors=remount-ro",
+    "40 22 0:36 / /srv rw,relatime shared:20 - xfs /dev/vdb rw,attr2,inode64",
+    "41 40 0:37 / /srv/hot\\040data rw,relatime - ext4 /dev/vdc rw,discard",
+    "42 40 0:38 / /srv/cold rw,nosuid master:7 - tmpfs tmpfs rw,size=65536k",
+    "not a mountinfo line",
+])
+
+
+def test_the_mount_table_is_read_with_its_escapes_and_both_sets_of_options() -> None:
+    table = doctor.disk.mounts(MOUNTINFO)
+    assert [m.point for m in table] == ["/", "/srv", "/srv/hot data", "/srv/cold"]
+    assert "discard" in table[0].options and "relatime" in table[0].options
+    assert [doctor.disk.mount_of(p, table).point for p in  # type: ignore[union-attr]
+            ("/srv/hot data/t.db", "/srv/hot", "/srv/cold/x", "/var/lib")] == ["/srv/hot data", "/srv", "/srv/cold", "/"]
+
+
+def test_a_root_on_a_file_system_mounted_with_discard_is_a_warning_naming_the_trim() -> None:
+    findings = doctor.check_discard(["/srv/hot data/tenants", "/srv/cold", "/srv/hot data/more"], mountinfo=MOUNTINFO)
+    assert findings == [Finding(
+        WARN, "discard",
+        "/srv/hot data (ext4 on /dev/vdc), under /srv/hot data/tenants, /srv/hot data/more, is mounted with discard: "
+        "every file cut or shrunk there (a VACUUM's database, a -wal cut to 0) holds the application's writers while "
+        "the device discards the freed blocks",
+        "mount /srv/hot data without discard and trim on a timer instead (systemctl enable --now fstrim.timer)")]
+
+
+def test_roots_on_file_systems_without_discard_are_ok() -> None:
+    assert statuses(doctor.check_discard(["/srv/cold", "/srv/else"], mountinfo=MOUNTINFO)) == [OK]
+
+
 # ------------------------------------------------------------------ the lock
 
 

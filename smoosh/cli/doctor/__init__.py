@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from smoosh import jsonutil
 from smoosh.cli.doctor.disk import (
-    MAX_FILES, Survey, check_access, check_databases_writable, check_free_space, check_state_dir, survey,
+    MAX_FILES, Survey, check_access, check_databases_writable, check_discard, check_free_space, check_state_dir, survey,
 )
 from smoosh.cli.doctor.findings import FAIL, OK, WARN, Finding
 from smoosh.cli.doctor.inotify import check_inotify, inotify_usage
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Finding", "Survey", "OK", "WARN", "FAIL", "MAX_FILES",
     "check_config", "survey", "check_access", "check_state_dir", "check_databases_writable",
-    "check_inotify", "inotify_usage", "check_free_space", "check_lock", "lock_holder", "check_store",
+    "check_inotify", "inotify_usage", "check_free_space", "check_discard", "check_lock", "lock_holder", "check_store",
     "run_checks", "format_findings", "cmd_doctor",
 ]
 
@@ -91,6 +91,7 @@ def run_checks(config_path: str | None, *, max_files: int = MAX_FILES) -> list[F
     findings += check_inotify(s, usage=inotify_usage(exclude_pids=[holder] if holder else ()),
                               rescan_interval_s=config.rescan_interval_s)
     findings += check_free_space(s, min_free=config.min_free_space)
+    findings += check_discard(list(dict.fromkeys([*watched, *config.roots])))
     findings.append(lock)
     findings += check_store(config.store)
     return findings

@@ -13,7 +13,7 @@ from smoosh.disk_room import DEFAULT_MIN_FREE, DiskRoom, MinFree
 from smoosh.paths import SIDE_SUFFIXES, inside
 
 __all__ = ["Survey", "MAX_FILES", "survey", "bound_note", "check_access", "check_databases_writable",
-           "check_state_dir", "check_free_space"]
+           "check_state_dir", "check_free_space", "check_discard", "mounts", "mount_of", "Mount", "MOUNTINFO"]
 
 #: Files the walk under the watched directories and roots looks at before it stops (and says so).
 MAX_FILES = 100_000
@@ -256,3 +256,88 @@ def check_free_space(s: Survey, *, temp_dir: str | None = None, min_free: MinFre
                                 f"needs about {fmt_bytes(needs)} to VACUUM (twice its live size), beside "
                                 f"min_free_space {room.min_free}"))
     return findings
+
+
+#: Where the kernel lists this process's mounts (proc(5): mountinfo).
+MOUNTINFO = "/proc/self/mountinfo"
+
+
+@dataclass(frozen=True)
+class Mount:
+    """One line of ``/proc/self/mountinfo``: where a file system is mounted, and how."""
+
+    point: str
+    fstype: str
+    source: str
+    #: The mount's own options and the file system's (its "super options"), as one set.
+    options: frozenset[str]
+
+
+def _unescape(field: str) -> str:
+    # mountinfo writes a space, tab, newline and backslash in a path as \040, \011, \012, \134.
+    return field.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+
+
+def mounts(text: str) -> list[Mount]:
+    """The mounts ``text`` (``/proc/self/mountinfo``'s format) lists; a line it cannot read is skipped."""
+    found: list[Mount] = []
+    for line in text.splitlines():
+        fields = line.split(" ")
+        try:
+            dash = fields.index("-", 6)
+            point, mount_options = _unescape(fields[4]), fields[5]
+            fstype, source, super_options = fields[dash + 1], _unescape(fields[dash + 2]), fields[dash + 3]
+        except (ValueError, IndexError):
+            continue
+        found.append(Mount(point, fstype, source, frozenset(mount_options.split(",") + super_options.split(","))))
+    return found
+
+
+def mount_of(path: str, table: Sequence[Mount]) -> Mount | None:
+    """The mount ``path`` (canonical) lies on: the last listed of those with the longest mount point above it."""
+    best: Mount | None = None
+    for m in table:
+        if inside(path, m.point) and (best is None or len(m.point) >= len(best.point)):
+            best = m
+    return best
+
+
+def check_discard(directories: Iterable[str], *, mountinfo: str | None = None) -> list[Finding]:
+    """The file systems under the watched directories and roots are not mounted with ``discard``.
+
+    With ``discard`` a file that is cut or shrunk waits for the device to discard the blocks it
+    freed, one hold per cut: a ``-wal`` cut to 0, a database shrunk by its VACUUM. smoosh
+    restarts a WAL log in its file while its application writes, rather than cut it, but the
+    rest it cannot avoid, and the application's writers wait for it. A periodic trim
+    (``fstrim``) frees the same blocks without anyone waiting.
+
+    Parameters:
+        directories: the watched directories and the roots (canonical).
+        mountinfo: the mount table's text (None: read :data:`MOUNTINFO`).
+
+    Returns:
+        One warning per file system mounted with ``discard``, or one ok.
+    """
+    if mountinfo is None:
+        try:
+            with open(MOUNTINFO, encoding="utf-8", errors="replace") as f:
+                mountinfo = f.read()
+        except OSError as e:
+            return [Finding(OK, "discard", f"cannot read {MOUNTINFO} ({e.strerror or e}): not checked")]
+    table = mounts(mountinfo)
+    seen: dict[str, list[str]] = {}
+    for directory in directories:
+        m = mount_of(os.path.realpath(directory), table)
+        if m is not None and "discard" in m.options:
+            seen.setdefault(m.point, []).append(directory)
+    if not seen:
+        return [Finding(OK, "discard", "no file system under the roots is mounted with discard")]
+    by_point = {m.point: m for m in table}
+    return [
+        Finding(WARN, "discard",
+                f"{point} ({by_point[point].fstype} on {by_point[point].source}), under {examples(dirs)}, is mounted "
+                "with discard: every file cut or shrunk there (a VACUUM's database, a -wal cut to 0) holds the "
+                "application's writers while the device discards the freed blocks",
+                f"mount {point} without discard and trim on a timer instead (systemctl enable --now fstrim.timer)")
+        for point, dirs in seen.items()
+    ]

@@ -61,6 +61,10 @@ WAL_QUIET_S = 30.0
 READERS_POLL_S = 0.05
 #: The busy timeout of a ``RESTART`` or ``TRUNCATE`` checkpoint, tried only when no reader pins
 #: the log: it holds the application's writers while it waits, so it waits briefly (seconds).
+#: A writer caught waiting holds the very read mark a ``RESTART`` waits for (its transaction
+#: began before the checkpoint took the write lock): each waits for the other until this ends
+#: it. A shorter wait ends that sooner, but also gives up on a writer's ordinary commit (its
+#: fsync) and lets the log grow until the next try (bench/RESULTS.md: 20 ms, tried).
 RESET_BUSY_TIMEOUT_S = 0.1
 
 

@@ -31,7 +31,6 @@ from channels.ports import Outcome
 from smoosh.clocks import Clocks
 from smoosh.compactors import load_compactors
 from smoosh.config import ChannelConfig, Config
-from smoosh.daemon.control import control
 from smoosh.daemon.control.budget_gate import BudgetGate
 from smoosh.daemon.host.channel_host import ChannelHost
 from smoosh.daemon.control.cluster_holds import ClusterHolds
@@ -58,7 +57,7 @@ from smoosh.daemon.watch.staleness import AccessTable
 from smoosh.daemon.run.startup import take_over_jobs
 from smoosh.daemon.record.status import build_status, claim_node, jobs_table, mark_stopped
 from smoosh.daemon.control.suspension import Suspension
-from smoosh.errors import SmooshError, UnknownChannel
+from smoosh.errors import UnknownChannel
 from smoosh.daemon.control.backlog import BacklogController, Decision
 from smoosh.daemon.control.pressure import DiskPressure
 from smoosh.disk_room import DiskRoom
@@ -361,19 +360,6 @@ class Server(LiveConfig):
         self._state_dir_claimed = False
         log.info("smoosh stopped")
 
-    def _clear_pace(self, store: Store, deadline: float) -> None:
-        """Remove this node's pace from the store, best effort: its `smoosh worker` processes go back to their default.
-
-        After the scheduler's close (no status write still queued puts it back) and before the
-        record says stopped (no daemon that takes the node over has written its own yet). Left
-        behind (a failure here, or a kill), it ages out of use in ``PACE_MAX_AGE_S``.
-        """
-        timeout_s = min(MARK_STOPPED_TIMEOUT_S, max(0.1, deadline - time.monotonic()))
-        try:
-            control.clear_pace(store, self.node, timeout_s)
-        except SmooshError as e:
-            log.debug("could not remove this node's pace from the store: %s", e)
-
     def claim_state_dir(self) -> None:
         """Take ``state_dir`` and its instance lock (idempotent); :meth:`start` does it first.
 
@@ -431,7 +417,6 @@ class Server(LiveConfig):
             return
         store = self._store
         if store is not None:
-            quietly(lambda: self._clear_pace(store, deadline), "stopping", log)
             timeout_s = min(MARK_STOPPED_TIMEOUT_S, max(0.1, deadline - time.monotonic()))
             quietly(lambda: mark_stopped(store, self.node, process, timeout_s), "stopping", log)
         running_here.discard(process.instance)

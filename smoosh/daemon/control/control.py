@@ -19,8 +19,8 @@ own), stamped with the record's wall time (ASCII ``"factor wall_time"``), and
 :func:`read_signals` reads it with the holds. A pace stamped more than
 :data:`PACE_MAX_AGE_S` from the reader's wall time, either way, counts as none (the daemon
 stopped, was killed, or cannot reach the store), and so does one in another format; a
-daemon that stops cleanly removes its pace (:func:`clear_pace`). A worker with no pace
-keeps its own default.
+daemon that stops cleanly removes its pace as it marks its record stopped (:func:`clear_pace`,
+no transaction of its own either). A worker with no pace keeps its own default.
 """
 
 from __future__ import annotations
@@ -125,14 +125,10 @@ def put_pace(tr: Transaction, node: str, chunk_gap_factor: float, now: float) ->
     tr.set(pace_key(node), f"{float(chunk_gap_factor)!r} {float(now)!r}".encode("ascii"))
 
 
-def clear_pace(store: Store, node: str, timeout_s: float) -> None:
-    """Remove ``node``'s pace (a daemon stopping cleanly): its workers go back to their default at their next poll.
-
-    Raises:
-        SmooshError: the store failed within ``timeout_s``.
-    """
-    pkey = pace_key(node)
-    store.transact(lambda tr: tr.clear(pkey), timeout_s=timeout_s)
+def clear_pace(tr: Transaction, node: str) -> None:
+    """Remove ``node``'s pace inside the caller's transaction (the daemon's record marked stopped):
+    its workers go back to their default at their next poll."""
+    tr.clear(pace_key(node))
 
 
 def _pace(raw: bytes | None, now: float) -> float | None:

@@ -21,7 +21,7 @@ import msgpack
 
 # Seconds between two status records of one node: the control layer's (below this one), since
 # the pace written with each record is aged by it; named here too for the record's readers.
-from smoosh.daemon.control.control import STATUS_INTERVAL_S
+from smoosh.daemon.control.control import STATUS_INTERVAL_S, clear_pace
 from smoosh.daemon.control.node_claim import Identity, NodeInUse, provably_dead
 from smoosh.jsonutil import jsonable
 from smoosh.store import Store, Transaction, tuples
@@ -215,9 +215,11 @@ def claim_node(store: Store, node: str, ours: Identity, now: float) -> frozenset
 
 
 def mark_stopped(store: Store, node: str, ours: Identity, timeout_s: float) -> None:
-    """Say in ``node``'s status record that this daemon stopped cleanly (a restart anywhere need not wait).
+    """Say in ``node``'s status record that this daemon stopped cleanly (a restart anywhere need not wait),
+    and take its pace out of the store (its `smoosh worker` processes go back to their default).
 
-    Only this daemon's own record is marked: another's, written since, is left alone.
+    Only this daemon's own record is marked and its own pace removed: another daemon's, written
+    since (one that took the node over), is left alone. In one transaction, as they were written.
 
     Raises:
         SmooshError: the store failed within ``timeout_s``.
@@ -230,6 +232,7 @@ def mark_stopped(store: Store, node: str, ours: Identity, timeout_s: float) -> N
             return
         record["stopped"] = True
         tr.set(_key(node), msgpack.packb(record, use_bin_type=True))
+        clear_pace(tr, node)
 
     store.transact(body, timeout_s=timeout_s)
 

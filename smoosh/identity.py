@@ -44,6 +44,7 @@ __all__ = [
     "Roots",
     "root_of",
     "mount_id",
+    "directory_identity",
     "identity_refusal",
     "side_file_refusal",
     "side_files",
@@ -133,11 +134,11 @@ def mount_id(fd: int) -> int | None:
         return None
 
 
-def _root_identity(root: str) -> tuple[int, int | None] | None:
-    """(device, mount id) of a root directory; None when it cannot be opened."""
+def directory_identity(directory: str) -> tuple[int, int | None] | None:
+    """(device, mount id) of a directory (a root, say); None when it cannot be opened."""
     flags = (_O_PATH or os.O_RDONLY) | os.O_CLOEXEC | getattr(os, "O_DIRECTORY", 0)
     try:
-        fd = os.open(root, flags)
+        fd = os.open(directory, flags)
     except OSError:
         return None
     try:
@@ -182,7 +183,7 @@ class Roots(tuple[str, ...]):
         """(device, mount id) of ``root`` (one of these roots); ``fresh`` reads it again."""
         if not fresh and root in self._identity:
             return self._identity[root]
-        found = _root_identity(root)
+        found = directory_identity(root)
         with self._identity_lock:
             self._identity[root] = found
         return found

@@ -292,16 +292,28 @@ MOUNTINFO = "\n".join([
 ])
 
 
-def test_the_mount_table_is_read_with_its_escapes_and_both_sets_of_options() -> None:
+#: The mount each directory of these tests lies on (the kernel's answer, given).
+MOUNT_OF = {"/srv/hot data/tenants": 41, "/srv/hot data/more": 41, "/srv/cold": 42, "/srv/else": 40, "/gone": None}
+
+
+def test_the_mount_table_is_read_with_its_ids_escapes_and_both_sets_of_options() -> None:
     table = doctor.disk.mounts(MOUNTINFO)
-    assert [m.point for m in table] == ["/", "/srv", "/srv/hot data", "/srv/cold"]
+    assert [(m.id, m.point) for m in table] == [(22, "/"), (40, "/srv"), (41, "/srv/hot data"), (42, "/srv/cold")]
     assert "discard" in table[0].options and "relatime" in table[0].options
-    assert [doctor.disk.mount_of(p, table).point for p in  # type: ignore[union-attr]
-            ("/srv/hot data/t.db", "/srv/hot", "/srv/cold/x", "/var/lib")] == ["/srv/hot data", "/srv", "/srv/cold", "/"]
+
+
+def test_the_mount_of_a_real_directory_is_found_in_the_real_table(tmp_path: Path) -> None:
+    with open(doctor.disk.MOUNTINFO) as f:
+        table = {m.id: m for m in doctor.disk.mounts(f.read())}
+    mount = doctor.disk._mount_id_of(str(tmp_path))
+    assert mount in table
+    assert str(tmp_path).startswith(table[mount].point.rstrip("/") + "/")
+    assert doctor.disk._mount_id_of(str(tmp_path / "not" / "made" / "yet")) == mount  # its ancestor's
 
 
 def test_a_root_on_a_file_system_mounted_with_discard_is_a_warning_naming_the_trim() -> None:
-    findings = doctor.check_discard(["/srv/hot data/tenants", "/srv/cold", "/srv/hot data/more"], mountinfo=MOUNTINFO)
+    findings = doctor.check_discard(["/srv/hot data/tenants", "/srv/cold", "/srv/hot data/more"], mountinfo=MOUNTINFO,
+                                    mount_of=MOUNT_OF.get)
     assert findings == [Finding(
         WARN, "discard",
         "/srv/hot data (ext4 on /dev/vdc), under /srv/hot data/tenants, /srv/hot data/more, is mounted with discard: "
@@ -311,7 +323,9 @@ def test_a_root_on_a_file_system_mounted_with_discard_is_a_warning_naming_the_tr
 
 
 def test_roots_on_file_systems_without_discard_are_ok() -> None:
-    assert statuses(doctor.check_discard(["/srv/cold", "/srv/else"], mountinfo=MOUNTINFO)) == [OK]
+    # ... and one the kernel names no mount for (gone) is not checked
+    assert statuses(doctor.check_discard(["/srv/cold", "/srv/else", "/gone"], mountinfo=MOUNTINFO,
+                                         mount_of=MOUNT_OF.get)) == [OK]
 
 
 # ------------------------------------------------------------------ the lock

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from smoosh.cli.doctor.findings import FAIL, OK, WARN, Finding, examples, existing_ancestor, user_name
 from smoosh.cli.format import fmt_bytes
 from smoosh.disk_room import DEFAULT_MIN_FREE, DiskRoom, MinFree
+from smoosh.identity import directory_identity
 from smoosh.paths import SIDE_SUFFIXES, inside
 
 __all__ = ["Survey", "MAX_FILES", "survey", "bound_note", "check_access", "check_databases_writable",
-           "check_state_dir", "check_free_space", "check_discard", "mounts", "mount_of", "Mount", "MOUNTINFO"]
+           "check_state_dir", "check_free_space", "check_discard", "mounts", "Mount", "MOUNTINFO"]
 
 #: Files the walk under the watched directories and roots looks at before it stops (and says so).
 MAX_FILES = 100_000
@@ -266,6 +267,8 @@ MOUNTINFO = "/proc/self/mountinfo"
 class Mount:
     """One line of ``/proc/self/mountinfo``: where a file system is mounted, and how."""
 
+    #: The mount's id (the one :func:`smoosh.identity.mount_id` gives for a file on it).
+    id: int
     point: str
     fstype: str
     source: str
@@ -285,24 +288,23 @@ def mounts(text: str) -> list[Mount]:
         fields = line.split(" ")
         try:
             dash = fields.index("-", 6)
-            point, mount_options = _unescape(fields[4]), fields[5]
+            mount, point, mount_options = int(fields[0]), _unescape(fields[4]), fields[5]
             fstype, source, super_options = fields[dash + 1], _unescape(fields[dash + 2]), fields[dash + 3]
         except (ValueError, IndexError):
             continue
-        found.append(Mount(point, fstype, source, frozenset(mount_options.split(",") + super_options.split(","))))
+        found.append(Mount(mount, point, fstype, source,
+                           frozenset(mount_options.split(",") + super_options.split(","))))
     return found
 
 
-def mount_of(path: str, table: Sequence[Mount]) -> Mount | None:
-    """The mount ``path`` (canonical) lies on: the last listed of those with the longest mount point above it."""
-    best: Mount | None = None
-    for m in table:
-        if inside(path, m.point) and (best is None or len(m.point) >= len(best.point)):
-            best = m
-    return best
+def _mount_id_of(directory: str) -> int | None:
+    # A directory not made yet will lie on its nearest existing ancestor's mount.
+    found = directory_identity(directory if os.path.isdir(directory) else existing_ancestor(directory))
+    return None if found is None else found[1]
 
 
-def check_discard(directories: Iterable[str], *, mountinfo: str | None = None) -> list[Finding]:
+def check_discard(directories: Iterable[str], *, mountinfo: str | None = None,
+                  mount_of: Callable[[str], int | None] = _mount_id_of) -> list[Finding]:
     """The file systems under the watched directories and roots are not mounted with ``discard``.
 
     With ``discard`` a file that is cut or shrunk waits for the device to discard the blocks it
@@ -314,6 +316,9 @@ def check_discard(directories: Iterable[str], *, mountinfo: str | None = None) -
     Parameters:
         directories: the watched directories and the roots (canonical).
         mountinfo: the mount table's text (None: read :data:`MOUNTINFO`).
+        mount_of: a directory's mount id (by default :func:`smoosh.identity.directory_identity`'s,
+            of its nearest existing ancestor when it does not exist yet); a directory the
+            kernel names no mount for is not checked.
 
     Returns:
         One warning per file system mounted with ``discard``, or one ok.
@@ -324,20 +329,20 @@ def check_discard(directories: Iterable[str], *, mountinfo: str | None = None) -
                 mountinfo = f.read()
         except OSError as e:
             return [Finding(OK, "discard", f"cannot read {MOUNTINFO} ({e.strerror or e}): not checked")]
-    table = mounts(mountinfo)
-    seen: dict[str, list[str]] = {}
+    by_id = {m.id: m for m in mounts(mountinfo)}
+    seen: dict[Mount, list[str]] = {}
     for directory in directories:
-        m = mount_of(os.path.realpath(directory), table)
+        mount = mount_of(directory)
+        m = None if mount is None else by_id.get(mount)
         if m is not None and "discard" in m.options:
-            seen.setdefault(m.point, []).append(directory)
+            seen.setdefault(m, []).append(directory)
     if not seen:
         return [Finding(OK, "discard", "no file system under the roots is mounted with discard")]
-    by_point = {m.point: m for m in table}
     return [
         Finding(WARN, "discard",
-                f"{point} ({by_point[point].fstype} on {by_point[point].source}), under {examples(dirs)}, is mounted "
-                "with discard: every file cut or shrunk there (a VACUUM's database, a -wal cut to 0) holds the "
-                "application's writers while the device discards the freed blocks",
-                f"mount {point} without discard and trim on a timer instead (systemctl enable --now fstrim.timer)")
-        for point, dirs in seen.items()
+                f"{m.point} ({m.fstype} on {m.source}), under {examples(dirs)}, is mounted with discard: every file "
+                "cut or shrunk there (a VACUUM's database, a -wal cut to 0) holds the application's writers while the "
+                "device discards the freed blocks",
+                f"mount {m.point} without discard and trim on a timer instead (systemctl enable --now fstrim.timer)")
+        for m, dirs in seen.items()
     ]

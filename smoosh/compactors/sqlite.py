@@ -574,7 +574,8 @@ class SqliteCompactor:
                 # Before the checkpoint: the statistics it writes go back into the file with the rest.
                 sqlite_compact.optimize(conn, path)
             if not cleanup and sqlite_wal.has_wal_file(path) and pragma(conn, "journal_mode") == "wal":
-                sqlite_wal.truncate_wal(conn, path, required=False, busy_timeout_s=self.busy_timeout_s)
+                sqlite_wal.truncate_after_compaction(conn, path, ctx, busy_timeout_s=self.busy_timeout_s,
+                                                     wait_s=sqlite_wal.READERS_WAIT_S)
         except Replaced:
             sqlite_wal.empty_moved_wal(conn, path)
             raise

@@ -1,8 +1,8 @@
 """The WAL beside a compaction: its checkpoint, the ``cleanup:`` job, a pinned or moved log.
 
 In WAL mode a database's file only shrinks when its log is checkpointed back:
-:func:`truncate_wal` after every compaction of a WAL database, and alone for a ``cleanup:``
-job (:func:`cleanup`). Before compacting, :func:`refuse_pinned_wal` ends the run
+a ``TRUNCATE`` after every compaction of a WAL database (:func:`truncate_after_compaction`), and
+alone for a ``cleanup:`` job (:func:`cleanup`). Before compacting, :func:`refuse_pinned_wal` ends the run
 :class:`~smoosh.compactors.base.Blocked` when a reader pins a whole rewrite in the log;
 after a rename over the path, :func:`empty_moved_wal` empties the old file's log.
 
@@ -42,7 +42,7 @@ from smoosh.compactors.sqlite_compact import interrupt_quietly, raise_mapped
 from smoosh.compactors.sqlite_open import pragma, run
 from smoosh.compactors.sqlite_openers import Reader, wal_readers
 
-__all__ = ["cleanup", "restart_wal", "truncate_wal", "refuse_pinned_wal", "empty_moved_wal", "wal_bytes",
+__all__ = ["cleanup", "restart_wal", "truncate_wal", "truncate_after_compaction", "refuse_pinned_wal", "empty_moved_wal", "wal_bytes",
            "wal_content_bytes", "wal_quiet", "pinned_reason", "WalPinned", "READERS_WAIT_S", "WAL_QUIET_S"]
 
 log = logging.getLogger("smoosh.compactors.sqlite_compact")  # the compaction's lines, one logger
@@ -132,7 +132,7 @@ def cleanup(
                 if wal_max_bytes is not None and wal_bytes(path) <= wal_max_bytes and not wal_quiet(path):
                     restart_wal(conn, path, busy_timeout_s=busy_timeout_s)
                 else:
-                    truncate_wal(conn, path, required=True, busy_timeout_s=busy_timeout_s)
+                    truncate_wal(conn, path, busy_timeout_s=busy_timeout_s)
                 return
             except Busy:
                 if readers is None or clock() >= deadline:
@@ -192,41 +192,75 @@ def restart_wal(conn: apsw.Connection, path: str, *, busy_timeout_s: float) -> N
         raise Busy(f"WAL checkpoint of {path} could not complete: readers or a writer hold the log")
 
 
-def truncate_wal(conn: apsw.Connection, path: str, *, required: bool, busy_timeout_s: float) -> None:
+def truncate_wal(conn: apsw.Connection, path: str, *, busy_timeout_s: float) -> None:
     """``PRAGMA wal_checkpoint(TRUNCATE)``: the only way a WAL database's footprint shrinks.
 
     After a passive checkpoint, waiting for readers at most :data:`RESET_BUSY_TIMEOUT_S`
     (see :func:`_checkpoint_after_passive`); the connection gets ``busy_timeout_s`` back.
 
-    Parameters:
-        required: a cleanup job, which exists for this checkpoint, so a blocked or failed one
-            raises :class:`Busy`; after a compaction, frames a reader keeps in the log mean the
-            compaction gave nothing back yet (the new pages are all in the WAL), which is
-            :class:`Blocked`, while a checkpoint that only could not truncate is logged.
-
     Raises:
-        Busy: ``required`` and the checkpoint could not complete.
-        Blocked: not ``required``, and frames stayed in the WAL (a reader's snapshot pins them).
-        apsw.Error: ``required`` and SQLite reported anything else.
+        Busy: the checkpoint could not complete (a reader, a writer or another checkpoint held the log).
     """
     try:
         rows = _checkpoint_after_passive(conn, path, "TRUNCATE", busy_timeout_s)
     except apsw.Error as exc:
-        if not required:
-            log.debug("WAL checkpoint of %r failed after compaction.", path, exc_info=True)
-            return
         raise_mapped(exc, path, busy_message=f"WAL checkpoint of {path} could not complete: {exc}")
         raise
-    row = rows[0] if rows else None
-    if row and row[0]:
-        if required:
-            raise Busy(f"WAL checkpoint of {path} could not complete: readers or a writer hold the log")
-        log_frames, done_frames = int(row[1]), int(row[2])
-        if log_frames > done_frames:
-            # The database file shrinks only once every frame is copied back: until then the
-            # compacted pages sit in the WAL beside the old file, and the footprint grew.
-            raise WalPinned(pinned_reason(path))
-        log.debug("WAL checkpoint of %r after compaction could not truncate the log; it shrinks later.", path)
+    if rows and rows[0][0]:
+        raise Busy(f"WAL checkpoint of {path} could not complete: readers or a writer hold the log")
+
+
+def truncate_after_compaction(
+    conn: apsw.Connection, path: str, ctx: CompactionContext, *, busy_timeout_s: float,
+    wait_s: float = READERS_WAIT_S, clock: Callable[[], float] = time.monotonic,
+) -> None:
+    """After compacting a WAL database: give its space back, a ``TRUNCATE`` retried until it completes.
+
+    The VACUUM left the whole new database in the log, so until this checkpoint completes the
+    footprint is the old file plus the new one. Two things make a first try fail beside a
+    working application, and both pass within moments:
+
+    - The application's own automatic checkpoint: its first commit after the VACUUM finds the
+      log past ``wal_autocheckpoint`` and copies it back, and checkpoints run one at a time
+      (SQLite fails ours at once, without waiting). Its copy shrinks the database file, but it
+      never cuts the log.
+    - A reader's snapshot pins the new pages, or holds the read mark a ``TRUNCATE`` waits for.
+
+    So, like the ``cleanup:`` job, it tries only at a moment when no reader shows in the
+    kernel's lock list (never holding the application's writers while it waits for a reader),
+    every :data:`READERS_POLL_S` for up to ``wait_s``. A stop or a hold of the job ends the wait.
+
+    Raises:
+        WalPinned: frames stayed in the log for ``wait_s``: a reader's snapshot pins them, and
+            the compaction gave nothing back yet (the reason names the readers). A log that is
+            all copied back but could not be cut is logged, and left to the ``cleanup:`` key.
+    """
+    cancelled = threading.Event()
+    ctx.on_cancel(cancelled.set)
+    deadline = clock() + wait_s
+    while True:
+        readers = wal_readers(path)
+        if not readers:  # none, or it cannot be told: SQLite's busy timeout decides
+            try:
+                rows = _checkpoint_after_passive(conn, path, "TRUNCATE", busy_timeout_s)
+            except apsw.Error:
+                log.debug("WAL checkpoint of %r failed after compaction.", path, exc_info=True)
+                return
+            if not (rows and rows[0][0]):
+                return
+        if cancelled.is_set() or clock() >= deadline:
+            break
+        cancelled.wait(READERS_POLL_S)
+    try:
+        rows = run(conn, "PRAGMA wal_checkpoint(PASSIVE)")
+    except apsw.Error:
+        rows = []
+    # (busy, frames in the log, frames copied back); -1 frames: another checkpoint ran.
+    if rows and int(rows[0][1]) > int(rows[0][2]) >= 0:
+        # The database file shrinks only once every frame is copied back: until then the
+        # compacted pages sit in the WAL beside the old file, and the footprint grew.
+        raise WalPinned(pinned_reason(path, readers or None))
+    log.debug("WAL checkpoint of %r after compaction could not truncate the log; the cleanup key cuts it later.", path)
 
 
 def has_wal_file(path: str) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -21,10 +22,12 @@ import pytest
 from compactor.contexts import RecordingContext
 from compactor.dbfactory import integrity, make_bloated_db
 from helpers.locks import ChildConnection
-from smoosh.compactors import Blocked, SqliteCompactor
+from smoosh.compactors import Blocked, SqliteCompactor, sqlite_wal
 from smoosh.compactors.sqlite_compact import open_for_compaction
+from smoosh.compactors.sqlite_file import footprint_bytes
 from smoosh.compactors.sqlite_open import close_quietly, pragma, run
 from smoosh.compactors.sqlite_openers import wal_readers
+from smoosh.config.sections import SqliteConfig
 from smoosh.compactors.sqlite_wal import WAL_QUIET_S, cleanup, truncate_wal, wal_content_bytes
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/locks is Linux only")
@@ -168,7 +171,7 @@ def test_the_truncate_that_holds_the_writers_finds_the_log_already_copied_back(t
             return True
 
         conn.exec_trace = trace
-        truncate_wal(conn, path, required=True, busy_timeout_s=0.75)
+        truncate_wal(conn, path, busy_timeout_s=0.75)
         conn.exec_trace = None
         # Then the copy back was done before it (by a checkpoint that holds no writer): the file
         # had already shrunk, so the TRUNCATE, which holds the application's writers, copies
@@ -268,3 +271,105 @@ def test_a_log_goes_quiet_within_the_rescan_margin_so_a_rescan_after_its_last_wr
     from smoosh.daemon.watch.watcher import RESCAN_MARGIN_S
 
     assert WAL_QUIET_S < RESCAN_MARGIN_S
+
+
+#: Another connection's checkpoint, held: SQLite's unix VFS takes a checkpoint's lock as a POSIX
+#: lock on the ``-shm``'s checkpointer byte (``WAL_CKPT_LOCK``: 120 + 1), and fails any other
+#: checkpoint at once while it is held. Held from "locked" until a line comes in.
+_CHECKPOINTER = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 121)
+print("locked", flush=True)
+sys.stdin.readline()
+os.close(fd)
+"""
+
+
+@contextlib.contextmanager
+def _checkpoint_running(path: str) -> Iterator[Any]:
+    """Another process's checkpoint of ``path`` running until the returned function is called."""
+    proc = subprocess.Popen([sys.executable, "-c", _CHECKPOINTER, path + "-shm"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "locked\n"
+
+        def release() -> None:
+            if proc.poll() is None:
+                assert proc.stdin is not None
+                proc.stdin.write("\n")
+                proc.stdin.flush()
+                proc.wait(HANG_S)
+
+        yield release
+    finally:
+        proc.kill()
+        proc.wait(HANG_S)
+
+
+def _after_the_vacuum(path: str, live_bytes: float, then: Any) -> threading.Thread:
+    """A thread that calls ``then`` 0.2 s after the VACUUM has written the new database into the log."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + HANG_S
+        while time.monotonic() < deadline:
+            if os.path.exists(path + "-wal") and os.path.getsize(path + "-wal") >= live_bytes / 2:
+                time.sleep(0.2)  # well after the compaction's first checkpoint (its own cost: none)
+                break
+            time.sleep(0.005)
+        then()
+
+    t = threading.Thread(target=watch)
+    t.start()
+    return t
+
+
+@pytest.fixture
+def bloated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, int]:
+    """A bloated WAL database and its file size; the wait after a compaction made a ceiling on a hang."""
+    monkeypatch.setattr(sqlite_wal, "READERS_WAIT_S", HANG_S)
+    path = str(tmp_path / "b.db")
+    make_bloated_db(path, rows=2000, delete_fraction=0.8)
+    return path, os.path.getsize(path)
+
+
+def test_after_a_compaction_a_checkpoint_already_running_is_waited_out_then_the_log_is_cut(bloated: tuple[str, int]) -> None:
+    # Given a bloated WAL database that an application has open, and another connection's
+    # checkpoint (the application's automatic one) running when the VACUUM ends
+    path, before = bloated
+    with ChildConnection(path) as app:
+        app.execute("SELECT count(*) FROM docs")
+        with _checkpoint_running(path) as release:
+            t = _after_the_vacuum(path, before * 0.2, release)
+            # When it is compacted
+            result = SqliteCompactor(SqliteConfig()).compact(path, RecordingContext())
+            t.join(HANG_S)
+        # Then the compaction waited for that checkpoint, and its own cut the log: the space is
+        # back, and the result says so (before: "ok", the new database still in the log)
+        assert os.path.getsize(path + "-wal") == 0
+        assert result.size_after_bytes == footprint_bytes(path) < before / 2
+    assert integrity(path) == "ok"
+
+
+def test_a_stop_ends_the_wait_after_a_compaction_and_leaves_the_log_to_the_cleanup_key(
+    bloated: tuple[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a compaction waiting, after its VACUUM, for a checkpoint that never ends (and a
+    # wait far longer than the test's ceiling on a hang)
+    monkeypatch.setattr(sqlite_wal, "READERS_WAIT_S", 100 * HANG_S)
+    path, before = bloated
+    ctx = RecordingContext()
+    results: list[Any] = []
+    with ChildConnection(path) as app:
+        app.execute("SELECT count(*) FROM docs")
+        with _checkpoint_running(path):
+            compaction = threading.Thread(target=lambda: results.append(SqliteCompactor(SqliteConfig()).compact(path, ctx)))
+            compaction.start()
+            # When the job is told to stop
+            _after_the_vacuum(path, before * 0.2, ctx.cancel).join(HANG_S)
+            compaction.join(HANG_S)
+            # Then the compaction ends as it was, its log left whole for the cleanup key to cut
+            assert not compaction.is_alive()
+            assert os.path.getsize(path + "-wal") > 0
+            assert [r.size_after_bytes for r in results] == [footprint_bytes(path)]
+    assert integrity(path) == "ok"

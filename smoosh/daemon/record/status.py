@@ -29,8 +29,8 @@ from smoosh.store.base import ReadView
 
 log = logging.getLogger(__name__)
 
-#: A record older than this many seconds marks its node stale.
-STALE_AFTER_S = 15.0
+#: A record older than this many seconds marks its node stale: three missed records.
+STALE_AFTER_S = 3 * STATUS_INTERVAL_S
 #: Largest record decoded, in bytes (a record is a few hundred bytes per channel).
 MAX_RECORD_BYTES = 100_000
 

@@ -40,9 +40,9 @@ import apsw
 from smoosh.compactors.base import Blocked, Busy, CompactionContext, Interrupted
 from smoosh.compactors.sqlite_compact import interrupt_quietly, raise_mapped
 from smoosh.compactors.sqlite_open import pragma, run
-from smoosh.compactors.sqlite_openers import Reader, wal_readers
+from smoosh.compactors.sqlite_openers import Reader, others_have_open, wal_readers
 
-__all__ = ["cleanup", "restart_wal", "truncate_wal", "truncate_after_compaction", "refuse_pinned_wal", "empty_moved_wal", "wal_bytes",
+__all__ = ["cleanup", "restart_wal", "truncate_wal", "cut_wal", "truncate_after_compaction", "refuse_pinned_wal", "empty_moved_wal", "wal_bytes",
            "wal_content_bytes", "wal_quiet", "pinned_reason", "WalPinned", "READERS_WAIT_S", "WAL_QUIET_S"]
 
 log = logging.getLogger("smoosh.compactors.sqlite_compact")  # the compaction's lines, one logger
@@ -66,6 +66,13 @@ READERS_POLL_S = 0.05
 #: it. A shorter wait ends that sooner, but also gives up on a writer's ordinary commit (its
 #: fsync) and lets the log grow until the next try (bench/RESULTS.md: 20 ms, tried).
 RESET_BUSY_TIMEOUT_S = 0.1
+#: Bytes of a ``-wal`` file cut per hold of the application's writers (see :func:`cut_wal`):
+#: freeing a file's blocks takes time in proportion to them where the file system discards
+#: what it frees, ext4 mounted with ``discard`` (bench/RESULTS.md has the figures).
+CUT_STEP_BYTES = 8 << 20
+#: Seconds between two steps of a cut: the application's writers' turn at the write lock
+#: (their busy handler sleeps 1, 2, 5, 10... ms between tries).
+CUT_PAUSE_S = 0.02
 
 
 class WalPinned(Blocked):
@@ -132,7 +139,7 @@ def cleanup(
                 if wal_max_bytes is not None and wal_bytes(path) <= wal_max_bytes and not wal_quiet(path):
                     restart_wal(conn, path, busy_timeout_s=busy_timeout_s)
                 else:
-                    truncate_wal(conn, path, busy_timeout_s=busy_timeout_s)
+                    cut_wal(conn, path, busy_timeout_s=busy_timeout_s, cancelled=cancelled)
                 return
             except Busy:
                 if readers is None or clock() >= deadline:
@@ -210,13 +217,108 @@ def truncate_wal(conn: apsw.Connection, path: str, *, busy_timeout_s: float) -> 
         raise Busy(f"WAL checkpoint of {path} could not complete: readers or a writer hold the log")
 
 
+def cut_wal(conn: apsw.Connection, path: str, *, busy_timeout_s: float, cancelled: threading.Event | None = None) -> None:
+    """Empty a WAL database's log and cut its ``-wal`` file, holding the application's writers briefly.
+
+    With no other process holding the database open (none in the kernel's lock list), a
+    ``TRUNCATE`` checkpoint: nobody waits for its cut. Otherwise a cut of the whole file would
+    hold that process's writers for as long as freeing its blocks takes (on ext4 mounted with
+    ``discard``, 150 ms for 100 MB here), so: a ``RESTART`` checkpoint (see
+    :func:`restart_wal`), after which the log starts over at the start of the file; then, in
+    steps, each under the write lock taken as a writer takes it (``BEGIN IMMEDIATE``, waiting
+    at most :data:`RESET_BUSY_TIMEOUT_S`), the file is cut by at most :data:`CUT_STEP_BYTES`,
+    never into the log: only past the frames that carry the header's salts, the log since it
+    started over (:func:`wal_content_bytes`), which no reader, writer or recovery reads past.
+    SQLite itself cuts a ``-wal`` so (``journal_size_limit``, on the first commit after the
+    log starts over). If the application has not started the log over yet, the first step
+    does, with a commit of its own that changes nothing (``user_version`` set to what it is):
+    cutting into a log that is not the current one would let a recovery replay part of it.
+    Last, a ``TRUNCATE`` is tried once the file is down to a step: cutting what is left holds
+    the writers no longer than a step did, and an idle application's log is then gone.
+
+    Parameters:
+        cancelled: set to stop between two steps (what is cut stays cut).
+
+    Raises:
+        Busy: the checkpoint could not complete (a reader, a writer or another checkpoint held
+            the log). A step that cannot take the write lock ends the cut quietly.
+    """
+    if others_have_open(path) is False:
+        truncate_wal(conn, path, busy_timeout_s=busy_timeout_s)
+        return
+    restart_wal(conn, path, busy_timeout_s=busy_timeout_s)
+    restarted_from = _log_extent(path)
+    # The salts of the log the RESTART left: while the header still has them, the log has not
+    # started over, and nothing may be cut.
+    old_salts = restarted_from[1] if restarted_from is not None else None
+    while _cut_step(conn, path, busy_timeout_s, old_salts):
+        old_salts = None  # one commit of our own at most
+        if cancelled is not None:
+            if cancelled.wait(CUT_PAUSE_S):
+                return
+        else:
+            time.sleep(CUT_PAUSE_S)
+    # What is left is the log since it started over: a TRUNCATE's cut of it is one step's hold
+    # at most. Worth a try: an idle application's log is then gone (our own commit included).
+    if wal_bytes(path) <= CUT_STEP_BYTES:
+        try:
+            truncate_wal(conn, path, busy_timeout_s=busy_timeout_s)
+        except (Busy, apsw.Error):
+            log.debug("WAL of %r cut down to its log; the log itself stays for now.", path, exc_info=True)
+
+
+def _cut_step(conn: apsw.Connection, path: str, busy_timeout_s: float, old_salts: bytes | None) -> bool:
+    """One step of :func:`cut_wal`, under the write lock; whether there may be more to cut.
+
+    Parameters:
+        old_salts: the salts of a log that has not started over since the RESTART, to be
+            started over with a commit of our own when the header still has them; None: never.
+    """
+    conn.set_busy_timeout(int(RESET_BUSY_TIMEOUT_S * 1000))
+    try:
+        run(conn, "BEGIN IMMEDIATE")
+    except apsw.Error:
+        log.debug("Cutting the WAL of %r: the write lock stayed taken.", path, exc_info=True)
+        return False
+    finally:
+        conn.set_busy_timeout(int(busy_timeout_s * 1000))
+    more = False
+    try:
+        fd = os.open(path + "-wal", os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            size = os.fstat(fd).st_size
+            extent = _extent(fd, size)
+            if extent is not None:
+                used, salts = extent
+                if salts == old_salts:
+                    # Not started over since the RESTART: a commit that changes nothing starts
+                    # it over (its frames go to the start of the file, under new salts).
+                    run(conn, f"PRAGMA user_version = {int(pragma(conn, 'user_version'))}")
+                    more = True
+                elif used < size:
+                    os.ftruncate(fd, max(used, size - CUT_STEP_BYTES))
+                    more = size - CUT_STEP_BYTES > used
+        finally:
+            os.close(fd)
+    except (OSError, apsw.Error):
+        log.debug("Cutting the WAL of %r failed.", path, exc_info=True)
+        more = False
+    finally:
+        try:
+            run(conn, "COMMIT")
+        except apsw.Error:
+            log.debug("Ending a step of cutting the WAL of %r failed.", path, exc_info=True)
+            more = False
+    return more
+
+
 def truncate_after_compaction(
     conn: apsw.Connection, path: str, ctx: CompactionContext, *, busy_timeout_s: float,
     wait_s: float = READERS_WAIT_S, clock: Callable[[], float] = time.monotonic,
 ) -> None:
-    """After compacting a WAL database: give its space back, a ``TRUNCATE`` retried until it completes.
+    """After compacting a WAL database: give its space back, its log emptied and its file cut (:func:`cut_wal`), retried.
 
-    The VACUUM left the whole new database in the log, so until this checkpoint completes the
+    The VACUUM left the whole new database in the log, so until a checkpoint empties it the
     footprint is the old file plus the new one. Two things make a first try fail beside a
     working application, and both pass within moments:
 
@@ -242,11 +344,12 @@ def truncate_after_compaction(
         readers = wal_readers(path)
         if not readers:  # none, or it cannot be told: SQLite's busy timeout decides
             try:
-                rows = _checkpoint_after_passive(conn, path, "TRUNCATE", busy_timeout_s)
+                cut_wal(conn, path, busy_timeout_s=busy_timeout_s, cancelled=cancelled)
+                return
+            except Busy:
+                pass
             except apsw.Error:
                 log.debug("WAL checkpoint of %r failed after compaction.", path, exc_info=True)
-                return
-            if not (rows and rows[0][0]):
                 return
         if cancelled.is_set() or clock() >= deadline:
             break
@@ -341,33 +444,43 @@ def wal_content_bytes(path: str) -> int | None:
         The bytes; 0 for a log shorter than its header; None when there is no ``-wal`` or it
         cannot be read or is not a log (a link is not followed).
     """
+    extent = _log_extent(path)
+    return None if extent is None else extent[0]
+
+
+def _log_extent(path: str) -> tuple[int, bytes] | None:
+    """(:func:`wal_content_bytes`, the header's salts) of ``path``'s log; None as there."""
     try:
         fd = os.open(path + "-wal", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        size = os.fstat(fd).st_size
-        head = os.pread(fd, WAL_HEADER_BYTES, 0)
-        if len(head) < WAL_HEADER_BYTES:
-            return 0
-        magic, _version, page_bytes = struct.unpack(">III", head[:12])
-        if magic not in WAL_MAGICS or page_bytes < 512 or page_bytes & (page_bytes - 1):
-            return None
-        salts = head[16:24]
-        frame_bytes = WAL_FRAME_HEADER_BYTES + page_bytes
-        first_stale, last = 0, (size - WAL_HEADER_BYTES) // frame_bytes  # frames [0, first_stale) are current
-        while first_stale < last:
-            middle = (first_stale + last) // 2
-            frame = os.pread(fd, 16, WAL_HEADER_BYTES + middle * frame_bytes)
-            if frame[8:16] == salts:
-                first_stale = middle + 1
-            else:
-                last = middle
-        return WAL_HEADER_BYTES + first_stale * frame_bytes
+        return _extent(fd, os.fstat(fd).st_size)
     except OSError:
         return None
     finally:
         os.close(fd)
+
+
+def _extent(fd: int, size: int) -> tuple[int, bytes] | None:
+    """:func:`_log_extent` of the ``-wal`` open as ``fd``, ``size`` bytes long."""
+    head = os.pread(fd, WAL_HEADER_BYTES, 0)
+    if len(head) < WAL_HEADER_BYTES:
+        return 0, b""
+    magic, _version, page_bytes = struct.unpack(">III", head[:12])
+    if magic not in WAL_MAGICS or page_bytes < 512 or page_bytes & (page_bytes - 1):
+        return None
+    salts = head[16:24]
+    frame_bytes = WAL_FRAME_HEADER_BYTES + page_bytes
+    first_stale, last = 0, (size - WAL_HEADER_BYTES) // frame_bytes  # frames [0, first_stale) are current
+    while first_stale < last:
+        middle = (first_stale + last) // 2
+        frame = os.pread(fd, 16, WAL_HEADER_BYTES + middle * frame_bytes)
+        if frame[8:16] == salts:
+            first_stale = middle + 1
+        else:
+            last = middle
+    return WAL_HEADER_BYTES + first_stale * frame_bytes, salts
 
 
 def wal_quiet(path: str, quiet_s: float = WAL_QUIET_S) -> bool:

@@ -373,3 +373,72 @@ def test_a_stop_ends_the_wait_after_a_compaction_and_leaves_the_log_to_the_clean
             assert os.path.getsize(path + "-wal") > 0
             assert [r.size_after_bytes for r in results] == [footprint_bytes(path)]
     assert integrity(path) == "ok"
+
+
+#: An application that adds one to a counter every 2 ms, each in its own transaction, and says
+#: each value it committed. It never checkpoints: its log is smoosh's to empty.
+_COUNTING_APP = """
+import sqlite3, sys, time
+conn = sqlite3.connect(sys.argv[1], timeout=30, isolation_level=None)
+conn.execute("PRAGMA wal_autocheckpoint=0")
+print("ready", flush=True)
+while True:
+    conn.execute("BEGIN IMMEDIATE")
+    n = conn.execute("UPDATE counter SET n = n + 1 RETURNING n").fetchone()[0]
+    conn.execute("COMMIT")
+    print(n, flush=True)
+    time.sleep(0.002)
+"""
+
+
+def test_a_log_cut_in_steps_beside_a_writer_never_cuts_into_it_and_a_crash_loses_no_commit(
+    grown: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a WAL database whose log grew to megabytes, and an application committing to it
+    step = 64 * 1024
+    monkeypatch.setattr(sqlite_wal, "CUT_STEP_BYTES", step)
+    with ChildConnection(grown) as setup:
+        setup.execute("PRAGMA wal_autocheckpoint=0")
+        setup.execute("CREATE TABLE counter(n INTEGER NOT NULL)")
+        setup.execute("INSERT INTO counter VALUES (0)")
+        setup.execute("UPDATE docs SET body = randomblob(1000)")
+        app = subprocess.Popen([sys.executable, "-c", _COUNTING_APP, grown], stdout=subprocess.PIPE, text=True)
+        assert app.stdout is not None and app.stdout.readline() == "ready\n"  # (it keeps the log)
+    try:
+        wal_before = os.path.getsize(grown + "-wal")
+        assert wal_before > 8 * step
+        # When smoosh cuts its -wal (each cut recorded with the log's extent at that moment)
+        cuts: list[tuple[int, int | None, int]] = []
+        ftruncate = os.ftruncate
+
+        def recording(fd: int, length: int) -> None:
+            cuts.append((length, wal_content_bytes(grown), os.fstat(fd).st_size))
+            ftruncate(fd, length)
+
+        monkeypatch.setattr(os, "ftruncate", recording)
+        conn = open_for_compaction(grown, None, 1.0)
+        try:
+            sqlite_wal.cut_wal(conn, grown, busy_timeout_s=1.0)
+        finally:
+            close_quietly(conn)
+        monkeypatch.setattr(os, "ftruncate", ftruncate)
+        # Then it was cut in steps of at most `step`, never into the log the application writes
+        assert len(cuts) >= 8
+        for length, log_bytes, size in cuts:
+            assert log_bytes is not None and log_bytes <= length < size <= length + step
+        # and what is left of the file is the application's log since it started over
+        left = os.path.getsize(grown + "-wal")
+        assert left <= (wal_content_bytes(grown) or 0) and left < wal_before
+        # And when the application dies with its log on disk (kill -9), the next open recovers
+        # every commit it was told of from that log, and nothing older
+        app.kill()
+        app.wait(HANG_S)
+        told = [int(line) for line in app.stdout.read().split()]
+    finally:
+        app.kill()
+        app.wait(HANG_S)
+    assert told and os.path.exists(grown + "-wal")
+    with ChildConnection(grown) as reopened:
+        [(n,)] = reopened.execute("SELECT n FROM counter")
+        assert n in (told[-1], told[-1] + 1)  # (the last commit may have landed untold)
+    assert integrity(grown) == "ok"

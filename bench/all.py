@@ -28,6 +28,7 @@ BENCHMARKS = [
     ("drain", ["--runs", "3"]),
     ("worst_first", ["--runs", "3"]),
     ("wal_bound", ["--runs", "1"]),
+    ("wal_cut", ["--runs", "3"]),
     ("writer", ["--runs", "3"]),
 ]
 

@@ -259,8 +259,9 @@ def cut_wal(conn: apsw.Connection, path: str, *, busy_timeout_s: float, cancelle
         else:
             time.sleep(CUT_PAUSE_S)
     # What is left is the log since it started over: a TRUNCATE's cut of it is one step's hold
-    # at most. Worth a try: an idle application's log is then gone (our own commit included).
-    if wal_bytes(path) <= CUT_STEP_BYTES:
+    # at most. Worth a try when no reader is in the log (a TRUNCATE holds the writers while it
+    # waits for readers): an idle application's log is then gone, our own commit included.
+    if wal_bytes(path) <= CUT_STEP_BYTES and not wal_readers(path):
         try:
             truncate_wal(conn, path, busy_timeout_s=busy_timeout_s)
         except (Busy, apsw.Error):

@@ -381,6 +381,7 @@ _COUNTING_APP = """
 import sqlite3, sys, time
 conn = sqlite3.connect(sys.argv[1], timeout=30, isolation_level=None)
 conn.execute("PRAGMA wal_autocheckpoint=0")
+conn.execute("SELECT n FROM counter").fetchone()  # in the database now: it keeps the log
 print("ready", flush=True)
 while True:
     conn.execute("BEGIN IMMEDIATE")
@@ -403,7 +404,7 @@ def test_a_log_cut_in_steps_beside_a_writer_never_cuts_into_it_and_a_crash_loses
         setup.execute("INSERT INTO counter VALUES (0)")
         setup.execute("UPDATE docs SET body = randomblob(1000)")
         app = subprocess.Popen([sys.executable, "-c", _COUNTING_APP, grown], stdout=subprocess.PIPE, text=True)
-        assert app.stdout is not None and app.stdout.readline() == "ready\n"  # (it keeps the log)
+        assert app.stdout is not None and app.stdout.readline() == "ready\n"
     try:
         wal_before = os.path.getsize(grown + "-wal")
         assert wal_before > 8 * step

@@ -443,3 +443,25 @@ def test_a_log_cut_in_steps_beside_a_writer_never_cuts_into_it_and_a_crash_loses
         [(n,)] = reopened.execute("SELECT n FROM counter")
         assert n in (told[-1], told[-1] + 1)  # (the last commit may have landed untold)
     assert integrity(grown) == "ok"
+
+
+def test_a_log_its_idle_application_never_started_over_is_started_by_a_commit_that_changes_nothing(
+    grown: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an application holding the database open, idle, after its log grew
+    monkeypatch.setattr(sqlite_wal, "CUT_STEP_BYTES", 64 * 1024)
+    with _growing_app(grown) as (app, wal):
+        app.execute("PRAGMA user_version = 42")
+        [(rows,)] = app.execute("SELECT count(*) FROM docs")
+        assert wal > 8 * 64 * 1024
+        # When smoosh cuts its -wal in steps
+        conn = open_for_compaction(grown, None, 1.0)
+        try:
+            sqlite_wal.cut_wal(conn, grown, busy_timeout_s=1.0)
+        finally:
+            close_quietly(conn)
+        # Then the log is gone, and what the application reads is what it wrote
+        assert os.path.getsize(grown + "-wal") == 0
+        assert app.execute("PRAGMA user_version") == [(42,)]
+        assert app.execute("SELECT count(*) FROM docs") == [(rows,)]
+    assert integrity(grown) == "ok"

@@ -120,3 +120,16 @@ min_priority = {min_size}
 def python_of_project() -> str:
     """The interpreter running the benchmarks (the project venv's)."""
     return sys.executable
+
+
+class NullContext:
+    """A compaction's context where nothing watches it: progress goes nowhere, nothing cancels it."""
+
+    def progress(self, fraction: float) -> None:
+        pass
+
+    def checkpoint(self) -> None:
+        pass
+
+    def on_cancel(self, fn: object) -> None:
+        pass

@@ -57,17 +57,10 @@ def _data(i: int) -> dict:
     return {"channel": "ratio_dbs", "key": f"/srv/dbs/{os.getpid()}/tenant-{i:08d}.sqlite", "priority": 5.0, "progress": 0.0}
 
 
-def round_trips(store_url: str, n: int, workers: int) -> float:
-    """``n`` add+accept+finish round trips by ``workers`` threads on a fresh store; jobs/s."""
-    from smoosh.jobs import Jobs
-    from smoosh.store import open_store
+def _timed_round_trips(layers: list[Any], share: int) -> float:
+    """``share`` round trips on each of ``layers`` (a thread per entry, job layers maybe shared); jobs/s."""
 
-    store = open_store(store_url)
-    jobs = Jobs(store)
-    jobs.set_type_timeout(JOB_TYPE, 30)
-    share = n // workers
-
-    def work(base: int) -> None:
+    def work(jobs: Any, base: int) -> None:
         for i in range(base, base + share):
             data = _data(i)
             jobs.add(JOB_TYPE, data["key"], data)
@@ -76,16 +69,33 @@ def round_trips(store_url: str, n: int, workers: int) -> float:
                        reclaimed_bytes=1_200_000, duration_s=0.1)
             jobs.finish(job, got)
 
-    threads = [threading.Thread(target=work, args=(k * share,)) for k in range(workers)]
+    threads = [threading.Thread(target=work, args=(jobs, k * share)) for k, jobs in enumerate(layers)]
     t0 = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    dt = time.perf_counter() - t0
-    jobs.close()
-    store.close()
-    return share * workers / dt
+    return share * len(layers) / (time.perf_counter() - t0)
+
+
+def _open_layer(store_url: str) -> tuple[Any, Any]:
+    from smoosh.jobs import Jobs
+    from smoosh.store import open_store
+
+    store = open_store(store_url)
+    jobs = Jobs(store)
+    jobs.set_type_timeout(JOB_TYPE, 30)
+    return store, jobs
+
+
+def round_trips(store_url: str, n: int, workers: int) -> float:
+    """``n`` add+accept+finish round trips by ``workers`` threads on a fresh store; jobs/s."""
+    store, jobs = _open_layer(store_url)
+    try:
+        return _timed_round_trips([jobs] * workers, n // workers)
+    finally:
+        jobs.close()
+        store.close()
 
 
 def private_round_trips(n: int, workers: int) -> float:
@@ -97,37 +107,13 @@ def private_round_trips(n: int, workers: int) -> float:
     objects it touches in the first core's cache. The floor under "N workers never slower
     than one" for any design whose workers are threads of one process.
     """
-    from smoosh.jobs import Jobs
-    from smoosh.store import open_store
-
-    share = n // workers
-    pairs = []
-    for _ in range(workers):
-        store = open_store("memory:")
-        jobs = Jobs(store)
-        jobs.set_type_timeout(JOB_TYPE, 30)
-        pairs.append((store, jobs))
-
-    def work(jobs: Any, base: int) -> None:
-        for i in range(base, base + share):
-            data = _data(i)
-            jobs.add(JOB_TYPE, data["key"], data)
-            job, got = jobs.accept(JOB_TYPE)
-            got.update(result="ok", error=None, size_before_bytes=2_000_000, size_after_bytes=800_000,
-                       reclaimed_bytes=1_200_000, duration_s=0.1)
-            jobs.finish(job, got)
-
-    threads = [threading.Thread(target=work, args=(jobs, k * share)) for k, (_, jobs) in enumerate(pairs)]
-    t0 = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    dt = time.perf_counter() - t0
-    for store, jobs in pairs:
-        jobs.close()
-        store.close()
-    return share * workers / dt
+    pairs = [_open_layer("memory:") for _ in range(workers)]
+    try:
+        return _timed_round_trips([jobs for _, jobs in pairs], n // workers)
+    finally:
+        for store, jobs in pairs:
+            jobs.close()
+            store.close()
 
 
 #: Worker threads of the scaling curve (the job layer's and huey's).

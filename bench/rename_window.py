@@ -30,24 +30,13 @@ if __package__ in (None, ""):
 
 from inotify_simple import INotify, flags  # noqa: E402
 
-from bench._fixtures import make_bloated_db  # noqa: E402
+from bench._fixtures import NullContext, make_bloated_db  # noqa: E402
 from bench._harness import Metric, parse_args, report  # noqa: E402
 from smoosh.compactors import SqliteCompactor  # noqa: E402
 
 #: (rows of 400 bytes, fraction deleted): about 85 MB with 20% live (the issue's trial), the
 #: same file with 60% live, and a 20 MB one.
 SHAPES = [(200_000, 0.8), (200_000, 0.4), (50_000, 0.8)]
-
-
-class _Ctx:
-    def progress(self, fraction: float) -> None:
-        pass
-
-    def checkpoint(self) -> None:
-        pass
-
-    def on_cancel(self, fn: object) -> None:
-        pass
 
 
 def _journal_window(directory: str, db: str) -> tuple[float, float, float]:
@@ -71,7 +60,7 @@ def _journal_window(directory: str, db: str) -> tuple[float, float, float]:
     compactor = SqliteCompactor(SimpleNamespace(page_size=None, auto_vacuum=None, incremental_chunk_pages=1000,
                                                 busy_timeout_s=1.0))
     t0 = time.perf_counter()
-    compactor.compact(db, _Ctx())
+    compactor.compact(db, NullContext())
     took = time.perf_counter() - t0
     deadline = time.monotonic() + 5
     while "deleted" not in stamps and time.monotonic() < deadline:

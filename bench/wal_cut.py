@@ -33,7 +33,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench._fixtures import make_bloated_db  # noqa: E402
+from bench._fixtures import NullContext, make_bloated_db  # noqa: E402
 from bench._harness import REPO_ROOT, Metric, parse_args, repeat, report  # noqa: E402
 
 #: Rows of 400 bytes in the database (about 200 MB), and the fraction deleted.
@@ -46,19 +46,6 @@ APP_BUSY_TIMEOUT_S = 5.0
 APP_RUN_S = 8.0
 #: A step as large as any file: the whole file cut in one hold.
 WHOLE_FILE = 1 << 62
-
-
-class _Context:
-    """The least a compaction needs from its job: progress goes nowhere, nothing cancels it."""
-
-    def progress(self, fraction: float) -> None:
-        pass
-
-    def checkpoint(self) -> None:
-        pass
-
-    def on_cancel(self, fn: Any) -> None:
-        pass
 
 
 def run_once(template: str, work: str, step_bytes: int) -> dict[str, float]:
@@ -92,7 +79,7 @@ def run_once(template: str, work: str, step_bytes: int) -> dict[str, float]:
     sqlite_wal.truncate_after_compaction = timed  # type: ignore[assignment]
     sqlite_wal.CUT_STEP_BYTES = step_bytes
     try:
-        result = SqliteCompactor(SqliteConfig()).compact(db, _Context())
+        result = SqliteCompactor(SqliteConfig()).compact(db, NullContext())
     finally:
         sqlite_wal.truncate_after_compaction = inner  # type: ignore[assignment]
         sqlite_wal.CUT_STEP_BYTES = saved_step

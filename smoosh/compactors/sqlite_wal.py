@@ -73,6 +73,9 @@ CUT_STEP_BYTES = 8 << 20
 #: Seconds between two steps of a cut: the application's writers' turn at the write lock
 #: (their busy handler sleeps 1, 2, 5, 10... ms between tries).
 CUT_PAUSE_S = 0.02
+#: Steps in a row that may find the write lock taken for :data:`RESET_BUSY_TIMEOUT_S` before
+#: the cut stops (what is left waits for the next job; waiting for the lock holds nothing).
+CUT_LOCK_MISSES = 5
 
 
 class WalPinned(Blocked):
@@ -251,8 +254,18 @@ def cut_wal(conn: apsw.Connection, path: str, *, busy_timeout_s: float, cancelle
     # The salts of the log the RESTART left: while the header still has them, the log has not
     # started over, and nothing may be cut.
     old_salts = restarted_from[1] if restarted_from is not None else None
-    while _cut_step(conn, path, busy_timeout_s, old_salts):
-        old_salts = None  # one commit of our own at most
+    misses = 0
+    while True:
+        outcome = _cut_step(conn, path, busy_timeout_s, old_salts)
+        if outcome is _CUT_DONE:
+            break
+        if outcome is _CUT_NO_LOCK:
+            misses += 1
+            if misses > CUT_LOCK_MISSES:
+                break
+        else:
+            old_salts = None  # one commit of our own at most
+            misses = 0
         if cancelled is not None:
             if cancelled.wait(CUT_PAUSE_S):
                 return
@@ -268,8 +281,13 @@ def cut_wal(conn: apsw.Connection, path: str, *, busy_timeout_s: float, cancelle
             log.debug("WAL of %r cut down to its log; the log itself stays for now.", path, exc_info=True)
 
 
-def _cut_step(conn: apsw.Connection, path: str, busy_timeout_s: float, old_salts: bytes | None) -> bool:
-    """One step of :func:`cut_wal`, under the write lock; whether there may be more to cut.
+#: What a step of :func:`cut_wal` ended with: more may be cut, nothing more can be, or it did
+#: not get the write lock.
+_CUT_MORE, _CUT_DONE, _CUT_NO_LOCK = object(), object(), object()
+
+
+def _cut_step(conn: apsw.Connection, path: str, busy_timeout_s: float, old_salts: bytes | None) -> object:
+    """One step of :func:`cut_wal`, under the write lock: ``_CUT_MORE``, ``_CUT_DONE`` or ``_CUT_NO_LOCK``.
 
     Parameters:
         old_salts: the salts of a log that has not started over since the RESTART, to be
@@ -280,7 +298,7 @@ def _cut_step(conn: apsw.Connection, path: str, busy_timeout_s: float, old_salts
         run(conn, "BEGIN IMMEDIATE")
     except apsw.Error:
         log.debug("Cutting the WAL of %r: the write lock stayed taken.", path, exc_info=True)
-        return False
+        return _CUT_NO_LOCK
     finally:
         conn.set_busy_timeout(int(busy_timeout_s * 1000))
     more = False
@@ -310,7 +328,7 @@ def _cut_step(conn: apsw.Connection, path: str, busy_timeout_s: float, old_salts
         except apsw.Error:
             log.debug("Ending a step of cutting the WAL of %r failed.", path, exc_info=True)
             more = False
-    return more
+    return _CUT_MORE if more else _CUT_DONE
 
 
 def truncate_after_compaction(

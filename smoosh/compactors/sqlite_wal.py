@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import struct
 import threading
 import time
@@ -305,8 +306,11 @@ def _cut_step(conn: apsw.Connection, path: str, busy_timeout_s: float, old_salts
     try:
         fd = os.open(path + "-wal", os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
-            size = os.fstat(fd).st_size
-            extent = _extent(fd, size)
+            st = os.fstat(fd)
+            size = st.st_size
+            # Only a regular file of one name is cut: a -wal hard-linked elsewhere is another
+            # file's too (SQLite's own TRUNCATE would cut it whole; this leaves it to SQLite).
+            extent = _extent(fd, size) if stat.S_ISREG(st.st_mode) and st.st_nlink == 1 else None
             if extent is not None:
                 used, salts = extent
                 if salts == old_salts:

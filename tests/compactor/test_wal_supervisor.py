@@ -465,3 +465,21 @@ def test_a_log_its_idle_application_never_started_over_is_started_by_a_commit_th
         assert app.execute("PRAGMA user_version") == [(42,)]
         assert app.execute("SELECT count(*) FROM docs") == [(rows,)]
     assert integrity(grown) == "ok"
+
+
+def test_a_wal_hard_linked_elsewhere_is_not_cut_in_steps(grown: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given an application holding the database open, and its -wal with a second name
+    monkeypatch.setattr(sqlite_wal, "CUT_STEP_BYTES", 64 * 1024)
+    with _growing_app(grown) as (app, wal):
+        other = tmp_path / "elsewhere"
+        os.link(grown + "-wal", other)
+        conn = open_for_compaction(grown, None, 1.0)
+        try:
+            # When smoosh would cut it in steps
+            sqlite_wal.cut_wal(conn, grown, busy_timeout_s=1.0)
+        finally:
+            close_quietly(conn)
+        # Then it cut nothing of that file (the log restarted in it all the same)
+        assert os.path.getsize(other) == wal == os.path.getsize(grown + "-wal")
+        assert app.execute("SELECT count(*) FROM docs") == [(1000,)]
+    assert integrity(grown) == "ok"

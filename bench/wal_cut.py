@@ -13,8 +13,9 @@ process, in one run each:
   long as a ``TRUNCATE`` does.
 
 Reported for each: the application's longest commit among those begun in the phase after the
-VACUUM (smoosh's checkpoint and cut, timed around ``truncate_after_compaction``; the VACUUM's
-own hold, bounded by ``max_lock_hold``, is before it), how long that phase took,
+VACUUM (smoosh's checkpoints and cut, from ``copy_back`` to the end of
+``truncate_after_compaction``; the VACUUM's own hold, bounded by ``max_lock_hold``, is before
+it), how long that phase took,
 and the ``-wal`` left. DESIGN §9's aim: no application commit stalled over 100 ms by a
 checkpoint.
 """
@@ -65,23 +66,26 @@ def run_once(template: str, work: str, step_bytes: int) -> dict[str, float]:
     assert app.stdout is not None
     assert app.stdout.readline().strip() == "ready"
     time.sleep(0.3)  # the application under way
-    phase: list[float] = []
-    inner = sqlite_wal.truncate_after_compaction
+    phase: list[float] = []  # from the copy back's start to the cut's end
+    copy_back, cut = sqlite_wal.copy_back, sqlite_wal.truncate_after_compaction
 
-    def timed(*args: Any, **kwargs: Any) -> None:
+    def timed_copy_back(*args: Any, **kwargs: Any) -> None:
         phase.append(time.monotonic())
+        copy_back(*args, **kwargs)
+
+    def timed_cut(*args: Any, **kwargs: Any) -> None:
         try:
-            inner(*args, **kwargs)
+            cut(*args, **kwargs)
         finally:
             phase.append(time.monotonic())
 
     saved_step = sqlite_wal.CUT_STEP_BYTES
-    sqlite_wal.truncate_after_compaction = timed  # type: ignore[assignment]
+    sqlite_wal.copy_back, sqlite_wal.truncate_after_compaction = timed_copy_back, timed_cut  # type: ignore[assignment]
     sqlite_wal.CUT_STEP_BYTES = step_bytes
     try:
         result = SqliteCompactor(SqliteConfig()).compact(db, NullContext())
     finally:
-        sqlite_wal.truncate_after_compaction = inner  # type: ignore[assignment]
+        sqlite_wal.copy_back, sqlite_wal.truncate_after_compaction = copy_back, cut  # type: ignore[assignment]
         sqlite_wal.CUT_STEP_BYTES = saved_step
     wal_left = os.path.getsize(db + "-wal") if os.path.exists(db + "-wal") else 0
     out, _ = app.communicate(timeout=APP_RUN_S + 60)

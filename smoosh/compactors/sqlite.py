@@ -570,10 +570,13 @@ class SqliteCompactor:
             else:
                 sqlite_compact.vacuum(conn, path, state, ctx, self._tick_rate, identity, self.io_budget,
                                       self.max_lock_hold_s, self._clock)
+            wal = not cleanup and sqlite_wal.has_wal_file(path) and pragma(conn, "journal_mode") == "wal"
+            if wal:
+                sqlite_wal.copy_back(conn, path)  # first: before the application's own checkpoint
             if not cleanup and self.analyze:
-                # Before the checkpoint: the statistics it writes go back into the file with the rest.
+                # Before the cut: the statistics it writes go back into the file with the rest.
                 sqlite_compact.optimize(conn, path)
-            if not cleanup and sqlite_wal.has_wal_file(path) and pragma(conn, "journal_mode") == "wal":
+            if wal:
                 sqlite_wal.truncate_after_compaction(conn, path, ctx, busy_timeout_s=self.busy_timeout_s,
                                                      wait_s=sqlite_wal.READERS_WAIT_S)
         except Replaced:

@@ -43,7 +43,7 @@ from smoosh.compactors.sqlite_compact import interrupt_quietly, raise_mapped
 from smoosh.compactors.sqlite_open import pragma, run
 from smoosh.compactors.sqlite_openers import Reader, others_have_open, wal_readers
 
-__all__ = ["cleanup", "restart_wal", "truncate_wal", "cut_wal", "truncate_after_compaction", "refuse_pinned_wal", "empty_moved_wal", "wal_bytes",
+__all__ = ["cleanup", "restart_wal", "truncate_wal", "cut_wal", "copy_back", "truncate_after_compaction", "refuse_pinned_wal", "empty_moved_wal", "wal_bytes",
            "wal_content_bytes", "wal_quiet", "pinned_reason", "WalPinned", "READERS_WAIT_S", "WAL_QUIET_S"]
 
 log = logging.getLogger("smoosh.compactors.sqlite_compact")  # the compaction's lines, one logger
@@ -77,6 +77,9 @@ CUT_PAUSE_S = 0.02
 #: Steps in a row that may find the write lock taken for :data:`RESET_BUSY_TIMEOUT_S` before
 #: the cut stops (what is left waits for the next job; waiting for the lock holds nothing).
 CUT_LOCK_MISSES = 5
+#: How long the ``TRUNCATE`` that ends a cut waits for readers (seconds): it is optional (what
+#: it cuts is the application's own log, under a step), so it gives up soon.
+LAST_TRUNCATE_WAIT_S = 0.02
 
 
 class WalPinned(Blocked):
@@ -157,9 +160,11 @@ def cleanup(
             raise Interrupted(f"cleanup of {path} was interrupted")
 
 
-def _checkpoint_after_passive(conn: apsw.Connection, path: str, mode: str, busy_timeout_s: float) -> list[Any]:
+def _checkpoint_after_passive(
+    conn: apsw.Connection, path: str, mode: str, busy_timeout_s: float, wait_s: float = RESET_BUSY_TIMEOUT_S
+) -> list[Any]:
     """A passive checkpoint, then ``PRAGMA wal_checkpoint(mode)`` waiting for readers at most
-    :data:`RESET_BUSY_TIMEOUT_S`; the connection gets ``busy_timeout_s`` back. Its rows.
+    ``wait_s``; the connection gets ``busy_timeout_s`` back. Its rows.
 
     A ``RESTART`` or ``TRUNCATE`` checkpoint holds the application's writers from its busy wait
     to its end, the copy back included. The passive one first copies back what the log holds
@@ -175,7 +180,7 @@ def _checkpoint_after_passive(conn: apsw.Connection, path: str, mode: str, busy_
         run(conn, "PRAGMA wal_checkpoint(PASSIVE)")
     except apsw.Error:
         log.debug("Passive WAL checkpoint of %r before its %s failed.", path, mode, exc_info=True)
-    conn.set_busy_timeout(int(RESET_BUSY_TIMEOUT_S * 1000))
+    conn.set_busy_timeout(int(wait_s * 1000))
     try:
         return run(conn, f"PRAGMA wal_checkpoint({mode})")
     finally:
@@ -203,17 +208,17 @@ def restart_wal(conn: apsw.Connection, path: str, *, busy_timeout_s: float) -> N
         raise Busy(f"WAL checkpoint of {path} could not complete: readers or a writer hold the log")
 
 
-def truncate_wal(conn: apsw.Connection, path: str, *, busy_timeout_s: float) -> None:
-    """``PRAGMA wal_checkpoint(TRUNCATE)``: the only way a WAL database's footprint shrinks.
+def truncate_wal(conn: apsw.Connection, path: str, *, busy_timeout_s: float, wait_s: float = RESET_BUSY_TIMEOUT_S) -> None:
+    """``PRAGMA wal_checkpoint(TRUNCATE)``: the log emptied and its file cut to nothing.
 
-    After a passive checkpoint, waiting for readers at most :data:`RESET_BUSY_TIMEOUT_S`
-    (see :func:`_checkpoint_after_passive`); the connection gets ``busy_timeout_s`` back.
+    After a passive checkpoint, waiting for readers at most ``wait_s`` (see
+    :func:`_checkpoint_after_passive`); the connection gets ``busy_timeout_s`` back.
 
     Raises:
         Busy: the checkpoint could not complete (a reader, a writer or another checkpoint held the log).
     """
     try:
-        rows = _checkpoint_after_passive(conn, path, "TRUNCATE", busy_timeout_s)
+        rows = _checkpoint_after_passive(conn, path, "TRUNCATE", busy_timeout_s, wait_s)
     except apsw.Error as exc:
         raise_mapped(exc, path, busy_message=f"WAL checkpoint of {path} could not complete: {exc}")
         raise
@@ -273,11 +278,13 @@ def cut_wal(conn: apsw.Connection, path: str, *, busy_timeout_s: float, cancelle
         else:
             time.sleep(CUT_PAUSE_S)
     # What is left is the log since it started over: a TRUNCATE's cut of it is one step's hold
-    # at most. Worth a try when no reader is in the log (a TRUNCATE holds the writers while it
-    # waits for readers): an idle application's log is then gone, our own commit included.
+    # at most. Worth a try when no reader is in the log, waiting for one only briefly (a
+    # TRUNCATE holds the writers while it waits, and a writer retrying its BEGIN IMMEDIATE
+    # holds a read mark for a moment each time): an idle application's log is then gone, our
+    # own commit included; a busy one keeps its log, which starts over in its file.
     if wal_bytes(path) <= CUT_STEP_BYTES and not wal_readers(path):
         try:
-            truncate_wal(conn, path, busy_timeout_s=busy_timeout_s)
+            truncate_wal(conn, path, busy_timeout_s=busy_timeout_s, wait_s=LAST_TRUNCATE_WAIT_S)
         except (Busy, apsw.Error):
             log.debug("WAL of %r cut down to its log; the log itself stays for now.", path, exc_info=True)
 
@@ -333,6 +340,20 @@ def _cut_step(conn: apsw.Connection, path: str, busy_timeout_s: float, old_salts
             log.debug("Ending a step of cutting the WAL of %r failed.", path, exc_info=True)
             more = False
     return _CUT_MORE if more else _CUT_DONE
+
+
+def copy_back(conn: apsw.Connection, path: str) -> None:
+    """Right after a VACUUM of a WAL database, before anything else: a passive checkpoint.
+
+    It waits for nobody and holds no lock the application's writers take; while it runs, the
+    application's own automatic checkpoint fails at once. Otherwise the application's first
+    commit after the VACUUM, past ``wal_autocheckpoint``, copied the new database back itself,
+    and its ``COMMIT`` returned only then: 0.2-0.5 s beside a 100 MB log (bench/wal_cut.py).
+    """
+    try:
+        run(conn, "PRAGMA wal_checkpoint(PASSIVE)")
+    except apsw.Error:
+        log.debug("Passive WAL checkpoint of %r after compaction failed.", path, exc_info=True)
 
 
 def truncate_after_compaction(

@@ -285,7 +285,7 @@ def cut_wal(conn: apsw.Connection, path: str, *, busy_timeout_s: float, cancelle
     if wal_bytes(path) <= CUT_STEP_BYTES and not wal_readers(path):
         try:
             truncate_wal(conn, path, busy_timeout_s=busy_timeout_s, wait_s=LAST_TRUNCATE_WAIT_S)
-        except (Busy, apsw.Error):
+        except (Busy, Interrupted, apsw.Error):
             log.debug("WAL of %r cut down to its log; the log itself stays for now.", path, exc_info=True)
 
 
@@ -392,7 +392,9 @@ def truncate_after_compaction(
                 return
             except Busy:
                 pass
-            except apsw.Error:
+            except (apsw.Error, Interrupted):
+                # Interrupted: the job is stopping or held, and its cancel interrupted the
+                # connection mid-checkpoint. The VACUUM is done: its result stands.
                 log.debug("WAL checkpoint of %r failed after compaction.", path, exc_info=True)
                 return
         if cancelled.is_set() or clock() >= deadline:

@@ -23,6 +23,7 @@ from compactor.contexts import RecordingContext
 from compactor.dbfactory import integrity, make_bloated_db
 from helpers.locks import ChildConnection
 from smoosh.compactors import Blocked, SqliteCompactor, sqlite_wal
+from smoosh.compactors.base import Interrupted
 from smoosh.compactors.sqlite_compact import open_for_compaction
 from smoosh.compactors.sqlite_file import footprint_bytes
 from smoosh.compactors.sqlite_open import close_quietly, pragma, run
@@ -483,3 +484,25 @@ def test_a_wal_hard_linked_elsewhere_is_not_cut_in_steps(grown: str, tmp_path: P
         assert os.path.getsize(other) == wal == os.path.getsize(grown + "-wal")
         assert app.execute("SELECT count(*) FROM docs") == [(1000,)]
     assert integrity(grown) == "ok"
+
+
+def test_a_stop_that_interrupts_the_checkpoint_after_the_vacuum_leaves_the_compaction_done(
+    bloated: tuple[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a compaction whose checkpoint after the VACUUM is interrupted, as the job's cancel
+    # interrupts the connection mid-statement when the daemon stops (SQLITE_INTERRUPT, mapped)
+    path, before = bloated
+    restart = sqlite_wal.restart_wal
+
+    def interrupted(conn: Any, db: str, **kwargs: Any) -> None:
+        raise Interrupted(f"compaction of {db} was interrupted")
+
+    monkeypatch.setattr(sqlite_wal, "restart_wal", interrupted)
+    with ChildConnection(path) as app:  # (another process has it open: the cut goes in steps)
+        app.execute("SELECT count(*) FROM docs")
+        # When it is compacted
+        result = SqliteCompactor(SqliteConfig()).compact(path, RecordingContext())
+        # Then the VACUUM's result stands (the log is left for the cleanup key), not "interrupted"
+        assert result.size_after_bytes == footprint_bytes(path) < before
+    monkeypatch.setattr(sqlite_wal, "restart_wal", restart)
+    assert integrity(path) == "ok"

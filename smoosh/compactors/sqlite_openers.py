@@ -10,7 +10,10 @@ A connection inside a read transaction also holds a shared lock on one of the lo
 marks (bytes 123-127; mark 0 reads the database file alone, marks 1-4 a snapshot that includes
 WAL frames). Either way its snapshot keeps the checkpoint from copying back the frames written
 after it began (the database file must not change under it): :func:`wal_readers` names the
-processes holding a read mark, the readers that keep a checkpoint from emptying the log.
+processes holding a read mark, the readers that keep a checkpoint from emptying the log. A
+writer holds a read mark too, for as long as its transaction, and the log's write lock (byte
+120) with it: its mark goes with its commit, a moment later, so it is no reader to wait for
+(an application committing every few milliseconds would otherwise be "a reader" at most looks).
 
 It never opens the ``-shm`` file itself: closing any descriptor of a file drops every POSIX
 lock the process holds on it, which would silently take the locks of smoosh's own SQLite
@@ -32,6 +35,9 @@ __all__ = ["others_have_open", "wal_readers", "Reader", "DMS_LOCK_BYTE", "READ_M
 DMS_LOCK_BYTE = 128
 #: The ``-shm`` bytes of the read marks (``WAL_READ_LOCK(0..4)``: 120 + 3 + mark).
 READ_MARK_BYTES = range(123, 128)
+#: The ``-shm`` byte of the log's write lock (``WAL_WRITE_LOCK``: 120 + 0), held by a writer
+#: from its ``BEGIN IMMEDIATE`` (or first write) to its commit.
+WRITE_LOCK_BYTE = 120
 #: The kernel's list of file locks.
 PROC_LOCKS = "/proc/locks"
 #: Longest command line quoted for a reader.
@@ -74,6 +80,9 @@ def others_have_open(path: str, *, proc_locks: str = PROC_LOCKS) -> bool | None:
 def wal_readers(path: str, *, proc_locks: str = PROC_LOCKS, proc: str = "/proc") -> list[Reader] | None:
     """The other processes inside a read transaction on the WAL database ``path`` (they pin its log).
 
+    A process that also holds the log's write lock is in a write transaction, which its commit
+    ends in a moment: not counted (see the module docstring).
+
     Parameters:
         path: the database file (its ``-shm`` is looked up, never opened).
         proc_locks: the lock list to read (tests give their own).
@@ -86,8 +95,10 @@ def wal_readers(path: str, *, proc_locks: str = PROC_LOCKS, proc: str = "/proc")
     locks = _shm_locks(path, proc_locks)
     if locks is None:
         return None
+    writers = {pid for pid, start, end in locks if _covers(start, end, WRITE_LOCK_BYTE)}
     pids = sorted({int(pid) for pid, start, end in locks
-                   if any(_covers(start, end, byte) for byte in READ_MARK_BYTES) and pid.isdigit()})
+                   if pid not in writers and any(_covers(start, end, byte) for byte in READ_MARK_BYTES)
+                   and pid.isdigit()})
     return [Reader(pid, _command(pid, proc)) for pid in pids]
 
 

@@ -506,3 +506,22 @@ def test_a_stop_that_interrupts_the_checkpoint_after_the_vacuum_leaves_the_compa
         assert result.size_after_bytes == footprint_bytes(path) < before
     monkeypatch.setattr(sqlite_wal, "restart_wal", restart)
     assert integrity(path) == "ok"
+
+
+def test_a_writer_in_its_transaction_is_no_reader_to_wait_for(grown: str) -> None:
+    # Given a reader inside a read transaction, and a writer inside a write transaction (each
+    # holds a read mark; the writer holds the log's write lock too)
+    with ChildConnection(grown) as reader, ChildConnection(grown) as writer:
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM docs")
+        writer.execute("BEGIN IMMEDIATE")
+        writer.execute("INSERT INTO docs(key, body) VALUES ('w', x'00')")
+        # Then only the reader pins the log: the writer's mark goes with its commit
+        assert [r.pid for r in wal_readers(grown) or []] == [reader.proc.pid]
+        writer.execute("COMMIT")
+        reader.execute("COMMIT")
+        # (the same process, reading with no write under way, is a reader like any)
+        writer.execute("BEGIN")
+        writer.execute("SELECT count(*) FROM docs")
+        assert [r.pid for r in wal_readers(grown) or []] == [writer.proc.pid]
+        writer.execute("COMMIT")

@@ -14,6 +14,10 @@ processes holding a read mark, the readers that keep a checkpoint from emptying 
 writer holds a read mark too, for as long as its transaction, and the log's write lock (byte
 120) with it: its mark goes with its commit, a moment later, so it is no reader to wait for
 (an application committing every few milliseconds would otherwise be "a reader" at most looks).
+Locks are the process's, not the connection's: a process with a long read transaction on one
+connection and writes on another holds the write lock now and then beside a read mark that
+pins the log. Across the looks of one job (:class:`PinningReaders`), a process seen once with
+a read mark and no write lock is a reader from then on.
 
 It never opens the ``-shm`` file itself: closing any descriptor of a file drops every POSIX
 lock the process holds on it, which would silently take the locks of smoosh's own SQLite
@@ -28,7 +32,7 @@ import os
 from dataclasses import dataclass
 from typing import Iterator
 
-__all__ = ["others_have_open", "wal_readers", "Reader", "DMS_LOCK_BYTE", "READ_MARK_BYTES", "PROC_LOCKS"]
+__all__ = ["others_have_open", "wal_readers", "PinningReaders", "Reader", "DMS_LOCK_BYTE", "READ_MARK_BYTES", "PROC_LOCKS"]
 
 #: The ``-shm`` byte every open connection of a WAL database holds a shared lock on
 #: (``UNIX_SHM_DMS`` in SQLite's os_unix.c: ``(22 + 8) * 4 + 8``).
@@ -80,8 +84,9 @@ def others_have_open(path: str, *, proc_locks: str = PROC_LOCKS) -> bool | None:
 def wal_readers(path: str, *, proc_locks: str = PROC_LOCKS, proc: str = "/proc") -> list[Reader] | None:
     """The other processes inside a read transaction on the WAL database ``path`` (they pin its log).
 
-    A process that also holds the log's write lock is in a write transaction, which its commit
-    ends in a moment: not counted (see the module docstring).
+    One look (see :class:`PinningReaders` for a job's looks): a process that also holds the
+    log's write lock is in a write transaction, which its commit ends in a moment, and is not
+    counted (see the module docstring).
 
     Parameters:
         path: the database file (its ``-shm`` is looked up, never opened).
@@ -92,14 +97,34 @@ def wal_readers(path: str, *, proc_locks: str = PROC_LOCKS, proc: str = "/proc")
         The readers, by pid (each once); ``[]`` when none; None when it cannot be told (no
         ``-shm``, no ``/proc/locks``).
     """
-    locks = _shm_locks(path, proc_locks)
-    if locks is None:
-        return None
-    writers = {pid for pid, start, end in locks if _covers(start, end, WRITE_LOCK_BYTE)}
-    pids = sorted({int(pid) for pid, start, end in locks
-                   if pid not in writers and any(_covers(start, end, byte) for byte in READ_MARK_BYTES)
-                   and pid.isdigit()})
-    return [Reader(pid, _command(pid, proc)) for pid in pids]
+    return PinningReaders(path, proc_locks=proc_locks, proc=proc).look()
+
+
+class PinningReaders:
+    """The readers of one WAL database over the looks of one job (:func:`wal_readers`, remembered).
+
+    A process seen at any look holding a read mark without the log's write lock is a reader
+    from then on, whenever it holds a read mark; one only ever seen holding both is a writer in
+    its transactions. Owner: the job's thread.
+    """
+
+    def __init__(self, path: str, *, proc_locks: str = PROC_LOCKS, proc: str = "/proc") -> None:
+        self._path = path
+        self._proc_locks = proc_locks
+        self._proc = proc
+        self._reading: set[str] = set()
+
+    def look(self) -> list[Reader] | None:
+        """The readers now, by pid; ``[]`` when none; None when it cannot be told."""
+        locks = _shm_locks(self._path, self._proc_locks)
+        if locks is None:
+            return None
+        writing = {pid for pid, start, end in locks if _covers(start, end, WRITE_LOCK_BYTE)}
+        marked = {pid for pid, start, end in locks
+                  if pid.isdigit() and any(_covers(start, end, byte) for byte in READ_MARK_BYTES)}
+        self._reading |= marked - writing
+        pids = sorted(int(pid) for pid in marked if pid not in writing or pid in self._reading)
+        return [Reader(pid, _command(pid, self._proc)) for pid in pids]
 
 
 def _shm_locks(path: str, proc_locks: str) -> list[tuple[str, str, str]] | None:

@@ -41,7 +41,7 @@ import apsw
 from smoosh.compactors.base import Blocked, Busy, CompactionContext, Interrupted
 from smoosh.compactors.sqlite_compact import interrupt_quietly, raise_mapped
 from smoosh.compactors.sqlite_open import pragma, run
-from smoosh.compactors.sqlite_openers import Reader, others_have_open, wal_readers
+from smoosh.compactors.sqlite_openers import PinningReaders, Reader, others_have_open, wal_readers
 
 __all__ = ["cleanup", "restart_wal", "truncate_wal", "cut_wal", "copy_back", "truncate_after_compaction", "refuse_pinned_wal", "empty_moved_wal", "wal_bytes",
            "wal_content_bytes", "wal_quiet", "pinned_reason", "WalPinned", "READERS_WAIT_S", "WAL_QUIET_S"]
@@ -139,14 +139,15 @@ def cleanup(
         raise_mapped(exc, path)
         raise
     deadline = clock() + readers_wait_s
+    pinning = PinningReaders(path)
     while True:
-        readers = wal_readers(path)
+        readers = pinning.look()
         if not readers:  # none, or it cannot be told: SQLite's busy timeout decides
             try:
                 if wal_max_bytes is not None and wal_bytes(path) <= wal_max_bytes and not wal_quiet(path):
                     restart_wal(conn, path, busy_timeout_s=busy_timeout_s)
                 else:
-                    cut_wal(conn, path, busy_timeout_s=busy_timeout_s, cancelled=cancelled)
+                    cut_wal(conn, path, busy_timeout_s=busy_timeout_s, cancelled=cancelled, pinning=pinning)
                 return
             except Busy:
                 if readers is None or clock() >= deadline:
@@ -226,7 +227,10 @@ def truncate_wal(conn: apsw.Connection, path: str, *, busy_timeout_s: float, wai
         raise Busy(f"WAL checkpoint of {path} could not complete: readers or a writer hold the log")
 
 
-def cut_wal(conn: apsw.Connection, path: str, *, busy_timeout_s: float, cancelled: threading.Event | None = None) -> None:
+def cut_wal(
+    conn: apsw.Connection, path: str, *, busy_timeout_s: float, cancelled: threading.Event | None = None,
+    pinning: PinningReaders | None = None,
+) -> None:
     """Empty a WAL database's log and cut its ``-wal`` file, holding the application's writers briefly.
 
     With no other process holding the database open (none in the kernel's lock list), a
@@ -247,6 +251,7 @@ def cut_wal(conn: apsw.Connection, path: str, *, busy_timeout_s: float, cancelle
 
     Parameters:
         cancelled: set to stop between two steps (what is cut stays cut).
+        pinning: the job's looks at the readers so far (None: a look of its own).
 
     Raises:
         Busy: the checkpoint could not complete (a reader, a writer or another checkpoint held
@@ -282,7 +287,7 @@ def cut_wal(conn: apsw.Connection, path: str, *, busy_timeout_s: float, cancelle
     # TRUNCATE holds the writers while it waits, and a writer retrying its BEGIN IMMEDIATE
     # holds a read mark for a moment each time): an idle application's log is then gone, our
     # own commit included; a busy one keeps its log, which starts over in its file.
-    if wal_bytes(path) <= CUT_STEP_BYTES and not wal_readers(path):
+    if wal_bytes(path) <= CUT_STEP_BYTES and not (pinning.look() if pinning is not None else wal_readers(path)):
         try:
             truncate_wal(conn, path, busy_timeout_s=busy_timeout_s, wait_s=LAST_TRUNCATE_WAIT_S)
         except (Busy, Interrupted, apsw.Error):
@@ -384,11 +389,12 @@ def truncate_after_compaction(
     cancelled = threading.Event()
     ctx.on_cancel(cancelled.set)
     deadline = clock() + wait_s
+    pinning = PinningReaders(path)
     while True:
-        readers = wal_readers(path)
+        readers = pinning.look()
         if not readers:  # none, or it cannot be told: SQLite's busy timeout decides
             try:
-                cut_wal(conn, path, busy_timeout_s=busy_timeout_s, cancelled=cancelled)
+                cut_wal(conn, path, busy_timeout_s=busy_timeout_s, cancelled=cancelled, pinning=pinning)
                 return
             except Busy:
                 pass

@@ -27,7 +27,7 @@ from smoosh.compactors.base import Interrupted
 from smoosh.compactors.sqlite_compact import open_for_compaction
 from smoosh.compactors.sqlite_file import footprint_bytes
 from smoosh.compactors.sqlite_open import close_quietly, pragma, run
-from smoosh.compactors.sqlite_openers import wal_readers
+from smoosh.compactors.sqlite_openers import PinningReaders, wal_readers
 from smoosh.config.sections import SqliteConfig
 from smoosh.compactors.sqlite_wal import WAL_QUIET_S, cleanup, truncate_wal, wal_content_bytes
 
@@ -525,3 +525,51 @@ def test_a_writer_in_its_transaction_is_no_reader_to_wait_for(grown: str) -> Non
         writer.execute("SELECT count(*) FROM docs")
         assert [r.pid for r in wal_readers(grown) or []] == [writer.proc.pid]
         writer.execute("COMMIT")
+
+
+#: One application process with two connections, as a pool has them: a read transaction held
+#: on one, a write transaction begun and ended on the other, each on a line in.
+_TWO_CONNECTIONS = """
+import sqlite3, sys
+reader = sqlite3.connect(sys.argv[1], isolation_level=None)
+writer = sqlite3.connect(sys.argv[1], isolation_level=None)
+print("ready", flush=True)
+sys.stdin.readline()
+reader.execute("BEGIN"); reader.execute("SELECT count(*) FROM docs").fetchone()
+print("reading", flush=True)
+sys.stdin.readline()
+writer.execute("BEGIN IMMEDIATE"); writer.execute("INSERT INTO docs(key, body) VALUES ('w', x'00')")
+print("writing", flush=True)
+sys.stdin.readline()
+writer.execute("COMMIT"); reader.execute("COMMIT")
+print("done", flush=True)
+"""
+
+
+def test_a_process_that_reads_on_one_connection_stays_a_reader_while_another_of_its_connections_writes(grown: str) -> None:
+    app = subprocess.Popen([sys.executable, "-c", _TWO_CONNECTIONS, grown], stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, text=True)
+    try:
+        assert app.stdin is not None and app.stdout is not None
+
+        def step(expect: str) -> None:
+            app.stdin.write("\n")
+            app.stdin.flush()
+            assert app.stdout.readline() == expect + "\n"
+
+        assert app.stdout.readline() == "ready\n"
+        pinning = PinningReaders(grown)
+        # Given a process inside a read transaction, seen by the job's looks
+        step("reading")
+        assert [r.pid for r in pinning.look() or []] == [app.pid]
+        # When another of its connections writes (the process then holds the write lock too)
+        step("writing")
+        # Then to the job it is still the reader it was (its read mark still pins the log)
+        assert [r.pid for r in pinning.look() or []] == [app.pid]
+        # (a single look, which has not seen it read alone, takes it for a writer)
+        assert wal_readers(grown) == []
+        step("done")
+        assert pinning.look() == []
+    finally:
+        app.kill()
+        app.wait(HANG_S)

@@ -78,7 +78,7 @@ def others_have_open(path: str, *, proc_locks: str = PROC_LOCKS) -> bool | None:
     locks = _shm_locks(path, proc_locks)
     if locks is None:
         return None
-    return any(_covers(start, end, DMS_LOCK_BYTE) for _pid, start, end in locks)
+    return any(_covers(start, end, DMS_LOCK_BYTE) for _pid, _kind, start, end in locks)
 
 
 def wal_readers(path: str, *, proc_locks: str = PROC_LOCKS, proc: str = "/proc") -> list[Reader] | None:
@@ -119,16 +119,17 @@ class PinningReaders:
         locks = _shm_locks(self._path, self._proc_locks)
         if locks is None:
             return None
-        writing = {pid for pid, start, end in locks if _covers(start, end, WRITE_LOCK_BYTE)}
-        marked = {pid for pid, start, end in locks
-                  if pid.isdigit() and any(_covers(start, end, byte) for byte in READ_MARK_BYTES)}
+        writing = {pid for pid, _kind, start, end in locks if _covers(start, end, WRITE_LOCK_BYTE)}
+        # Shared locks only: a checkpoint takes the marks exclusively for a moment to move them.
+        marked = {pid for pid, kind, start, end in locks
+                  if kind == "READ" and pid.isdigit() and any(_covers(start, end, byte) for byte in READ_MARK_BYTES)}
         self._reading |= marked - writing
         pids = sorted(int(pid) for pid in marked if pid not in writing or pid in self._reading)
         return [Reader(pid, _command(pid, self._proc)) for pid in pids]
 
 
-def _shm_locks(path: str, proc_locks: str) -> list[tuple[str, str, str]] | None:
-    """(pid, start, end) of every POSIX lock another process holds on ``path``'s ``-shm``; None: unknown."""
+def _shm_locks(path: str, proc_locks: str) -> list[tuple[str, str, str, str]] | None:
+    """(pid, ``READ`` or ``WRITE``, start, end) of every POSIX lock another process holds on ``path``'s ``-shm``; None: unknown."""
     try:
         st = os.stat(path + "-shm")
     except OSError:
@@ -142,7 +143,7 @@ def _shm_locks(path: str, proc_locks: str) -> list[tuple[str, str, str]] | None:
         return None
 
 
-def _held(lines: Iterator[str], inode: str, me: str) -> Iterator[tuple[str, str, str]]:
+def _held(lines: Iterator[str], inode: str, me: str) -> Iterator[tuple[str, str, str, str]]:
     for line in lines:
         # "12: POSIX  ADVISORY  READ 4711 fd:01:123456 128 128" (a "->" marks a waiter, which
         # holds nothing yet: its fields are shifted by one and it is skipped)
@@ -150,7 +151,7 @@ def _held(lines: Iterator[str], inode: str, me: str) -> Iterator[tuple[str, str,
         if len(fields) < 8 or fields[1] != "POSIX" or fields[5] != inode:
             continue
         if fields[4] != me:
-            yield fields[4], fields[6], fields[7]
+            yield fields[4], fields[3], fields[6], fields[7]
 
 
 def _command(pid: int, proc: str) -> str:

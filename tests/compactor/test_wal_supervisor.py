@@ -573,3 +573,31 @@ def test_a_process_that_reads_on_one_connection_stays_a_reader_while_another_of_
     finally:
         app.kill()
         app.wait(HANG_S)
+
+
+#: A lock on one byte of a ``-shm``, as SQLite's unix VFS takes it (``fcntl``), held until a
+#: line comes in: ``python -c _SHM_LOCK SHM BYTE shared|exclusive``.
+_SHM_LOCK = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+fcntl.lockf(fd, (fcntl.LOCK_SH if sys.argv[3] == "shared" else fcntl.LOCK_EX) | fcntl.LOCK_NB, 1, int(sys.argv[2]))
+print("locked", flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.mark.parametrize("kind, a_reader", [("shared", True), ("exclusive", False)])
+def test_only_a_shared_lock_on_a_read_mark_is_a_reader(grown: str, kind: str, a_reader: bool) -> None:
+    # Given a process holding a lock on a read mark of the -shm (byte 124: mark 1): shared as a
+    # reader holds it, or exclusive as a checkpoint takes it for a moment to move the marks
+    with ChildConnection(grown) as app:  # (keeps the -shm)
+        app.execute("SELECT count(*) FROM docs")
+        holder = subprocess.Popen([sys.executable, "-c", _SHM_LOCK, grown + "-shm", "124", kind],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+            # Then only the shared one makes it a reader
+            assert [r.pid for r in wal_readers(grown) or []] == ([holder.pid] if a_reader else [])
+        finally:
+            holder.kill()
+            holder.wait(HANG_S)

@@ -9,8 +9,9 @@ which way each compaction goes:
 * else incremental chunks when ``auto_vacuum = INCREMENTAL`` and there are free pages;
 * else an in-place ``VACUUM``;
 * then, with ``analyze`` on, ``PRAGMA optimize`` (the planner's statistics, refreshed);
-* and afterwards, for a WAL database, a ``wal_checkpoint(TRUNCATE)``: in WAL mode the file
-  only shrinks when the log is checkpointed. ``cleanup:<path>`` jobs checkpoint a log that grew
+* and afterwards, for a WAL database, a passive checkpoint first thing, then the log emptied
+  and its file cut (:func:`~smoosh.compactors.sqlite_wal.truncate_after_compaction`): in WAL
+  mode the file only shrinks when the log is checkpointed. ``cleanup:<path>`` jobs checkpoint a log that grew
   past half of ``wal_max_size`` (restarting it, or cutting a file past the limit: see
   :mod:`~smoosh.compactors.sqlite_wal`), or, for a database that no longer exists, remove the
   side files it left behind

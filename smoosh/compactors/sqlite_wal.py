@@ -1,8 +1,8 @@
 """The WAL beside a compaction: its checkpoint, the ``cleanup:`` job, a pinned or moved log.
 
 In WAL mode a database's file only shrinks when its log is checkpointed back:
-a ``TRUNCATE`` after every compaction of a WAL database (:func:`truncate_after_compaction`), and
-alone for a ``cleanup:`` job (:func:`cleanup`). Before compacting, :func:`refuse_pinned_wal` ends the run
+after every compaction of a WAL database (:func:`copy_back`, then :func:`truncate_after_compaction`),
+and alone for a ``cleanup:`` job (:func:`cleanup`). Before compacting, :func:`refuse_pinned_wal` ends the run
 :class:`~smoosh.compactors.base.Blocked` when a reader pins a whole rewrite in the log;
 after a rename over the path, :func:`empty_moved_wal` empties the old file's log.
 
@@ -15,9 +15,11 @@ application's next commit writes the log from the start of its file again: the f
 growing, and the log in it starts from nothing (:func:`wal_content_bytes` reads how much of
 the file the log uses, which is what calls for the next job). Only a file past
 ``wal_max_size`` itself, or one its application has stopped writing (:data:`WAL_QUIET_S`), is
-cut (``TRUNCATE``): cutting a file holds the application's writers for as long as freeing its
-blocks takes, which grows with the file (and is slow where the file system discards what it
-frees: ext4 mounted with ``discard``), while a ``RESTART``'s hold does not. Either way the application's writers are never held while smoosh waits for its readers,
+cut (:func:`cut_wal`): cutting a file holds the application's writers for as long as freeing
+its blocks takes, which grows with the file (and is slow where the file system discards what
+it frees: ext4 mounted with ``discard``), while a ``RESTART``'s hold does not, so beside an
+application that has the database open the file is cut in steps. Either way the application's
+writers are never held while smoosh waits for its readers,
 and every ``RESTART`` or ``TRUNCATE`` (this one, and the one after a compaction) follows a
 passive checkpoint, so what it copies back while it holds the writers is only what was
 committed since. A reader that does not let go within :data:`READERS_WAIT_S` of a log past
@@ -177,10 +179,7 @@ def _checkpoint_after_passive(
     Raises:
         apsw.Error: the second checkpoint failed.
     """
-    try:
-        run(conn, "PRAGMA wal_checkpoint(PASSIVE)")
-    except apsw.Error:
-        log.debug("Passive WAL checkpoint of %r before its %s failed.", path, mode, exc_info=True)
+    copy_back(conn, path)
     conn.set_busy_timeout(int(wait_s * 1000))
     try:
         return run(conn, f"PRAGMA wal_checkpoint({mode})")
@@ -200,13 +199,7 @@ def restart_wal(conn: apsw.Connection, path: str, *, busy_timeout_s: float) -> N
     Raises:
         Busy: the checkpoint could not complete (a reader or a writer held the log).
     """
-    try:
-        rows = _checkpoint_after_passive(conn, path, "RESTART", busy_timeout_s)
-    except apsw.Error as exc:
-        raise_mapped(exc, path, busy_message=f"WAL checkpoint of {path} could not complete: {exc}")
-        raise
-    if rows and rows[0][0]:
-        raise Busy(f"WAL checkpoint of {path} could not complete: readers or a writer hold the log")
+    _reset(conn, path, "RESTART", busy_timeout_s, RESET_BUSY_TIMEOUT_S)
 
 
 def truncate_wal(conn: apsw.Connection, path: str, *, busy_timeout_s: float, wait_s: float = RESET_BUSY_TIMEOUT_S) -> None:
@@ -218,8 +211,13 @@ def truncate_wal(conn: apsw.Connection, path: str, *, busy_timeout_s: float, wai
     Raises:
         Busy: the checkpoint could not complete (a reader, a writer or another checkpoint held the log).
     """
+    _reset(conn, path, "TRUNCATE", busy_timeout_s, wait_s)
+
+
+def _reset(conn: apsw.Connection, path: str, mode: str, busy_timeout_s: float, wait_s: float) -> None:
+    """:func:`restart_wal` or :func:`truncate_wal`, as ``mode`` says; SQLite's busy answer raised as :class:`Busy`."""
     try:
-        rows = _checkpoint_after_passive(conn, path, "TRUNCATE", busy_timeout_s, wait_s)
+        rows = _checkpoint_after_passive(conn, path, mode, busy_timeout_s, wait_s)
     except apsw.Error as exc:
         raise_mapped(exc, path, busy_message=f"WAL checkpoint of {path} could not complete: {exc}")
         raise
@@ -255,7 +253,8 @@ def cut_wal(
 
     Raises:
         Busy: the checkpoint could not complete (a reader, a writer or another checkpoint held
-            the log). A step that cannot take the write lock ends the cut quietly.
+            the log). Steps that cannot take the write lock, :data:`CUT_LOCK_MISSES` in a row
+            after the first, end the cut quietly.
     """
     if others_have_open(path) is False:
         truncate_wal(conn, path, busy_timeout_s=busy_timeout_s)
@@ -265,6 +264,7 @@ def cut_wal(
     # The salts of the log the RESTART left: while the header still has them, the log has not
     # started over, and nothing may be cut.
     old_salts = restarted_from[1] if restarted_from is not None else None
+    pause = cancelled if cancelled is not None else threading.Event()
     misses = 0
     while True:
         outcome = _cut_step(conn, path, busy_timeout_s, old_salts)
@@ -277,11 +277,8 @@ def cut_wal(
         else:
             old_salts = None  # one commit of our own at most
             misses = 0
-        if cancelled is not None:
-            if cancelled.wait(CUT_PAUSE_S):
-                return
-        else:
-            time.sleep(CUT_PAUSE_S)
+        if pause.wait(CUT_PAUSE_S):
+            return
     # What is left is the log since it started over: a TRUNCATE's cut of it is one step's hold
     # at most. Worth a try when no reader is in the log, waiting for one only briefly (a
     # TRUNCATE holds the writers while it waits, and a writer retrying its BEGIN IMMEDIATE
@@ -348,17 +345,19 @@ def _cut_step(conn: apsw.Connection, path: str, busy_timeout_s: float, old_salts
 
 
 def copy_back(conn: apsw.Connection, path: str) -> None:
-    """Right after a VACUUM of a WAL database, before anything else: a passive checkpoint.
+    """A passive checkpoint: what the log holds goes back into the database, a failure only logged.
 
-    It waits for nobody and holds no lock the application's writers take; while it runs, the
-    application's own automatic checkpoint fails at once. Otherwise the application's first
-    commit after the VACUUM, past ``wal_autocheckpoint``, copied the new database back itself,
-    and its ``COMMIT`` returned only then: 0.2-0.5 s beside a 100 MB log (bench/wal_cut.py).
+    It waits for nobody and holds no lock the application's writers take. It comes before every
+    ``RESTART`` or ``TRUNCATE`` (:func:`_checkpoint_after_passive`), and right after a VACUUM of
+    a WAL database before anything else: while it runs, the application's own automatic
+    checkpoint fails at once. Otherwise the application's first commit after the VACUUM, past
+    ``wal_autocheckpoint``, copied the new database back itself, and its ``COMMIT`` returned
+    only then: 0.2-0.5 s beside a 100 MB log (bench/wal_cut.py).
     """
     try:
         run(conn, "PRAGMA wal_checkpoint(PASSIVE)")
     except apsw.Error:
-        log.debug("Passive WAL checkpoint of %r after compaction failed.", path, exc_info=True)
+        log.debug("Passive WAL checkpoint of %r failed.", path, exc_info=True)
 
 
 def truncate_after_compaction(

@@ -274,24 +274,23 @@ def test_a_log_goes_quiet_within_the_rescan_margin_so_a_rescan_after_its_last_wr
     assert WAL_QUIET_S < RESCAN_MARGIN_S
 
 
-#: Another connection's checkpoint, held: SQLite's unix VFS takes a checkpoint's lock as a POSIX
-#: lock on the ``-shm``'s checkpointer byte (``WAL_CKPT_LOCK``: 120 + 1), and fails any other
-#: checkpoint at once while it is held. Held from "locked" until a line comes in.
-_CHECKPOINTER = """
+#: A lock on one byte of a ``-shm``, as SQLite's unix VFS takes it (``fcntl``), held from
+#: "locked" until a line comes in: ``python -c _SHM_LOCK SHM BYTE shared|exclusive``.
+_SHM_LOCK = """
 import fcntl, os, sys
 fd = os.open(sys.argv[1], os.O_RDWR)
-fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 121)
+fcntl.lockf(fd, (fcntl.LOCK_SH if sys.argv[3] == "shared" else fcntl.LOCK_EX) | fcntl.LOCK_NB, 1, int(sys.argv[2]))
 print("locked", flush=True)
 sys.stdin.readline()
-os.close(fd)
 """
 
 
 @contextlib.contextmanager
-def _checkpoint_running(path: str) -> Iterator[Any]:
-    """Another process's checkpoint of ``path`` running until the returned function is called."""
-    proc = subprocess.Popen([sys.executable, "-c", _CHECKPOINTER, path + "-shm"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+def _shm_lock(path: str, byte: int, kind: str) -> Iterator[tuple[int, Any]]:
+    """Another process holding a ``shared`` or ``exclusive`` lock on ``byte`` of ``path``'s
+    ``-shm``: its pid, and a function that releases the lock."""
+    proc = subprocess.Popen([sys.executable, "-c", _SHM_LOCK, path + "-shm", str(byte), kind],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None and proc.stdout.readline() == "locked\n"
 
@@ -302,10 +301,19 @@ def _checkpoint_running(path: str) -> Iterator[Any]:
                 proc.stdin.flush()
                 proc.wait(HANG_S)
 
-        yield release
+        yield proc.pid, release
     finally:
         proc.kill()
         proc.wait(HANG_S)
+
+
+@contextlib.contextmanager
+def _checkpoint_running(path: str) -> Iterator[Any]:
+    """Another connection's checkpoint of ``path`` running until the returned function is called:
+    SQLite's unix VFS holds the checkpointer byte (``WAL_CKPT_LOCK``: 120 + 1) exclusively, and
+    fails any other checkpoint at once meanwhile."""
+    with _shm_lock(path, 121, "exclusive") as (_pid, release):
+        yield release
 
 
 def _after_the_vacuum(path: str, live_bytes: float, then: Any) -> threading.Thread:
@@ -575,29 +583,12 @@ def test_a_process_that_reads_on_one_connection_stays_a_reader_while_another_of_
         app.wait(HANG_S)
 
 
-#: A lock on one byte of a ``-shm``, as SQLite's unix VFS takes it (``fcntl``), held until a
-#: line comes in: ``python -c _SHM_LOCK SHM BYTE shared|exclusive``.
-_SHM_LOCK = """
-import fcntl, os, sys
-fd = os.open(sys.argv[1], os.O_RDWR)
-fcntl.lockf(fd, (fcntl.LOCK_SH if sys.argv[3] == "shared" else fcntl.LOCK_EX) | fcntl.LOCK_NB, 1, int(sys.argv[2]))
-print("locked", flush=True)
-sys.stdin.readline()
-"""
-
-
 @pytest.mark.parametrize("kind, a_reader", [("shared", True), ("exclusive", False)])
 def test_only_a_shared_lock_on_a_read_mark_is_a_reader(grown: str, kind: str, a_reader: bool) -> None:
     # Given a process holding a lock on a read mark of the -shm (byte 124: mark 1): shared as a
     # reader holds it, or exclusive as a checkpoint takes it for a moment to move the marks
     with ChildConnection(grown) as app:  # (keeps the -shm)
         app.execute("SELECT count(*) FROM docs")
-        holder = subprocess.Popen([sys.executable, "-c", _SHM_LOCK, grown + "-shm", "124", kind],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        try:
-            assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        with _shm_lock(grown, 124, kind) as (pid, _release):
             # Then only the shared one makes it a reader
-            assert [r.pid for r in wal_readers(grown) or []] == ([holder.pid] if a_reader else [])
-        finally:
-            holder.kill()
-            holder.wait(HANG_S)
+            assert [r.pid for r in wal_readers(grown) or []] == ([pid] if a_reader else [])

@@ -308,9 +308,9 @@ def check_discard(directories: Iterable[str], *, mountinfo: str | None = None,
     """The file systems under the watched directories and roots are not mounted with ``discard``.
 
     With ``discard`` a file that is cut or shrunk waits for the device to discard the blocks it
-    freed, one hold per cut: a ``-wal`` cut to 0, a database shrunk by its VACUUM. smoosh
-    restarts a WAL log in its file while its application writes, rather than cut it, but the
-    rest it cannot avoid, and the application's writers wait for it. A periodic trim
+    freed, one hold per cut: a ``-wal`` cut, a database shrunk by its VACUUM. smoosh restarts a
+    WAL log in its file while its application writes, and cuts a ``-wal`` in steps beside it,
+    but a database's shrink it cannot split, and the application's writers wait for it. A periodic trim
     (``fstrim``) frees the same blocks without anyone waiting.
 
     Parameters:

@@ -202,6 +202,7 @@ class Intake:
             problem, look = look_at(canonical, compactor)
             if problem is not None:
                 raise InvalidKey(canonical, problem)
+        self._gate.admitted_one()
         self.submit(canonical, waiter=waiter, force=force, look=look)
 
     def _stale(self, key: str, waiter: Waiter) -> None:

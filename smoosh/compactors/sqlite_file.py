@@ -33,8 +33,7 @@ import os
 import stat
 import struct
 import threading
-from dataclasses import dataclass
-from typing import Any, Iterator, Sequence, cast
+from typing import Any, Iterator, NamedTuple, Sequence, cast
 
 import apsw
 
@@ -70,9 +69,12 @@ AUTO_VACUUM_CODES = {"none": 0, "full": 1, "incremental": 2}
 _SYMLINK_ERRNOS = frozenset({errno.ELOOP, errno.EMLINK})
 
 
-@dataclass(frozen=True)
-class DbState:
-    """What the compactor knows about one database file without reading its pages."""
+class DbState(NamedTuple):
+    """What the compactor knows about one database file without reading its pages.
+
+    A named tuple: as immutable as a frozen dataclass, and built in a quarter of its time (one
+    per database the examination looks at).
+    """
 
     file_bytes: int
     page_size: int

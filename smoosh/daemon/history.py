@@ -30,7 +30,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -74,8 +74,7 @@ _ENDS_BUSY_ROW = frozenset({FINISHED, REPLACED, CRASHED, BLOCKED, DROPPED})
 RECORD_STATES = (PENDING, "running", "crashing", STARVED, "finished", "dropped")
 
 
-@dataclass(frozen=True)
-class Event:
+class Event(NamedTuple):
     """One history entry: what happened to a key, when (unix seconds), and why."""
 
     event: str

@@ -11,8 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, NamedTuple
 
 from smoosh.compactors.base import Sizes, file_signature
 from smoosh.config import Config
@@ -38,8 +37,7 @@ def signature(path: str) -> tuple[int, ...] | None:
     return file_signature(st, wal)
 
 
-@dataclass(frozen=True)
-class Measurement:
+class Measurement(NamedTuple):
     """A database's sizes as measured for the decision to queue it, carried to its start.
 
     ``signature`` is the file's :func:`signature` taken just before the measurement: while it

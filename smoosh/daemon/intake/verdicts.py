@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from smoosh.config import ChannelConfig
 from smoosh.errors import InvalidKey
@@ -54,8 +54,7 @@ class Verdict:
                 "reason": self.reason}
 
 
-@dataclass(frozen=True)
-class Offered:
+class Offered(NamedTuple):
     """The answer of the server's offer to a key's channels: true when a channel queued it.
 
     ``reason`` says why none did, when the channels' priorities were not the cause (the key

@@ -396,6 +396,8 @@ class SqliteCompactor:
             ``cleanup:<path>`` for a database key whose ``-wal`` is larger than
             :attr:`wal_act_bytes`; None otherwise (a ``cleanup:`` key itself included).
         """
+        if look is not None and not look.wal_bytes:
+            return None  # most databases examined have no log (asked for every one of them)
         path, cleanup = self._split(key)
         if cleanup:
             return None

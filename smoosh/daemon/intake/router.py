@@ -71,6 +71,8 @@ class Router:
     @staticmethod
     def is_ignored(key: str, cfg: Config) -> bool:
         """Whether ``[smoosh.ignore]`` names the key's database (exactly or by glob)."""
+        if not cfg.ignore:
+            return False  # the usual case, asked for every key examined: no generator to start
         path = db_path(key)
         return any(path == pattern or fnmatch.fnmatchcase(path, pattern) for pattern in cfg.ignore)
 

@@ -66,18 +66,21 @@ def run_once(template: str, work: str, step_bytes: int) -> dict[str, float]:
     assert app.stdout is not None
     assert app.stdout.readline().strip() == "ready"
     time.sleep(0.3)  # the application under way
-    phase: list[float] = []  # from the copy back's start to the cut's end
+    # From the first copy back's start (the passive checkpoint run first thing after the VACUUM;
+    # the cut's own checkpoints call it again) to the cut's end.
+    starts: list[float] = []
+    ends: list[float] = []
     copy_back, cut = sqlite_wal.copy_back, sqlite_wal.truncate_after_compaction
 
     def timed_copy_back(*args: Any, **kwargs: Any) -> None:
-        phase.append(time.monotonic())
+        starts.append(time.monotonic())
         copy_back(*args, **kwargs)
 
     def timed_cut(*args: Any, **kwargs: Any) -> None:
         try:
             cut(*args, **kwargs)
         finally:
-            phase.append(time.monotonic())
+            ends.append(time.monotonic())
 
     saved_step = sqlite_wal.CUT_STEP_BYTES
     sqlite_wal.copy_back, sqlite_wal.truncate_after_compaction = timed_copy_back, timed_cut  # type: ignore[assignment]
@@ -92,7 +95,9 @@ def run_once(template: str, work: str, step_bytes: int) -> dict[str, float]:
     data = json.loads(out.strip().splitlines()[-1])
     if data["errors"]:
         raise RuntimeError(f"the application saw errors: {data['errors'][:3]}")
-    begin, end = phase
+    if not starts or len(ends) != 1:
+        raise RuntimeError(f"the compaction ran {len(starts)} copy backs and {len(ends)} cuts: expected one cut after them")
+    begin, end = starts[0], ends[0]
     # Commits begun in the phase: one begun earlier may have waited for the VACUUM's own hold.
     overlapping = [lat for start, lat in data["commits"] if begin <= start < end]
     return {

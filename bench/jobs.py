@@ -12,9 +12,9 @@ Beside it, with equal durability (WAL, ``synchronous=FULL``, read back and shown
 (both from the bench-only venv ``.venv-bench``, as subprocesses) and a bare stdlib sqlite3
 loop doing three durable commits per job (``bench/_peers.py``). Budgets: memory >= 20,000/s;
 SQLite one worker >= 0.9x the bare loop; SQLite 4 workers >= 2x huey (one thread); on every
-store, N workers never slower than one. Beside the memory store's curve, its floor: N threads
-that share nothing (a memory store and job layer each), which is what CPython leaves of N
-threads' Python work on this machine.
+store, N workers never slower than one. Beside each store's curve, its floor: N threads that
+share nothing (a store and job layer each: a memory store, or a SQLite file of its own), which
+is what CPython leaves of N threads' Python work on this machine.
 
 The floor printed beside the SQLite one-worker budget: one worker's round trip can be no
 shorter than the bare loop's three durable commits plus the job layer's own work over a
@@ -107,9 +107,27 @@ def private_round_trips(n: int, workers: int) -> float:
     objects it touches in the first core's cache. The floor under "N workers never slower
     than one" for any design whose workers are threads of one process.
     """
-    pairs = [_open_layer("memory:") for _ in range(workers)]
+    return _private(["memory:"] * workers, n)
+
+
+def sqlite_private_round_trips(n: int, workers: int) -> float:
+    """As :func:`private_round_trips`, each thread on a SQLite store file of its own; jobs/s.
+
+    No group commit can form (each store has one committer), so each thread pays its own
+    fsyncs: the floor under the SQLite store's scaling curve for threads of one process.
+    """
+    dirs = [tempfile.mkdtemp(prefix="smoosh-bench-jobs-") for _ in range(workers)]
     try:
-        return _timed_round_trips([jobs for _, jobs in pairs], n // workers)
+        return _private([_sqlite_url(d) for d in dirs], n)
+    finally:
+        for d in dirs:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def _private(urls: list[str], n: int) -> float:
+    pairs = [_open_layer(url) for url in urls]
+    try:
+        return _timed_round_trips([jobs for _, jobs in pairs], n // len(urls))
     finally:
         for store, jobs in pairs:
             jobs.close()
@@ -290,6 +308,8 @@ def main(argv: list[str] | None = None) -> int:
             r[f"own{w}"] = private_round_trips(n_mem, w)
         for w in WORKERS:
             r[f"sql{w}"] = sqlite_round_trips(n_sql, w)
+        for w in WORKERS[1:]:
+            r[f"sqlown{w}"] = sqlite_private_round_trips(n_sql, w)
         if have_venv:
             for w in WORKERS:
                 r[f"huey{w}"] = peer("huey", n_sql, w)["per_s"]
@@ -345,6 +365,11 @@ def main(argv: list[str] | None = None) -> int:
         text = f">= 2x huey ({2 * huey:,.0f}/s)" if (w == 4 and huey) else f">= 1 worker ({med['sql1']:,.0f}/s)"
         metrics.append(Metric(f"SQLite store, {w} worker threads (group commit)", "/s", res[f"sql{w}"], budget=budget,
                               budget_text=text, reference=med.get(f"huey{w}"), reference_name=f"huey, {w} threads"))
+    for w in WORKERS[1:]:
+        metrics.append(Metric(f"{w} threads sharing nothing: a SQLite store file and job layer each", "/s",
+                              res[f"sqlown{w}"], reference=med["sql1"], reference_name="1 worker",
+                              note="no store file, lock or job shared, so no group commit either: the floor under "
+                                   "N worker threads on SQLite stores in one process" if w == WORKERS[1] else ""))
     metrics += [
         Metric("SQLite store, 4 worker processes", "/s", res["sqlp4"], reference=huey, reference_name="huey",
                note="one thread per process: no group commit across processes, so each commit is its own fsync"),

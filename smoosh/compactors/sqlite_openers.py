@@ -76,8 +76,11 @@ def others_have_open(path: str, *, proc_locks: str = PROC_LOCKS) -> bool | None:
         not in WAL mode or not open by anyone with WAL; no ``/proc/locks``).
     """
     locks = _shm_locks(path, proc_locks)
-    if locks is None:
-        return None
+    return None if locks is None else _open_in(locks)
+
+
+def _open_in(locks: list[tuple[str, str, str, str]]) -> bool:
+    """Whether a process in ``locks`` (:func:`_shm_locks`) holds the database open."""
     return any(_covers(start, end, DMS_LOCK_BYTE) for _pid, _kind, start, end in locks)
 
 
@@ -106,6 +109,11 @@ class PinningReaders:
     A process seen at any look holding a read mark without the log's write lock is a reader
     from then on, whenever it holds a read mark; one only ever seen holding both is a writer in
     its transactions. Owner: the job's thread.
+
+    Attributes:
+        others_open: :func:`others_have_open` as the last look's lock list answered it (None
+            before a look, or when it could not be told): the same read of ``/proc/locks``
+            serves both questions.
     """
 
     def __init__(self, path: str, *, proc_locks: str = PROC_LOCKS, proc: str = "/proc") -> None:
@@ -113,12 +121,15 @@ class PinningReaders:
         self._proc_locks = proc_locks
         self._proc = proc
         self._reading: set[str] = set()
+        self.others_open: bool | None = None
 
     def look(self) -> list[Reader] | None:
         """The readers now, by pid; ``[]`` when none; None when it cannot be told."""
         locks = _shm_locks(self._path, self._proc_locks)
         if locks is None:
+            self.others_open = None
             return None
+        self.others_open = _open_in(locks)
         writing = {pid for pid, _kind, start, end in locks if _covers(start, end, WRITE_LOCK_BYTE)}
         # Shared locks only: a checkpoint takes the marks exclusively for a moment to move them.
         marked = {pid for pid, kind, start, end in locks

@@ -249,14 +249,16 @@ def cut_wal(
 
     Parameters:
         cancelled: set to stop between two steps (what is cut stays cut).
-        pinning: the job's looks at the readers so far (None: a look of its own).
+        pinning: the job's looks at the readers so far, the last one just taken (its lock list
+            says whether another process has the database open); None: a look of its own.
 
     Raises:
         Busy: the checkpoint could not complete (a reader, a writer or another checkpoint held
             the log). Steps that cannot take the write lock, :data:`CUT_LOCK_MISSES` in a row
             after the first, end the cut quietly.
     """
-    if others_have_open(path) is False:
+    others_open = pinning.others_open if pinning is not None else others_have_open(path)
+    if others_open is False:
         truncate_wal(conn, path, busy_timeout_s=busy_timeout_s)
         return
     restart_wal(conn, path, busy_timeout_s=busy_timeout_s)

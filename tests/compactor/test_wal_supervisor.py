@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -592,3 +593,22 @@ def test_only_a_shared_lock_on_a_read_mark_is_a_reader(grown: str, kind: str, a_
         with _shm_lock(grown, 124, kind) as (pid, _release):
             # Then only the shared one makes it a reader
             assert [r.pid for r in wal_readers(grown) or []] == ([pid] if a_reader else [])
+
+
+def test_a_look_at_the_readers_also_says_whether_another_process_has_the_database_open(grown: str) -> None:
+    # The cut after a look decides between a TRUNCATE and steps from that look's lock list,
+    # not from a second read of /proc/locks
+    pinning = PinningReaders(grown)
+    assert pinning.others_open is None  # no look yet: it cannot be told
+    own = sqlite3.connect(grown)  # this process's own connection keeps the -shm, and is not another's
+    try:
+        own.execute("SELECT count(*) FROM docs").fetchone()
+        assert pinning.look() == [] and pinning.others_open is False
+        with ChildConnection(grown) as app:
+            app.execute("SELECT count(*) FROM docs")
+            assert pinning.look() == [] and pinning.others_open is True
+        assert pinning.look() == [] and pinning.others_open is False
+    finally:
+        own.close()
+    # The last connection closed: SQLite removed the -shm, so nothing can be told
+    assert pinning.look() is None and pinning.others_open is None

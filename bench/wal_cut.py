@@ -72,9 +72,9 @@ def run_once(template: str, work: str, step_bytes: int) -> dict[str, float]:
     ends: list[float] = []
     copy_back, cut = sqlite_wal.copy_back, sqlite_wal.truncate_after_compaction
 
-    def timed_copy_back(*args: Any, **kwargs: Any) -> None:
+    def timed_copy_back(*args: Any, **kwargs: Any) -> list[Any]:
         starts.append(time.monotonic())
-        copy_back(*args, **kwargs)
+        return copy_back(*args, **kwargs)
 
     def timed_cut(*args: Any, **kwargs: Any) -> None:
         try:

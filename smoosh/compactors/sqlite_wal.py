@@ -346,7 +346,7 @@ def _cut_step(conn: apsw.Connection, path: str, busy_timeout_s: float, old_salts
     return _CUT_MORE if more else _CUT_DONE
 
 
-def copy_back(conn: apsw.Connection, path: str) -> None:
+def copy_back(conn: apsw.Connection, path: str) -> list[Any]:
     """A passive checkpoint: what the log holds goes back into the database, a failure only logged.
 
     It waits for nobody and holds no lock the application's writers take. It comes before every
@@ -354,12 +354,17 @@ def copy_back(conn: apsw.Connection, path: str) -> None:
     a WAL database before anything else: while it runs, the application's own automatic
     checkpoint fails at once. Otherwise the application's first commit after the VACUUM, past
     ``wal_autocheckpoint``, copied the new database back itself, and its ``COMMIT`` returned
-    only then: 0.2-0.5 s beside a 100 MB log (bench/wal_cut.py).
+    only then (bench/RESULTS.md, the cut after a WAL compaction).
+
+    Returns:
+        Its row, ``(busy, frames in the log, frames copied back)`` (``-1`` frames: another
+        checkpoint ran); ``[]`` when it failed.
     """
     try:
-        run(conn, "PRAGMA wal_checkpoint(PASSIVE)")
+        return run(conn, "PRAGMA wal_checkpoint(PASSIVE)")
     except apsw.Error:
         log.debug("Passive WAL checkpoint of %r failed.", path, exc_info=True)
+        return []
 
 
 def truncate_after_compaction(
@@ -407,11 +412,7 @@ def truncate_after_compaction(
         if cancelled.is_set() or clock() >= deadline:
             break
         cancelled.wait(READERS_POLL_S)
-    try:
-        rows = run(conn, "PRAGMA wal_checkpoint(PASSIVE)")
-    except apsw.Error:
-        rows = []
-    # (busy, frames in the log, frames copied back); -1 frames: another checkpoint ran.
+    rows = copy_back(conn, path)
     if rows and int(rows[0][1]) > int(rows[0][2]) >= 0:
         # The database file shrinks only once every frame is copied back: until then the
         # compacted pages sit in the WAL beside the old file, and the footprint grew.

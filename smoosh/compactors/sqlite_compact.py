@@ -36,8 +36,9 @@ charged the file's size as it ends (the part it got through, estimated, when it 
 a debt the next start waits out.
 
 Afterwards, with ``analyze = true``, ``PRAGMA optimize`` refreshes the query planner's
-statistics (:func:`optimize`), and a WAL database gets ``wal_checkpoint(TRUNCATE)`` (:func:`~smoosh.compactors.sqlite_wal.truncate_after_compaction`): in WAL
-mode the file only shrinks when the log is checkpointed. ``cleanup:<path>`` jobs do only that
+statistics (:func:`optimize`), and a WAL database's log is copied back, emptied and its file
+cut (:func:`~smoosh.compactors.sqlite_wal.truncate_after_compaction`): in WAL mode the file
+only shrinks when the log is checkpointed. ``cleanup:<path>`` jobs do only that
 checkpoint (:func:`~smoosh.compactors.sqlite_wal.cleanup`).
 
 SQLite errors that mean "locked", "interrupted" or "read-only" become :class:`Busy`,

@@ -15,7 +15,8 @@ process and are written in groups, one SQLite transaction and one fsync for ever
 waiting, each checked on its own conflict ranges (:mod:`smoosh.store._sqlite_commit`).
 
 Watches fire in this process right after the commit that changes their key, and for commits
-of other processes through a poller thread that watches ``PRAGMA data_version``.
+of other processes through a poller thread that watches ``PRAGMA data_version``; while other
+processes commit, the doorbell each commit rings wakes it at once (:mod:`smoosh.store._sqlite_wake`).
 
 This module owns the store handle: opening the file, the read connections and their
 snapshots, the watch poller, and closing; the schema and the SQL shared by its pieces are
@@ -40,6 +41,7 @@ from smoosh.store.errors import CLIENT_INVALID_OPERATION, StoreError, StoreUnava
 from smoosh.store._commit import CommitRequest, PendingWatch, Snapshot
 from smoosh.store._sqlite_commit import GroupCommitter, SqliteStats
 from smoosh.store._sqlite_schema import SELECT_VERSION, create_schema, read_values, store_error
+from smoosh.store._sqlite_wake import LISTEN_QUIET_S, Doorbell, PollWake
 from smoosh.store._txn import BufferedStore
 
 log = logging.getLogger(__name__)
@@ -259,7 +261,8 @@ class SqliteStore(BufferedStore):
         busy_timeout_s: how long to wait for another process's write lock (1038 beyond).
         poll_interval_s: period of the ``PRAGMA data_version`` poller while changes come; it
             doubles after each quiet poll up to :data:`MAX_POLL_INTERVAL_S`, and the poller
-            sleeps outright while no watch is armed.
+            sleeps outright while no watch is armed. While other processes commit, the
+            doorbell each of their commits rings wakes it between polls.
         clock: monotonic seconds for the age limit; tests inject one.
 
     Raises:
@@ -284,7 +287,8 @@ class SqliteStore(BufferedStore):
         self.path = os.path.abspath(path)
         self.busy_timeout_s = busy_timeout_s
         self.poll_interval_s = poll_interval_s
-        self._poll_wake = threading.Event()  # a watch was armed, or the store closes
+        # A watch was armed, the store closes, or (while listening) another process committed.
+        self._poll_wake = PollWake(self.path)
         self._pool: list[sqlite3.Connection] = []
         self._pool_lock = threading.Lock()
         self._poller: threading.Thread | None = None
@@ -298,6 +302,8 @@ class SqliteStore(BufferedStore):
         # Orders a read-only transaction's arm-and-check against a commit's (see GroupCommitter).
         self._arm_lock = threading.Lock()
         self._stop = threading.Event()
+        #: Polls the watch poller has done (its thread writes it; tests and benches read it).
+        self.polls = 0
         try:
             # A new user's `sqlite:var/jobs.db` should just work: create the directory too.
             os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
@@ -318,8 +324,9 @@ class SqliteStore(BufferedStore):
                 time.sleep(0.01)
             except sqlite3.Error as e:
                 raise StoreUnavailable(f"cannot open SQLite store {self.path!r}: {e}") from e
+        self._bell = Doorbell(self.path)
         self._committer = GroupCommitter(
-            writer, self, self.path, self._ensure_poller, self.note_own_commit, arm_lock=self._arm_lock
+            writer, self, self.path, self._ensure_poller, self._committed, arm_lock=self._arm_lock
         )
         #: This handle's commit counters.
         self.stats: SqliteStats = self._committer.stats
@@ -385,6 +392,11 @@ class SqliteStore(BufferedStore):
             raise store_error(e) from e
         self._release(conn)
 
+    @property
+    def listening(self) -> bool:
+        """Whether the watch poller listens for other processes' commits (their doorbell)."""
+        return self._poll_wake.listening
+
     def _ensure_poller(self) -> None:
         with self._poller_lock:
             if self._poller is None and not self._stop.is_set():
@@ -402,21 +414,38 @@ class SqliteStore(BufferedStore):
             last: int | None = None
             last_version: int | None = None
             interval = self.poll_interval_s
+            wake = self._poll_wake
+            foreign_at = float("-inf")  # when a poll last found another process's commit
             while not self._stop.is_set():
                 armed = self.watches.has_armed()
-                if self._poll_wake.wait(interval if armed else None):
-                    self._poll_wake.clear()
+                timeout_s = interval if armed else (LISTEN_QUIET_S if wake.listening else None)
+                if wake.wait(timeout_s):
                     interval = self.poll_interval_s
                 if self._stop.is_set():
                     break
+                baseline = last is not None
                 try:
                     changed, last, last_version = self._poll_once(conn, last, last_version)
                 except Exception:
                     log.exception("SQLite store %r: watch poller failed; retrying", self.path)
                     changed = False
+                # Listening while others commit, so their next commit wakes this thread at
+                # once; not while this process alone writes (see smoosh.store._sqlite_wake).
+                # The first poll has no baseline to tell whose commits it reads: not a sign.
+                if changed and baseline:
+                    foreign_at = self.clock()
+                    wake.listen(True)
+                elif wake.listening and self.clock() - foreign_at >= LISTEN_QUIET_S:
+                    wake.listen(False)
+                self.polls += 1
                 interval = self.poll_interval_s if changed else min(interval * 2, MAX_POLL_INTERVAL_S)
         finally:
             conn.close()
+
+    def _committed(self, version: int) -> None:
+        """The committer committed ``version``: record it, and ring the bell for other processes."""
+        self.note_own_commit(version)
+        self._bell.ring()
 
     def note_own_commit(self, version: int) -> None:
         """The committer committed ``version`` (called after COMMIT succeeded, never before).
@@ -482,8 +511,10 @@ class SqliteStore(BufferedStore):
         self._poll_wake.set()
         # Commits already queued finish; a commit that starts from here on is refused.
         self._committer.close()
+        self._bell.close()
         if self._poller is not None:
             self._poller.join()
+        self._poll_wake.close()
         super().close()
         with self._pool_lock:
             pool, self._pool = self._pool, []

@@ -140,7 +140,8 @@ class Supervisor:
                 notifier = Notifier(self.store, self.keys, job_type, self.hub, batch=self.batch)
                 notifier_runner = Runner(notifier, f"notifier-{_name(job_type)}", self.roles)
                 notifier.kick = notifier_runner.kick
-                type_monitor = TypeMonitor(self.store, self.keys, job_type, notifier_runner.kick)
+                type_monitor = TypeMonitor(self.store, self.keys, job_type, notifier_runner.kick,
+                                           pass_cost_s=lambda: notifier.last_pass_s)
                 monitor_runner = Runner(type_monitor, f"type-monitor-{_name(job_type)}", self.roles)
                 type_monitor.kick = monitor_runner.kick
                 pair = (monitor_runner, notifier_runner)

@@ -182,3 +182,34 @@ def test_layer_without_monitors_starts_no_threads_until_subscribed(make_jobs: Ca
     assert all(r.is_alive() for r in jobs.supervisor.notifiers[T1])
     jobs.close()
     assert set(job_threads()) == before
+
+
+def test_type_monitor_holds_the_notifier_off_ten_passes_between_its_bounds(jobs: Jobs) -> None:
+    from smoosh.jobs.notifier import HOLDOFF_PER_PASS, HOLDOFF_S, MIN_HOLDOFF_S
+
+    jobs.add(T1, J1, {})
+    jobs.subscribe(T1, J1)
+    type_monitor = jobs.supervisor.notifiers[T1][0].role
+    notifier = jobs.supervisor.notifiers[T1][1].role
+    assert isinstance(type_monitor, TypeMonitor)
+    # Wired to the type's own notifier: what its last pass took sets the hold-off.
+    notifier.last_pass_s = 0.0
+    assert type_monitor.holdoff() == MIN_HOLDOFF_S
+    notifier.last_pass_s = 0.002
+    assert type_monitor.holdoff() == pytest.approx(HOLDOFF_PER_PASS * 0.002)
+    notifier.last_pass_s = 1.0
+    assert type_monitor.holdoff() == HOLDOFF_S  # couch_jobs' 50 ms, at most
+    # Without a notifier's cost, the fixed hold-off.
+    fixed = TypeMonitor(jobs.store, jobs.keys, T2, lambda: None, holdoff_s=0.2)
+    assert fixed.holdoff() == 0.2
+
+
+def test_notifier_records_what_its_pass_took(jobs: Jobs) -> None:
+    jobs.add(T1, J1, {})
+    sub = jobs.subscribe(T1, J1)
+    notifier = jobs.supervisor.notifier(T1)
+    assert notifier is not None
+    notifier.last_pass_s = -1.0
+    jobs.accept(T1)
+    assert sub.wait(timeout=EVENT_WAIT_S)[2] == "running"
+    assert wait_until(lambda: notifier.last_pass_s >= 0.0)

@@ -26,21 +26,52 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def smoosh_env(name_threads: bool = False) -> dict[str, str]:
+    """The environment of a ``python -m smoosh`` subprocess: this checkout first, warnings only."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1", SMOOSH_LOG_LEVEL="WARNING")
+    env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    if name_threads:
+        env["PYTHONPATH"] = os.path.join(REPO_ROOT, "bench", "_threadnames") + os.pathsep + env["PYTHONPATH"]
+    return env
+
+
+class Workers:
+    """``python -m smoosh worker --config PATH`` processes, one job at a time each; ``stop()`` ends them."""
+
+    def __init__(self, config: Path, count: int) -> None:
+        self._logs = [open(config.parent / f"worker{i}.log", "wb") for i in range(count)]
+        self.procs = [
+            subprocess.Popen([sys.executable, "-m", "smoosh", "worker", "--config", str(config), "--concurrency", "1"],
+                             stdout=log, stderr=subprocess.STDOUT, env=smoosh_env(), cwd=str(config.parent))
+            for log in self._logs
+        ]
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+        for log in self._logs:
+            log.close()
+
+
 class Daemon:
     """``python -m smoosh run --config PATH`` with its log in ``base``; ``stop()`` sends SIGTERM."""
 
-    def __init__(self, config: Path, port: int, *, name_threads: bool = False) -> None:
+    def __init__(self, config: Path, port: int, *, name_threads: bool = False, args: tuple[str, ...] = ()) -> None:
         """``name_threads``: each thread gives the kernel its Python name (``bench/_threadnames``),
-        so per-thread counters in ``/proc`` can be told apart."""
+        so per-thread counters in ``/proc`` can be told apart. ``args``: more options of ``smoosh run``."""
         self.port = port
         self.log_path = config.parent / "daemon.log"
         self._log = open(self.log_path, "wb")
-        env = dict(os.environ, PYTHONUNBUFFERED="1", SMOOSH_LOG_LEVEL="WARNING")
-        env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
-        if name_threads:
-            env["PYTHONPATH"] = os.path.join(REPO_ROOT, "bench", "_threadnames") + os.pathsep + env["PYTHONPATH"]
-        self.proc = subprocess.Popen([sys.executable, "-m", "smoosh", "run", "--config", str(config)],
-                                     stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=str(config.parent))
+        self.proc = subprocess.Popen([sys.executable, "-m", "smoosh", "run", "--config", str(config), *args],
+                                     stdout=self._log, stderr=subprocess.STDOUT, env=smoosh_env(name_threads),
+                                     cwd=str(config.parent))
 
     def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)

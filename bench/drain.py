@@ -11,6 +11,10 @@ lie in a watched directory. Measured, each on fresh copies:
 * **smoosh, concurrency = 2** (the ratio channel runs two at once): budget at most 1.25x the
   bare loop (DESIGN §9, restated from 1.0x: two bare VACUUM threads with a durable job per file,
   the floor under any design with durable jobs, measured about 1.0x; it is printed beside).
+* **two worker processes**: ``smoosh run --workers 0`` with ``concurrency = 2``, and two
+  ``smoosh worker`` processes (started before it) running the compactions: each job crosses
+  processes through the SQLite store twice, the add and the finish. Its CPU row counts all
+  three processes.
 * **the floors**: the bare loop with a durable job per file (a claim and a finish, each a
   ``synchronous=FULL`` commit), and both on two threads: what any daemon that runs two
   compactions at once, and records each as a job that survives a crash, cannot beat here.
@@ -50,7 +54,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench._daemon import Daemon, free_port  # noqa: E402
+from bench._daemon import Daemon, Workers, free_port  # noqa: E402
 from bench._fixtures import make_bloated_db  # noqa: E402
 from bench._harness import Metric, parse_args, percentile, repeat, report  # noqa: E402
 from smoosh.daemon.watch.scan import SETTLE_S  # noqa: E402
@@ -271,10 +275,15 @@ LAST_TALLY: dict[str, tuple[float, int]] = {}
 LAST_MEAN_S: list[float | None] = [None]
 
 
-def drain_daemon(template: str, count: int, concurrency: int, store: str | None = None) -> tuple[float, float | None]:
+def drain_daemon(
+    template: str, count: int, concurrency: int, store: str | None = None, worker_processes: int = 0
+) -> tuple[float, float | None]:
     """Seconds ``smoosh run`` takes to compact ``count`` copies, from its first answer, and the
     CPU seconds it used meanwhile (None off Linux); ``store`` as for :func:`config_text`.
-    Its threads' CPU and wake-ups are left in :data:`LAST_TALLY`."""
+    Its threads' CPU and wake-ups are left in :data:`LAST_TALLY`.
+
+    ``worker_processes``: the daemon runs no compaction itself (``--workers 0``) and that many
+    ``smoosh worker`` processes, started before it, run them; their CPU is counted in."""
     base = Path(tempfile.mkdtemp(prefix="smoosh-bench-drain-"))
     try:
         copies(template, base / "dbs", count)
@@ -282,11 +291,18 @@ def drain_daemon(template: str, count: int, concurrency: int, store: str | None 
         port = free_port()
         config = base / "smoosh.ini"
         config.write_text(config_text(base, concurrency, port, store))
-        daemon = Daemon(config, port, name_threads=True)
+        workers = Workers(config, worker_processes) if worker_processes else None
+        daemon = Daemon(config, port, name_threads=True, args=("--workers", "0") if workers else ())
+        pids = [daemon.proc.pid, *(p.pid for p in workers.procs)] if workers else [daemon.proc.pid]
+
+        def cpu_now() -> float | None:
+            each = [process_cpu_s(pid) for pid in pids]
+            return None if None in each else sum(v for v in each if v is not None)
+
         try:
             daemon.wait_ready()
             t0_wall, t0 = time.time(), time.perf_counter()
-            cpu0 = process_cpu_s(daemon.proc.pid)
+            cpu0 = cpu_now()
             tally = ThreadTally(daemon.proc.pid)
             deadline = t0 + DRAIN_TIMEOUT_S
             while compacted_ok(daemon) < count:
@@ -294,7 +310,7 @@ def drain_daemon(template: str, count: int, concurrency: int, store: str | None 
                     raise RuntimeError(f"drain of {count} files did not finish in {DRAIN_TIMEOUT_S:.0f} s")
                 time.sleep(POLL_S)
                 tally.look()
-            cpu1 = process_cpu_s(daemon.proc.pid)
+            cpu1 = cpu_now()
             tally.look()
             LAST_TALLY.clear()
             LAST_TALLY.update(tally.by_name())
@@ -306,6 +322,8 @@ def drain_daemon(template: str, count: int, concurrency: int, store: str | None 
             return seconds, (cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None)
         finally:
             daemon.stop()
+            if workers is not None:
+                workers.stop()
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
@@ -396,6 +414,7 @@ def main(argv: list[str] | None = None) -> int:
                 "default": lambda: drain_daemon(template, count, 1),
                 "two": lambda: drain_daemon(template, count, 2),
                 "two_memory": lambda: drain_daemon(template, count, 2, store="memory:"),
+                "two_procs": lambda: drain_daemon(template, count, 2, worker_processes=2),
             }
             for name, run in runs.items():
                 LAST_TALLY.clear()
@@ -436,6 +455,8 @@ def main(argv: list[str] | None = None) -> int:
                reference_name="bare loop"),
         Metric(f"smoosh run, concurrency = 2, memory job store (no durable commit), {count} files", "s",
                res["two_memory"], higher_is_better=False, reference=bare, reference_name="bare loop"),
+        Metric(f"smoosh run --workers 0, concurrency = 2, two `smoosh worker` processes, {count} files", "s",
+               res["two_procs"], higher_is_better=False, reference=bare, reference_name="bare loop"),
     ]
     # How fast the disk was in each run: the daemon's own mean compaction beside the bare loop's
     # time per file (a shared VM's disk has fast and slow spells, and the drain follows them).
@@ -455,6 +476,7 @@ def main(argv: list[str] | None = None) -> int:
             ("smoosh run, default config", "default_cpu"),
             ("smoosh run, concurrency = 2", "two_cpu"),
             ("smoosh run, concurrency = 2, memory job store", "two_memory_cpu"),
+            ("smoosh run --workers 0 and two `smoosh worker` processes (all three)", "two_procs_cpu"),
         ]
         metrics += [
             Metric(f"CPU per file (user + system, all threads): {label}", "ms", [v * per_file for v in res[key]],

@@ -85,6 +85,12 @@ def _open(kind: str, tmp_path: Path, opts: dict[str, Any], seed: int = 0, fdb: F
     return fdb.open()
 
 
+@pytest.fixture
+def path(tmp_path: Path) -> str:
+    """A SQLite store's file in the test's own directory (the SQLite-only tests)."""
+    return str(tmp_path / "jobs.db")
+
+
 @pytest.fixture(params=STORE_KINDS)
 def ctx(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreCtx]:
     kind = request.param

@@ -34,11 +34,6 @@ def _until(cond: Any, timeout_s: float = WAIT_S) -> None:
 
 
 @pytest.fixture
-def path(tmp_path: Path) -> str:
-    return str(tmp_path / "jobs.db")
-
-
-@pytest.fixture
 def store(path: str) -> Any:
     s = SqliteStore(path)
     yield s

@@ -34,11 +34,6 @@ def _int(b):
 
 
 @pytest.fixture
-def path(tmp_path):
-    return str(tmp_path / "jobs.db")
-
-
-@pytest.fixture
 def store(path):
     s = SqliteStore(path)
     yield s

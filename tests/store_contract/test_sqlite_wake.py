@@ -19,7 +19,7 @@ import pytest
 from smoosh.store import sqlite as sqlite_store
 from smoosh.store._sqlite_wake import BELL_SUFFIX, LISTEN_QUIET_S, Doorbell, PollWake
 from smoosh.store.sqlite import SqliteStore
-from helpers.daemon import HANG_S
+from helpers.daemon import HANG_S, wait_for
 
 pytest.importorskip("inotify_simple")
 
@@ -28,16 +28,6 @@ WORKER = str(Path(__file__).with_name("store_worker.py"))
 WAIT_S = HANG_S
 #: A poll interval no test waits out: a change seen within WAIT_S came by the bell.
 NEVER_S = 3600.0
-
-
-def _until(cond, timeout_s=WAIT_S):
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached")
-        time.sleep(0.002)
 
 
 def _set_elsewhere(path: str, key: bytes, value: bytes) -> None:
@@ -56,12 +46,14 @@ def _poll_now(store: SqliteStore) -> None:
     """Have the poller poll once more, and wait until it has."""
     polls = store.polls
     store._poll_wake.set()
-    _until(lambda: store.polls > polls)
+    wait_for(lambda: store.polls > polls, WAIT_S, what="the poller's next poll", every_s=0.002)
 
 
 @pytest.fixture
-def path(tmp_path):
-    return str(tmp_path / "jobs.db")
+def wake(path):
+    w = PollWake(path)
+    yield w
+    w.close()
 
 
 @pytest.fixture
@@ -132,29 +124,20 @@ def test_the_poller_stops_listening_after_a_quiet_spell(path, hour_polls):
 # -- the event and the bell -----------------------------------------------------------------
 
 
-def test_a_set_before_the_wait_is_kept_once(tmp_path):
-    wake = PollWake(str(tmp_path / "jobs.db"))
-    try:
-        wake.set()
-        wake.set()
-        assert wake.wait(WAIT_S) is True
-        assert wake.wait(0) is False
-    finally:
-        wake.close()
+def test_a_set_before_the_wait_is_kept_once(wake):
+    wake.set()
+    wake.set()
+    assert wake.wait(WAIT_S) is True
+    assert wake.wait(0) is False
 
 
-def test_a_set_from_another_thread_ends_a_wait_without_timeout(tmp_path):
-    wake = PollWake(str(tmp_path / "jobs.db"))
-    try:
-        threading.Timer(0.01, wake.set).start()
-        assert wake.wait(None) is True
-    finally:
-        wake.close()
+def test_a_set_from_another_thread_ends_a_wait_without_timeout(wake):
+    threading.Timer(0.01, wake.set).start()
+    assert wake.wait(None) is True
 
 
-def test_the_bell_wakes_only_a_listening_wait(tmp_path):
-    db = str(tmp_path / "jobs.db")
-    wake, bell = PollWake(db), Doorbell(db)
+def test_the_bell_wakes_only_a_listening_wait(wake, path):
+    bell = Doorbell(path)
     try:
         bell.ring()
         assert wake.wait(0) is False  # not listening: the ring is nobody's business
@@ -168,29 +151,18 @@ def test_the_bell_wakes_only_a_listening_wait(tmp_path):
         assert wake.wait(0) is False
     finally:
         bell.close()
-        wake.close()
 
 
-def test_listening_makes_the_bell_if_no_process_has_rung_it(tmp_path):
-    db = str(tmp_path / "jobs.db")
-    wake = PollWake(db)
-    try:
-        wake.listen(True)
-        assert wake.listening and os.path.exists(db + BELL_SUFFIX)
-    finally:
-        wake.close()
+def test_listening_makes_the_bell_if_no_process_has_rung_it(wake, path):
+    wake.listen(True)
+    assert wake.listening and os.path.exists(path + BELL_SUFFIX)
 
 
-def test_a_removed_bell_wakes_the_wait_and_ends_listening(tmp_path):
-    db = str(tmp_path / "jobs.db")
-    wake = PollWake(db)
-    try:
-        wake.listen(True)
-        os.unlink(db + BELL_SUFFIX)
-        assert wake.wait(WAIT_S) is True  # woken: the poller polls at once
-        assert not wake.listening
-    finally:
-        wake.close()
+def test_a_removed_bell_wakes_the_wait_and_ends_listening(wake, path):
+    wake.listen(True)
+    os.unlink(path + BELL_SUFFIX)
+    assert wake.wait(WAIT_S) is True  # woken: the poller polls at once
+    assert not wake.listening
 
 
 def test_a_bell_that_cannot_be_written_is_said_once_and_never_raises(tmp_path, caplog):
@@ -203,8 +175,7 @@ def test_a_bell_that_cannot_be_written_is_said_once_and_never_raises(tmp_path, c
     bell.close()
 
 
-def test_a_set_after_close_does_nothing(tmp_path):
-    wake = PollWake(str(tmp_path / "jobs.db"))
+def test_a_set_after_close_does_nothing(wake):
     wake.close()
-    wake.set()
-    wake.close()
+    wake.set()  # no write to a closed (or reused) descriptor, no error
+    assert not wake._is_set

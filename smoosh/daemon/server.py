@@ -269,6 +269,7 @@ class Server(LiveConfig):
             deliver=self._host.deliver, clock=self._clocks.monotonic, requeue=self._requeue,
             post_soon=lambda fn, within_s: self._loop.post(fn, within_s=within_s), expect=self._loop.expect,
         )
+        self._scheduler.on_released = self._settle
         self._suspension.load()
         # Before any channel opens: a channel the cluster holds never starts a run first.
         cluster = ClusterHolds(self._store)
@@ -606,17 +607,25 @@ class Server(LiveConfig):
         return channel
 
     def _compacting(self, path: str) -> bool:
-        """Whether this process's worker is compacting ``path`` now (any thread)."""
+        """Whether a worker is compacting ``path`` now: this process's, or one whose job this
+        daemon follows (any thread)."""
         worker = self._worker
-        return worker is not None and worker.is_running(path)
+        if worker is not None and worker.is_running(path):
+            return True
+        scheduler = self._scheduler
+        return scheduler is not None and path in scheduler.elsewhere
 
     def _compacting_any(self) -> bool:
-        """Whether this process's worker compacts anything now (any thread; no lock)."""
+        """Whether any worker compacts for this daemon now (any thread; no lock)."""
         worker = self._worker
-        return worker is not None and worker.compacting_any()
+        if worker is not None and worker.compacting_any():
+            return True
+        scheduler = self._scheduler
+        return scheduler is not None and bool(scheduler.elsewhere)
 
     def _settle(self, key: str) -> None:
-        """The compaction of ``key`` ends (its thread): the watcher ignores its last events.
+        """The compaction of ``key`` ends (its thread, or the loop for a run of another process's
+        worker): the watcher ignores its last events.
 
         Only what :meth:`_compacting` covers: a ``cleanup:`` key is never the path of an event.
         """

@@ -1,13 +1,16 @@
 """smoosh's own writes are no news: a database it compacts is examined once, not again after.
 
 A real watched directory, real SQLite files, the real inotify observer and the daemon's own
-worker; the debounce is stepped with an injected clock.
+worker, or a real ``smoosh worker`` process; the debounce is stepped with an injected clock.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
@@ -18,6 +21,8 @@ from server.test_server import make_config
 from smoosh.daemon.watch.inotify import inotify_available
 
 FILES = 6
+#: More for a worker in another process: each is a chance for its writes to be taken as news.
+WORKER_FILES = 16
 
 
 @pytest.mark.skipif(not inotify_available(), reason="needs Linux inotify (the observer that can tell its queue is handled)")
@@ -43,3 +48,43 @@ def test_databases_compacted_are_not_examined_again_for_the_writes_of_their_comp
     # Then each database was examined once: the writes of its own compaction were no news
     assert server.counters.enqueue_examined == FILES
     assert server.counters.enqueue_accepted == FILES
+
+
+@pytest.fixture
+def worker_processes() -> Iterator[list[subprocess.Popen]]:
+    procs: list[subprocess.Popen] = []
+    yield procs
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(HANG_S)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+@pytest.mark.skipif(not inotify_available(), reason="needs Linux inotify (the observer that can tell its queue is handled)")
+def test_databases_compacted_by_a_smoosh_worker_process_are_not_examined_again(
+    tmp_path: Path, running: Any, dbs: Path, worker_processes: list[subprocess.Popen]
+) -> None:
+    for i in range(WORKER_FILES):
+        make_bloated_db(str(dbs / f"t{i}.db"))
+    clock = FakeClock()
+    config = make_config(tmp_path, extra=f"watch = {dbs}\nstaleness = 0\nstore = sqlite:{tmp_path / 'state' / 'jobs.db'}")
+    # Given a daemon that runs no compaction itself, and a worker in its own process
+    server = running(config, workers=0, clock=clock)
+    worker_processes.append(subprocess.Popen(
+        [sys.executable, "-m", "smoosh", "worker", "--config", str(tmp_path / "smoosh.ini")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ, PYTHONUNBUFFERED="1")))
+    wait_for(lambda: server.status()["scan"]["scans_completed"] >= 1, 30, what="the start-up scan")
+    clock.advance(5)
+    server.tick(clock())
+    wait_for(lambda: sum(n for (_ch, result), n in server.counters.compactions.items() if result == "ok") == WORKER_FILES,
+             HANG_S, what="every database compacted by the worker process")
+    clock.advance(3600)
+    server.tick(clock())
+    wait_for(lambda: server.intake.examining() == 0, HANG_S, what="the examinations to end")
+    # Then each database was examined once: the other process's compaction was smoosh's own
+    assert server.counters.enqueue_examined == WORKER_FILES
+    assert server.counters.enqueue_accepted == WORKER_FILES

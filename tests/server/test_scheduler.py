@@ -407,6 +407,35 @@ def test_job_pending_again_after_its_worker_vanished(make_scheduler: Callable[..
     assert {event.run for event in h.events()} == {token}
 
 
+def test_a_run_elsewhere_is_known_as_compacting_until_it_ends_and_is_settled_first(
+    make_scheduler: Callable[..., Harness],
+) -> None:
+    h = make_scheduler()
+    released: list[tuple[str, frozenset[str]]] = []
+    h.sched.on_released = lambda key: released.append((key, h.sched.elsewhere))
+    h.sched.submit(CHANNEL, "/db/a", 5.0)
+    # From the submit: a worker's first writes come before the daemon hears it runs the job.
+    assert h.sched.elsewhere == {"/db/a"}
+    job, data = h.accept()
+    h.wait_kinds("/db/a", ["running"])
+    assert h.sched.elsewhere == {"/db/a"}
+    finish(h, job, data, "ok")
+    h.wait_kinds("/db/a", ["running", "ended"])
+    # Settled while still counted as compacting: the watcher takes its last events as smoosh's.
+    assert released == [("/db/a", frozenset({"/db/a"}))]
+    assert h.sched.elsewhere == frozenset()
+
+
+def test_a_dropped_run_is_released(make_scheduler: Callable[..., Harness]) -> None:
+    h = make_scheduler()
+    released: list[str] = []
+    h.sched.on_released = released.append
+    h.recheck = lambda channel, key: 0.0  # compacted or gone since it was queued
+    h.sched.submit(CHANNEL, "/db/a", 5.0)
+    h.wait_kinds("/db/a", ["dropped"])
+    assert released == ["/db/a"] and h.sched.elsewhere == frozenset()
+
+
 def test_job_pending_again_after_running_counts_as_starting(make_scheduler: Callable[..., Harness], jobs: Jobs) -> None:
     h = make_scheduler()
     h.sched.submit(CHANNEL, "/db/a", 5.0)

@@ -17,7 +17,10 @@ on the server's loop; the starter is one thread (started on demand, gone when id
 key's removal always precedes its next addition.
 
 Ownership: ``_runs`` belongs to the server's loop thread; the starter and the workers reach
-the loop only by posting events.
+the loop only by posting events. The loop also keeps :attr:`JobScheduler.elsewhere`, the keys
+of the runs started as jobs for any worker (another process's, most often), replaced whole, so
+any thread may read it: the watcher takes their files' events as smoosh's own, as it does for
+this process's runs.
 """
 
 from __future__ import annotations
@@ -117,6 +120,16 @@ class JobScheduler:
         self._rng = rng or random.Random()
         self._requeue = requeue
         self._runs: dict[str, Run] = {}
+        #: Keys of the runs started as a job for any worker, from their submit to their end:
+        #: a worker in another process compacts them (or this one's, when it accepted the
+        #: job). From the submit, not from the "running" news, which comes a few milliseconds
+        #: after the worker's first writes; a write of the application meanwhile is missed as
+        #: one during the compaction is, and the compaction measures the file anyway. The loop
+        #: thread replaces it whole; any thread may read it.
+        self.elsewhere: frozenset[str] = frozenset()
+        #: Told the key of such a run as it ends, before it leaves :attr:`elsewhere` (the
+        #: server's settle: the watcher still takes the run's last events as smoosh's own).
+        self.on_released: Callable[[str], None] | None = None
         #: This process's worker, which runs claimed jobs (None: every job waits for a worker).
         self.local: Any = None
         self._starter: KeyPool[Callable[[], None]] = KeyPool(lambda fn: fn(), 1, "smoosh-starter")
@@ -144,7 +157,9 @@ class JobScheduler:
             if self._expect is not None:
                 self._expect(STARTED_NEWS_S)  # its start's news then costs the loop no wake-up
             local.run_claimed(lambda: self._claim(run))
-        elif not self._starter.submit(lambda: self._start(run)):
+        elif self._starter.submit(lambda: self._start(run)):
+            self.elsewhere = self.elsewhere | {key}
+        else:
             self._emit(run, "dropped", reason="the daemon is stopping")
         return run.token
 
@@ -169,6 +184,7 @@ class JobScheduler:
         # (A store read on the caller's thread: adopt runs at start-up, before the loop does.)
         run = Run(channel, key, token, float(data.get("priority") or 0) or 1.0)
         self._runs[key] = run
+        self.elsewhere = self.elsewhere | {key}
         self._starter.submit(lambda: self._follow(run))
         return token
 
@@ -193,6 +209,18 @@ class JobScheduler:
             run.running_since = None
         return run
 
+    def _released(self, key: str) -> None:
+        """The run of ``key`` started as a job for any worker has ended, or was dropped."""
+        if key not in self.elsewhere:
+            return
+        on_released = self.on_released
+        if on_released is not None:
+            try:
+                on_released(key)
+            except Exception:
+                log.exception("Releasing %r failed.", key)
+        self.elsewhere = self.elsewhere - {key}
+
     def retire(self, key: str, token: int, also: Callable[[Transaction], None] | None = None) -> None:
         """The run has ended or was dropped: stop following it and remove its job.
 
@@ -203,6 +231,7 @@ class JobScheduler:
             return
         run.ended = True
         del self._runs[key]
+        self._released(key)
         if run.sub is not None:
             run.sub.close()
         if run.claimed and also is None:
@@ -231,6 +260,7 @@ class JobScheduler:
             if run.sub is not None:
                 run.sub.close()
         self._runs.clear()
+        self.elsewhere = frozenset()
         if not self._starter.drain(timeout_s):
             log.warning("store work of the scheduler did not finish within %.0f s", timeout_s)
 
@@ -421,6 +451,7 @@ class JobScheduler:
             # Never added (or another channel's job runs): nothing to remove.
             run.ended = True
             del self._runs[key]
+            self._released(key)
             if run.sub is not None:
                 run.sub.close()
 

@@ -19,6 +19,7 @@ from compactor.dbfactory import make_bloated_db
 from helpers.clocks import FakeClock
 from helpers.daemon import wait_for
 from server.test_server import make_config
+from smoosh.config import parse_config
 from smoosh.daemon.watch.inotify import inotify_available
 
 #: Ceiling on the server's threads doing what the test waits for (only bounds a hang).
@@ -36,11 +37,15 @@ def drained(server: Any) -> None:
 def test_writes_to_a_key_accepted_recently_count_one_stale_request_per_debounce(
     tmp_path: Path, running: Any, dbs: Path
 ) -> None:
-    # Given a database the ratio channel accepted (nothing runs it: no worker), fresh for 5 minutes
+    # Given a database the ratio channel accepted, fresh for 5 minutes, waiting in the channel
+    # (concurrency 0: never started, so its files' events are never taken for a worker's own)
     db = dbs.resolve() / "tenant.db"
     make_bloated_db(str(db), delete_fraction=0.9)
     clock = FakeClock()
-    server = running(make_config(tmp_path, extra=f"watch = {dbs}\nstaleness = 5m"), workers=0, clock=clock)
+    make_config(tmp_path, extra=f"watch = {dbs}\nstaleness = 5m")
+    ini = tmp_path / "smoosh.ini"
+    text = ini.read_text().replace("[smoosh.ratio_dbs]\n", "[smoosh.ratio_dbs]\nconcurrency = 0\n", 1)
+    server = running(parse_config(text, str(ini)), workers=0, clock=clock)
     wait_for(lambda: server.status()["scan"]["scans_completed"] >= 1, SETTLE_S, what="the start-up scan")
     clock.advance(5)
     server.tick(clock())

@@ -27,7 +27,7 @@ from smoosh.jobs import Jobs, NotFound
 from smoosh.loop import Loop
 from smoosh.store import open_store
 from smoosh.store.base import Store, Transaction
-from helpers.daemon import HANG_S
+from helpers.daemon import HANG_S, wait_for
 
 JOB_TYPE = "smoosh:test"
 CHANNEL = "ratio_dbs"
@@ -196,6 +196,7 @@ class Delegating:
         self._jobs = jobs
         self.calls: list[str] = []
         self.remove_txs: list[Transaction | None] = []
+        self.add_txs: list[Transaction | None] = []
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._jobs, name)
@@ -206,6 +207,8 @@ class Delegating:
             self.calls.append(name)
             if name == "remove":
                 self.remove_txs.append(kwargs.get("tx"))
+            if name == "add":
+                self.add_txs.append(kwargs.get("tx"))
             return attr(*args, **kwargs)
 
         return recorded
@@ -638,6 +641,68 @@ def test_failed_also_write_rolls_back_the_removal(make_scheduler: Callable[..., 
     ]
     assert h.job("/db/a").state == "finished"  # neither half landed
     assert jobs.store.transact(lambda tr: tr.get(MARKER)) is None
+
+
+def _next_run_waits_for_the_removal(h: Harness, then: str) -> None:
+    """As a channel does: the ended run's slot goes to ``then``, submitted before the removal
+    of its job; ``then``'s re-check waits until that removal waits for the starter."""
+
+    def deliver(channel: str, event: RunEvent) -> Callable[[Transaction], None] | None:
+        also = Harness._deliver(h, channel, event)
+        if event.kind == "ended" and event.key != then:
+            h.sched.submit(CHANNEL, then, 5.0)
+        return also
+
+    def recheck(channel: str, key: str) -> float:
+        if key == then:
+            wait_for(lambda: bool(h.sched._removals), SETTLE_TIMEOUT_S, what="the ended run's removal", every_s=0.001)
+        return 5.0
+
+    h._deliver = deliver  # type: ignore[method-assign]
+    h.sched._deliver = deliver
+    h.recheck = recheck
+
+
+def test_the_next_runs_addition_carries_the_ended_runs_removal(make_scheduler: Callable[..., Harness], jobs: Jobs) -> None:
+    recording = Delegating(jobs)
+    h = make_scheduler(recording)
+    _next_run_waits_for_the_removal(h, "/db/b")
+    h.sched.submit(CHANNEL, "/db/a", 5.0)
+    job, data = h.accept()
+    finish(h, job, data, "ok")
+    h.settle(lambda: "ended" in h.kinds("/db/a"), "the end")
+    h.starter_idle()
+    # One transaction removed a's job and added b's: one commit where there were two.
+    assert h.job("/db/a") is None and h.job("/db/b").state == "pending"
+    assert recording.remove_txs[-1] is recording.add_txs[-1] is not None
+    assert h.sched._removals == []
+
+
+def test_a_removal_that_fails_leaves_the_next_runs_addition_to_go_alone(
+    make_scheduler: Callable[..., Harness], jobs: Jobs, caplog: Any
+) -> None:
+    h = make_scheduler()
+    _next_run_waits_for_the_removal(h, "/db/b")
+
+    def broken(tr: Transaction) -> None:
+        tr.set(MARKER, b"half")
+        raise RuntimeError("history store full")
+
+    h.writes["/db/a"] = broken
+    h.sched.submit(CHANNEL, "/db/a", 5.0)
+    job, data = h.accept()
+    finish(h, job, data, "ok")
+    with caplog.at_level(logging.WARNING, logger=SCHEDULER_LOGGER):
+        h.settle(lambda: "ended" in h.kinds("/db/a"), "the end")
+        h.starter_idle()
+        h.starter_idle()  # the removal put back runs after the addition
+    assert h.job("/db/b").state == "pending"  # added all the same
+    assert h.job("/db/a").state == "finished"  # the removal and its write: neither landed
+    assert jobs.store.transact(lambda tr: tr.get(MARKER)) is None
+    assert [r.getMessage() for r in caplog.records if r.name == SCHEDULER_LOGGER] == [
+        "Could not remove the finished job of '/db/a'."
+    ]
+    assert "dropped" not in h.kinds("/db/b")
 
 
 # -- adopt and close --------------------------------------------------------------------------------

@@ -12,9 +12,15 @@ loop, from two sources that may both speak, so the channel ignores what it alrea
 * a callback subscription on the job tells it what a worker in another process does.
 
 When a run has ended its job is removed (by the starter, in one transaction with whatever the
-server must write beside it: the key's crash record). Store work runs on the starter, never
-on the server's loop; the starter is one thread (started on demand, gone when idle), so a
-key's removal always precedes its next addition.
+server must write beside it: the key's crash record). The removal waits, at most
+:data:`REMOVAL_MERGE_WAIT_S`, for the addition of the run that takes the ended run's slot
+(its channel starts it on the loop's next tick): that addition carries every removal waiting
+in its own transaction, one commit where there were two. With no addition meanwhile, the
+starter writes the removals alone once they are due; other store work of the starter and a
+close write them first, in their order.
+Store work runs on the starter, never on the server's loop; the starter is one thread
+(started on demand, gone when idle), so a key's removal always precedes its next addition
+(in an earlier transaction, or earlier in the same one).
 
 Ownership: ``_runs`` belongs to the server's loop thread; the starter and the workers reach
 the loop only by posting events. The loop also keeps :attr:`JobScheduler.elsewhere`, the keys
@@ -25,8 +31,11 @@ this process's runs.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -43,6 +52,9 @@ log = logging.getLogger(__name__)
 
 #: The ``error`` of a run whose job disappeared from the job layer.
 JOB_REMOVED_ERROR = "job removed"
+#: Longest an ended run's removal waits for the next run's addition to carry it (seconds).
+#: That addition comes within a loop iteration and a re-check when its channel has work.
+REMOVAL_MERGE_WAIT_S = 0.005
 #: Seconds the news that this process's worker started a run it claimed may wait for the
 #: loop: the run counts as active from its submit already (running_at_once), so the news only
 #: dates its ``running_since`` and its history row. The loop waits no longer than this after
@@ -132,7 +144,13 @@ class JobScheduler:
         self.on_released: Callable[[str], None] | None = None
         #: This process's worker, which runs claimed jobs (None: every job waits for a worker).
         self.local: Any = None
-        self._starter: KeyPool[Callable[[], None]] = KeyPool(lambda fn: fn(), 1, "smoosh-starter")
+        #: Removals of ended runs' jobs not yet written (see the module docstring), and when
+        #: the oldest came (monotonic): the loop thread adds, the starter takes; under their lock.
+        self._removals: list[tuple[Run, Callable[[Transaction], None] | None]] = []
+        self._removals_since = 0.0
+        self._removals_lock = threading.Lock()
+        self._starter: KeyPool[Callable[[], None]] = KeyPool(
+            lambda fn: fn(), 1, "smoosh-starter", on_idle=self._flush_when_due)
         self._starter.start()
 
     # -- the channels' port (loop thread) ------------------------------------------------------
@@ -236,7 +254,12 @@ class JobScheduler:
             run.sub.close()
         if run.claimed and also is None:
             return  # its worker removed the job in the commit that finished it: nothing to write
-        self._starter.submit(lambda: self._remove(run, also))
+        with self._removals_lock:
+            if not self._removals:
+                self._removals_since = time.monotonic()
+            self._removals.append((run, also))
+        # Wakes (or starts) the starter: idle, it writes the removals once due.
+        self._starter.submit(self._nudge)
 
     def runs(self) -> list[Run]:
         """Every run followed now (loop thread)."""
@@ -252,7 +275,11 @@ class JobScheduler:
         A store that is full or unreachable fails it quietly: the store's health says that
         once (:mod:`smoosh.daemon.control.store_health`); any other failure is logged.
         """
-        self._starter.submit(lambda: _store_work(fn))
+        def work() -> None:
+            self._flush_removals()
+            _store_work(fn)
+
+        self._starter.submit(work)
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Stop following every run (their jobs stay where they are); store work queued so far finishes."""
@@ -261,6 +288,7 @@ class JobScheduler:
                 run.sub.close()
         self._runs.clear()
         self.elsewhere = frozenset()
+        self._starter.submit(self._flush_removals)  # no merge wait past a close
         if not self._starter.drain(timeout_s):
             log.warning("store work of the scheduler did not finish within %.0f s", timeout_s)
 
@@ -338,8 +366,23 @@ class JobScheduler:
         data = self._recheck_or_drop(run)
         if data is None:
             return
+        removals = self._take_removals()
+
+        def with_removals(tr: Transaction) -> str | None:
+            for ended, also in removals:
+                self._remove_in(tr, ended, also)
+            return self._add(tr, run, data)
+
         try:
-            owner = self.jobs.transact(lambda tr: self._add(tr, run, data))
+            try:
+                owner = self.jobs.transact(with_removals if removals else lambda tr: self._add(tr, run, data))
+            except Exception:
+                if not removals:
+                    raise
+                # A removal's write (a crash record) failed, or the store: the removals are
+                # written on their own, and the addition is tried alone, as without them.
+                self._put_back(removals)
+                owner = self.jobs.transact(lambda tr: self._add(tr, run, data))
         except Exception as exc:
             self._add_failed(run, exc)
             return
@@ -417,22 +460,69 @@ class JobScheduler:
         elif state == "not_found":
             self._emit(run, "ended", outcome=Outcome(FAILED, JOB_REMOVED_ERROR))
 
-    def _remove(self, run: Run, also: Callable[[Transaction], None] | None) -> None:
+    def _take_removals(self) -> list[tuple[Run, Callable[[Transaction], None] | None]]:
+        with self._removals_lock:
+            removals, self._removals = self._removals, []
+        return removals
+
+    def _put_back(self, removals: list[tuple[Run, Callable[[Transaction], None] | None]]) -> None:
+        """Removals taken by an addition that failed: written on their own, first."""
+        with self._removals_lock:
+            self._removals[:0] = removals
+        self._starter.submit(self._flush_removals)
+
+    def _nudge(self) -> None:
+        """On the starter: nothing; the idle call after it writes the removals once due."""
+
+    def _flush_when_due(self) -> float | None:
+        """On the starter, as it finds nothing to do: write the removals once they are due.
+
+        Returns:
+            Seconds until they are due, or None when none wait.
+        """
+        with self._removals_lock:
+            if not self._removals:
+                return None
+            wait_s = self._removals_since + REMOVAL_MERGE_WAIT_S - time.monotonic()
+        if wait_s > 0:
+            return wait_s
+        self._flush_removals()
+        return None
+
+    def _flush_removals(self) -> None:
+        """On the starter: write the removals no addition has carried, in one transaction."""
+        removals = self._take_removals()
+        if not removals:
+            return
+
         def body(tr: Transaction) -> None:
-            try:
-                info = self.jobs.get_job(self.job_type, run.key, tx=tr)
-            except NotFound:
-                info = None
-            # Only this run's job: a job someone else added for the key since stays.
-            if info is not None and info.state != "running" and info.data.get("run") in (run.token, run.job_run, None):
-                self.jobs.remove(self.job_type, run.key, tx=tr)
-            if also is not None:
-                also(tr)
+            for run, also in removals:
+                self._remove_in(tr, run, also)
 
         try:
             self.jobs.transact(body)
         except Exception:
-            log.warning("Could not remove the finished job of %r.", run.key, exc_info=True)
+            if len(removals) == 1:
+                log.warning("Could not remove the finished job of %r.", removals[0][0].key, exc_info=True)
+                return
+            # One bad write (a crash record) must not cost the others their removal.
+            for run, also in removals:
+                try:
+                    self.jobs.transact(functools.partial(self._remove_in, run=run, also=also))
+                except Exception:
+                    log.warning("Could not remove the finished job of %r.", run.key, exc_info=True)
+
+    def _remove_in(self, tr: Transaction, run: Run, also: Callable[[Transaction], None] | None) -> None:
+        """Remove the job of ended ``run`` in ``tr``, and make the write that goes with it."""
+        try:
+            info = self.jobs.get_job(self.job_type, run.key, tx=tr)
+        except NotFound:
+            info = None
+        # Only this run's job: a job someone else added for the key since stays.
+        if info is not None and info.state != "running" and info.data.get("run") in (run.token, run.job_run, None):
+            self.jobs.remove(self.job_type, run.key, tx=tr)
+        if also is not None:
+            also(tr)
 
     # -- plumbing -----------------------------------------------------------------------------------
 

@@ -18,12 +18,13 @@ import random
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from smoosh.store.base import Transaction, Watch
 from smoosh.store.errors import NOT_COMMITTED, StoreError
 from smoosh.jobs import model, pending, transitions
-from smoosh.jobs.encoding import check_sched_time
+from smoosh.jobs.codec import enc_bytes
+from smoosh.jobs.encoding import check_sched_time, decode_data, encode_data
 from smoosh.jobs.errors import NotFound
 from smoosh.jobs.model import PENDING_STATE, Job, Keys
 from smoosh.jobs.txids import TxIds
@@ -140,6 +141,7 @@ class Acceptor:
         no_schedule: bool,
         timeout: float | None,
         interrupt: AcceptInterrupt | None,
+        stamp: Callable[[], Mapping[str, Any]] | None = None,
     ) -> tuple[Job, bytes]:
         """Take a pending job and mark it running; ``(job, encoded data)``. See :meth:`Jobs.accept`.
 
@@ -173,7 +175,7 @@ class Acceptor:
                 self._taking.difference_update(picked)
                 picked.clear()
             avoiding = looks < MAX_ONLY_TAKEN_LOOKS
-            return self._accept_tx(tr, job_type, max_s, no_schedule, window.size, picked if avoiding else None)
+            return self._accept_tx(tr, job_type, max_s, no_schedule, window.size, picked if avoiding else None, stamp)
 
         looks = 0
         while True:
@@ -241,11 +243,13 @@ class Acceptor:
         no_schedule: bool,
         window: int = pending.PICK_RANGE_LIMIT,
         picked: set[bytes] | None = None,
+        stamp: Callable[[], Mapping[str, Any]] | None = None,
     ) -> tuple[Job, bytes] | _NoJob:
         """One attempt: take a pending job, or say why not (a :class:`_NoJob`).
 
         ``picked`` (None: pick among every key read) collects the keys this attempt takes;
-        keys other accepts of this layer take or just took are not picked then.
+        keys other accepts of this layer take or just took are not picked then. ``stamp``'s
+        keys are merged into the job's data in this transaction.
         """
         keys = self._keys
         taking = self._taking
@@ -271,7 +275,10 @@ class Acceptor:
                 # it, so it cannot wedge the queue. Pick again.
                 log.warning("dropped stray pending key of job %r of type %r", job_id, job_type)
                 continue
-            return transitions.start_run(tr, keys, job_type, job_id, stime, row.data_enc, self._rng), row.data
+            if stamp is None:
+                return transitions.start_run(tr, keys, job_type, job_id, stime, row.data_enc, self._rng), row.data
+            data = encode_data({**decode_data(row.data), **stamp()})
+            return transitions.start_run(tr, keys, job_type, job_id, stime, enc_bytes(data), self._rng), data
         # Nothing eligible: this transaction's watch on the pending counter fires on the
         # next enqueue; it is armed when the (read-only) transaction commits.
         return _NoJob(pending.watch_pending(tr, keys, job_type), pending.earliest_scheduled_time(tr, keys, job_type))

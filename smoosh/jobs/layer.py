@@ -20,7 +20,7 @@ import math
 import random
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterator, Mapping, TypeVar
 
 from smoosh.store import tuples
 from smoosh.store.base import Store, Transaction
@@ -255,6 +255,7 @@ class Jobs:
         no_schedule: bool = False,
         timeout: float | None = None,
         interrupt: AcceptInterrupt | None = None,
+        stamp: Callable[[], Mapping[str, Any]] | None = None,
     ) -> tuple[Job, dict[str, Any]]:
         """Take a pending job and mark it running; block until one is pending.
 
@@ -267,9 +268,12 @@ class Jobs:
             timeout: seconds to wait for a pending job (0: do not wait; None: forever). It
                 bounds the wait, not conflict retries.
             interrupt: a token another thread may use to end the wait early.
+            stamp: called in the accept's transaction; its keys are merged into the job's
+                data there (a worker naming itself in the job as it takes it: no update of
+                its own needed). Beyond couch_jobs.
 
         Returns:
-            ``(job, data)``.
+            ``(job, data)``, the data with the stamp's keys.
 
         Raises:
             NotFound: nothing became pending within ``timeout`` (or the layer was closed, or
@@ -278,7 +282,8 @@ class Jobs:
         """
         check_type(job_type)
         job, raw = self._acceptor.accept(
-            job_type, max_sched_time=max_sched_time, no_schedule=no_schedule, timeout=timeout, interrupt=interrupt
+            job_type, max_sched_time=max_sched_time, no_schedule=no_schedule, timeout=timeout, interrupt=interrupt,
+            stamp=stamp,
         )
         return job, decode_data(raw)
 

@@ -193,6 +193,23 @@ def test_heartbeats_publish_progress_while_a_compaction_runs(tmp_path, jobs, wor
     assert finished(jobs, path)["result"] == "ok"
 
 
+def test_a_stand_alone_worker_names_itself_in_the_job_by_the_commit_that_accepts_it(tmp_path, jobs, workers) -> None:
+    path = str(tmp_path / "inc.db")
+    make_bloated_db(path, auto_vacuum="incremental")
+    gated = GatedCompactor(SqliteCompactor(settings()), at_checkpoint=1)
+    jobs.add(JOB_TYPE, path, start_data(path))
+    workers([gated], signals="store", holder="worker-0123", job_timeout_s=30).start()
+    assert gated.reached.wait(WAIT_S)
+    # Its compaction has begun: a restarting daemon already sees whose job it is and that its
+    # worker lives, with no heartbeat of its own sent (the first is due a third of the timeout on).
+    data = jobs.get_job_data(JOB_TYPE, path)
+    assert (data["holder"], data["worker"]) == ("worker-0123", "process")
+    assert isinstance(data["heartbeat_at"], float)
+    assert "run_id" not in data  # a heartbeat names the run: none was sent
+    gated.release.set()
+    assert finished(jobs, path)["result"] == "ok"
+
+
 def test_held_channel_pauses_an_incremental_compaction_between_chunks(tmp_path, jobs, store, workers) -> None:
     path = str(tmp_path / "inc.db")
     stats = make_bloated_db(path, auto_vacuum="incremental")

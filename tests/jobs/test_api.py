@@ -177,6 +177,27 @@ def test_accept_runs_job_and_finish_stores_data(jobs: Jobs) -> None:
     assert jobs.get_active_job_ids(T1) == []
 
 
+def test_accept_stamp_is_merged_into_the_data_by_the_accepts_own_commit(jobs: Jobs) -> None:
+    jobs.add(T1, J1, {"a": 1, "holder": None})
+    calls: list[int] = []
+
+    def stamp() -> dict[str, Any]:
+        calls.append(1)
+        return {"holder": "worker-1", "heartbeat_at": 12.5}
+
+    job, data = jobs.accept(T1, stamp=stamp)
+    assert data == {"a": 1, "holder": "worker-1", "heartbeat_at": 12.5}
+    # Written with the running state: a reader sees the stamp as soon as it sees the job taken.
+    info = jobs.get_job(T1, J1)
+    assert (info.state, info.data) == ("running", data)
+    assert calls == [1]
+    jobs.finish(job)
+    assert jobs.get_job(T1, J1).data == data
+    # Without a stamp, the data is the job's as added.
+    jobs.add(T2, J2, {"b": 2})
+    assert jobs.accept(T2)[1] == {"b": 2}
+
+
 # 18. accept_blocking
 def test_accept_blocks_until_a_job_is_added(jobs: Jobs) -> None:
     thread, box = run_in_thread(lambda: jobs.accept(T1, timeout=30))

@@ -12,8 +12,8 @@ accept anything:
   (:func:`smoosh.daemon.record.status.claim_node`: it stopped, or its process is gone after
   a kill -9); or its heartbeat expired (none within the type timeout); or no worker ever
   heartbeated it nor named itself in it, which only this node's previous daemon leaves
-  behind (a ``smoosh worker`` heartbeats the moment it accepts a job, and the claim just
-  proved no other daemon serves this node);
+  behind (a ``smoosh worker`` writes its heartbeat and its name in the commit that accepts
+  a job, and the claim just proved no other daemon serves this node);
 * any other **running** job (a ``smoosh worker`` process, or another live daemon, heartbeats
   it): adopted: its channel follows it and counts it as active.
 

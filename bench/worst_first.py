@@ -12,7 +12,9 @@ last file is done but when most of the space is back. Measured, each on fresh co
   footprint is sampled every few milliseconds, and the time at which 90% is back is read off.
   Budget: at most 1.0x the bare loop's.
 * **smoosh under disk pressure**: the same, with ``disk_pressure`` set below the disk's use,
-  so every database is taken worst-first by reclaimable bytes (issue 27).
+  so every database is taken worst-first by reclaimable bytes and a channel may run as many at
+  once as the backlog controller allows, up to one per core (issue 27). Beside it, the same
+  with ``max_jobs = 1``: one compaction at a time, as under pressure before.
 
 The daemon runs with ``min_size = 0``, ``wait_secs = 0`` and ``staleness = 0``, as the drain
 benchmark does; everything else is the default.
@@ -242,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     shape = QUICK_FLEET if args.quick else FLEET
     runs: dict[str, list[dict[object, float]]] = {
         "bare": [], "durable": [], "measuring": [], "measuring_durable": [], "default": [], "pressure": [],
-        "pressure_two": []}
+        "pressure_one": []}
     for _ in range(args.runs):
         runs["bare"].append(bare_best_order(shape))
         runs["durable"].append(bare_best_order(shape, durable_jobs=True))
@@ -250,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         runs["measuring_durable"].append(bare_best_order(shape, durable_jobs=True, measuring=True))
         runs["default"].append(daemon_run(shape))
         runs["pressure"].append(daemon_run(shape, "disk_pressure = 1%"))
-        runs["pressure_two"].append(daemon_run(shape, "disk_pressure = 1%", ratio_concurrency=2))
+        runs["pressure_one"].append(daemon_run(shape, "disk_pressure = 1%\nmax_jobs = 1"))
 
     def at(name: str, mark: object) -> list[float]:
         return [r[mark] for r in runs[name]]
@@ -274,8 +276,8 @@ def main(argv: list[str] | None = None) -> int:
                at("measuring_durable", SHARE), higher_is_better=False, reference=reference,
                reference_name="bare best order"),
         budgeted(f"smoosh, under disk pressure (disk_pressure = 1%): {SHARE:.0%} back", at("pressure", SHARE)),
-        Metric(f"smoosh, under disk pressure, ratio_dbs concurrency = 2: {SHARE:.0%} back", "s",
-               at("pressure_two", SHARE), higher_is_better=False, reference=reference,
+        Metric(f"smoosh, under disk pressure, max_jobs = 1 (one at a time): {SHARE:.0%} back", "s",
+               at("pressure_one", SHARE), higher_is_better=False, reference=reference,
                reference_name="bare best order"),
         Metric("bare loop: first large database compacted", "s", at("bare", FIRST_LARGE), higher_is_better=False),
         Metric("smoosh, default config: first large database compacted", "s", at("default", FIRST_LARGE),
@@ -296,8 +298,10 @@ def main(argv: list[str] | None = None) -> int:
         "it per file) paid on every database, most of them the small ones that make up the rest of the share. "
         f"The floor under any daemon that finds its own order and keeps a durable job per file is the loop that "
         f"measures first with a job per file: {floor / reference:.2f}x the budget's loop, which is handed its order "
-        f"for free; the daemon is {p_share / floor:.2f}x that floor, at one compaction at a time (ratio_dbs' "
-        "concurrency, CouchDB's default)."
+        f"for free; the daemon is {p_share / floor:.2f}x that floor. Under pressure it runs up to one compaction per "
+        f"core ({os.cpu_count()} here) whatever ratio_dbs' concurrency (CouchDB's default, 1); one at a time "
+        f"(max_jobs = 1) it takes {statistics.median(at('pressure_one', SHARE)) / reference:.2f}x: the start and the "
+        "per-compaction cost then add up, one database after another."
     )
     report("worst_first", f"Worst first: time until {SHARE:.0%} of a skewed fleet's reclaimable bytes are back",
            metrics, args, notes=[

@@ -305,13 +305,15 @@ class Channel(ChannelRuns, ChannelCheckpoints):
 
     def check_window(self, now: float) -> None:
         """Look at the window now, whatever its schedule says (owner's loop): the wall clock stepped,
-        or the host's ``window_waived`` changed its answer.
+        or the host's ``window_waived`` (or ``concurrency_raised``) changed its answer.
 
         The routine check comes every :data:`WINDOW_CHECK_INTERVAL_S` on the owner's clock,
         which a step of the wall clock does not move: a step into (or out of) the window
         would wait for it. Entering the window starts queued work at the next tick.
         """
         self._check_window(now, force=True)
+        with self._lock:
+            self._publish_locked()  # the concurrency in force may have changed with it
         self._host.wake(self.name)
 
     def update_settings(self, settings: ChannelSettings, now: float) -> None:
@@ -431,7 +433,7 @@ class Channel(ChannelRuns, ChannelCheckpoints):
             and not self._stopped_locked()
             and self._in_window
             and len(self._queue) > 0
-            and len(self._active) + len(self._starting) < self._settings.concurrency
+            and len(self._active) + len(self._starting) < self._concurrency_locked()
         )
 
     def _forced_waiting_locked(self) -> bool:

@@ -182,6 +182,19 @@ class ChannelState:
         self._changes += 1
         self._publish_locked()
 
+    def _concurrency_locked(self) -> int:
+        """The runs this channel may have at once: its ``concurrency``, or more while the host
+        raises it (``concurrency_raised``: smoosh under disk pressure); 0 stays 0."""
+        configured = self._settings.concurrency
+        raised = getattr(self._host, "concurrency_raised", None)
+        if raised is None or configured <= 0:
+            return configured
+        try:
+            return max(configured, int(raised(self.name)))
+        except Exception:
+            self._log.exception("Channel %s: concurrency_raised failed; keeping its own concurrency.", self.name)
+            return configured
+
     def _publish_locked(self) -> None:
         self._status = {
             "active": len(self._active),
@@ -194,7 +207,7 @@ class ChannelState:
             "in_window": self._in_window,
             "holding": self._held_locked(),
             "evicted": self._queue.evicted,
-            "concurrency": self._settings.concurrency,
+            "concurrency": self._concurrency_locked(),
             "checkpoint_errors": 0 if self._checkpointer is None else self._checkpointer.errors,
         }
 

@@ -202,3 +202,9 @@ class Host(Protocol):
     # window (smoosh: disk pressure on a channel with ``under_pressure = ignore_window``). The
     # channel asks at every window check; the host has it check at once when the answer changes
     # (``Channel.check_window``).
+    #
+    # And ``concurrency_raised(channel) -> int``: runs the channel may have at once beyond its
+    # own ``concurrency`` (smoosh: the backlog controller's slots while a file system is under
+    # disk pressure; 0 when nothing is raised). A ``concurrency`` of 0 is never raised. The
+    # channel asks before each start; the host has it look again (``check_window``) when the
+    # answer changes.

@@ -104,6 +104,34 @@ def test_raised_concurrency_applies_at_the_next_start(make_channel: MakeChannel)
     h.assert_slots_match_runs()
 
 
+def test_a_host_that_raises_the_concurrency_lets_that_many_run_but_never_a_zero(make_channel: MakeChannel) -> None:
+    # smoosh raises it under disk pressure to the backlog controller's slots (concurrency_raised).
+    h = make_channel(settings=Settings(concurrency=1))
+    raised = {"to": 0}
+    h.host.concurrency_raised = lambda channel: raised["to"]  # type: ignore[attr-defined]
+    for i in range(4):
+        h.channel.enqueue(f"/db/{i}", 5.0)
+    h.tick()
+    assert len(h.started()) == 1  # nothing raised: its own concurrency
+    raised["to"] = 3
+    h.channel.check_window(h.now)  # the host has it look again as the answer changes
+    assert h.status()["concurrency"] == 3
+    h.tick()
+    assert len(h.started()) == 3
+    raised["to"] = 0  # the raise ends: the runs go on, nothing more starts until one ends
+    h.channel.check_window(h.now)
+    assert h.status()["concurrency"] == 1
+    h.tick()
+    assert len(h.started()) == 3
+    h.assert_slots_match_runs()
+    # A channel of concurrency 0 starts nothing, raised or not.
+    z = make_channel(settings=Settings(concurrency=0))
+    z.host.concurrency_raised = lambda channel: 4  # type: ignore[attr-defined]
+    z.channel.enqueue("/db/z", 5.0)
+    z.tick()
+    assert z.started() == [] and z.status()["concurrency"] == 0
+
+
 def test_bad_capacity_in_new_settings_changes_nothing(make_channel: MakeChannel) -> None:
     h = make_channel(settings=Settings(capacity=5, concurrency=0))
     h.channel.enqueue("/db/a", 5.0)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -214,3 +215,63 @@ def test_what_running_compactions_have_still_to_give_back_is_backlog_too(tmp_pat
     assert controller["backlog_bytes"] == 3 * 2**30  # 4 GiB to give back, a quarter given
     assert controller["slots"] == 4
     assert server.io_budget.chunk_gap_factor == 4.0  # backlog_full's pace: brisk
+
+
+def test_under_pressure_a_channel_runs_as_many_as_the_controller_lets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dbs = tmp_path / "dbs"
+    dbs.mkdir()
+    for i in range(4):
+        make_bloated_db(str(dbs / f"t{i}.db"), rows=400, delete_fraction=0.8)
+    used = {"ratio": 0.5}
+    monkeypatch.setattr(pressure_module, "_usage", lambda directory: used["ratio"])
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)  # a 2-core machine: the raise stops at 2
+    text = f"""[smoosh]
+watch =
+roots = {dbs}
+state_dir = {tmp_path / 'state'}
+store = memory:
+node = t
+wait_secs = 0
+staleness = 0
+max_jobs = 3
+# The backlog here (about 1.7 MB) is "full": the controller lets every slot run.
+backlog_full = 1MiB
+db_channels = ratio_dbs
+
+[smoosh.ratio_dbs]
+min_size = 0
+concurrency = 1
+"""
+    clock = FakeClock(noon())
+    # No worker: a started run waits for one, and keeps its place in the channel's concurrency.
+    server = Server(parse_config(text, str(tmp_path / "smoosh.ini")), workers=0, watch_config=False, clock=clock)
+    server.start()
+    try:
+        def ratio() -> dict[str, Any]:
+            return server.status()["channels"]["ratio_dbs"]
+
+        for i in range(4):
+            server.enqueue(str(dbs / f"t{i}.db"))
+        # Given a normal day: one at a time, as the channel says
+        wait_for(lambda: ratio()["starting"] == 1 and ratio()["waiting"]["size"] == 3, 30, what="one started")
+        assert ratio()["concurrency"] == 1
+        # When the disk fills past disk_pressure
+        used["ratio"] = 0.95
+        clock.advance(6)
+        server.tick()
+        # Then the channel runs as many as the backlog controller lets (all 3 slots here), up
+        # to one per core
+        wait_for(lambda: ratio()["starting"] == 2, 30, what="two started")
+        assert server.status()["controller"]["slots"] == 3
+        assert ratio()["concurrency"] == 2 and ratio()["waiting"]["size"] == 2
+        # And as the pressure ends its own concurrency holds again: nothing more starts
+        used["ratio"] = 0.5
+        clock.advance(6)
+        server.tick()
+        wait_for(lambda: ratio()["concurrency"] == 1, 30, what="its own concurrency back")
+        server.tick()
+        assert ratio()["starting"] == 2 and ratio()["waiting"]["size"] == 2
+    finally:
+        server.stop()

@@ -17,6 +17,7 @@ may be called from any thread. The channels themselves are made by the server (i
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -94,6 +95,7 @@ class ChannelHost:
         self._config_of = config_of
         self._pressure = pressure
         self._store_health = store_health
+        self._cores = os.cpu_count() or 1
         self.stopping = False
         self.cluster_holds: list[Hold] = []
 
@@ -143,18 +145,34 @@ class ChannelHost:
         settings = self._config_of().channels.get(channel)
         return settings is not None and settings.under_pressure == "ignore_window"
 
+    def concurrency_raised(self, channel: str) -> int:
+        """Runs ``channel`` may have at once whatever its own concurrency: while a file system under
+        the roots is under disk pressure, as many as the backlog controller lets run (``max_jobs``
+        at most) up to one per core; 0 otherwise (any thread). Reclaiming the space is then the
+        day's work; more compactions than cores only take turns on them (and a VACUUM's rewrite
+        is CPU as much as disk), and the controller still halves its slots at the first harm to
+        the application."""
+        if self._pressure is None or not self._pressure.any:
+            return 0
+        return min(self._slots.in_force, self._cores)
+
     def look_at_windows(self, now: float) -> None:
         """Every channel looks at its window at once (the loop's thread): the wall clock stepped, or
-        a disk pressure that waives some windows started or ended."""
+        a disk pressure that waives some windows and raises concurrencies started or ended."""
         for channel in self._registry.current.values():
             channel.check_window(now)
 
     def set_slots(self, slots: int) -> None:
         """The backlog controller set the node's slots (the loop's thread): more slots wake the
-        channels waiting for one."""
+        channels waiting for one (every channel, under disk pressure)."""
         grew = slots > self._slots.soft_limit
         self._slots.soft_limit = slots
-        if grew:
+        if grew and self._pressure is not None and self._pressure.any:
+            # Under disk pressure the slots are the channels' concurrency too: every channel
+            # may start more (concurrency_raised), not only those in line for a slot.
+            for name in self._registry.current:
+                self.wake(name)
+        elif grew:
             for name in self._slots.waiting():
                 self.wake(name)
 

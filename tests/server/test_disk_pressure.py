@@ -21,6 +21,7 @@ from helpers.clocks import FakeClock
 from helpers.daemon import wait_for
 from smoosh import Server
 from smoosh.config import parse_config
+from server.test_server import make_config
 
 DB_CHANNELS = "night_dbs"
 
@@ -220,33 +221,18 @@ def test_what_running_compactions_have_still_to_give_back_is_backlog_too(tmp_pat
 def test_under_pressure_a_channel_runs_as_many_as_the_controller_lets(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    dbs = tmp_path / "dbs"
-    dbs.mkdir()
-    for i in range(4):
-        make_bloated_db(str(dbs / f"t{i}.db"), rows=400, delete_fraction=0.8)
     used = {"ratio": 0.5}
     monkeypatch.setattr(pressure_module, "_usage", lambda directory: used["ratio"])
     monkeypatch.setattr(os, "cpu_count", lambda: 2)  # a 2-core machine: the raise stops at 2
-    text = f"""[smoosh]
-watch =
-roots = {dbs}
-state_dir = {tmp_path / 'state'}
-store = memory:
-node = t
-wait_secs = 0
-staleness = 0
-max_jobs = 3
-# The backlog here (about 1.7 MB) is "full": the controller lets every slot run.
-backlog_full = 1MiB
-db_channels = ratio_dbs
-
-[smoosh.ratio_dbs]
-min_size = 0
-concurrency = 1
-"""
+    # ratio_dbs at its default concurrency of 1; the backlog here (about 1.7 MB) is "full", so
+    # the controller lets every slot run.
+    config = make_config(tmp_path, extra="staleness = 0\nmax_jobs = 3\nbacklog_full = 1MiB\ndb_channels = ratio_dbs")
+    dbs = tmp_path / "dbs"
+    for i in range(4):
+        make_bloated_db(str(dbs / f"t{i}.db"), rows=400, delete_fraction=0.8)
     clock = FakeClock(noon())
     # No worker: a started run waits for one, and keeps its place in the channel's concurrency.
-    server = Server(parse_config(text, str(tmp_path / "smoosh.ini")), workers=0, watch_config=False, clock=clock)
+    server = Server(config, workers=0, watch_config=False, clock=clock)
     server.start()
     try:
         def ratio() -> dict[str, Any]:

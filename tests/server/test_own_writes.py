@@ -25,6 +25,20 @@ FILES = 6
 WORKER_FILES = 16
 
 
+def compact_all_then_examine(server: Any, clock: FakeClock, files: int) -> None:
+    """Every database the start-up scan finds (just written: each settles through the debounce
+    first, so the stepped clock lets them fall quiet) compacted, then every event that came
+    meanwhile through its debounce and its examination."""
+    wait_for(lambda: server.status()["scan"]["scans_completed"] >= 1, 30, what="the start-up scan")
+    clock.advance(5)
+    server.tick(clock())
+    wait_for(lambda: sum(n for (_ch, result), n in server.counters.compactions.items() if result == "ok") == files,
+             HANG_S, what="every database compacted")
+    clock.advance(3600)
+    server.tick(clock())
+    wait_for(lambda: server.intake.examining() == 0, HANG_S, what="the examinations to end")
+
+
 @pytest.mark.skipif(not inotify_available(), reason="needs Linux inotify (the observer that can tell its queue is handled)")
 def test_databases_compacted_are_not_examined_again_for_the_writes_of_their_compaction(
     tmp_path: Path, running: Any, dbs: Path
@@ -34,17 +48,8 @@ def test_databases_compacted_are_not_examined_again_for_the_writes_of_their_comp
     clock = FakeClock()
     config = make_config(tmp_path, extra=f"watch = {dbs}\nstaleness = 0")
     server = running(config, workers=1, clock=clock)
-    # Given every database found by the start-up scan (just written: each settles through the
-    # debounce first, so the stepped clock lets them fall quiet) and compacted
-    wait_for(lambda: server.status()["scan"]["scans_completed"] >= 1, 30, what="the start-up scan")
-    clock.advance(5)
-    server.tick(clock())
-    wait_for(lambda: sum(n for (_ch, result), n in server.counters.compactions.items() if result == "ok") == FILES,
-             HANG_S, what="every database compacted")
-    # When every event that came meanwhile has had its debounce and its examination
-    clock.advance(3600)
-    server.tick(clock())
-    wait_for(lambda: server.intake.examining() == 0, HANG_S, what="the examinations to end")
+    # Given every database compacted, and every event that came meanwhile examined
+    compact_all_then_examine(server, clock, FILES)
     # Then each database was examined once: the writes of its own compaction were no news
     assert server.counters.enqueue_examined == FILES
     assert server.counters.enqueue_accepted == FILES
@@ -77,14 +82,7 @@ def test_databases_compacted_by_a_smoosh_worker_process_are_not_examined_again(
     worker_processes.append(subprocess.Popen(
         [sys.executable, "-m", "smoosh", "worker", "--config", str(tmp_path / "smoosh.ini")],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ, PYTHONUNBUFFERED="1")))
-    wait_for(lambda: server.status()["scan"]["scans_completed"] >= 1, 30, what="the start-up scan")
-    clock.advance(5)
-    server.tick(clock())
-    wait_for(lambda: sum(n for (_ch, result), n in server.counters.compactions.items() if result == "ok") == WORKER_FILES,
-             HANG_S, what="every database compacted by the worker process")
-    clock.advance(3600)
-    server.tick(clock())
-    wait_for(lambda: server.intake.examining() == 0, HANG_S, what="the examinations to end")
+    compact_all_then_examine(server, clock, WORKER_FILES)
     # Then each database was examined once: the other process's compaction was smoosh's own
     assert server.counters.enqueue_examined == WORKER_FILES
     assert server.counters.enqueue_accepted == WORKER_FILES

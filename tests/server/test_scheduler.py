@@ -622,17 +622,23 @@ def test_retire_writes_also_in_the_same_transaction_as_the_removal(make_schedule
     assert [(tr is recording.remove_txs[-1], removed) for tr, removed in seen[-1:]] == [(True, True)]
 
 
-def test_failed_also_write_rolls_back_the_removal(make_scheduler: Callable[..., Harness], jobs: Jobs, caplog: Any) -> None:
-    h = make_scheduler()
+def broken_write(tr: Transaction) -> None:
+    """A write to make with a removal that fails half-way (the history store full)."""
+    tr.set(MARKER, b"half")
+    raise RuntimeError("history store full")
 
-    def broken(tr: Transaction) -> None:
-        tr.set(MARKER, b"half")
-        raise RuntimeError("history store full")
 
-    h.writes["/db/a"] = broken
+def end_a_with_a_broken_write(h: Harness) -> None:
+    """Run ``/db/a`` to its end, its removal to be written with :func:`broken_write`."""
+    h.writes["/db/a"] = broken_write
     h.sched.submit(CHANNEL, "/db/a", 5.0)
     job, data = h.accept()
     finish(h, job, data, "ok")
+
+
+def test_failed_also_write_rolls_back_the_removal(make_scheduler: Callable[..., Harness], jobs: Jobs, caplog: Any) -> None:
+    h = make_scheduler()
+    end_a_with_a_broken_write(h)
     with caplog.at_level(logging.WARNING, logger=SCHEDULER_LOGGER):
         h.settle(lambda: "ended" in h.kinds("/db/a"), "the end")
         h.starter_idle()
@@ -683,15 +689,7 @@ def test_a_removal_that_fails_leaves_the_next_runs_addition_to_go_alone(
 ) -> None:
     h = make_scheduler()
     _next_run_waits_for_the_removal(h, "/db/b")
-
-    def broken(tr: Transaction) -> None:
-        tr.set(MARKER, b"half")
-        raise RuntimeError("history store full")
-
-    h.writes["/db/a"] = broken
-    h.sched.submit(CHANNEL, "/db/a", 5.0)
-    job, data = h.accept()
-    finish(h, job, data, "ok")
+    end_a_with_a_broken_write(h)
     with caplog.at_level(logging.WARNING, logger=SCHEDULER_LOGGER):
         h.settle(lambda: "ended" in h.kinds("/db/a"), "the end")
         h.starter_idle()

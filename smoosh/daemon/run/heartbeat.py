@@ -30,6 +30,9 @@ __all__ = ["Heartbeat", "ERROR_PAUSE_S"]
 
 log = logging.getLogger("smoosh.daemon.run.worker")  # the worker's lines, one logger
 
+#: The keys of a job's data that say who runs it and that it lives (:meth:`Heartbeat.liveness`).
+LIVENESS_KEYS = frozenset({"heartbeat_at", "worker", HOLDER})
+
 #: Pause after an unexpected error in the worker's dispatcher or heartbeat thread, so a broken
 #: store is not hammered (seconds).
 ERROR_PAUSE_S = 1.0
@@ -201,18 +204,24 @@ class Heartbeat:
         if rotate_run == r.run_id and r.ctx.stop_reason is None and r.ctx.rotate():
             log.info("Job %r stops at its next chunk boundary: rotated out.", r.key)
 
+    def liveness(self) -> dict[str, Any]:
+        """What tells a restarting daemon who runs a job and that it lives (keys :data:`LIVENESS_KEYS`):
+        written by every heartbeat, and by a stand-alone worker's accept (``Jobs.accept(stamp=)``)."""
+        data: dict[str, Any] = {"heartbeat_at": self._clock(),
+                                "worker": DAEMON_WORKER if self._signals == "direct" else "process"}
+        if self._holder is not None:
+            data[HOLDER] = self._holder
+        return data
+
     def _send_heartbeat(self, r: Running) -> None:
         data = {
             **r.data,
             "progress": r.ctx.fraction,
             "run_id": r.run_id,
             "started_at": r.started_at,
-            "heartbeat_at": self._clock(),
-            "worker": DAEMON_WORKER if self._signals == "direct" else "process",
             "suspendable": r.ctx.suspendable,
+            **self.liveness(),
         }
-        if self._holder is not None:
-            data[HOLDER] = self._holder
         try:
             with r.lock:
                 if r.done:

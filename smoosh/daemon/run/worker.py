@@ -37,10 +37,9 @@ from smoosh.compactors import Compactor
 from smoosh.daemon.control.store_health import log_failure
 from smoosh.daemon.run.compaction import compact
 from smoosh.daemon.run.finishes import DeferredFinishes
-from smoosh.daemon.run.heartbeat import ERROR_PAUSE_S, Heartbeat
+from smoosh.daemon.run.heartbeat import ERROR_PAUSE_S, LIVENESS_KEYS, Heartbeat
 from smoosh.daemon.keypool import KeyPool
 from smoosh.daemon.run.job_context import STOPPING, JobContext, Running
-from smoosh.daemon.run.startup import HOLDER
 from smoosh.io_budget import START, IoBudget
 from smoosh.ioprio import apply_io_priority
 from smoosh.jobs import AcceptInterrupt, JobHalted, NotFound
@@ -48,9 +47,6 @@ from smoosh.jobs import AcceptInterrupt, JobHalted, NotFound
 __all__ = ["Worker", "JobContext", "RunListener", "DEFAULT_JOB_TIMEOUT_S", "DEFAULT_HOLD_POLL_S", "STOP_TIMEOUT_S"]
 
 log = logging.getLogger(__name__)
-
-#: The keys a stand-alone worker writes in a job as it accepts it (``Worker._accept_stamp``).
-_ACCEPT_STAMP_KEYS = frozenset({"heartbeat_at", "worker", HOLDER})
 
 #: The job type's activity timeout (seconds); the heartbeat runs every third of it.
 DEFAULT_JOB_TIMEOUT_S = 30.0
@@ -341,7 +337,9 @@ class Worker:
                         continue
                     self._reserved += 1  # the slot it accepts into
                 try:
-                    stamp = self._accept_stamp if self.signals == "store" else None
+                    # A stand-alone worker names itself in the job by the commit that accepts
+                    # it: a restarting daemon then sees the job's worker alive from the start.
+                    stamp = self._heartbeat.liveness if self.signals == "store" else None
                     job, data = self.jobs.accept(self.job_type, interrupt=self._interrupt, stamp=stamp)
                 except BaseException:
                     self.unreserve()
@@ -355,14 +353,6 @@ class Worker:
                 with self._cond:
                     self._cond.wait(ERROR_PAUSE_S)
 
-    def _accept_stamp(self) -> dict[str, Any]:  # its keys: _ACCEPT_STAMP_KEYS
-        """What a stand-alone worker writes in a job as it accepts it (in the accept's commit):
-        the heartbeat and the holder that tell a restarting daemon this job's worker is alive."""
-        stamp: dict[str, Any] = {"heartbeat_at": self._clock(), "worker": "process"}
-        if self.holder is not None:
-            stamp[HOLDER] = self.holder
-        return stamp
-
     def _launch(self, job: Any, data: dict[str, Any], *, reserved: bool = False) -> None:
         self._pool.submit(self._admit(job, data, reserved=reserved, claimed=False))
 
@@ -374,7 +364,7 @@ class Worker:
             started_at=self._clock(), started_mono=self._monotonic(),
             # No heartbeat at once: a short compaction (most of a fleet) needs none at all. A
             # stand-alone worker's accept wrote its heartbeat and its name in the job already
-            # (_accept_stamp), which is what tells a restarting daemon the worker is alive.
+            # (Heartbeat.liveness), which is what tells a restarting daemon the worker is alive.
             next_update=time.monotonic() + self.job_timeout_s / 3.0,
         )
         with self._cond:
@@ -487,8 +477,8 @@ class Worker:
         # resubmit, then finish: a resubmitted job goes back to pending on finish, with the
         # data it started with, so the next worker starts it afresh (an incremental
         # compaction's progress is kept in the file itself).
-        # Without what the accept wrote in it (_accept_stamp): a pending job has no worker.
-        data = {k: v for k, v in running.data.items() if k not in _ACCEPT_STAMP_KEYS}
+        # Without what the accept wrote in it (Heartbeat.liveness): a pending job has no worker.
+        data = {k: v for k, v in running.data.items() if k not in LIVENESS_KEYS}
         try:
             with running.lock:
                 job = self.jobs.resubmit(running.job)

@@ -167,14 +167,13 @@ class ChannelHost:
         channels waiting for one (every channel, under disk pressure)."""
         grew = slots > self._slots.soft_limit
         self._slots.soft_limit = slots
-        if grew and self._pressure is not None and self._pressure.any:
-            # Under disk pressure the slots are the channels' concurrency too: every channel
-            # may start more (concurrency_raised), not only those in line for a slot.
-            for name in self._registry.current:
-                self.wake(name)
-        elif grew:
-            for name in self._slots.waiting():
-                self.wake(name)
+        if not grew:
+            return
+        # Under disk pressure the slots are the channels' concurrency too: every channel may
+        # start more (concurrency_raised), not only those in line for a slot.
+        pressured = self._pressure is not None and self._pressure.any
+        for name in list(self._registry.current) if pressured else self._slots.waiting():
+            self.wake(name)
 
     def admits(self, key: str) -> bool:
         """A key restored from a checkpoint is validated like a new one."""

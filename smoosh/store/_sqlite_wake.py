@@ -21,8 +21,8 @@ after :data:`LISTEN_QUIET_S` without one (``SqliteStore._poll_loop``).
 Where inotify is missing (not Linux, ``inotify_simple`` not installed, the watches used up)
 or the bell cannot be written, the poller polls, as before.
 
-Owners: the store's poller thread waits on its :class:`PollWake`, listens and closes it; any
-thread may :meth:`PollWake.set`. The store's committer rings its :class:`Doorbell` (one
+Owners: the store's poller thread waits on its :class:`PollWake` and listens; the store's
+close closes it once that thread has ended; any thread may :meth:`PollWake.set`. The store's committer rings its :class:`Doorbell` (one
 commit group at a time); the store closes it after the committer.
 """
 
@@ -174,7 +174,7 @@ class PollWake:
         self._poll.register(inotify.fileno(), select.POLLIN)
 
     def close(self) -> None:
-        """Release the pipe and the inotify descriptor (the poller thread, as it ends)."""
+        """Release the pipe and the inotify descriptor (the store's close, once no thread waits)."""
         self.listen(False)
         with self._lock:
             if self._closed:

@@ -21,7 +21,9 @@ shorter than the bare loop's three durable commits plus the job layer's own work
 store, measured as the memory store's round trip in the same run, so ``1 / (1/bare +
 1/memory)`` is the best any SQLite store under this job layer could do. Beside each store,
 its own share: the round trip's three transactions with the job layer's reads and writes but
-no job layer (``store_round_trips``), the floor under the job layer's rate on that store.
+no job layer (``store_round_trips``), the floor under the job layer's rate on that store;
+on SQLite also with 4 threads sharing the store (a job type each, so only the store and its
+group commits are shared), the floor under the 4-worker budget.
 
 Backlog runs (DESIGN §9, "accept cost does not grow with the backlog"): the same round trip
 by one worker while 10, 1,000 or 10,000 other jobs are pending (eligible, scheduled time 0,
@@ -136,19 +138,42 @@ def _private(urls: list[str], n: int) -> float:
 
 #: Worker threads of the scaling curve (the job layer's and huey's).
 WORKERS = (1, 2, 4, 8)
-def store_round_trips(store_url: str, n: int) -> float:
+def store_round_trips(store_url: str, n: int, threads: int = 1) -> float:
     """The store's share of a round trip: its three transactions, without the job layer; jobs/s.
 
     Each transaction makes exactly the reads and writes the job layer's ``add``, ``accept``
     and ``finish`` make (the same keys, values, snapshot reads, conflict key and stamped
     writes), with every key and value built before the clock starts. No job layer can make
     a round trip faster than this on the same store: the floor of the memory budget.
+
+    ``threads``: that many threads share the store, each with its own job type (keys of its
+    own: no conflict, no pending job taken by another), ``n / threads`` round trips each: on
+    SQLite their commits meet in group commits. The floor under N worker threads of any job
+    layer on this store, since a job layer's threads share more than these do.
     """
-    from smoosh.store import open_store, tuples
-    from smoosh.store.tuples import Versionstamp
+    from smoosh.store import open_store
 
     store = open_store(store_url)
-    p = tuples.pack(("floor",))
+    try:
+        plans = [_floor_plan(store, t, n // threads) for t in range(threads)]
+        workers = [threading.Thread(target=plan) for plan in plans]
+        t0 = time.perf_counter()
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        dt = time.perf_counter() - t0
+    finally:
+        store.close()
+    return (n // threads) * threads / dt
+
+
+def _floor_plan(store: Any, thread: int, n: int) -> Any:
+    """The keys and values of ``n`` round trips of :func:`store_round_trips`, and what runs them."""
+    from smoosh.store import tuples
+    from smoosh.store.tuples import Versionstamp
+
+    p = tuples.pack(("floor", thread))
     timeout_key, counter_key, watch_key = p + b"\x05t", p + b"\x03t", p + b"\x04t"
     pending_begin, pending_end = p + b"\x02t\x00", p + b"\x02t\xff"
     watch_value = tuples.pack_with_versionstamp((Versionstamp(),))
@@ -187,17 +212,16 @@ def store_round_trips(store_url: str, n: int) -> float:
         tr.clear(p + b"\x06t" + tuples.pack((Versionstamp(stamp, 0),)))
         tr.set_versionstamped_value(watch_key, watch_value)
 
-    t0 = time.perf_counter()
-    for row_key, pending_key, activity, row, running, done in work:
-        store.transact(lambda tr: add(tr, row_key, pending_key, row))
-        tr = store.create_transaction()
-        taken = accept(tr, activity, running)
-        tr.commit()
-        stamp = tr.get_versionstamp()
-        store.transact(lambda tr: finish(tr, taken, stamp, done))
-    dt = time.perf_counter() - t0
-    store.close()
-    return n / dt
+    def run() -> None:
+        for row_key, pending_key, activity, row, running, done in work:
+            store.transact(lambda tr: add(tr, row_key, pending_key, row))
+            tr = store.create_transaction()
+            taken = accept(tr, activity, running)
+            tr.commit()
+            stamp = tr.get_versionstamp()
+            store.transact(lambda tr: finish(tr, taken, stamp, done))
+
+    return run
 
 
 #: Backlog sizes of the accept-cost runs.
@@ -319,6 +343,11 @@ def main(argv: list[str] | None = None) -> int:
             r["sqlfloor"] = store_round_trips(_sqlite_url(d), n_sql)
         finally:
             shutil.rmtree(d, ignore_errors=True)
+        d = tempfile.mkdtemp(prefix="smoosh-bench-jobs-")
+        try:
+            r["sqlfloor4"] = store_round_trips(_sqlite_url(d), n_sql, 4)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
         r["sqlp4"] = sqlite_processes(n_sql, 4)
         r["bare3"] = peer("bare3", n_sql)["per_s"]
         r.update(backlog_runs(n_mem // 3, n_sql))
@@ -365,6 +394,10 @@ def main(argv: list[str] | None = None) -> int:
         text = f">= 2x huey ({2 * huey:,.0f}/s)" if (w == 4 and huey) else f">= 1 worker ({med['sql1']:,.0f}/s)"
         metrics.append(Metric(f"SQLite store, {w} worker threads (group commit)", "/s", res[f"sql{w}"], budget=budget,
                               budget_text=text, reference=med.get(f"huey{w}"), reference_name=f"huey, {w} threads"))
+    metrics.append(Metric(
+        "SQLite store alone, 4 threads (a job type each, group commit): the round trip's 3 transactions, no job layer",
+        "/s", res["sqlfloor4"], reference=2 * huey if huey else None, reference_name="2x huey",
+        note="the floor under the 4-worker budget: a job layer's 4 threads share the store as these do, and more"))
     for w in WORKERS[1:]:
         metrics.append(Metric(f"{w} threads sharing nothing: a SQLite store file and job layer each", "/s",
                               res[f"sqlown{w}"], reference=med["sql1"], reference_name="1 worker",

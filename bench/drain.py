@@ -18,6 +18,11 @@ lie in a watched directory. Measured, each on fresh copies:
 * **the floors**: the bare loop with a durable job per file (a claim and a finish, each a
   ``synchronous=FULL`` commit), and both on two threads: what any daemon that runs two
   compactions at once, and records each as a job that survives a crash, cannot beat here.
+* **the design's work in one thread** (``LEAN_LOOP``): per file, what the daemon must do and
+  nothing else (the examination's look, the claim's commit through smoosh's own job layer and
+  SQLite store, the compaction with its checks at start and end), in one loop with no
+  channel, scheduler, watcher or thread hand-off: its CPU beyond the bare loop's is the floor
+  under the daemon's CPU per compaction.
 
 The daemon runs with ``min_size = 0``, ``wait_secs = 0`` and ``staleness = 0`` (so every
 file qualifies and nothing waits on the start-up pause); everything else is the default.
@@ -54,7 +59,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench._daemon import Daemon, Workers, free_port  # noqa: E402
+from bench._daemon import Daemon, Workers, free_port, smoosh_env  # noqa: E402
 from bench._fixtures import make_bloated_db  # noqa: E402
 from bench._harness import Metric, parse_args, percentile, repeat, report  # noqa: E402
 from smoosh.daemon.watch.scan import SETTLE_S  # noqa: E402
@@ -116,6 +121,49 @@ else:
 print(time.perf_counter() - t0)
 """
 
+
+#: The floor under the daemon's CPU per compaction: what the design asks of any daemon for each
+#: file, in one thread and nothing else. The examination's look at the file and its sizes, one
+#: commit through smoosh's job layer on its SQLite store (the run's job added already claimed,
+#: with the previous run's finish, as the daemon's claim does), and the compaction with every
+#: check the daemon makes at its start and end (smoosh.daemon.run.compaction.compact). No
+#: channel, no scheduler, no watcher, no thread hand-off. Times only its loop, not its imports.
+#: Arguments: the jobs store URL, the root, the paths. Prints: seconds, CPU seconds, wake-ups.
+LEAN_LOOP = """
+import os, resource, sys, time
+from smoosh.compactors.sqlite import SqliteCompactor
+from smoosh.daemon.run.compaction import compact
+from smoosh.daemon.run.job_context import JobContext
+from smoosh.jobs import Jobs
+from smoosh.store import open_store
+store_url, root, paths = sys.argv[1], os.path.realpath(sys.argv[2]), sys.argv[3:]
+compactor = SqliteCompactor(roots=[root])
+store = open_store(store_url)
+jobs = Jobs(store)
+jobs.set_type_timeout("smoosh:bench", 30)
+
+def claim(tr, previous, path, data):
+    if previous is not None:
+        jobs.finish_and_remove(previous, tx=tr)
+    return jobs.add_claimed("smoosh:bench", path, data, tx=tr)
+
+r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+previous = None
+for run, path in enumerate(paths):
+    look = compactor.look(path, strict=False)
+    sizes = compactor.sizes(path, look=look)
+    data = {"channel": "ratio_dbs", "key": path, "priority": float(sizes.file_bytes - sizes.active_bytes),
+            "progress": 0.0, "run": run, "file_bytes": sizes.file_bytes}
+    job = store.transact(lambda tr: claim(tr, previous, path, data))
+    outcome = compact(path, data, JobContext(), [compactor], [root], time.monotonic(), time.monotonic)
+    if outcome.result != "ok":
+        raise SystemExit(f"{path}: {outcome.result} {outcome.error}")
+    previous = job
+store.transact(lambda tr: jobs.finish_and_remove(previous, tx=tr))
+seconds, r1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF)
+store.close()
+print(seconds, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime), r1.ru_nvcsw - r0.ru_nvcsw)
+"""
 
 def copies(template: str, directory: Path, count: int) -> list[str]:
     """``count`` copies of ``template`` in ``directory`` (flushed, so no run pays for writing them).
@@ -355,6 +403,24 @@ def drain_bare(template: str, count: int, *, durable_jobs: bool = False, threads
         shutil.rmtree(base, ignore_errors=True)
 
 
+def drain_lean(template: str, count: int) -> tuple[float, float]:
+    """Seconds and CPU seconds of :data:`LEAN_LOOP` over ``count`` copies (its loop alone).
+
+    Its wake-ups are left in :data:`LAST_TALLY`, as the bare loop's are."""
+    base = Path(tempfile.mkdtemp(prefix="smoosh-bench-lean-"))
+    try:
+        paths = copies(template, base / "dbs", count)
+        out = subprocess.run(
+            [sys.executable, "-c", LEAN_LOOP, f"sqlite:{base / 'jobs.db'}", str(base / "dbs"), *paths],
+            check=True, capture_output=True, text=True, env=smoosh_env(), cwd=str(base),
+        )
+        seconds, cpu_s, wakes = out.stdout.split()
+        LAST_TALLY.clear()
+        LAST_TALLY["lean process"] = (float(cpu_s), int(wakes))
+        return float(seconds), float(cpu_s)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
 def handoff_latencies(template: str, count: int, concurrency: int) -> list[float]:
     """Milliseconds from each key's eligibility to its compaction's start, in process."""
     from smoosh.compactors import SqliteCompactor
@@ -411,6 +477,7 @@ def main(argv: list[str] | None = None) -> int:
                 "bare_durable": lambda: drain_bare(template, count, durable_jobs=True),
                 "bare_two": lambda: drain_bare(template, count, threads=2),
                 "bare_two_durable": lambda: drain_bare(template, count, durable_jobs=True, threads=2),
+                "lean": lambda: drain_lean(template, count),
                 "default": lambda: drain_daemon(template, count, 1),
                 "two": lambda: drain_daemon(template, count, 2),
                 "two_memory": lambda: drain_daemon(template, count, 2, store="memory:"),
@@ -447,6 +514,8 @@ def main(argv: list[str] | None = None) -> int:
                reference=bare, reference_name="bare loop"),
         Metric(f"bare VACUUM on 2 threads + a durable job per file (2 commits), {count} files", "s",
                res["bare_two_durable"], higher_is_better=False, reference=bare, reference_name="bare loop"),
+        Metric(f"the design's work per file in one thread, no daemon (look, claim commit, checked compaction), {count} files",
+               "s", res["lean"], higher_is_better=False, reference=bare, reference_name="bare loop"),
         Metric(f"smoosh run, default config, {count} files", "s", res["default"], higher_is_better=False,
                budget=2 * bare, budget_text=f"<= 2.0x bare ({2 * bare:.2f} s)", reference=bare,
                reference_name="bare loop"),
@@ -473,6 +542,7 @@ def main(argv: list[str] | None = None) -> int:
         cpu_rows = [
             ("bare VACUUM loop", "bare_cpu"),
             ("bare VACUUM on 2 threads + a durable job per file", "bare_two_durable_cpu"),
+            ("the design's work per file in one thread, no daemon", "lean_cpu"),
             ("smoosh run, default config", "default_cpu"),
             ("smoosh run, concurrency = 2", "two_cpu"),
             ("smoosh run, concurrency = 2, memory job store", "two_memory_cpu"),
@@ -488,6 +558,11 @@ def main(argv: list[str] | None = None) -> int:
         beyond = [(d - b) * per_file for d, b in zip(res["default_cpu"], res["bare_cpu"])]
         metrics.append(Metric("daemon CPU per compaction beyond the VACUUM (default config; less the bare loop's)",
                               "ms", beyond, higher_is_better=False, budget=1.0, budget_text="<= 1.0 ms"))
+        # The same for the lean loop: what the design's work per file costs beyond the VACUUM
+        # when nothing else runs, the floor under the budget above.
+        lean_beyond = [(d - b) * per_file for d, b in zip(res["lean_cpu"], res["bare_cpu"])]
+        metrics.append(Metric("the design's work per file beyond the VACUUM, in one thread (the floor under the "
+                              "daemon's CPU per compaction)", "ms", lean_beyond, higher_is_better=False))
         if "default_wake" in res:
             metrics += [
                 Metric(f"wake-ups per compaction (voluntary context switches, all threads): {label}", "",
@@ -500,7 +575,8 @@ def main(argv: list[str] | None = None) -> int:
                        [v * per_file / 1000 for v in res[key]], higher_is_better=False)
                 for label, key in (("bare VACUUM loop", "bare_wake"),
                                    ("bare VACUUM loop + a durable job per file (the floor under the budget)",
-                                    "bare_durable_wake"))
+                                    "bare_durable_wake"),
+                                   ("the design's work per file in one thread, no daemon", "lean_wake"))
                 if key in res
             ]
         metrics.append(Metric(

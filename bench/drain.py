@@ -165,6 +165,7 @@ store.close()
 print(seconds, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime), r1.ru_nvcsw - r0.ru_nvcsw)
 """
 
+
 def copies(template: str, directory: Path, count: int) -> list[str]:
     """``count`` copies of ``template`` in ``directory`` (flushed, so no run pays for writing them).
 
@@ -420,6 +421,7 @@ def drain_lean(template: str, count: int) -> tuple[float, float]:
         return float(seconds), float(cpu_s)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
 
 def handoff_latencies(template: str, count: int, concurrency: int) -> list[float]:
     """Milliseconds from each key's eligibility to its compaction's start, in process."""

@@ -153,9 +153,10 @@ def store_round_trips(store_url: str, n: int, threads: int = 1) -> float:
     """
     from smoosh.store import open_store
 
+    share = n // threads
     store = open_store(store_url)
     try:
-        plans = [_floor_plan(store, t, n // threads) for t in range(threads)]
+        plans = [_floor_plan(store, t, share) for t in range(threads)]
         workers = [threading.Thread(target=plan) for plan in plans]
         t0 = time.perf_counter()
         for w in workers:
@@ -165,7 +166,7 @@ def store_round_trips(store_url: str, n: int, threads: int = 1) -> float:
         dt = time.perf_counter() - t0
     finally:
         store.close()
-    return (n // threads) * threads / dt
+    return share * threads / dt
 
 
 def _floor_plan(store: Any, thread: int, n: int) -> Any:
@@ -257,11 +258,7 @@ def backlog_runs(n_mem: int, n_sql: int) -> dict[str, float]:
     out = {}
     for pending in BACKLOGS:
         out[f"mem_backlog{pending}"] = backlog_round_trips("memory:", pending, n_mem)
-        d = tempfile.mkdtemp(prefix="smoosh-bench-jobs-")
-        try:
-            out[f"sql_backlog{pending}"] = backlog_round_trips(_sqlite_url(d), pending, n_sql)
-        finally:
-            shutil.rmtree(d, ignore_errors=True)
+        out[f"sql_backlog{pending}"] = _on_fresh_sqlite(lambda url: backlog_round_trips(url, pending, n_sql))
     return out
 
 
@@ -269,31 +266,36 @@ def _sqlite_url(d: str) -> str:
     return f"sqlite:{os.path.join(d, 'jobs.db')}"
 
 
-def sqlite_round_trips(n: int, workers: int) -> float:
+def _on_fresh_sqlite(run: Any) -> float:
+    """``run(url)`` on a SQLite store file of its own, removed afterwards; what it returns."""
     d = tempfile.mkdtemp(prefix="smoosh-bench-jobs-")
     try:
-        return round_trips(_sqlite_url(d), n, workers)
+        return float(run(_sqlite_url(d)))
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+def sqlite_round_trips(n: int, workers: int) -> float:
+    return _on_fresh_sqlite(lambda url: round_trips(url, n, workers))
 
 
 def sqlite_processes(n: int, procs: int) -> float:
     """``procs`` processes, one worker thread each, sharing one store file; total jobs/s."""
-    d = tempfile.mkdtemp(prefix="smoosh-bench-jobs-")
-    try:
-        from smoosh.store import open_store
+    return _on_fresh_sqlite(lambda url: _processes_on(url, n, procs))
 
-        open_store(_sqlite_url(d)).close()  # create the schema once, before the race
-        cmd = [sys.executable, "-m", "bench.jobs", "--child", _sqlite_url(d), str(n // procs)]
-        t0 = time.perf_counter()
-        children = [subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True) for _ in range(procs)]
-        for c in children:
-            c.communicate()
-            if c.returncode:
-                raise RuntimeError(f"worker process failed with {c.returncode}")
-        return (n // procs) * procs / (time.perf_counter() - t0)
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
+
+def _processes_on(url: str, n: int, procs: int) -> float:
+    from smoosh.store import open_store
+
+    open_store(url).close()  # create the schema once, before the race
+    cmd = [sys.executable, "-m", "bench.jobs", "--child", url, str(n // procs)]
+    t0 = time.perf_counter()
+    children = [subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True) for _ in range(procs)]
+    for c in children:
+        c.communicate()
+        if c.returncode:
+            raise RuntimeError(f"worker process failed with {c.returncode}")
+    return (n // procs) * procs / (time.perf_counter() - t0)
 
 
 def peer(case: str, n: int, workers: int = 1) -> dict:
@@ -338,16 +340,8 @@ def main(argv: list[str] | None = None) -> int:
             for w in WORKERS:
                 r[f"huey{w}"] = peer("huey", n_sql, w)["per_s"]
         r["memfloor"] = store_round_trips("memory:", n_mem)
-        d = tempfile.mkdtemp(prefix="smoosh-bench-jobs-")
-        try:
-            r["sqlfloor"] = store_round_trips(_sqlite_url(d), n_sql)
-        finally:
-            shutil.rmtree(d, ignore_errors=True)
-        d = tempfile.mkdtemp(prefix="smoosh-bench-jobs-")
-        try:
-            r["sqlfloor4"] = store_round_trips(_sqlite_url(d), n_sql, 4)
-        finally:
-            shutil.rmtree(d, ignore_errors=True)
+        r["sqlfloor"] = _on_fresh_sqlite(lambda url: store_round_trips(url, n_sql))
+        r["sqlfloor4"] = _on_fresh_sqlite(lambda url: store_round_trips(url, n_sql, 4))
         r["sqlp4"] = sqlite_processes(n_sql, 4)
         r["bare3"] = peer("bare3", n_sql)["per_s"]
         r.update(backlog_runs(n_mem // 3, n_sql))

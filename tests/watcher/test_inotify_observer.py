@@ -167,6 +167,43 @@ def test_two_watches_on_one_directory_each_get_their_own_kinds(tmp_path: Path, o
         observer.unschedule(w2)
 
 
+class Ignoring(Recorder):
+    """A recorder whose ``ignores`` names the files under one directory, counting what it is asked."""
+
+    def __init__(self, ignored: Path) -> None:
+        super().__init__()
+        self.prefix = str(ignored) + os.sep
+        self.asked: list[str] = []
+
+    def ignores(self, path: str) -> bool:
+        with self._lock:
+            self.asked.append(path)
+        return path.startswith(self.prefix)
+
+
+def test_a_handler_that_ignores_a_file_gets_no_event_for_its_writes(tmp_path: Path, observer: InotifyObserver) -> None:
+    own, app = tmp_path / "own", tmp_path / "app"
+    own.mkdir()
+    app.mkdir()
+    rec, plain = Ignoring(own), Recorder()
+    observer.schedule(rec, str(tmp_path), recursive=True, event_filter=WANTED)
+    observer.schedule(plain, str(tmp_path), recursive=True, event_filter=WANTED)
+    # When files the handler ignores are made and written, then one it does not
+    (own / "x.db").write_bytes(b"x")
+    with open(own / "x.db-journal", "ab") as fh:
+        fh.write(b"j")
+    (app / "y.db").write_bytes(b"y")
+    assert wait_for(lambda: rec.saw("created", app / "y.db") and plain.saw("created", own / "x.db-journal"))
+    # Then it was asked about each, and got events only for the file it did not ignore;
+    # a handler without ignores still gets them all
+    assert {str(own / "x.db"), str(own / "x.db-journal"), str(app / "y.db")} <= set(rec.asked)
+    assert rec.paths() == {str(app / "y.db")}
+    assert {str(own / "x.db"), str(app / "y.db")} <= plain.paths()
+    # And a move is not a write: it arrives whole, even out of an ignored file
+    (own / "x.db").rename(app / "z.db")
+    assert wait_for(lambda: rec.saw("moved", own / "x.db", app / "z.db"))
+
+
 def test_a_queue_overflow_tells_every_handler_that_listens_for_it(tmp_path: Path, observer: InotifyObserver) -> None:
     a, b = Recorder(), Recorder()
     observer.schedule(a, str(tmp_path), event_filter=WANTED)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
+from watchdog.events import FileSystemEvent
 from watchdog.observers import Observer
 
 from inotify_simple import Event
@@ -639,6 +640,40 @@ def test_the_last_events_of_smooshs_own_compaction_are_ignored_and_the_next_writ
         assert wait_for(lambda: w.settling() == 0)
         assert not seen.has(db)
         # And the application's next write is reported
+        make_db(db, commits=1)
+        assert wait_for(lambda: seen.has(db))
+    finally:
+        observer.stop()
+        observer.join(5)
+
+
+def test_smooshs_own_writes_are_dropped_before_an_event_is_built_for_them(watched: Path, running: Running) -> None:
+    observer = InotifyObserver()
+    observer.start()
+    try:
+        db, app = make_db(watched / "own.db"), make_db(watched / "app.db")
+        key = os.path.realpath(db)
+        busy = {key}
+        w, seen = running([str(watched)], busy=lambda path: path in busy, observer=observer)
+        handler = observer._watches[0].handler
+        dispatched: list[str] = []
+        real_dispatch = handler.dispatch
+
+        def spy(event: FileSystemEvent) -> None:
+            dispatched.append(os.fsdecode(event.src_path))
+            real_dispatch(event)
+
+        handler.dispatch = spy
+        seen.paths.clear()  # what the start-up scan found
+        # When smoosh compacts own.db (its writes and its journal's) and the application writes app.db
+        make_db(db, commits=3)
+        make_db(app, commits=1)
+        assert wait_for(lambda: seen.has(app))
+        # Then no event of the compaction's files was built or dispatched, and it is not reported
+        assert dispatched and key not in {os.path.realpath(main_db_path(p)) for p in dispatched}
+        assert not seen.has(db)
+        # And once it is no longer compacting, its writes are events again
+        busy.clear()
         make_db(db, commits=1)
         assert wait_for(lambda: seen.has(db))
     finally:

@@ -14,6 +14,9 @@ What it does, as watchdog's observer does for the events smoosh asks for:
   event classes asked for; a recursive watch covers every directory below ``path``, and a
   directory that appears inside it (made, or moved in) is watched at once and every file
   already in it reported as created (it may have been written before its watch existed).
+* beyond watchdog: a handler with ``ignores(path)`` has the creations and changes of the files
+  it names dropped before any event object is built. The watcher names the files of smoosh's
+  own compactions, so each of their writes costs the thread one call.
 * moves are paired by cookie within one read; a ``moved_to`` without its ``moved_from``
   (moved in from outside) is reported as created, a ``moved_from`` alone as deleted.
 * a watched root deleted or moved away ends its watch: :meth:`is_watching` turns False and
@@ -200,7 +203,10 @@ class InotifyObserver:
         """Watch ``path`` (and, if ``recursive``, every directory below it) for ``event_handler``.
 
         Parameters:
-            event_handler: has ``dispatch(event)``; optionally ``on_overflow()``.
+            event_handler: has ``dispatch(event)``; optionally ``on_overflow()``, and
+                ``ignores(path) -> bool``, asked on the observer's thread under its lock (so
+                it must not block or call the observer) before a file's creation or change
+                is built into an event.
             path: an existing directory.
             recursive: watch the tree below it too.
             event_filter: the watchdog event classes wanted (None: created, modified,
@@ -210,7 +216,8 @@ class InotifyObserver:
             OSError: the directory cannot be watched (missing; inotify's limits: ENOSPC for
                 watches, EMFILE for instances).
         """
-        watch = Watch(path=os.fsdecode(path), is_recursive=recursive, handler=event_handler, mask=mask_of(event_filter))
+        watch = Watch(path=os.fsdecode(path), is_recursive=recursive, handler=event_handler, mask=mask_of(event_filter),
+                      ignores=getattr(event_handler, "ignores", None))
         with self._lock:
             if self._inotify is None:
                 from inotify_simple import INotify
@@ -477,7 +484,7 @@ class InotifyObserver:
                         out.append((w, (DirMovedEvent if is_dir else FileMovedEvent)(src[0], path)))
                     elif src is not None:  # asked for creations only: renamed into place is one
                         out.append((w, (DirCreatedEvent if is_dir else FileCreatedEvent)(path)))
-                    else:
+                    elif is_dir or w.ignores is None or not w.ignores(path):
                         event = _event(mask, is_dir, path)
                         if event is not None:
                             out.append((w, event))

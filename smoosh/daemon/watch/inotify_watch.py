@@ -8,7 +8,7 @@ so the constants of ``linux/inotify.h`` live here.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from watchdog.events import (
     DirCreatedEvent,
@@ -87,6 +87,9 @@ class Watch:
     mask: int = field(repr=False, default=ALL_EVENTS)
     #: False once its root is gone (deleted, moved away) or unscheduled.
     alive: bool = field(repr=False, default=True)
+    #: The handler's ``ignores(path)``, if it has one: a file's creation or change it returns
+    #: True for is dropped before an event is built for it.
+    ignores: Callable[[str], bool] | None = field(repr=False, default=None)
 
     def covers(self, directory: str) -> bool:
         """Whether events in ``directory`` belong to this watch."""

@@ -96,10 +96,14 @@ OWN_OVERFLOW_SHARE = 0.9
 class _Handler(FileSystemEventHandler):
     """Forwards every event to the watcher (kept tiny: it runs on the observer's thread)."""
 
-    def __init__(self, on_event: Callable[[FileSystemEvent], None], on_overflow: Callable[[], None]) -> None:
+    def __init__(
+        self, on_event: Callable[[FileSystemEvent], None], on_overflow: Callable[[], None],
+        ignores: Callable[[str], bool],
+    ) -> None:
         super().__init__()
         self._on_event = on_event
         self.on_overflow = on_overflow  # smoosh's inotify observer calls it when the kernel dropped events
+        self.ignores = ignores  # smoosh's inotify observer asks it before it builds an event
 
     def dispatch(self, event: FileSystemEvent) -> None:
         self._on_event(event)
@@ -168,7 +172,7 @@ class Watcher:
         self._lock = threading.RLock()
         self._scan_lock = threading.Lock()
         self._entries: tuple[WatchEntry, ...] = tuple(resolve_watch(s) for s in self._specs)
-        self._roots = WatchedRoots(_Handler(self._on_event, self.overflowed), polling=polling, shared_observer=observer)
+        self._roots = WatchedRoots(_Handler(self._on_event, self.overflowed, self._ignores), polling=polling, shared_observer=observer)
         self._next_scan_at = clock() + self._rescan_interval_s
         self._next_root_check_at = float("-inf")
         self._thread: threading.Thread | None = None
@@ -510,9 +514,27 @@ class Watcher:
             else:
                 self._settling.pop(path, None)
 
+    def _ignores(self, path: str) -> bool:
+        """Whether a file's creation or change at ``path`` may be dropped before its event is
+        built (smoosh's inotify observer asks, on its thread, under its lock): smoosh is
+        compacting the file, or it is a ``-shm``, which :meth:`_consider` drops too. A
+        compaction's own writes are most of what the observer reads while it runs; this way
+        each costs one call, not an event object and its dispatch. What it drops counts as
+        the overflow's evidence as :meth:`_consider` counts it; what it keeps goes there.
+        """
+        own = self._own(main_db_path(path))
+        if own or path.endswith("-shm"):
+            self._recent_own.append(own)
+            return True
+        return False
+
+    def _own(self, db: str) -> bool:
+        """Whether smoosh is compacting database ``db``, or its compaction's last events are due."""
+        return self._busy(db) or db in self._settling
+
     def _consider(self, path: str) -> None:
         db = main_db_path(path)
-        own = self._busy(db) or db in self._settling
+        own = self._own(db)
         self._recent_own.append(own)  # an overflow's evidence (see overflowed)
         if path.endswith("-shm"):
             return  # the WAL index changes with every reader too; writes show in -wal

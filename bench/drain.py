@@ -23,6 +23,10 @@ lie in a watched directory. Measured, each on fresh copies:
   SQLite store, the compaction with its checks at start and end), in one loop with no
   channel, scheduler, watcher or thread hand-off: its CPU beyond the bare loop's is the floor
   under the daemon's CPU per compaction.
+* **the design's work on the daemon's threads** (``LEAN_THREADS``): the same work, handed between
+  the threads the daemon uses for it (an examination thread, smoosh's loop, a compaction pool
+  thread, smoosh's inotify observer reading each run's own events once), with no channel,
+  scheduler or record of outcomes: its CPU beyond the lean loop's is what the thread model costs.
 
 The daemon runs with ``min_size = 0``, ``wait_secs = 0`` and ``staleness = 0`` (so every
 file qualifies and nothing waits on the start-up pause); everything else is the default.
@@ -161,6 +165,108 @@ for run, path in enumerate(paths):
     previous = job
 store.transact(lambda tr: jobs.finish_and_remove(previous, tx=tr))
 seconds, r1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF)
+store.close()
+print(seconds, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime), r1.ru_nvcsw - r0.ru_nvcsw)
+"""
+
+#: The same work on the daemon's own threads, handed between them as the daemon hands it and with
+#: nothing else: an examination pool thread looks at each file and posts it to a smoosh.loop.Loop,
+#: which hands one at a time to a compaction pool thread (smoosh.daemon.keypool.KeyPool); that
+#: thread claims and compacts as LEAN_LOOP does, has smoosh's inotify observer read the run's
+#: own file events once at its end (dropped unbuilt, as the watcher's are), and posts the end to
+#: the loop, which starts the next. No channel, scheduler, outcome record or history: its CPU
+#: beyond LEAN_LOOP's is what the daemon's thread model costs by itself.
+#: Arguments and output as LEAN_LOOP's.
+LEAN_THREADS = """
+import os, resource, sys, threading, time
+from collections import deque
+from smoosh.compactors.sqlite import SqliteCompactor
+from smoosh.daemon.keypool import KeyPool
+from smoosh.daemon.run.compaction import compact
+from smoosh.daemon.run.job_context import JobContext
+from smoosh.daemon.watch.inotify import InotifyObserver
+from smoosh.daemon.watch.observers import EVENT_FILTER
+from smoosh.jobs import Jobs
+from smoosh.loop import Loop
+from smoosh.store import open_store
+store_url, root, paths = sys.argv[1], os.path.realpath(sys.argv[2]), sys.argv[3:]
+compactor = SqliteCompactor(roots=[root])
+store = open_store(store_url)
+jobs = Jobs(store)
+jobs.set_type_timeout("smoosh:bench", 30)
+
+class Own:
+    def dispatch(self, event):
+        pass
+
+    def ignores(self, path):
+        return True
+
+running = set()  # the loop thread's
+queued = deque()  # the loop thread's
+previous = [None]  # the compaction thread's
+ended_count = [0]  # the loop thread's
+done = threading.Event()
+observer = InotifyObserver()
+observer.schedule(Own(), root, recursive=True, event_filter=EVENT_FILTER)
+observer.set_quiet(lambda: bool(running))
+observer.start()
+loop = Loop("lean-loop")
+loop.start()
+
+def claim(tr, prev, path, data):
+    if prev is not None:
+        jobs.finish_and_remove(prev, tx=tr)
+    return jobs.add_claimed("smoosh:bench", path, data, tx=tr)
+
+def examine(path):
+    look = compactor.look(path, strict=False)
+    sizes = compactor.sizes(path, look=look)
+    loop.post(lambda: offer(path, sizes))
+
+def offer(path, sizes):
+    queued.append((path, sizes))
+    if not running:
+        start_next()
+
+def start_next():
+    if queued:
+        path, sizes = queued.popleft()
+        running.add(path)
+        pool.submit((path, sizes))
+
+def run(item):
+    path, sizes = item
+    data = {"channel": "ratio_dbs", "key": path, "priority": float(sizes.file_bytes - sizes.active_bytes),
+            "progress": 0.0, "run": ended_count[0], "file_bytes": sizes.file_bytes}
+    job = store.transact(lambda tr: claim(tr, previous[0], path, data))
+    outcome = compact(path, data, JobContext(), [compactor], [root], time.monotonic(), time.monotonic)
+    if outcome.result != "ok":
+        print(f"{path}: {outcome.result} {outcome.error}", file=sys.stderr)
+        os._exit(1)
+    previous[0] = job
+    observer.after_drain(lambda: None)
+    loop.post(lambda: ended(path))
+
+def ended(path):
+    running.discard(path)
+    ended_count[0] += 1
+    if ended_count[0] == len(paths):
+        done.set()
+    start_next()
+
+pool = KeyPool(run, 1, "lean-compact")
+examiners = KeyPool(examine, 1, "lean-examine")
+pool.start()
+examiners.start()
+r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+for path in paths:
+    examiners.submit(path)
+done.wait()
+store.transact(lambda tr: jobs.finish_and_remove(previous[0], tx=tr))
+seconds, r1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF)
+loop.stop()
+observer.stop()
 store.close()
 print(seconds, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime), r1.ru_nvcsw - r0.ru_nvcsw)
 """
@@ -404,15 +510,17 @@ def drain_bare(template: str, count: int, *, durable_jobs: bool = False, threads
         shutil.rmtree(base, ignore_errors=True)
 
 
-def drain_lean(template: str, count: int) -> tuple[float, float]:
-    """Seconds and CPU seconds of :data:`LEAN_LOOP` over ``count`` copies (its loop alone).
+def drain_lean(template: str, count: int, *, threads: bool = False) -> tuple[float, float]:
+    """Seconds and CPU seconds of :data:`LEAN_LOOP` (``threads``: :data:`LEAN_THREADS`) over
+    ``count`` copies (its loop alone).
 
     Its wake-ups are left in :data:`LAST_TALLY`, as the bare loop's are."""
     base = Path(tempfile.mkdtemp(prefix="smoosh-bench-lean-"))
     try:
         paths = copies(template, base / "dbs", count)
         out = subprocess.run(
-            [sys.executable, "-c", LEAN_LOOP, f"sqlite:{base / 'jobs.db'}", str(base / "dbs"), *paths],
+            [sys.executable, "-c", LEAN_THREADS if threads else LEAN_LOOP, f"sqlite:{base / 'jobs.db'}",
+             str(base / "dbs"), *paths],
             check=True, capture_output=True, text=True, env=smoosh_env(), cwd=str(base),
         )
         seconds, cpu_s, wakes = out.stdout.split()
@@ -480,6 +588,7 @@ def main(argv: list[str] | None = None) -> int:
                 "bare_two": lambda: drain_bare(template, count, threads=2),
                 "bare_two_durable": lambda: drain_bare(template, count, durable_jobs=True, threads=2),
                 "lean": lambda: drain_lean(template, count),
+                "lean_threads": lambda: drain_lean(template, count, threads=True),
                 "default": lambda: drain_daemon(template, count, 1),
                 "two": lambda: drain_daemon(template, count, 2),
                 "two_memory": lambda: drain_daemon(template, count, 2, store="memory:"),
@@ -518,6 +627,9 @@ def main(argv: list[str] | None = None) -> int:
                res["bare_two_durable"], higher_is_better=False, reference=bare, reference_name="bare loop"),
         Metric(f"the design's work per file in one thread, no daemon (look, claim commit, checked compaction), {count} files",
                "s", res["lean"], higher_is_better=False, reference=bare, reference_name="bare loop"),
+        Metric(f"the design's work per file on the daemon's threads (loop, compaction pool, inotify observer), "
+               f"no daemon, {count} files", "s", res["lean_threads"], higher_is_better=False, reference=bare,
+               reference_name="bare loop"),
         Metric(f"smoosh run, default config, {count} files", "s", res["default"], higher_is_better=False,
                budget=2 * bare, budget_text=f"<= 2.0x bare ({2 * bare:.2f} s)", reference=bare,
                reference_name="bare loop"),
@@ -545,6 +657,7 @@ def main(argv: list[str] | None = None) -> int:
             ("bare VACUUM loop", "bare_cpu"),
             ("bare VACUUM on 2 threads + a durable job per file", "bare_two_durable_cpu"),
             ("the design's work per file in one thread, no daemon", "lean_cpu"),
+            ("the design's work per file on the daemon's threads, no daemon", "lean_threads_cpu"),
             ("smoosh run, default config", "default_cpu"),
             ("smoosh run, concurrency = 2", "two_cpu"),
             ("smoosh run, concurrency = 2, memory job store", "two_memory_cpu"),
@@ -565,6 +678,11 @@ def main(argv: list[str] | None = None) -> int:
         lean_beyond = [(d - b) * per_file for d, b in zip(res["lean_cpu"], res["bare_cpu"])]
         metrics.append(Metric("the design's work per file beyond the VACUUM, in one thread (the floor under the "
                               "daemon's CPU per compaction)", "ms", lean_beyond, higher_is_better=False))
+        # And on the daemon's threads: the floor under the daemon's thread model.
+        threads_beyond = [(d - b) * per_file for d, b in zip(res["lean_threads_cpu"], res["bare_cpu"])]
+        metrics.append(Metric("the design's work per file beyond the VACUUM, on the daemon's threads (the floor "
+                              "under the daemon's CPU per compaction with its thread model)", "ms", threads_beyond,
+                              higher_is_better=False))
         if "default_wake" in res:
             metrics += [
                 Metric(f"wake-ups per compaction (voluntary context switches, all threads): {label}", "",
@@ -578,7 +696,9 @@ def main(argv: list[str] | None = None) -> int:
                 for label, key in (("bare VACUUM loop", "bare_wake"),
                                    ("bare VACUUM loop + a durable job per file (the floor under the budget)",
                                     "bare_durable_wake"),
-                                   ("the design's work per file in one thread, no daemon", "lean_wake"))
+                                   ("the design's work per file in one thread, no daemon", "lean_wake"),
+                                   ("the design's work per file on the daemon's threads, no daemon",
+                                    "lean_threads_wake"))
                 if key in res
             ]
         metrics.append(Metric(

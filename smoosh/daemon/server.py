@@ -616,7 +616,8 @@ class Server(LiveConfig):
         return scheduler is not None and path in scheduler.elsewhere
 
     def _compacting_any(self) -> bool:
-        """Whether any worker compacts for this daemon now (any thread; no lock)."""
+        """Whether any worker compacts for this daemon now, or this process's is about to (any
+        thread; no lock)."""
         worker = self._worker
         if worker is not None and worker.compacting_any():
             return True

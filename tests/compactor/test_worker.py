@@ -111,6 +111,32 @@ def test_accepted_job_is_compacted_and_finished_ok(tmp_path, jobs, workers) -> N
     assert integrity(path) == "ok" and row_count(path) == stats["rows"]
 
 
+def test_a_slot_promised_to_a_compaction_about_to_start_counts_as_compacting(tmp_path, jobs, workers) -> None:
+    # (What keeps the daemon's inotify observer quiet from one compaction of a drain to the
+    # next: the next one's slot is promised before the last one's run has left.)
+    worker = workers([SqliteCompactor(settings())], concurrency=2)
+    worker.start()
+    # (Its dispatcher holds a slot while it waits to accept a job: no compaction is coming.)
+    assert not worker.compacting_any()
+    # When the loop promises a slot to a claim it is about to hand over
+    assert worker.reserve()
+    # Then the worker counts as compacting until the promise is given back
+    assert worker.compacting_any()
+    worker.unreserve()
+    assert not worker.compacting_any()
+    # Or until it is taken up and its run has ended
+    path = str(tmp_path / "a.db")
+    make_bloated_db(path)
+    before = os.path.getsize(path)
+    assert worker.reserve()
+    worker.run_claimed(lambda: (jobs.add_claimed(JOB_TYPE, path, start_data(path)), start_data(path)))
+    deadline = time.monotonic() + HANG_S
+    while worker.compacting_any() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not worker.compacting_any()
+    assert os.path.getsize(path) < before and integrity(path) == "ok"
+
+
 def test_unclaimed_missing_and_failing_keys_finish_with_their_result(tmp_path, jobs, workers) -> None:
     missing = str(tmp_path / "missing.db")
     jobs.add(JOB_TYPE, "relative.db", start_data("relative.db"))

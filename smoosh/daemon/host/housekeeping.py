@@ -122,8 +122,8 @@ class Parts:
     process: Identity | None = None
     #: The job store's health, checked for stalled transactions at every tick.
     store_health: StoreHealth | None = None
-    #: Whether this process's worker compacts anything now (any thread, never blocks): the
-    #: observer then lets events wait for a compaction's end (InotifyObserver.set_quiet).
+    #: Whether this process's worker compacts anything now, or is about to (any thread, never
+    #: blocks): the observer then lets events wait for a compaction's end (InotifyObserver.set_quiet).
     compacting_any: Callable[[], bool] = lambda: False
     #: A scan helper process the server started ahead for the start-up scan (None: the scan
     #: starts its own); the housekeeping owns it, then the watcher it hands it to.

@@ -160,6 +160,9 @@ class Worker:
         # Slots promised but not running yet: to claimed jobs on their way in, and one to the
         # dispatcher while it waits in accept (so a claim never takes the slot it accepts into).
         self._reserved = 0
+        #: Of those, the slots reserve() promised to claims about to start (under _cond; read
+        #: without it by compacting_any).
+        self._claims_promised = 0
         self._stopping = False
         self._interrupt = AcceptInterrupt()
         self._dispatcher: threading.Thread | None = None
@@ -246,13 +249,19 @@ class Worker:
             if self._stopping or self._dispatcher is None or len(self._running) + self._reserved >= self.concurrency:
                 return False
             self._reserved += 1
+            self._claims_promised += 1
             return True
 
     def unreserve(self) -> None:
         """Give back a slot :meth:`reserve` promised (the claim failed)."""
         with self._cond:
-            self._reserved = max(0, self._reserved - 1)
-            self._cond.notify_all()
+            self._claims_promised = max(0, self._claims_promised - 1)
+            self._give_back_locked()
+
+    def _give_back_locked(self) -> None:
+        """A promised slot is free again (under ``_cond``)."""
+        self._reserved = max(0, self._reserved - 1)
+        self._cond.notify_all()
 
     def claim_transact(self, key: str, body: Callable[[Any], Any]) -> Any:
         """Run a claim's ``body`` in the transaction that also finishes the runs that ended (see
@@ -290,8 +299,15 @@ class Worker:
         return key in self._running_keys
 
     def compacting_any(self) -> bool:
-        """Whether any job runs here now (any thread; no lock: one attribute read)."""
-        return bool(self._running_keys)
+        """Whether any job runs here now, or :meth:`reserve` promised a slot to a claim about to
+        start (any thread; no lock: two attribute reads).
+
+        The promise counts: in a drain the next claim's slot is promised as the last run ends,
+        so the daemon's inotify observer stays quiet from one compaction to the next instead of
+        waking for the next one's first write (InotifyObserver.set_quiet). The slot the
+        dispatcher holds while it waits in accept does not: that is no compaction coming.
+        """
+        return bool(self._running_keys) or self._claims_promised > 0
 
     def set_hold(self, channel: str, held: bool) -> None:
         """Hold (or release) the running and future jobs of ``channel`` (direct signals)."""
@@ -342,7 +358,8 @@ class Worker:
                     stamp = self._heartbeat.liveness if self.signals == "store" else None
                     job, data = self.jobs.accept(self.job_type, interrupt=self._interrupt, stamp=stamp)
                 except BaseException:
-                    self.unreserve()
+                    with self._cond:
+                        self._give_back_locked()
                     if isinstance(sys.exc_info()[1], NotFound):
                         continue
                     raise
@@ -372,6 +389,8 @@ class Worker:
                 ctx.set_held(True)
             if reserved:
                 self._reserved = max(0, self._reserved - 1)  # the promised slot is taken now
+                if claimed:
+                    self._claims_promised = max(0, self._claims_promised - 1)
             self._running.add(running)
             self._running_keys = frozenset(r.key for r in self._running)
             self._heartbeat.run_added(running)  # under the lock: see Heartbeat.run_added

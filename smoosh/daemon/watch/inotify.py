@@ -189,9 +189,10 @@ class InotifyObserver:
         An event that ends a wait begun while ``quiet()`` was False is left unread too when
         ``quiet()`` is True by then: the compaction that started meanwhile wrote it.
 
-        For the daemon, ``quiet`` is "a compaction of this process runs": nearly every event
-        then is that compaction's own write, which the watcher drops, and its end calls
-        :meth:`after_drain`, which reads what it queued in one go. Called by the observer's
+        For the daemon, ``quiet`` is "a compaction of this process runs, or its slot is promised
+        to one about to start" (so a drain stays quiet from one compaction to the next): nearly
+        every event then is that compaction's own write, which the watcher drops, and its end
+        calls :meth:`after_drain`, which reads what it queued in one go. Called by the observer's
         owner (one predicate: the last one set holds); ``quiet`` is called on the observer's
         thread, before each wait, and must not block.
         """

@@ -126,14 +126,13 @@ print(time.perf_counter() - t0)
 """
 
 
-#: The floor under the daemon's CPU per compaction: what the design asks of any daemon for each
-#: file, in one thread and nothing else. The examination's look at the file and its sizes, one
-#: commit through smoosh's job layer on its SQLite store (the run's job added already claimed,
-#: with the previous run's finish, as the daemon's claim does), and the compaction with every
-#: check the daemon makes at its start and end (smoosh.daemon.run.compaction.compact). No
-#: channel, no scheduler, no watcher, no thread hand-off. Times only its loop, not its imports.
+#: What both lean scripts below share: their set-up, the design's work on one file in two steps
+#: (the examination's look at the file and its sizes; then one commit through smoosh's job layer
+#: on its SQLite store, the run's job added already claimed with the previous run's finish, as
+#: the daemon's claim does, and the compaction with every check the daemon makes at its start
+#: and end, smoosh.daemon.run.compaction.compact), and the report of what the timed part took.
 #: Arguments: the jobs store URL, the root, the paths. Prints: seconds, CPU seconds, wake-ups.
-LEAN_LOOP = """
+_LEAN_COMMON = """
 import os, resource, sys, time
 from smoosh.compactors.sqlite import SqliteCompactor
 from smoosh.daemon.run.compaction import compact
@@ -146,27 +145,45 @@ store = open_store(store_url)
 jobs = Jobs(store)
 jobs.set_type_timeout("smoosh:bench", 30)
 
+def examine(path):
+    return compactor.sizes(path, look=compactor.look(path, strict=False))
+
 def claim(tr, previous, path, data):
     if previous is not None:
         jobs.finish_and_remove(previous, tx=tr)
     return jobs.add_claimed("smoosh:bench", path, data, tx=tr)
 
-r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-previous = None
-for run, path in enumerate(paths):
-    look = compactor.look(path, strict=False)
-    sizes = compactor.sizes(path, look=look)
+def claim_and_compact(previous, run, path, sizes):
     data = {"channel": "ratio_dbs", "key": path, "priority": float(sizes.file_bytes - sizes.active_bytes),
             "progress": 0.0, "run": run, "file_bytes": sizes.file_bytes}
     job = store.transact(lambda tr: claim(tr, previous, path, data))
     outcome = compact(path, data, JobContext(), [compactor], [root], time.monotonic(), time.monotonic)
     if outcome.result != "ok":
-        raise SystemExit(f"{path}: {outcome.result} {outcome.error}")
-    previous = job
-store.transact(lambda tr: jobs.finish_and_remove(previous, tx=tr))
-seconds, r1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF)
-store.close()
-print(seconds, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime), r1.ru_nvcsw - r0.ru_nvcsw)
+        print(f"{path}: {outcome.result} {outcome.error}", file=sys.stderr)
+        os._exit(1)
+    return job
+
+def start():
+    return resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+
+def report(r0, t0, last, *closing):
+    store.transact(lambda tr: jobs.finish_and_remove(last, tx=tr))
+    seconds, r1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF)
+    for close in closing:
+        close()
+    store.close()
+    print(seconds, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime), r1.ru_nvcsw - r0.ru_nvcsw)
+"""
+
+#: The floor under the daemon's CPU per compaction: what the design asks of any daemon for each
+#: file (_LEAN_COMMON's two steps), in one thread and nothing else. No channel, no scheduler, no
+#: watcher, no thread hand-off. Times only its loop, not its imports.
+LEAN_LOOP = _LEAN_COMMON + """
+r0, t0 = start()
+previous = None
+for run, path in enumerate(paths):
+    previous = claim_and_compact(previous, run, path, examine(path))
+report(r0, t0, previous)
 """
 
 #: The same work on the daemon's own threads, handed between them as the daemon hands it and with
@@ -175,25 +192,15 @@ print(seconds, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime), r1.ru_
 #: thread claims and compacts as LEAN_LOOP does, has smoosh's inotify observer read the run's
 #: own file events once at its end (dropped unbuilt, as the watcher's are), and posts the end to
 #: the loop, which starts the next. No channel, scheduler, outcome record or history: its CPU
-#: beyond LEAN_LOOP's is what the daemon's thread model costs by itself.
-#: Arguments and output as LEAN_LOOP's.
-LEAN_THREADS = """
-import os, resource, sys, threading, time
+#: beyond LEAN_LOOP's is what the daemon's thread model costs by itself. Its set-up (the
+#: threads, the observer's watch) comes before the timed part.
+LEAN_THREADS = _LEAN_COMMON + """
+import threading
 from collections import deque
-from smoosh.compactors.sqlite import SqliteCompactor
 from smoosh.daemon.keypool import KeyPool
-from smoosh.daemon.run.compaction import compact
-from smoosh.daemon.run.job_context import JobContext
 from smoosh.daemon.watch.inotify import InotifyObserver
 from smoosh.daemon.watch.observers import EVENT_FILTER
-from smoosh.jobs import Jobs
 from smoosh.loop import Loop
-from smoosh.store import open_store
-store_url, root, paths = sys.argv[1], os.path.realpath(sys.argv[2]), sys.argv[3:]
-compactor = SqliteCompactor(roots=[root])
-store = open_store(store_url)
-jobs = Jobs(store)
-jobs.set_type_timeout("smoosh:bench", 30)
 
 class Own:
     def dispatch(self, event):
@@ -214,14 +221,8 @@ observer.start()
 loop = Loop("lean-loop")
 loop.start()
 
-def claim(tr, prev, path, data):
-    if prev is not None:
-        jobs.finish_and_remove(prev, tx=tr)
-    return jobs.add_claimed("smoosh:bench", path, data, tx=tr)
-
-def examine(path):
-    look = compactor.look(path, strict=False)
-    sizes = compactor.sizes(path, look=look)
+def examined(path):
+    sizes = examine(path)
     loop.post(lambda: offer(path, sizes))
 
 def offer(path, sizes):
@@ -237,14 +238,7 @@ def start_next():
 
 def run(item):
     path, sizes = item
-    data = {"channel": "ratio_dbs", "key": path, "priority": float(sizes.file_bytes - sizes.active_bytes),
-            "progress": 0.0, "run": ended_count[0], "file_bytes": sizes.file_bytes}
-    job = store.transact(lambda tr: claim(tr, previous[0], path, data))
-    outcome = compact(path, data, JobContext(), [compactor], [root], time.monotonic(), time.monotonic)
-    if outcome.result != "ok":
-        print(f"{path}: {outcome.result} {outcome.error}", file=sys.stderr)
-        os._exit(1)
-    previous[0] = job
+    previous[0] = claim_and_compact(previous[0], ended_count[0], path, sizes)
     observer.after_drain(lambda: None)
     loop.post(lambda: ended(path))
 
@@ -256,21 +250,15 @@ def ended(path):
     start_next()
 
 pool = KeyPool(run, 1, "lean-compact")
-examiners = KeyPool(examine, 1, "lean-examine")
+examiners = KeyPool(examined, 1, "lean-examine")
 pool.start()
 examiners.start()
-r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+r0, t0 = start()
 for path in paths:
     examiners.submit(path)
 done.wait()
-store.transact(lambda tr: jobs.finish_and_remove(previous[0], tx=tr))
-seconds, r1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF)
-loop.stop()
-observer.stop()
-store.close()
-print(seconds, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime), r1.ru_nvcsw - r0.ru_nvcsw)
+report(r0, t0, previous[0], loop.stop, observer.stop)
 """
-
 
 def copies(template: str, directory: Path, count: int) -> list[str]:
     """``count`` copies of ``template`` in ``directory`` (flushed, so no run pays for writing them).

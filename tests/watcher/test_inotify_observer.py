@@ -204,6 +204,23 @@ def test_a_handler_that_ignores_a_file_gets_no_event_for_its_writes(tmp_path: Pa
     assert wait_for(lambda: rec.saw("moved", own / "x.db", app / "z.db"))
 
 
+def test_a_handler_whose_ignores_fails_still_gets_every_event(
+    tmp_path: Path, observer: InotifyObserver, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Failing(Recorder):
+        def ignores(self, path: str) -> bool:
+            raise RuntimeError("boom")
+
+    rec = Failing()
+    observer.schedule(rec, str(tmp_path), event_filter=WANTED)
+    # When its ignores() raises on each of two files written in one burst
+    (tmp_path / "a.db").write_bytes(b"a")
+    (tmp_path / "b.db").write_bytes(b"b")
+    # Then both still arrive (the read is not lost), and the failure is logged
+    assert wait_for(lambda: rec.saw("created", tmp_path / "a.db") and rec.saw("created", tmp_path / "b.db"))
+    assert any("ignores() failed" in r.getMessage() for r in caplog.records)
+
+
 def test_a_queue_overflow_tells_every_handler_that_listens_for_it(tmp_path: Path, observer: InotifyObserver) -> None:
     a, b = Recorder(), Recorder()
     observer.schedule(a, str(tmp_path), event_filter=WANTED)

@@ -485,7 +485,7 @@ class InotifyObserver:
                         out.append((w, (DirMovedEvent if is_dir else FileMovedEvent)(src[0], path)))
                     elif src is not None:  # asked for creations only: renamed into place is one
                         out.append((w, (DirCreatedEvent if is_dir else FileCreatedEvent)(path)))
-                    elif is_dir or w.ignores is None or not w.ignores(path):
+                    elif is_dir or w.ignores is None or not _ignored(w.ignores, path):
                         event = _event(mask, is_dir, path)
                         if event is not None:
                             out.append((w, event))
@@ -546,6 +546,15 @@ class InotifyObserver:
 
 def _never() -> bool:
     return False
+
+
+def _ignored(ignores: Callable[[str], bool], path: str) -> bool:
+    """A handler's ``ignores(path)``; one that fails keeps the event (logged), and the rest of the read goes on."""
+    try:
+        return bool(ignores(path))
+    except Exception:
+        log.exception("an event handler's ignores() failed on %r", path)
+        return False
 
 
 def _event(mask: int, is_dir: bool, path: str) -> FileSystemEvent | None:

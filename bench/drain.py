@@ -39,6 +39,11 @@ over the machine's two cores; that bound is reported beside the budget ("its CPU
 cores"), and ``memory store`` drains once more with the job store in memory (no durable
 commit) to show what durability costs of it. Linux only (elsewhere the CPU rows are left out).
 
+**What a wake-up costs here**: one piece of smoosh's per-compaction Python (a history row's
+store key) timed in thread CPU right after its thread slept 5 ms, and again at once. The first
+runs on caches the wait left cold; the difference is the price each wake-up of a daemon thread
+adds to the code that follows it, on top of the switch.
+
 The hand-off latency is measured in process (a ``Server`` on the same config, its SQLite
 compactor wrapped to time each ``compact`` call): a key becomes eligible when a slot of
 its channel frees (the end of the run ``concurrency`` places before it), and the latency is
@@ -519,6 +524,36 @@ def drain_lean(template: str, count: int, *, threads: bool = False) -> tuple[flo
         shutil.rmtree(base, ignore_errors=True)
 
 
+#: How long the thread sleeps before each sample of :func:`wake_cost_us` (seconds): about one
+#: small database's compaction, the time a daemon thread waits between two turns of its work.
+WAKE_SLEEP_S = 0.005
+
+
+def wake_cost_us(samples: int = 300) -> tuple[float, float]:
+    """Thread CPU (us, medians) of one piece of smoosh's per-compaction Python, a history row's
+    store key (``smoosh.daemon.results.history_row_key``), run right after the thread slept
+    :data:`WAKE_SLEEP_S`, and run again at once.
+
+    The difference is what a wake-up costs the code that runs after it on this machine, beyond
+    the switch itself: the caches it finds cold. A daemon thread pays it at each turn of its
+    work, so the daemon's CPU per compaction grows with its wake-ups by about that much each.
+    """
+    from smoosh.daemon.results import history_row_key
+
+    after: list[float] = []
+    again: list[float] = []
+    for i in range(samples):
+        time.sleep(WAKE_SLEEP_S)
+        t0 = time.thread_time_ns()
+        history_row_key("bench", f"/srv/dbs/tenant{i:05d}.db")
+        t1 = time.thread_time_ns()
+        history_row_key("bench", f"/srv/dbs/tenant{i:05d}.db-again")
+        t2 = time.thread_time_ns()
+        after.append((t1 - t0) / 1000)
+        again.append((t2 - t1) / 1000)
+    return percentile(after, 0.5), percentile(again, 0.5)
+
+
 def handoff_latencies(template: str, count: int, concurrency: int) -> list[float]:
     """Milliseconds from each key's eligibility to its compaction's start, in process."""
     from smoosh.compactors import SqliteCompactor
@@ -602,6 +637,7 @@ def main(argv: list[str] | None = None) -> int:
         res = repeat(one, args.runs)
         lat1 = handoff_latencies(template, count, 1)
         lat2 = handoff_latencies(template, count, 2)
+        woken_us, hot_us = wake_cost_us(100 if args.quick else 300)
     finally:
         shutil.rmtree(d, ignore_errors=True)
     bare = sorted(res["bare"])[len(res["bare"]) // 2]
@@ -697,6 +733,9 @@ def main(argv: list[str] | None = None) -> int:
         Metric("hand-off, eligible to compaction start, p99 (default)", "ms", [percentile(lat1, 0.99)], higher_is_better=False),
         Metric("hand-off, eligible to compaction start, p50 (concurrency 2)", "ms", [percentile(lat2, 0.5)], higher_is_better=False),
         Metric("hand-off, eligible to compaction start, p99 (concurrency 2)", "ms", [percentile(lat2, 0.99)], higher_is_better=False),
+        Metric(f"a piece of smoosh's Python (a history row's key) right after its thread slept "
+               f"{WAKE_SLEEP_S * 1000:.0f} ms (median)", "us", [woken_us], higher_is_better=False),
+        Metric("the same piece again at once (median)", "us", [hot_us], higher_is_better=False),
     ]
     notes = [
         f"{count} copies of a {size / 1024:.0f} KiB database with 80% of its rows deleted, in place before the daemon "

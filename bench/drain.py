@@ -27,6 +27,9 @@ lie in a watched directory. Measured, each on fresh copies:
   the threads the daemon uses for it (an examination thread, smoosh's loop, a compaction pool
   thread, smoosh's inotify observer reading each run's own events once), with no channel,
   scheduler or record of outcomes: its CPU beyond the lean loop's is what the thread model costs.
+* **the daemon with nothing to compact**: a ``Server`` in process, on the default config and job
+  store, whose compactor returns at once: its CPU per file is the daemon's own work per
+  compaction measured directly, not as a difference from the bare loop.
 
 The daemon runs with ``min_size = 0``, ``wait_secs = 0`` and ``staleness = 0`` (so every
 file qualifies and nothing waits on the start-up pause); everything else is the default.
@@ -524,6 +527,44 @@ def drain_lean(template: str, count: int, *, threads: bool = False) -> tuple[flo
         shutil.rmtree(base, ignore_errors=True)
 
 
+def drain_noop(template: str, count: int) -> tuple[float, float]:
+    """Seconds and CPU seconds of a daemon draining ``count`` copies with a compactor that returns
+    at once: everything the daemon does per file but the compaction itself (in process, a
+    ``Server`` on the drain's config and the default SQLite job store, timed from the return of
+    its start, as :func:`drain_daemon` times from the first answer; the process's CPU, so the
+    benchmark's own look at the counters every 20 ms is counted too)."""
+    from smoosh.compactors import SqliteCompactor
+    from smoosh.compactors.base import CompactionResult
+    from smoosh.config import parse_config
+    from smoosh.daemon.server import Server
+
+    class Nothing(SqliteCompactor):
+        def compact(self, key: str, ctx: Any) -> Any:
+            size = os.path.getsize(key)
+            return CompactionResult(size, size)
+
+    base = Path(tempfile.mkdtemp(prefix="smoosh-bench-noop-"))
+    try:
+        copies(template, base / "dbs", count)
+        (base / "state").mkdir()
+        text = config_text(base, 1, None) + "\n"
+        config = parse_config(text.replace("[smoosh]\n", "[smoosh]\nhttp =\n", 1), str(base / "smoosh.ini"))
+        server = Server(config, watch_config=False, compactors=[Nothing(config.sqlite)])
+        server.start()
+        try:
+            t0, cpu0 = time.perf_counter(), time.process_time()
+            deadline = t0 + DRAIN_TIMEOUT_S
+            while sum(n for (_ch, result), n in server.counters.compactions.items() if result == "ok") < count:
+                if time.perf_counter() > deadline:
+                    raise RuntimeError("in-process drain did not finish")
+                time.sleep(0.02)
+            return time.perf_counter() - t0, time.process_time() - cpu0
+        finally:
+            server.stop()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
 #: How long the thread sleeps before each sample of :func:`wake_cost_us` (seconds): about one
 #: small database's compaction, the time a daemon thread waits between two turns of its work.
 WAKE_SLEEP_S = 0.005
@@ -616,6 +657,7 @@ def main(argv: list[str] | None = None) -> int:
                 "two": lambda: drain_daemon(template, count, 2),
                 "two_memory": lambda: drain_daemon(template, count, 2, store="memory:"),
                 "two_procs": lambda: drain_daemon(template, count, 2, worker_processes=2),
+                "noop": lambda: drain_noop(template, count),
             }
             for name, run in runs.items():
                 LAST_TALLY.clear()
@@ -699,6 +741,9 @@ def main(argv: list[str] | None = None) -> int:
                               "ms", beyond, higher_is_better=False, budget=1.0, budget_text="<= 1.0 ms"))
         # The same for the lean loop: what the design's work per file costs beyond the VACUUM
         # when nothing else runs, the floor under the budget above.
+        # And what it spends per file when there is no compaction to subtract at all.
+        metrics.append(Metric("daemon CPU per file with a compactor that returns at once (in process, default config)",
+                              "ms", [v * per_file for v in res["noop_cpu"]], higher_is_better=False))
         lean_beyond = [(d - b) * per_file for d, b in zip(res["lean_cpu"], res["bare_cpu"])]
         metrics.append(Metric("the design's work per file beyond the VACUUM, in one thread (the floor under the "
                               "daemon's CPU per compaction)", "ms", lean_beyond, higher_is_better=False))

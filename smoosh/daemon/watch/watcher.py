@@ -515,32 +515,28 @@ class Watcher:
                 self._settling.pop(path, None)
 
     def _ignores(self, path: str) -> bool:
-        """Whether a file's creation or change at ``path`` may be dropped before its event is
-        built (smoosh's inotify observer asks, on its thread, under its lock): smoosh is
-        compacting the file, or it is a ``-shm``, which :meth:`_consider` drops too. A
-        compaction's own writes are most of what the observer reads while it runs; this way
-        each costs one call, not an event object and its dispatch. What it drops counts as
-        the overflow's evidence as :meth:`_consider` counts it; what it keeps goes there.
+        """Whether an event on ``path`` is no news, counted as an overflow's evidence when it is
+        (see :meth:`overflowed`): smoosh is compacting the file, its writes are no news (and a
+        flood of them); or it is a ``-shm``, which changes with every reader too (writes show
+        in ``-wal``).
+
+        smoosh's inotify observer asks it on its thread, under its lock, before it builds an
+        event: a compaction's own writes are most of what it reads while one runs, and each
+        then costs one call, not an event object and its dispatch. :meth:`_consider` asks it
+        first too, for the other observers.
         """
-        own = self._own(main_db_path(path))
+        db = main_db_path(path)
+        own = self._busy(db) or db in self._settling
         if own or path.endswith("-shm"):
             self._recent_own.append(own)
             return True
         return False
 
-    def _own(self, db: str) -> bool:
-        """Whether smoosh is compacting database ``db``, or its compaction's last events are due."""
-        return self._busy(db) or db in self._settling
-
     def _consider(self, path: str) -> None:
-        db = main_db_path(path)
-        own = self._own(db)
-        self._recent_own.append(own)  # an overflow's evidence (see overflowed)
-        if path.endswith("-shm"):
-            return  # the WAL index changes with every reader too; writes show in -wal
-        if own:
-            return  # smoosh is compacting it: its own writes are no news (and a flood of them)
-        real = canonical_path(db)
+        if self._ignores(path):
+            return
+        self._recent_own.append(False)  # an overflow's evidence (see overflowed)
+        real = canonical_path(main_db_path(path))
         if not accepts(self._entries, real) or self._exclude(real):
             return
         try:

@@ -527,29 +527,22 @@ def drain_lean(template: str, count: int, *, threads: bool = False) -> tuple[flo
         shutil.rmtree(base, ignore_errors=True)
 
 
-def drain_noop(template: str, count: int) -> tuple[float, float]:
-    """Seconds and CPU seconds of a daemon draining ``count`` copies with a compactor that returns
-    at once: everything the daemon does per file but the compaction itself (in process, a
-    ``Server`` on the drain's config and the default SQLite job store, timed from the return of
-    its start, as :func:`drain_daemon` times from the first answer; the process's CPU, so the
-    benchmark's own look at the counters every 20 ms is counted too)."""
-    from smoosh.compactors import SqliteCompactor
-    from smoosh.compactors.base import CompactionResult
+def drain_in_process(template: str, count: int, concurrency: int, compactor: Any) -> tuple[float, float]:
+    """Seconds and CPU seconds of a ``Server`` in this process draining ``count`` copies on the
+    drain's config (the default SQLite job store, no HTTP), its compactor made by
+    ``compactor(sqlite_settings)``. Timed from the return of its start, as :func:`drain_daemon`
+    times from the first answer; the CPU is the process's, so the look at the counters every
+    20 ms is counted too."""
     from smoosh.config import parse_config
     from smoosh.daemon.server import Server
 
-    class Nothing(SqliteCompactor):
-        def compact(self, key: str, ctx: Any) -> Any:
-            size = os.path.getsize(key)
-            return CompactionResult(size, size)
-
-    base = Path(tempfile.mkdtemp(prefix="smoosh-bench-noop-"))
+    base = Path(tempfile.mkdtemp(prefix="smoosh-bench-inproc-"))
     try:
         copies(template, base / "dbs", count)
         (base / "state").mkdir()
-        text = config_text(base, 1, None) + "\n"
+        text = config_text(base, concurrency, None) + "\n"
         config = parse_config(text.replace("[smoosh]\n", "[smoosh]\nhttp =\n", 1), str(base / "smoosh.ini"))
-        server = Server(config, watch_config=False, compactors=[Nothing(config.sqlite)])
+        server = Server(config, watch_config=False, compactors=[compactor(config.sqlite)])
         server.start()
         try:
             t0, cpu0 = time.perf_counter(), time.process_time()
@@ -563,6 +556,20 @@ def drain_noop(template: str, count: int) -> tuple[float, float]:
             server.stop()
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def drain_noop(template: str, count: int) -> tuple[float, float]:
+    """:func:`drain_in_process` with a compactor that returns at once: everything the daemon does
+    per file but the compaction itself."""
+    from smoosh.compactors import SqliteCompactor
+    from smoosh.compactors.base import CompactionResult
+
+    class Nothing(SqliteCompactor):
+        def compact(self, key: str, ctx: Any) -> Any:
+            size = os.path.getsize(key)
+            return CompactionResult(size, size)
+
+    return drain_in_process(template, count, 1, Nothing)
 
 
 #: How long the thread sleeps before each sample of :func:`wake_cost_us` (seconds): about one
@@ -598,10 +605,7 @@ def wake_cost_us(samples: int = 300) -> tuple[float, float]:
 def handoff_latencies(template: str, count: int, concurrency: int) -> list[float]:
     """Milliseconds from each key's eligibility to its compaction's start, in process."""
     from smoosh.compactors import SqliteCompactor
-    from smoosh.config import parse_config
-    from smoosh.daemon.server import Server
 
-    base = Path(tempfile.mkdtemp(prefix="smoosh-bench-handoff-"))
     starts: list[float] = []
     ends: list[float] = []
 
@@ -613,23 +617,7 @@ def handoff_latencies(template: str, count: int, concurrency: int) -> list[float
             finally:
                 ends.append(time.perf_counter())
 
-    try:
-        copies(template, base / "dbs", count)
-        (base / "state").mkdir()
-        text = config_text(base, concurrency, None) + "\n"
-        config = parse_config(text.replace("[smoosh]\n", "[smoosh]\nhttp =\n", 1), str(base / "smoosh.ini"))
-        server = Server(config, watch_config=False, compactors=[Timed(config.sqlite)])
-        server.start()
-        try:
-            deadline = time.perf_counter() + DRAIN_TIMEOUT_S
-            while sum(n for (_ch, result), n in server.counters.compactions.items() if result == "ok") < count:
-                if time.perf_counter() > deadline:
-                    raise RuntimeError("in-process drain did not finish")
-                time.sleep(0.02)
-        finally:
-            server.stop()
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+    drain_in_process(template, count, concurrency, Timed)
     starts.sort()
     ends.sort()
     # Run i may start once `concurrency` runs before it have ended: the end that freed its slot.

@@ -202,9 +202,9 @@ def bare_best_order(shape: list[tuple[int, int, float]], durable_jobs: bool = Fa
         shutil.rmtree(base, ignore_errors=True)
 
 
-def daemon_run(shape: list[tuple[int, int, float]], extra: str = "", ratio_concurrency: int = 1) -> dict[object, float]:
+def daemon_run(shape: list[tuple[int, int, float]], extra: str = "") -> dict[object, float]:
     """Seconds from ``smoosh run``'s first answer until 90% of the reclaimable bytes are back (and the first
-    large database shrank); ``ratio_concurrency``: ratio_dbs' ``concurrency`` (CouchDB's default 1)."""
+    large database shrank); ratio_dbs runs at its ``concurrency`` of 1 (CouchDB's default)."""
     base = Path(tempfile.mkdtemp(prefix="smoosh-bench-worst-"))
     try:
         paths = _fleet(base, shape)
@@ -212,7 +212,7 @@ def daemon_run(shape: list[tuple[int, int, float]], extra: str = "", ratio_concu
         (base / "state").mkdir()
         port = free_port()
         config = base / "smoosh.ini"
-        config.write_text(config_text(base, ratio_concurrency, port, extra=extra))
+        config.write_text(config_text(base, 1, port, extra=extra))
         sampler = _Sampler(paths, gains, _large(paths, shape))
         daemon = Daemon(config, port)
         try:

@@ -22,8 +22,9 @@ Where inotify is missing (not Linux, ``inotify_simple`` not installed, the watch
 or the bell cannot be written, the poller polls, as before.
 
 Owners: the store's poller thread waits on its :class:`PollWake` and listens; the store's
-close closes it once that thread has ended; any thread may :meth:`PollWake.set`. The store's committer rings its :class:`Doorbell` (one
-commit group at a time); the store closes it after the committer.
+close closes it once that thread has ended; any thread may :meth:`PollWake.set`. The store's
+committer rings its :class:`Doorbell` (one commit group at a time); the store closes it after
+the committer.
 """
 
 from __future__ import annotations

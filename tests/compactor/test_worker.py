@@ -137,6 +137,36 @@ def test_a_slot_promised_to_a_compaction_about_to_start_counts_as_compacting(tmp
     assert os.path.getsize(path) < before and integrity(path) == "ok"
 
 
+def test_a_run_being_released_frees_its_slot_and_still_counts_as_running(tmp_path, jobs, workers) -> None:
+    # (The daemon's file watcher reads its queue in the release: the next claim must not find
+    # the slot taken meanwhile, nor the watcher take the run's last writes for news.)
+    # (Two slots: its dispatcher holds one while it waits to accept a job.)
+    worker = workers([SqliteCompactor(settings())], concurrency=2)
+    path = str(tmp_path / "a.db")
+    make_bloated_db(path)
+    seen: list[tuple[str, bool, bool, bool]] = []
+
+    def on_released(key: str) -> None:
+        promised = worker.reserve()
+        if promised:
+            worker.unreserve()
+        seen.append((key, promised, worker.is_running(key), worker.compacting_any()))
+
+    worker.on_released = on_released
+    worker.start()
+    # When a claimed run ends
+    assert worker.reserve()
+    worker.run_claimed(lambda: (jobs.add_claimed(JOB_TYPE, path, start_data(path)), start_data(path)))
+    deadline = time.monotonic() + HANG_S
+    while worker.is_running(path) or not seen:
+        assert time.monotonic() < deadline, "the run did not end"
+        time.sleep(0.01)
+    # Then during its release the slot could be promised again, and the key was running
+    assert seen == [(path, True, True, True)]
+    # And after it, the key is not running
+    assert not worker.is_running(path) and not worker.compacting_any()
+
+
 def test_unclaimed_missing_and_failing_keys_finish_with_their_result(tmp_path, jobs, workers) -> None:
     missing = str(tmp_path / "missing.db")
     jobs.add(JOB_TYPE, "relative.db", start_data("relative.db"))

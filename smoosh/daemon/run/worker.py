@@ -139,10 +139,15 @@ class Worker:
         lock = threading.RLock()
         self._cond = threading.Condition(lock)
         self._running: set[Running] = set()
-        # Keys of the jobs running now, for lock-free membership tests from other threads.
+        # Keys of the runs that ended and are being released (on_released): their slots are
+        # free, and they still count as running. A list: one key may end twice at once. Under _cond.
+        self._releasing: list[str] = []
+        # Keys of the jobs running or being released now, for lock-free membership tests from
+        # other threads.
         self._running_keys: frozenset[str] = frozenset()
         #: Told each key on its compaction thread just before it stops counting as running
-        #: (:meth:`is_running`): the daemon's file watcher settles its last events then.
+        #: (:meth:`is_running`), its slot free already: the daemon's file watcher settles its
+        #: last events then.
         self.on_released: Callable[[str], None] | None = None
         #: Asked, on its compaction thread, for the write that stores a claimed run's result
         #: (``on_finished(key, data, outcome)``: its durable history row, or None), made in the
@@ -295,7 +300,8 @@ class Worker:
             self._cond.notify_all()
 
     def is_running(self, key: str) -> bool:
-        """Whether a job of ``key`` runs here now (any thread; no lock: one attribute read)."""
+        """Whether a job of ``key`` runs here now, or has ended and is being released (any thread;
+        no lock: one attribute read)."""
         return key in self._running_keys
 
     def compacting_any(self) -> bool:
@@ -392,7 +398,7 @@ class Worker:
                 if claimed:
                     self._claims_promised = max(0, self._claims_promised - 1)
             self._running.add(running)
-            self._running_keys = frozenset(r.key for r in self._running)
+            self._refresh_keys_locked()
             self._heartbeat.run_added(running)  # under the lock: see Heartbeat.run_added
         return running
 
@@ -417,16 +423,35 @@ class Worker:
         except Exception:
             log.exception("Running the job of %r failed.", running.key)
         finally:
+            self._release(running)
+
+    def _release(self, running: Running) -> None:
+        """The run has ended: free its slot, tell ``on_released``, then stop counting it as running.
+
+        The slot is freed first. The release may take a while (the file watcher reads its queue
+        there), and the loop starts the next run meanwhile: a claim that found every slot taken
+        would wait for a worker instead, followed through the store. The claim runs on this
+        thread once the release is done.
+        """
+        with self._cond:
+            self._running.discard(running)
+            self._releasing.append(running.key)
+            self._cond.notify_all()
+        try:
             on_released = self.on_released
             if on_released is not None:
                 try:
                     on_released(running.key)
                 except Exception:
                     log.exception("Releasing %r failed.", running.key)
+        finally:
             with self._cond:
-                self._running.discard(running)
-                self._running_keys = frozenset(r.key for r in self._running)
-                self._cond.notify_all()
+                self._releasing.remove(running.key)
+                self._refresh_keys_locked()
+
+    def _refresh_keys_locked(self) -> None:
+        """Rebuild :attr:`_running_keys` (under ``_cond``)."""
+        self._running_keys = frozenset(r.key for r in self._running).union(self._releasing)
 
     # ------------------------------------------------------------------ one job
 

@@ -274,7 +274,7 @@ def test_running_out_of_watches_mid_tree_raises_and_keeps_no_half_watched_tree(t
 
 def created_seen_by_after_drain(observer: InotifyObserver, rec: Recorder, f: Path) -> bool:
     """Write ``f``, then ask for an after_drain callback: whether ``f``'s creation had been
-    dispatched to ``rec`` when the callback ran (on the observer's thread)."""
+    dispatched to ``rec`` when the callback ran (on whichever thread read it)."""
     f.write_bytes(b"x")
     seen_then: list[bool] = []
     done = threading.Event()
@@ -290,6 +290,120 @@ def test_after_drain_runs_once_the_events_queued_before_it_are_dispatched(
     observer.schedule(rec, str(tmp_path), recursive=False, event_filter=WANTED)
     # When a callback is asked for after a write, then it runs after that write's event was dispatched
     assert created_seen_by_after_drain(observer, rec, tmp_path / "a.db")
+
+
+class Blocker(Recorder):
+    """A recorder whose dispatch of ``path``'s events waits for ``go_on``: a read held up
+    mid-dispatch, as under load. Records each event's thread."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = str(path)
+        self.inside, self.go_on = threading.Event(), threading.Event()
+        self.threads: list[str] = []
+
+    def dispatch(self, event: FileSystemEvent) -> None:
+        super().dispatch(event)
+        with self._lock:
+            self.threads.append(threading.current_thread().name)
+        if os.fsdecode(event.src_path) == self.path:
+            self.inside.set()
+            self.go_on.wait(HANG_S)
+
+
+@pytest.fixture
+def parked() -> Iterator[tuple[InotifyObserver, threading.Event]]:
+    """A started observer whose thread is held before its first wait (the quiet predicate it
+    asks there waits), as a thread the scheduler has not run yet: it reads nothing until the
+    event it yields is set."""
+    obs = InotifyObserver()
+    asked, go_on = threading.Event(), threading.Event()
+    obs.set_quiet(lambda: (asked.set(), go_on.wait(HANG_S), False)[2])
+    obs.start()
+    assert asked.wait(HANG_S)
+    yield obs, go_on
+    go_on.set()
+    obs.stop()
+    obs.join(5)
+
+
+def test_after_drain_reads_on_the_callers_thread_when_no_read_is_under_way(
+    tmp_path: Path, parked: tuple[InotifyObserver, threading.Event]
+) -> None:
+    observer, _ = parked
+    rec = Blocker(tmp_path / "never")
+    observer.schedule(rec, str(tmp_path), recursive=False, event_filter=WANTED)
+    # When a file is written and its writer asks for a callback (a compaction's end)
+    (tmp_path / "a.db").write_bytes(b"x")
+    called: list[str] = []
+    assert observer.after_drain(lambda: called.append(threading.current_thread().name))
+    # Then the write's event was dispatched, and the callback called, on the caller's
+    # thread before after_drain returned: the observer's thread was not needed for them
+    here = threading.current_thread().name
+    assert rec.saw("created", tmp_path / "a.db")
+    assert set(rec.threads) == {here}
+    assert called == [here]
+
+
+def test_after_drain_during_a_read_leaves_the_callback_to_the_observers_next_read(
+    tmp_path: Path, observer: InotifyObserver
+) -> None:
+    # Given the observer's thread held up in the middle of dispatching a read
+    rec = Blocker(tmp_path / "slow.db")
+    observer.schedule(rec, str(tmp_path), recursive=False, event_filter=WANTED)
+    (tmp_path / "slow.db").write_bytes(b"x")
+    assert rec.inside.wait(HANG_S)
+    # When another file is written (after that read began) and a callback is asked for
+    (tmp_path / "a.db").write_bytes(b"x")
+    called = threading.Event()
+    seen_then: list[bool] = []
+    assert observer.after_drain(lambda: (seen_then.append(rec.saw("created", tmp_path / "a.db")), called.set()))
+    # Then the caller does not wait for that read, nor read beside it: nothing is called yet
+    assert not called.is_set()
+    assert not rec.saw("created", tmp_path / "a.db")
+    # And once the read is done, the observer's thread reads again and calls back after
+    # dispatching the write made before the callback was asked for
+    rec.go_on.set()
+    assert called.wait(HANG_S)
+    assert seen_then == [True]
+    assert set(rec.threads) == {"smoosh-inotify"}
+
+
+def test_a_stop_waits_for_an_after_drain_read_under_way(tmp_path: Path, observer: InotifyObserver) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir(), second.mkdir()
+    rec1, rec2 = Blocker(first / "slow.db"), Blocker(second / "slow.db")
+    observer.schedule(rec1, str(first), recursive=False, event_filter=WANTED)
+    observer.schedule(rec2, str(second), recursive=False, event_filter=WANTED)
+    # Given the observer's thread held up in a callback, outside any read: it was reading
+    # when the callback was asked for, so the callback waited for its next read
+    (first / "slow.db").write_bytes(b"x")
+    assert rec1.inside.wait(HANG_S)
+    in_callback, callback_go_on = threading.Event(), threading.Event()
+    assert observer.after_drain(lambda: (in_callback.set(), callback_go_on.wait(HANG_S)))
+    rec1.go_on.set()
+    assert in_callback.wait(HANG_S)
+    # And an after_drain reading on its caller's thread meanwhile, held up mid-dispatch
+    (second / "slow.db").write_bytes(b"x")
+    returned = threading.Event()
+    caller = threading.Thread(target=lambda: (observer.after_drain(lambda: None), returned.set()))
+    caller.start()
+    try:
+        assert rec2.inside.wait(HANG_S)
+        assert set(rec2.threads) == {caller.name}
+        # When the observer is stopped, and its thread goes on to end
+        observer.stop()
+        callback_go_on.set()
+        # Then it does not close the descriptor under that read: it waits for it to end
+        assert not wait_for(lambda: not observer.is_alive(), timeout_s=0.3)
+        rec2.go_on.set()
+        assert returned.wait(HANG_S)
+        observer.join(HANG_S)
+        assert not observer.is_alive()
+    finally:
+        rec2.go_on.set()
+        callback_go_on.set()
+        caller.join(HANG_S)
 
 
 def test_after_drain_reads_a_descriptor_the_first_schedule_opened_while_the_thread_slept(
@@ -355,7 +469,9 @@ def test_events_that_arrive_as_a_compaction_starts_wait_for_its_end(
 
     observer.set_quiet(quiet)
     (tmp_path / "before.db").write_bytes(b"x")
-    assert wait_for(lambda: rec.saw("created", tmp_path / "before.db"))  # read at once: not quiet
+    # Read at once: not quiet. Its last event too, or the read it wakes the thread for could
+    # take the next write with it (the thread looks at quiet() before it reads, not after).
+    assert wait_for(lambda: rec.saw("modified", tmp_path / "before.db"))
     # When a compaction starts and writes, waking the thread from its wait for any event
     with lock:
         state["quiet"] = True

@@ -624,9 +624,19 @@ def test_the_last_events_of_smooshs_own_compaction_are_ignored_and_the_next_writ
         w, seen = running([str(watched)], busy=lambda path: path in busy, observer=observer)
         db = watched / "own.db"
         key = os.path.realpath(db)
-        # The observer's thread held up, as under load: what is written now stays queued
+        # The observer's thread held up in the middle of a read, as under load: what is
+        # written now stays queued, and the compaction's end cannot read it itself
+        held = watched.parent / "held"
+        held.mkdir()
         inside, go_on = threading.Event(), threading.Event()
-        assert observer.after_drain(lambda: (inside.set(), go_on.wait(EVENT_WAIT_S)))
+
+        class Slow:
+            def dispatch(self, event: FileSystemEvent) -> None:
+                inside.set()
+                go_on.wait(EVENT_WAIT_S)
+
+        observer.schedule(Slow(), str(held))
+        (held / "x").write_bytes(b"x")
         assert inside.wait(EVENT_WAIT_S)
         # Given smoosh compacting the database: its writes queue events while it is busy
         busy.add(key)
@@ -635,8 +645,10 @@ def test_the_last_events_of_smooshs_own_compaction_are_ignored_and_the_next_writ
         # and only then are its events read
         w.settle(key)
         busy.discard(key)
+        assert w.settling() == 1
         go_on.set()
-        # Then the queue as it was is handled without a report of the compaction's writes
+        # Then the queue as it was is handled, by the observer's thread once it is free,
+        # without a report of the compaction's writes
         assert wait_for(lambda: w.settling() == 0)
         assert not seen.has(db)
         # And the application's next write is reported

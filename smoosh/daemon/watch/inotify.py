@@ -24,15 +24,17 @@ What it does, as watchdog's observer does for the events smoosh asks for:
 * a kernel queue overflow calls ``on_overflow()`` on every handler that has one.
 * beyond watchdog: :meth:`InotifyObserver.after_drain` runs a callback once every event the
   kernel queued before the call has been handled (how the watcher knows the last events of
-  smoosh's own compaction are behind it).
+  smoosh's own compaction are behind it). The caller reads the queue itself when no read is
+  under way, so a compaction's end wakes no other thread.
 * beyond watchdog: :meth:`InotifyObserver.set_quiet` names a time when most events are
-  smoosh's own (its compactions run): the thread then sleeps through them and reads the queue
-  when a compaction ends (its ``after_drain``) or every :data:`QUIET_READ_S`, so a compaction's
-  writes cost one wake-up instead of one per burst, and the kernel merges their repeats unread.
+  smoosh's own (its compactions run): the thread then sleeps through them, and the queue is
+  read when a compaction ends (its ``after_drain``) or every :data:`QUIET_READ_S`, so a
+  compaction's writes cost no wake-up of their own, and the kernel merges their repeats unread.
 
 Owner: whoever made it (the daemon's housekeeping, a watcher or a config watcher); any
-thread may schedule and unschedule, under the observer's lock. Handlers run on the
-observer's thread, outside that lock.
+thread may schedule and unschedule, under the observer's lock. Handlers run outside that
+lock, on the thread that read the events: the observer's, or one in ``after_drain``. One read
+at a time (``_reading``), so handlers never run two at once and see events in order.
 """
 
 from __future__ import annotations
@@ -137,6 +139,10 @@ class InotifyObserver:
         self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         #: Callbacks for after the next read of the kernel queue (see after_drain); under the lock.
         self._after_read: list[Callable[[], None]] = []
+        # Held by whoever reads the kernel queue and dispatches what it read: the thread, or an
+        # after_drain that found it free. One read at a time keeps the events in the kernel's
+        # order and never runs two handlers at once. Taken before the lock, never inside it.
+        self._reading = threading.Lock()
         # Whether events may wait unread (see set_quiet); set by the owner, read by the thread.
         self._quiet: Callable[[], bool] = _never
 
@@ -168,15 +174,32 @@ class InotifyObserver:
         return self._thread is not None and self._thread.is_alive()
 
     def after_drain(self, callback: Callable[[], None]) -> bool:
-        """Call ``callback`` on the observer's thread once every event queued before now is handled.
+        """Call ``callback`` once every event queued before now is handled.
 
-        The thread is woken, reads the kernel queue (which holds every event of writes made
-        before this call) and dispatches it, then calls ``callback``; at a stop, it is called
-        all the same. Returns False, calling nothing, when the thread does not run.
+        The kernel queue holds every event of writes made before this call. When no read is
+        under way, the caller reads and dispatches it on its own thread and calls ``callback``
+        (with any callbacks others asked for meanwhile) before returning: a compaction's end
+        wakes no thread for its last events. When the observer's thread is reading, that read
+        may have begun before those writes, so the thread is woken to read again and calls
+        ``callback`` after it; at a stop, it is called all the same. Returns False, calling
+        nothing, when the thread does not run.
         """
         with self._lock:
             if self._thread is None or self._stopping:
                 return False
+        if self._reading.acquire(blocking=False):
+            try:
+                with self._lock:
+                    after, self._after_read = self._after_read, []
+                    inotify = self._inotify
+                if inotify is not None:
+                    self._read_and_handle(inotify)
+            finally:
+                self._reading.release()
+            after.append(callback)
+            self._call(after)
+            return True
+        with self._lock:
             self._after_read.append(callback)
         self._wake()
         return True
@@ -192,7 +215,7 @@ class InotifyObserver:
         For the daemon, ``quiet`` is "a compaction of this process runs, or its slot is promised
         to one about to start" (so a drain stays quiet from one compaction to the next): nearly
         every event then is that compaction's own write, which the watcher drops, and its end
-        calls :meth:`after_drain`, which reads what it queued in one go. Called by the observer's
+        calls :meth:`after_drain`, which reads what it queued in one go, on its own thread. Called by the observer's
         owner (one predicate: the last one set holds); ``quiet`` is called on the observer's
         thread, before each wait, and must not block.
         """
@@ -387,21 +410,24 @@ class InotifyObserver:
                     os.read(self._wake_r, 64)
                 except BlockingIOError:
                     pass
-                # Taken before the read: every event queued before a callback was asked for
-                # is in this read or an earlier one. The descriptor is read again with them:
-                # one the first schedule opened while this thread slept must be read now, or
-                # its callbacks would run before the events queued ahead of them.
-                with self._lock:
-                    after, self._after_read = self._after_read, []
-                    inotify = self._inotify
+                if not quiet and inotify is not None:
+                    # An event woke it: let the rest of its burst gather. A quiet wait ended
+                    # when the burst was over (a compaction's end) or long after.
+                    time.sleep(READ_DELAY_S)
+                after: list[Callable[[], None]] = []
                 try:
-                    if inotify is not None:
-                        if not quiet:
-                            # An event woke it: let the rest of its burst gather. A quiet wait
-                            # ended when the burst was over (a compaction's end) or long after.
-                            time.sleep(READ_DELAY_S)
-                        read = self._read_and_handle(inotify)
-                        quiet_idle = timed_out and read == 0
+                    with self._reading:
+                        # Taken before the read: every event queued before a callback was asked
+                        # for is in this read or an earlier one. The descriptor is read again
+                        # with them: one the first schedule opened while this thread slept must
+                        # be read now, or its callbacks would run before the events queued
+                        # ahead of them.
+                        with self._lock:
+                            after, self._after_read = self._after_read, []
+                            inotify = self._inotify
+                        if inotify is not None:
+                            read = self._read_and_handle(inotify)
+                            quiet_idle = timed_out and read == 0
                 finally:
                     self._call(after)
         finally:
@@ -429,7 +455,9 @@ class InotifyObserver:
                 log.exception("an after_drain callback failed")
 
     def _close(self) -> None:
-        with self._lock:
+        # After any read under way: an after_drain's read must not meet a closed descriptor,
+        # or another file's that reused its number.
+        with self._reading, self._lock:
             inotify, self._inotify = self._inotify, None
             self._wd_dir.clear()
             self._dir_wd.clear()

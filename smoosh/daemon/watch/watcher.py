@@ -94,7 +94,8 @@ OWN_OVERFLOW_SHARE = 0.9
 
 
 class _Handler(FileSystemEventHandler):
-    """Forwards every event to the watcher (kept tiny: it runs on the observer's thread)."""
+    """Forwards every event to the watcher (kept tiny: it runs where the observer reads, on its
+    thread or at a compaction's end, on the compaction's)."""
 
     def __init__(
         self, on_event: Callable[[FileSystemEvent], None], on_overflow: Callable[[], None],
@@ -193,8 +194,9 @@ class Watcher:
         # (under _lock): the two kinds are said apart, so an own one never silences a warning.
         self._overflows_said: dict[bool, list[float]] = {False: [float("-inf"), 0], True: [float("-inf"), 0]}
         # Whether each of the last events was on a path smoosh was compacting (True) or not.
-        # Written by the observer's thread alone (_consider), read there too (overflowed: the
-        # observer calls it after dispatching the events read with the overflow's record).
+        # Written by the observer's reader alone (_consider: one read at a time, on its thread or
+        # in an after_drain), read there too (overflowed: the observer calls it after
+        # dispatching the events read with the overflow's record).
         self._recent_own: deque[bool] = deque(maxlen=OVERFLOW_EVIDENCE_EVENTS)
         #: (databases found, seconds) of the start-up scan; (0, 0.0) before it completes.
         self.startup_scan: tuple[int, float] = (0, 0.0)

@@ -22,6 +22,7 @@ from smoosh.daemon.control import control
 from smoosh.compactors import SqliteCompactor
 from smoosh.jobs import Jobs
 from smoosh.store import open_store
+from channels.ports import Outcome
 from smoosh.daemon.run.worker import Worker
 from smoosh.io_budget import DEFAULT_CHUNK_GAP_FACTOR, IoBudget
 
@@ -175,6 +176,51 @@ def test_unclaimed_missing_and_failing_keys_finish_with_their_result(tmp_path, j
     unclaimed = finished(jobs, "relative.db")
     assert (unclaimed["result"], unclaimed["error"]) == ("failed", "no compactor claims relative.db")
     assert finished(jobs, missing)["result"] == "gone"
+
+
+def test_a_claimed_path_swapped_for_a_symlink_after_its_check_finishes_gone_and_touches_nothing_outside(
+    tmp_path, jobs, workers
+) -> None:
+    # (A claimed run's path is checked by its claim, the re-check, and not again before the
+    # compaction: the compactor's open is what refuses a swap in between.)
+    import hashlib
+
+    dbs, outside = tmp_path / "dbs", tmp_path / "outside"
+    (dbs / "sub").mkdir(parents=True)
+    outside.mkdir()
+    path = str(dbs / "sub" / "q.db")
+    victim = str(outside / "q.db")
+    make_bloated_db(victim)
+    digest = hashlib.sha256(open(victim, "rb").read()).hexdigest()
+    ended: list[Outcome] = []
+    done = threading.Event()
+
+    class Listener:
+        def run_started(self, key: str, data: dict[str, Any], claimed: bool = False) -> None:
+            pass
+
+        def run_ended(self, key: str, data: dict[str, Any], outcome: Outcome) -> None:
+            ended.append(outcome)
+            done.set()
+
+    worker = workers([SqliteCompactor(settings(), roots=[str(dbs)])], roots=lambda: [str(dbs)], concurrency=2,
+                     signals="direct", listener=Listener())
+    worker.start()
+
+    def claim() -> tuple[Any, dict[str, Any]]:
+        # Given a claim that found the path in place, and a directory of it swapped for a
+        # symlink to one outside the roots between its check and the compaction
+        job = jobs.add_claimed(JOB_TYPE, path, start_data(path))
+        os.rmdir(dbs / "sub")
+        os.symlink(outside, dbs / "sub")
+        return job, start_data(path)
+
+    assert worker.reserve()
+    worker.run_claimed(claim)
+    # Then the run ends gone, and the outside file is byte for byte what it was
+    assert done.wait(HANG_S)
+    assert [o.result for o in ended] == ["gone"]
+    assert hashlib.sha256(open(victim, "rb").read()).hexdigest() == digest
 
 
 def test_a_queued_path_swapped_for_a_symlink_finishes_gone_and_touches_nothing_outside(

@@ -29,6 +29,8 @@ def compact(
     roots: Sequence[str] | None,
     started: float,
     clock: Callable[[], float],
+    *,
+    checked: bool = False,
 ) -> Outcome:
     """Compact ``key`` through the compactor that claims it; how it ended, never an exception.
 
@@ -41,6 +43,9 @@ def compact(
             file swapped for a link after it was queued is refused unopened.
         started: the run's start (``clock`` seconds), for its duration.
         clock: monotonic seconds (a wall clock stepped mid-run would make the duration lie).
+        checked: the caller checked the path at use (``refused_at_use``) on this thread just
+            before (a claimed run's re-check): one look per start (DESIGN §12). The compactor's
+            open still refuses a symlink in any component and a path outside its roots.
     """
     size_bytes = int(data.get("file_bytes") or 0)
 
@@ -60,7 +65,7 @@ def compact(
     if compactor is None:
         return outcome(FAILED, f"no compactor claims {key}")
     path = key[len(CLEANUP_PREFIX):] if key.startswith(CLEANUP_PREFIX) else key
-    reason = refused_at_use(path, roots)
+    reason = None if checked else refused_at_use(path, roots)
     if reason is not None:
         return outcome(GONE, str(refused(path, reason)))
     if ctx.stop_reason is not None:

@@ -280,6 +280,8 @@ class Worker:
             claim: adds the job already accepted (``Jobs.add_claimed``) and returns
                 ``(job, data)``, or None when there is nothing to run (the slot is given back).
                 It runs on the thread that then compacts: the start costs no extra hand-off.
+                It has checked the path at use (``refused_at_use``, the re-check): the
+                compaction does not look again, the compactor's open aside.
         """
         if not self._pool.submit(claim):
             self.unreserve()
@@ -484,7 +486,7 @@ class Worker:
         restore_io_priority = apply_io_priority(self._io_priority())
         try:
             return compact(running.key, running.data, running.ctx, self.compactors, self._roots(), started,
-                           self._monotonic)
+                           self._monotonic, checked=running.claimed)
         finally:
             restore_io_priority()
             with running.lock:

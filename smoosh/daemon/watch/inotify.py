@@ -215,9 +215,9 @@ class InotifyObserver:
         For the daemon, ``quiet`` is "a compaction of this process runs, or its slot is promised
         to one about to start" (so a drain stays quiet from one compaction to the next): nearly
         every event then is that compaction's own write, which the watcher drops, and its end
-        calls :meth:`after_drain`, which reads what it queued in one go, on its own thread. Called by the observer's
-        owner (one predicate: the last one set holds); ``quiet`` is called on the observer's
-        thread, before each wait, and must not block.
+        calls :meth:`after_drain`, which reads what it queued in one go, on its own thread.
+        Called by the observer's owner (one predicate: the last one set holds); ``quiet`` is
+        called on the observer's thread, before each wait, and must not block.
         """
         self._quiet = quiet
 

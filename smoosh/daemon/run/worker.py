@@ -420,26 +420,30 @@ class Worker:
             # finishes) still commits them once due.
             self.finishes.flush_if_due()
             running = item
+        news: Callable[[], None] | None = None
         try:
-            self._run(running)
+            news = self._run(running)
         except Exception:
             log.exception("Running the job of %r failed.", running.key)
         finally:
-            self._release(running)
+            self._release(running, news)
 
-    def _release(self, running: Running) -> None:
-        """The run has ended: free its slot, tell ``on_released``, then stop counting it as running.
+    def _release(self, running: Running, news: Callable[[], None] | None) -> None:
+        """The run has ended: free its slot, tell the listener (``news``) and ``on_released``,
+        then stop counting it as running.
 
-        The slot is freed first. The release may take a while (the file watcher reads its queue
-        there), and the loop starts the next run meanwhile: a claim that found every slot taken
-        would wait for a worker instead, followed through the store. The claim runs on this
-        thread once the release is done.
+        The slot is freed first: hearing the end, the loop starts the next run, whose claim
+        must find a slot free (one that found every slot taken would wait for a worker instead,
+        followed through the store). The release may take a while (the file watcher reads its
+        queue there); the claim runs on this thread once it is done.
         """
         with self._cond:
             self._running.discard(running)
             self._releasing.append(running.key)
             self._cond.notify_all()
         try:
+            if news is not None:
+                self._tell(news)
             on_released = self.on_released
             if on_released is not None:
                 try:
@@ -457,7 +461,9 @@ class Worker:
 
     # ------------------------------------------------------------------ one job
 
-    def _run(self, running: Running) -> dict[str, Any] | None:
+    def _run(self, running: Running) -> Callable[[], None] | None:
+        """Run the job and record its end in the job layer; the news of its end for the
+        listener (told once its slot is free: see :meth:`_release`), or None."""
         key = running.key
         started = running.started_mono
         with self._cond:
@@ -471,15 +477,18 @@ class Worker:
         if running.halted:
             log.info("Job %r was halted (removed or re-enqueued); not finishing it.", key)
             if running.claimed and self.listener is not None:
+                told: RunListener = self.listener
                 halted = Outcome(FAILED, "job halted: removed or re-enqueued while it ran")
-                self._tell(lambda: self.listener.run_ended(key, dict(running.data), halted))  # type: ignore[union-attr]
+                return lambda: told.run_ended(key, dict(running.data), halted)
             return None
         if outcome.result == INTERRUPTED and running.ctx.stop_reason == STOPPING and self.signals == "store":
-            return self._requeue(running)
+            self._requeue(running)
+            return None
         finished = self._finish(running, outcome)
         if finished is not None and self.listener is not None:
-            self._tell(lambda: self.listener.run_ended(key, finished, outcome))  # type: ignore[union-attr]
-        return finished
+            listener: RunListener = self.listener
+            return lambda: listener.run_ended(key, finished, outcome)
+        return None
 
     def _compact(self, running: Running, started: float) -> Outcome:
         # On the compaction thread itself: Linux keeps the I/O class per thread.

@@ -223,6 +223,16 @@ def test_a_claimed_path_swapped_for_a_symlink_after_its_check_finishes_gone_and_
     assert hashlib.sha256(open(victim, "rb").read()).hexdigest() == digest
 
 
+def test_unclaimed_missing_and_failing_keys_finish_with_their_result(tmp_path, jobs, workers) -> None:
+    missing = str(tmp_path / "missing.db")
+    jobs.add(JOB_TYPE, "relative.db", start_data("relative.db"))
+    jobs.add(JOB_TYPE, missing, start_data(missing))
+    workers([SqliteCompactor(settings())]).start()
+    unclaimed = finished(jobs, "relative.db")
+    assert (unclaimed["result"], unclaimed["error"]) == ("failed", "no compactor claims relative.db")
+    assert finished(jobs, missing)["result"] == "gone"
+
+
 def test_a_queued_path_swapped_for_a_symlink_finishes_gone_and_touches_nothing_outside(
     tmp_path, jobs, workers, caplog
 ) -> None:

@@ -178,6 +178,35 @@ def test_a_run_frees_its_slot_before_its_end_is_told_and_counts_as_running_until
     assert not worker.is_running(path) and not worker.compacting_any()
 
 
+def test_a_stop_waits_for_a_run_being_released(tmp_path, jobs, workers) -> None:
+    # (A run's end is told after it leaves its slot: a stop that returned before the release
+    # could leave the daemon's loop stopped before the end reached it.)
+    path = str(tmp_path / "a.db")
+    make_bloated_db(path)
+    inside, go_on = threading.Event(), threading.Event()
+    worker = workers([SqliteCompactor(settings())], concurrency=2)
+    worker.on_released = lambda key: (inside.set(), go_on.wait(HANG_S))
+    worker.start()
+    # Given a claimed run that ended and is being released
+    assert worker.reserve()
+    worker.run_claimed(lambda: (jobs.add_claimed(JOB_TYPE, path, start_data(path)), start_data(path)))
+    assert inside.wait(HANG_S)
+    # When the worker is stopped meanwhile
+    stopped: list[bool] = []
+    stopper = threading.Thread(target=lambda: stopped.append(worker.stop(HANG_S)))
+    stopper.start()
+    try:
+        # Then the stop waits for the release to end, and then ends cleanly
+        stopper.join(0.3)
+        assert stopper.is_alive()
+        go_on.set()
+        stopper.join(HANG_S)
+        assert stopped == [True]
+    finally:
+        go_on.set()
+        stopper.join(HANG_S)
+
+
 def test_a_claimed_path_swapped_for_a_symlink_after_its_check_finishes_gone_and_touches_nothing_outside(
     tmp_path, jobs, workers
 ) -> None:

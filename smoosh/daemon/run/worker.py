@@ -212,9 +212,10 @@ class Worker:
             r.ctx.stop(STOPPING)
         deadline = time.monotonic() + timeout_s
         with self._cond:
-            while self._running and time.monotonic() < deadline:
+            # Released too: a run's end is told to the listener after it leaves its slot.
+            while (self._running or self._releasing) and time.monotonic() < deadline:
                 self._cond.wait(max(0.0, deadline - time.monotonic()))
-            left = len(self._running)
+            left = len(self._running) + len(self._releasing)
             dispatcher, self._dispatcher = self._dispatcher, None
             heartbeat = self._heartbeat.thread
         self._pool.stop()
@@ -454,6 +455,7 @@ class Worker:
             with self._cond:
                 self._releasing.remove(running.key)
                 self._refresh_keys_locked()
+                self._cond.notify_all()  # a stop waits for the releases too
 
     def _refresh_keys_locked(self) -> None:
         """Rebuild :attr:`_running_keys` (under ``_cond``)."""

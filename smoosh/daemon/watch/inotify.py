@@ -189,11 +189,7 @@ class InotifyObserver:
                 return False
         if self._reading.acquire(blocking=False):
             try:
-                with self._lock:
-                    after, self._after_read = self._after_read, []
-                    inotify = self._inotify
-                if inotify is not None:
-                    self._read_and_handle(inotify)
+                after, _ = self._read_queue()
             finally:
                 self._reading.release()
             after.append(callback)
@@ -228,9 +224,9 @@ class InotifyObserver:
 
         Parameters:
             event_handler: has ``dispatch(event)``; optionally ``on_overflow()``, and
-                ``ignores(path) -> bool``, asked on the observer's thread under its lock (so
-                it must not block or call the observer) before a file's creation or change
-                is built into an event.
+                ``ignores(path) -> bool``, asked under the observer's lock on the thread that
+                reads the events (so it must not block or call the observer) before a file's
+                creation or change is built into an event.
             path: an existing directory.
             recursive: watch the tree below it too.
             event_filter: the watchdog event classes wanted (None: created, modified,
@@ -417,21 +413,27 @@ class InotifyObserver:
                 after: list[Callable[[], None]] = []
                 try:
                     with self._reading:
-                        # Taken before the read: every event queued before a callback was asked
-                        # for is in this read or an earlier one. The descriptor is read again
-                        # with them: one the first schedule opened while this thread slept must
-                        # be read now, or its callbacks would run before the events queued
-                        # ahead of them.
-                        with self._lock:
-                            after, self._after_read = self._after_read, []
-                            inotify = self._inotify
-                        if inotify is not None:
-                            read = self._read_and_handle(inotify)
-                            quiet_idle = timed_out and read == 0
+                        after, read = self._read_queue()
+                    if read is not None:
+                        quiet_idle = timed_out and read == 0
                 finally:
                     self._call(after)
         finally:
             self._close()
+
+    def _read_queue(self) -> tuple[list[Callable[[], None]], int | None]:
+        """Under ``_reading``: the callbacks asked for until now, and how many events the kernel
+        queue held, read and dispatched now (None: no descriptor yet).
+
+        The callbacks are taken before the read: every event queued before one was asked for is
+        in this read or an earlier one. The descriptor is taken with them: one the first schedule
+        opened while the thread slept must be read now, or its callbacks would run before the
+        events queued ahead of them.
+        """
+        with self._lock:
+            after, self._after_read = self._after_read, []
+            inotify = self._inotify
+        return after, (self._read_and_handle(inotify) if inotify is not None else None)
 
     def _read_and_handle(self, inotify: Any) -> int:
         """Read the kernel queue and dispatch it; how many events it held."""

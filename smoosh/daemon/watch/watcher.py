@@ -522,8 +522,8 @@ class Watcher:
         flood of them); or it is a ``-shm``, which changes with every reader too (writes show
         in ``-wal``).
 
-        smoosh's inotify observer asks it on its thread, under its lock, before it builds an
-        event: a compaction's own writes are most of what it reads while one runs, and each
+        smoosh's inotify observer asks it under its lock, on the thread that reads its queue,
+        before it builds an event: a compaction's own writes are most of what it reads while one runs, and each
         then costs one call, not an event object and its dispatch. :meth:`_consider` asks it
         first too, for the other observers.
         """

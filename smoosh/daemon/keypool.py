@@ -37,11 +37,14 @@ class KeyPool(Generic[T]):
         idle_exit_s: seconds a thread waits for an item before it ends.
         on_idle: called (outside the pool's lock) by a thread that found no item; returns
             the seconds after which to call it again if still no item comes, or None.
+        after_item: called (outside the pool's lock) by a thread after each item it worked on,
+            before it takes the next. An item submitted meanwhile waits for that thread
+            instead of waking another one: what ``after_item`` submits, its thread runs next.
     """
 
     def __init__(
         self, fn: Callable[[T], None], threads: int, name: str, *, idle_exit_s: float = DEFAULT_IDLE_EXIT_S,
-        on_idle: Callable[[], float | None] | None = None,
+        on_idle: Callable[[], float | None] | None = None, after_item: Callable[[], None] | None = None,
     ) -> None:
         if threads < 1:
             raise ValueError(f"threads must be >= 1, not {threads!r}")
@@ -50,12 +53,14 @@ class KeyPool(Generic[T]):
         self._name = name
         self._idle_exit_s = idle_exit_s
         self._on_idle = on_idle
+        self._after_item = after_item
         self._items: deque[T] = deque()
         self._cond = threading.Condition()
         self._stopped = False
         self._draining = False  # refuse new items, finish queued ones, then end
         self._running = 0  # threads alive
         self._idle = 0  # threads waiting for an item
+        self._after = 0  # threads in after_item: each takes an item as it returns, unwoken
         self._serial = 0
 
     def start(self) -> None:
@@ -69,7 +74,9 @@ class KeyPool(Generic[T]):
             if self._stopped or self._draining:
                 return False
             self._items.append(item)
-            if self._idle:
+            if len(self._items) <= self._after:
+                pass  # a thread in after_item takes it next (a wake-up spared, a thread not started)
+            elif self._idle:
                 self._cond.notify()
             elif self._running < self._n:
                 self._running += 1
@@ -150,3 +157,18 @@ class KeyPool(Generic[T]):
                 self._fn(item)
             except Exception:
                 log.exception("%s: working on %r failed", self._name, item)
+            if self._after_item is not None:
+                self._after_item_once()
+
+    def _after_item_once(self) -> None:
+        """Call ``after_item``, counted among the threads an item submitted meanwhile waits for."""
+        assert self._after_item is not None
+        with self._cond:
+            self._after += 1
+        try:
+            self._after_item()
+        except Exception:
+            log.exception("%s: after an item", self._name)
+        finally:
+            with self._cond:
+                self._after -= 1

@@ -4,11 +4,17 @@ A role is a :class:`Task`: ``tick(now)`` does whatever is due at ``now`` and ret
 next wants to run (an absolute time on the loop's clock), or None to wait until it is woken.
 The clock is monotonic (DESIGN §12): a due time is "so many seconds from now", and a wall
 clock set back a day would keep every task asleep for that day.
-A :class:`Loop` runs many tasks on ONE thread and is the owner of everything its tasks touch:
-other threads never call into a task, they :meth:`Loop.post` a message (a callable) that the
-loop runs between ticks, or :meth:`Loop.call` one and wait for its answer. So the state of a
-role needs no lock, and an idle loop sleeps until the earliest due time or a message: it never
-wakes on a polling interval.
+A :class:`Loop` runs many tasks one iteration at a time and is the owner of everything its
+tasks touch: other threads never call into a task, they :meth:`Loop.post` a message (a
+callable) that the loop runs between ticks, or :meth:`Loop.call` one and wait for its answer.
+So the state of a role needs no lock, and an idle loop sleeps until the earliest due time or a
+message: it never wakes on a polling interval.
+
+An iteration runs on the loop's own thread or, while that thread sleeps, on a thread that
+posted news and then offers to run it (:meth:`Loop.help`, at a point where it holds no lock):
+a compaction thread that tells the loop its run ended then starts the next run itself, and the
+loop's thread sleeps through the hand-off. Either way one iteration runs at a time, under
+``_run_lock``, so the tasks keep a single owner: whoever runs the iteration.
 
 Tests do not start the thread: they call :meth:`Loop.run_once` with their own ``now`` (the
 injected clock), which runs the queued messages and every due task, exactly as the thread
@@ -41,6 +47,9 @@ Clock = Callable[[], float]
 CRASH_PAUSE_S = 1.0
 #: Seconds :meth:`Loop.stop` waits for the thread to end.
 JOIN_TIMEOUT_S = 10.0
+#: Iterations one :meth:`Loop.help` runs at most: news its own iteration posted or woke runs
+#: in the next, and a helper that keeps finding more hands the rest to the loop's thread.
+HELP_ITERATIONS = 3
 
 
 class LoopStopped(RuntimeError):
@@ -89,12 +98,11 @@ class Loop:
         self._stopping = False
         self._woken = False
         # The thread's wait (under _cond): whether it waits now, and until when (None: until
-        # woken). post(..., within_s=) reads them to wake it only when its wait is too long.
+        # woken). help() reads them: it runs an iteration only while the thread sleeps, and
+        # wakes it after when a task is due before the end of that sleep.
         self._waiting = False
         self._wait_until: float | None = None
-        # An upper bound on the thread's next wait, set by expect() on the thread itself.
-        self._expect_until: float | None = None
-        # One iteration at a time: a test stepping run_once while the thread runs waits for it.
+        # One iteration at a time: the thread's, a helper's (help()) or a test's run_once.
         self._run_lock = threading.RLock()
         self._current: threading.Thread | None = None  # the thread inside run_once now
 
@@ -119,36 +127,61 @@ class Loop:
                 if entry is not None:
                     entry.woken = True
             self._woken = True
-            self._cond.notify()
+            if self._current is not threading.current_thread():
+                # From inside an iteration, its runner looks again before it sleeps (or leaves).
+                self._cond.notify()
 
     # -- messages --------------------------------------------------------------------------
 
-    def post(self, fn: Callable[[], None], *, within_s: float | None = None) -> None:
-        """Run ``fn`` on the loop's thread before its next ticks; callable from any thread.
+    def post(self, fn: Callable[[], None], *, helped: bool = False) -> None:
+        """Run ``fn`` in the loop's next iteration, before its ticks; callable from any thread.
 
         Messages run in the order they were posted. An exception is logged and dropped.
 
-        ``within_s``: news that may wait that long for the loop's next iteration. The loop is
-        woken for it only when it sleeps past that (a wake-up is a thread hand-off); one that
-        is awake, or already due to wake within ``within_s`` (see :meth:`expect`), takes it
-        with whatever wakes it next.
+        ``helped``: the caller calls :meth:`help` on this thread right after, holding no lock
+        the loop's work may take. The loop's thread is then not woken for ``fn`` (a wake-up is
+        a thread hand-off): asleep, the caller runs the iteration; awake, the thread looks at
+        its messages before it sleeps again.
         """
         with self._cond:
             self._inbox.append(fn)
-            if within_s is not None:
-                if not self._waiting:
-                    return  # awake: it looks at the inbox before it waits again
-                if self._wait_until is not None and self._wait_until <= self.clock() + within_s:
-                    return
+            if helped or self._current is threading.current_thread():
+                return  # a helper comes, or this is inside an iteration, whose runner looks again
             self._cond.notify()
 
-    def expect(self, within_s: float) -> None:
-        """The loop's next wait lasts at most ``within_s`` from now (loop thread): news posted
-        with ``within_s`` of at least that much then needs no wake-up of its own."""
-        until = self.clock() + within_s
+    def help(self) -> None:
+        """Run the messages waiting (and the ticks they lead to) on this thread, while the
+        loop's thread sleeps; a no-op otherwise. Any thread that holds no lock the loop's work
+        may take (see :meth:`post`'s ``helped``).
+
+        When another iteration runs now, the loop's thread is woken to take the messages after
+        it. When a task is due before the loop's thread would wake, it is woken to sleep less.
+        A loop without its thread (tests stepping :meth:`run_once`) is never helped.
+        """
+        thread = self._thread
+        if thread is None or thread is threading.current_thread() or self._current is threading.current_thread():
+            return
         with self._cond:
-            if self._expect_until is None or until < self._expect_until:
-                self._expect_until = until
+            if not self._inbox or not self._waiting:
+                return  # nothing waits, or the thread is awake and looks before it sleeps
+        if not self._run_lock.acquire(blocking=False):
+            with self._cond:
+                self._cond.notify()  # the thread takes them once the iteration under way ends
+            return
+        try:
+            for _ in range(HELP_ITERATIONS):
+                next_due = self.run_once()
+                with self._cond:
+                    if self._stopping or not (self._inbox or self._woken):
+                        break
+            with self._cond:
+                if self._stopping or self._inbox or self._woken:
+                    self._cond.notify()
+                elif self._waiting and next_due is not None and (
+                        self._wait_until is None or next_due < self._wait_until):
+                    self._cond.notify()
+        finally:
+            self._run_lock.release()
 
     def call(self, fn: Callable[[], T], timeout_s: float | None = None) -> T:
         """Run ``fn`` on the loop's thread and return its result (or raise its exception).
@@ -282,9 +315,7 @@ class Loop:
                     break
                 if self._inbox or self._woken:
                     continue
-                until, self._expect_until = self._expect_until, None
-                if next_due is not None and (until is None or next_due < until):
-                    until = next_due
+                until = next_due
                 self._waiting, self._wait_until = True, until
                 try:
                     self._cond.wait(None if until is None else max(0.0, until - self.clock()))

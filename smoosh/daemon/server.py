@@ -267,7 +267,7 @@ class Server(LiveConfig):
         self._scheduler = JobScheduler(
             self._jobs, self.job_type, recheck=self.intake.recheck, post=self._loop.post,
             deliver=self._host.deliver, clock=self._clocks.monotonic, requeue=self._requeue,
-            post_soon=lambda fn, within_s: self._loop.post(fn, within_s=within_s), expect=self._loop.expect,
+            post_helped=lambda fn: self._loop.post(fn, helped=True), help=self._loop.help,
         )
         self._scheduler.on_released = self._settle
         self._suspension.load()

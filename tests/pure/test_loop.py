@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from smoosh.loop import CRASH_PAUSE_S, Loop, LoopStopped
+from smoosh.loop import CRASH_PAUSE_S, HELP_ITERATIONS, Loop, LoopStopped
 from helpers.daemon import HANG_S
 
 
@@ -160,51 +160,174 @@ def wait_until(condition: Any) -> bool:
     return True
 
 
-def test_news_that_may_wait_still_wakes_a_loop_asleep_with_no_due_time() -> None:
-    loop = Loop("t")
+class Iterations:
+    """Records which thread runs each of ``loop``'s iterations (the thread's, a helper's)."""
+
+    def __init__(self, loop: Loop) -> None:
+        self.threads: list[str] = []
+        run_once = loop.run_once
+
+        def recorded(now: float | None = None) -> float | None:
+            self.threads.append(threading.current_thread().name)
+            return run_once(now)
+
+        loop.run_once = recorded  # type: ignore[method-assign]
+
+
+def asleep(loop: Loop) -> Loop:
+    """``loop`` started, once its thread sleeps with nothing due (it would sleep forever)."""
     loop.start()
+    assert wait_until(lambda: loop._waiting)
+    return loop
+
+
+def test_helped_news_runs_on_the_helper_with_the_ticks_it_wakes_and_the_loop_sleeps_on() -> None:
+    # Given a loop asleep with nothing due, and a task that only ticks when woken
+    loop = Loop("t-help")
+    task = Recorder()
+    loop.add(task, "recorder", due=None)
+    asleep(loop)
+    iterations = Iterations(loop)
+    ran_on: list[str] = []
     try:
-        assert wait_until(lambda: loop._waiting)  # asleep, nothing due: it would sleep forever
-        ran = threading.Event()
-        loop.post(ran.set, within_s=0.01)
-        # Then it runs: the loop's wait was longer than the news may wait
-        assert ran.wait(HANG_S)
+        # When news is posted helped, then it waits for its helper
+        loop.post(lambda: (ran_on.append(threading.current_thread().name), loop.wake(task)), helped=True)
+        assert ran_on == [] and loop._waiting
+        # ... and help() runs it here, with the tick it woke, in one iteration
+        loop.help()
+        me = threading.current_thread().name
+        assert ran_on == [me] and len(task.ticks) == 1
+        assert iterations.threads == [me]
+        # ... while the loop's thread never woke
+        assert loop._waiting
     finally:
         loop.stop()
+    assert iterations.threads[0] == me
 
 
-def test_news_that_may_wait_rides_on_the_next_wake_up_of_a_loop_that_expects_one() -> None:
-    # Given a loop (its clock stands still) told to wake within 1000 s, asleep until then
-    loop = Loop("t", clock=lambda: 0.0)
-    loop.start()
-    try:
-        loop.call(lambda: loop.expect(1000.0))
-        assert wait_until(lambda: loop._waiting)
-        order: list[str] = []
-        # When news that may wait 2000 s is posted, then it does not wake the loop
-        loop.post(lambda: order.append("news"), within_s=2000.0)
-        assert order == []
-        # ... and runs, first, with the next message that does
-        done = threading.Event()
-        loop.post(lambda: (order.append("wake"), done.set()))
-        assert done.wait(HANG_S)
-        assert order == ["news", "wake"]
-    finally:
-        loop.stop()
+def test_help_leaves_news_to_a_loop_that_is_awake() -> None:
+    # Given a loop whose thread is inside a tick that waits for the test
+    loop = Loop("t-awake")
+    entered, release = threading.Event(), threading.Event()
 
-
-def test_news_that_may_wait_posted_to_a_loop_awake_runs_before_it_sleeps() -> None:
-    loop = Loop("t", clock=lambda: 0.0)
-    ran = threading.Event()
-
-    class Poster:
+    class Busy:
         def tick(self, now: float) -> float | None:
-            loop.post(ran.set, within_s=1.0)  # posted while the loop is awake: no wake-up needed
+            entered.set()
+            release.wait(HANG_S)
             return None
 
-    loop.add(Poster(), "poster")
+    loop.add(Busy(), "busy")
     loop.start()
     try:
-        assert ran.wait(HANG_S)
+        assert entered.wait(HANG_S)
+        ran_on: list[str] = []
+        done = threading.Event()
+        # When news is posted helped and its poster helps, then help() does nothing here
+        loop.post(lambda: (ran_on.append(threading.current_thread().name), done.set()), helped=True)
+        loop.help()
+        assert ran_on == []
+        # ... and the thread takes it before it sleeps again
+        release.set()
+        assert done.wait(HANG_S)
+        assert ran_on == ["t-awake"]
+    finally:
+        release.set()
+        loop.stop()
+
+
+def test_help_during_another_iteration_hands_the_news_to_the_loop() -> None:
+    # Given a loop asleep, and a helper on another thread inside a message that waits
+    loop = asleep(Loop("t-other"))
+    entered, release = threading.Event(), threading.Event()
+    loop.post(lambda: (entered.set(), release.wait(HANG_S)) and None, helped=True)
+    helper = threading.Thread(target=loop.help, name="first-helper")
+    helper.start()
+    try:
+        assert entered.wait(HANG_S)
+        ran_on: list[str] = []
+        done = threading.Event()
+        # When more news is posted helped and its poster helps while that iteration runs
+        loop.post(lambda: (ran_on.append(threading.current_thread().name), done.set()), helped=True)
+        loop.help()
+        # Then help() returns at once without running it, and it still runs, not here
+        assert ran_on == []
+        release.set()
+        assert done.wait(HANG_S)
+        assert ran_on[0] in ("first-helper", "t-other")
+    finally:
+        release.set()
+        helper.join(HANG_S)
+        loop.stop()
+
+
+def test_a_helper_that_makes_a_task_due_sooner_wakes_the_loop_to_sleep_less() -> None:
+    # Given a loop asleep with nothing due, and a task that, woken, asks to tick again soon
+    loop = Loop("t-due")
+    again = threading.Event()
+
+    class Soon:
+        ticks = 0
+
+        def tick(self, now: float) -> float | None:
+            self.ticks += 1
+            if self.ticks == 1:
+                return now + 0.01
+            again.set()
+            return None
+
+    task = Soon()
+    loop.add(task, "soon", due=None)
+    asleep(loop)
+    try:
+        # When a helper's iteration wakes the task
+        loop.post(lambda: loop.wake(task), helped=True)
+        loop.help()
+        assert task.ticks == 1
+        # Then the loop's thread, asleep "forever", is woken to tick it at its due time
+        assert again.wait(HANG_S)
     finally:
         loop.stop()
+
+
+def test_a_helper_runs_a_few_iterations_then_hands_the_rest_to_the_loop() -> None:
+    # Given a loop asleep, and a task that wakes itself from its tick, ten times
+    loop = Loop("t-more")
+    ran_on: list[str] = []
+    done = threading.Event()
+
+    class Again:
+        def tick(self, now: float) -> float | None:
+            ran_on.append(threading.current_thread().name)
+            if len(ran_on) < 10:
+                loop.wake(self)  # from inside an iteration: ticked in the next one
+            else:
+                done.set()
+            return None
+
+    task = Again()
+    loop.add(task, "again", due=None)
+    asleep(loop)
+    try:
+        # When a helper helps with news that wakes it
+        loop.post(lambda: loop.wake(task), helped=True)
+        loop.help()
+        # Then it ran HELP_ITERATIONS of the ticks, and the loop's thread the rest
+        me = threading.current_thread().name
+        assert ran_on[:HELP_ITERATIONS] == [me] * HELP_ITERATIONS
+        assert done.wait(HANG_S)
+        assert ran_on[HELP_ITERATIONS:] == ["t-more"] * (10 - HELP_ITERATIONS)
+    finally:
+        loop.stop()
+
+
+def test_help_without_the_loops_thread_leaves_the_news_to_run_once() -> None:
+    # Given a loop stepped by the test (no thread)
+    loop = Loop("t-stepped", clock=lambda: 0.0)
+    ran: list[int] = []
+    # When news is posted helped and help() is called
+    loop.post(lambda: ran.append(1), helped=True)
+    loop.help()
+    # Then only the test's step runs it
+    assert ran == []
+    loop.run_once()
+    assert ran == [1]

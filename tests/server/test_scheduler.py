@@ -767,38 +767,84 @@ def test_scheduler_uses_only_the_pinned_job_calls(make_scheduler: Callable[..., 
     assert recording.calls == ["transact", "get_job", "add", "subscribe", "transact", "get_job", "remove"]
 
 
-def test_the_start_of_a_run_claimed_here_is_news_that_rides_on_the_loops_next_wake_up() -> None:
-    from smoosh.daemon.run.scheduler import STARTED_NEWS_S
+class Instant:
+    """A compactor that claims every key and compacts it at once, recording on which thread."""
 
-    class Local:
-        """This process's worker, always with a free slot; the claims it is handed wait here."""
+    name = "instant"
 
-        def __init__(self) -> None:
-            self.claims: list[Callable[[], Any]] = []
+    def __init__(self) -> None:
+        self.threads: list[tuple[str, str]] = []
 
-        def reserve(self) -> bool:
-            return True
+    def claims(self, key: str) -> bool:
+        return True
 
-        def run_claimed(self, claim: Callable[[], Any]) -> None:
-            self.claims.append(claim)
+    def compact(self, key: str, ctx: Any) -> Any:
+        from smoosh.compactors.base import CompactionResult
 
-    posted: list[Callable[[], None]] = []
-    soon: list[tuple[Callable[[], None], float]] = []
-    expected: list[float] = []
-    sched = JobScheduler(
-        None, JOB_TYPE, recheck=lambda c, k: 1.0, post=posted.append, deliver=lambda c, e: None, clock=lambda: T0,
-        post_soon=lambda fn, s: soon.append((fn, s)), expect=expected.append,
-    )
+        self.threads.append((key, threading.current_thread().name))
+        return CompactionResult(size_before_bytes=2, size_after_bytes=1)
+
+
+def test_from_one_compaction_to_the_next_the_loops_thread_sleeps_and_one_thread_does_it_all(jobs: Jobs) -> None:
+    from smoosh.daemon.run.worker import Worker
+
+    # Given the server's loop asleep, this process's worker (a slot for its dispatcher, one for
+    # claims), and a channel that starts the next key as it hears the last one's end
+    keys = [f"/d/{i}.db" for i in range(6)]
+    loop = Loop("t-server")
+    iterations: list[str] = []
+    run_once = loop.run_once
+
+    def recorded(now: float | None = None) -> float | None:
+        iterations.append(threading.current_thread().name)
+        return run_once(now)
+
+    loop.run_once = recorded  # type: ignore[method-assign]
+    submitted_on: list[tuple[str, str]] = []
+    first_claim = threading.Event()
+
+    def recheck(channel: str, key: str) -> float:
+        if key == keys[0]:
+            assert first_claim.wait(SETTLE_TIMEOUT_S)  # until the test's own iteration has ended
+        return 1.0
+
+    def deliver(channel: str, event: RunEvent) -> None:
+        if event.kind == "ended":
+            following = keys.index(event.key) + 1
+            if following < len(keys):
+                submit(keys[following])
+
+    def submit(key: str) -> None:
+        submitted_on.append((key, threading.current_thread().name))
+        sched.submit(CHANNEL, key, 1.0)
+
+    sched = JobScheduler(jobs, JOB_TYPE, recheck=recheck, post=loop.post, deliver=deliver, clock=time.monotonic,
+                         post_helped=lambda fn: loop.post(fn, helped=True), help=loop.help)
+    compactor = Instant()
+    worker = Worker(jobs, None, JOB_TYPE, [compactor], node="test", concurrency=2, signals="direct", listener=sched)
+    sched.local = worker
+    worker.start()
+    loop.start()
     try:
-        sched.local = Local()
-        # When a run goes to this process's worker, then the loop bounds its next wait
-        token = sched.submit("ratio", "/d/a.db", 1.0)
-        assert expected == [STARTED_NEWS_S]
-        # ... and the news that the claimed run started may wait that long, no more
-        sched.run_started("/d/a.db", {"run": token}, claimed=True)
-        assert [s for _fn, s in soon] == [STARTED_NEWS_S] and posted == []
-        # A job this worker accepted (not claimed here) is news at once, as before
-        sched.run_started("/d/b.db", {"run": 5})
-        assert len(posted) == 1 and len(soon) == 1
+        wait_for(lambda: loop._waiting, SETTLE_TIMEOUT_S, what="the loop asleep")
+        asleep_since = len(iterations)
+        # When the test starts the first key, helping with its own news
+        loop.post(lambda: submit(keys[0]), helped=True)
+        loop.help()
+        first_claim.set()
+        # Then every key is compacted, one after the other, on one compaction thread
+        wait_for(lambda: len(compactor.threads) == len(keys), SETTLE_TIMEOUT_S, what="every key compacted")
+        compacting = {name for _key, name in compactor.threads}
+        assert [key for key, _name in compactor.threads] == keys and len(compacting) == 1
+        # ... each next key started by the thread that had just compacted the last one
+        me = threading.current_thread().name
+        assert submitted_on == [(keys[0], me)] + [(key, *compacting) for key in keys[1:]]
+        # ... and the loop's iterations ran there (the news of each start and end), never on its thread
+        wait_for(lambda: not worker.is_running(keys[-1]) and not loop._inbox, SETTLE_TIMEOUT_S,
+                 what="the last run's end heard")
+        assert set(iterations[asleep_since:]) == {me, *compacting}
+        assert loop.call(lambda: sched.runs()) == []
     finally:
-        sched.close()
+        worker.stop(SETTLE_TIMEOUT_S)
+        loop.stop()
+        sched.close(SETTLE_TIMEOUT_S)

@@ -55,12 +55,6 @@ JOB_REMOVED_ERROR = "job removed"
 #: Longest an ended run's removal waits for the next run's addition to carry it (seconds).
 #: That addition comes within a loop iteration and a re-check when its channel has work.
 REMOVAL_MERGE_WAIT_S = 0.005
-#: Seconds the news that this process's worker started a run it claimed may wait for the
-#: loop: the run counts as active from its submit already (running_at_once), so the news only
-#: dates its ``running_since`` and its history row. The loop waits no longer than this after
-#: such a submit, so a compaction shorter than it has its start and its end taken in one
-#: wake-up of the loop instead of two.
-STARTED_NEWS_S = 0.05
 
 
 @dataclass(eq=False)
@@ -102,9 +96,10 @@ class JobScheduler:
         requeue: ``requeue(channel, key, priority)`` on the loop, for a key whose job the store
             failed to add (full, unreachable): it waits in its channel again instead of being
             dropped (None: dropped, as any other failed start).
-        post_soon: ``post_soon(fn, within_s)`` hands the loop news that may wait ``within_s``
-            for its next wake-up (:meth:`smoosh.loop.Loop.post` with ``within_s``); None: ``post``.
-        expect: ``expect(within_s)`` on the loop bounds its next wait (:meth:`smoosh.loop.Loop.expect`).
+        post_helped: hands the loop news of this process's worker, whose thread then offers to
+            run the loop's iteration (:meth:`smoosh.loop.Loop.post` with ``helped``); None: ``post``.
+        help: runs the loop's iteration on the caller's thread while the loop sleeps
+            (:meth:`smoosh.loop.Loop.help`); the worker calls it through :meth:`catch_up`.
     """
 
     def __init__(
@@ -118,12 +113,12 @@ class JobScheduler:
         clock: Callable[[], float],
         rng: random.Random | None = None,
         requeue: Callable[[str, str, float], None] | None = None,
-        post_soon: Callable[[Callable[[], None], float], None] | None = None,
-        expect: Callable[[float], None] | None = None,
+        post_helped: Callable[[Callable[[], None]], None] | None = None,
+        help: Callable[[], None] | None = None,
     ) -> None:
         self.jobs = jobs
-        self._post_soon = post_soon
-        self._expect = expect
+        self._post_helped = post_helped or post
+        self._help = help
         self.job_type = job_type
         self._recheck = recheck
         self._post = post
@@ -172,8 +167,6 @@ class JobScheduler:
         local = self.local
         if local is not None and local.reserve():
             run.reserved = True  # the channel counts it active at once (running_at_once)
-            if self._expect is not None:
-                self._expect(STARTED_NEWS_S)  # its start's news then costs the loop no wake-up
             local.run_claimed(lambda: self._claim(run))
         elif self._starter.submit(lambda: self._start(run)):
             self.elsewhere = self.elsewhere | {key}
@@ -302,19 +295,21 @@ class JobScheduler:
         priority = float(priority) if isinstance(priority, (int, float)) and not isinstance(priority, bool) else None
         if not isinstance(token, int):
             return
-        news = lambda: self._route(key, RunEvent(key, token, "running", priority=priority), data)  # noqa: E731
-        if self._post_soon is not None and claimed:
-            # Claimed here, already active in its channel: the news may wait for the loop's next
-            # wake-up (its end's, for a short run), never more than STARTED_NEWS_S.
-            self._post_soon(news, STARTED_NEWS_S)
-        else:
-            self._post(news)
+        self._post_helped(lambda: self._route(key, RunEvent(key, token, "running", priority=priority), data))
 
     def run_ended(self, key: str, data: dict[str, Any], outcome: Outcome) -> None:
         """The daemon's worker finished the job of ``key``."""
         token = data.get("run")
         if isinstance(token, int):
-            self._post(lambda: self._route(key, RunEvent(key, token, "ended", outcome=outcome), data))
+            self._post_helped(lambda: self._route(key, RunEvent(key, token, "ended", outcome=outcome), data))
+
+    def catch_up(self) -> None:
+        """The worker's thread, holding nothing, after it told a start or an end: it runs the
+        loop's iteration that takes the news while the loop sleeps (:meth:`smoosh.loop.Loop.help`).
+        After an end, that iteration's channel starts the next run, whose claim this same thread
+        then takes: from one compaction to the next, no other thread wakes."""
+        if self._help is not None:
+            self._help()
 
     # -- the starter thread -------------------------------------------------------------------------
 

@@ -66,6 +66,10 @@ class RunListener(Protocol):
     def run_ended(self, key: str, data: dict[str, Any], outcome: Outcome) -> None:
         """The job of ``key`` ended with ``outcome`` (already recorded in the job layer)."""
 
+    # Optional, looked up with getattr: ``catch_up()``, called on the compaction thread after a
+    # start or an end was told, holding no lock of the worker's: the listener may take its news
+    # there (the daemon's scheduler runs its loop's iteration, which may claim the next run).
+
 
 class Worker:
     """Runs the compaction jobs of one job type.
@@ -158,8 +162,10 @@ class Worker:
         # A claimed run's finish waits for the next claim's commit (one commit per compaction);
         # an idle compaction thread commits it alone when no claim comes soon.
         self.finishes = DeferredFinishes(jobs)
+        # After each run, its thread lets the listener take the news of its end (_catch_up):
+        # the next run that news starts, the same thread claims, unwoken and holding nothing.
         self._pool: KeyPool[Any] = KeyPool(self._run_thread, concurrency, "smoosh-compact",
-                                           on_idle=self.finishes.flush_if_due)
+                                           on_idle=self.finishes.flush_if_due, after_item=self._catch_up)
         self._pool.start()
         self._held: set[str] = set()  # channels held now (direct signals)
         # Slots promised but not running yet: to claimed jobs on their way in, and one to the
@@ -429,6 +435,12 @@ class Worker:
         finally:
             self._release(running, news)
 
+    def _catch_up(self) -> None:
+        """Let the listener take the news just told, on this thread (see :class:`RunListener`)."""
+        catch_up = getattr(self.listener, "catch_up", None)
+        if catch_up is not None:
+            self._tell(catch_up)
+
     def _release(self, running: Running, news: Callable[[], None] | None) -> None:
         """The run has ended: free its slot, tell the listener (``news``) and ``on_released``,
         then stop counting it as running.
@@ -475,6 +487,7 @@ class Worker:
         if self.listener is not None:
             self._tell(lambda: self.listener.run_started(  # type: ignore[union-attr]
                 key, {**running.data, "run_id": running.run_id}, running.claimed))
+            self._catch_up()
         outcome = self._compact(running, started)
         if running.halted:
             log.info("Job %r was halted (removed or re-enqueued); not finishing it.", key)

@@ -25,8 +25,9 @@ lie in a watched directory. Measured, each on fresh copies:
   under the daemon's CPU per compaction.
 * **the design's work on the daemon's threads** (``LEAN_THREADS``): the same work, handed between
   the threads the daemon uses for it (an examination thread, smoosh's loop, a compaction pool
-  thread, smoosh's inotify observer reading each run's own events once), with no channel,
-  scheduler or record of outcomes: its CPU beyond the lean loop's is what the thread model costs.
+  thread that runs the loop's iteration taking its end while the loop sleeps, smoosh's inotify
+  observer reading each run's own events once), with no channel, scheduler or record of
+  outcomes: its CPU beyond the lean loop's is what the thread model costs.
 * **the daemon with nothing to compact**: a ``Server`` in process, on the default config and job
   store, whose compactor returns at once: its CPU per file is the daemon's own work per
   compaction measured directly, not as a difference from the bare loop.
@@ -198,8 +199,10 @@ report(r0, t0, previous)
 #: nothing else: an examination pool thread looks at each file and posts it to a smoosh.loop.Loop,
 #: which hands one at a time to a compaction pool thread (smoosh.daemon.keypool.KeyPool); that
 #: thread claims and compacts as LEAN_LOOP does, has smoosh's inotify observer read the run's
-#: own file events once at its end (dropped unbuilt, as the watcher's are), and posts the end to
-#: the loop, which starts the next. No channel, scheduler, outcome record or history: its CPU
+#: own file events once at its end (dropped unbuilt, as the watcher's are), posts the end to the
+#: loop and, as the daemon's compaction threads do, runs the loop's iteration that takes it while
+#: the loop sleeps (Loop.help, from the pool's after_item): that iteration starts the next, which
+#: the same thread then takes. No channel, scheduler, outcome record or history: its CPU
 #: beyond LEAN_LOOP's is what the daemon's thread model costs by itself. Its set-up (the
 #: threads, the observer's watch) comes before the timed part.
 LEAN_THREADS = _LEAN_COMMON + """
@@ -248,7 +251,7 @@ def run(item):
     path, sizes = item
     previous[0] = claim_and_compact(previous[0], ended_count[0], path, sizes)
     observer.after_drain(lambda: None)
-    loop.post(lambda: ended(path))
+    loop.post(lambda: ended(path), helped=True)
 
 def ended(path):
     running.discard(path)
@@ -257,7 +260,7 @@ def ended(path):
         done.set()
     start_next()
 
-pool = KeyPool(run, 1, "lean-compact")
+pool = KeyPool(run, 1, "lean-compact", after_item=loop.help)
 examiners = KeyPool(examined, 1, "lean-examine")
 pool.start()
 examiners.start()

@@ -106,13 +106,14 @@ def fmt(x: float) -> str:
     return f"{x:.3g}"
 
 
-def parse_args(description: str, argv: Sequence[str] | None = None, extra: Callable[[argparse.ArgumentParser], None] | None = None) -> argparse.Namespace:
+def parse_args(description: str, argv: Sequence[str] | None = None, extra: Callable[[argparse.ArgumentParser], object] | None = None) -> argparse.Namespace:
     """The common options: ``--runs N``, ``--quick``, ``--no-write``.
 
     Parameters:
         description: the benchmark's docstring (``--help``).
         argv: arguments (None: ``sys.argv[1:]``).
-        extra: adds benchmark-specific options.
+        extra: adds benchmark-specific options (what it returns, such as the
+            ``argparse.Action`` of ``add_argument``, is ignored).
 
     Returns:
         The parsed namespace; ``runs`` already reflects ``--quick``.

@@ -44,7 +44,9 @@ def _pragmas(path: str) -> dict:
 def run_huey(d: str, n: int, workers: int) -> dict:
     import pickle
 
-    from huey import SqliteHuey
+    # huey is installed only in .venv-bench (not a project dependency), so mypy, which runs in
+    # .venv, cannot find it (and huey ships no type information either).
+    from huey import SqliteHuey  # type: ignore[import-not-found]
 
     h = SqliteHuey("bench", filename=os.path.join(d, "huey.db"))
     st = h.storage
@@ -63,7 +65,9 @@ def run_huey(d: str, n: int, workers: int) -> dict:
 
 
 def run_pq_ack(d: str, n: int, workers: int) -> dict:
-    from persistqueue import SQLiteAckQueue
+    # persist-queue is installed only in .venv-bench (not a project dependency): mypy, which runs
+    # in .venv, cannot find it.
+    from persistqueue import SQLiteAckQueue  # type: ignore[import-not-found]
 
     q = SQLiteAckQueue(os.path.join(d, "pq"), auto_commit=True, multithreading=True)
     sync = q._getter.execute("PRAGMA synchronous").fetchone()[0] if hasattr(q, "_getter") else None

@@ -52,7 +52,7 @@ class _Idle:
     def adopt(self, channel: str, key: str) -> int | None:
         return None
 
-    def acquire_slot(self, channel: str, *, force: bool = False) -> bool:
+    def acquire_slot(self, channel: str, *, force: bool = False, forced: bool = False) -> bool:
         return False
 
     def release_slot(self, channel: str) -> None:

@@ -123,7 +123,12 @@ def t_bare_incremental_apsw(work: str) -> float:
     c = _apsw_connect(work)
     script = f"BEGIN IMMEDIATE; PRAGMA incremental_vacuum({CHUNK_PAGES}); COMMIT;"
     t0 = time.perf_counter()
-    while c.execute("PRAGMA freelist_count").fetchall()[0][0] > 0:
+    while True:
+        free = c.execute("PRAGMA freelist_count").fetchall()[0][0]
+        if not isinstance(free, int):  # apsw types a column as any SQLite value: this one is an integer
+            raise TypeError(f"PRAGMA freelist_count returned {free!r}")
+        if free <= 0:
+            break
         c.execute(script).fetchall()  # apsw runs statements as they are stepped: step to the end
     dt = time.perf_counter() - t0
     c.close()

@@ -232,15 +232,18 @@ BACKLOGS = (10, 1_000, 10_000)
 def backlog_round_trips(store_url: str, pending: int, n: int) -> float:
     """``n`` add+accept+finish round trips by one worker while ``pending`` jobs wait; jobs/s."""
     from smoosh.jobs import Jobs
-    from smoosh.store import open_store
+    from smoosh.store import Transaction, open_store
 
     store = open_store(store_url)
     jobs = Jobs(store)
     jobs.set_type_timeout(JOB_TYPE, 30)
     for start in range(0, pending, 1000):  # the backlog, 1,000 jobs per transaction
-        jobs.transact(lambda tr, start=start: [
-            jobs.add(JOB_TYPE, f"/srv/backlog/{i:08d}.sqlite", _data(i), tx=tr) for i in range(start, min(pending, start + 1000))
-        ])
+
+        def add_batch(tr: Transaction, start: int = start) -> None:
+            for i in range(start, min(pending, start + 1000)):
+                jobs.add(JOB_TYPE, f"/srv/backlog/{i:08d}.sqlite", _data(i), tx=tr)
+
+        jobs.transact(add_batch)
     t0 = time.perf_counter()
     for i in range(n):
         data = _data(i)

@@ -34,7 +34,8 @@ class ReferenceQueue:
     """The peers research's keyed queue: SortedList of (-priority, seq, key) + dict key -> entry."""
 
     def __init__(self) -> None:
-        from sortedcontainers import SortedList
+        # sortedcontainers ships no type information (no py.typed, no stubs): as in smoosh/store.
+        from sortedcontainers import SortedList  # type: ignore[import-untyped]
 
         self.sl = SortedList()
         self.entries: dict[str, tuple[float, int, str]] = {}
@@ -64,13 +65,17 @@ def _key(i: int) -> str:
     return f"/srv/dbs/shard-{i % 256:03d}/tenant-{i:08d}.sqlite"
 
 
-def workload(fill: int, ops: int, seed: int = 1) -> tuple[list, list]:
+#: One mixed-workload operation: ``(0, key, priority)`` pushes, ``(1, None, None)`` pops.
+Op = tuple[int, str | None, float | None]
+
+
+def workload(fill: int, ops: int, seed: int = 1) -> tuple[list[tuple[str, float]], list[Op]]:
     """(fill pushes, mixed ops); priorities quantized like smoosh's (1/16 steps below 16)."""
     rnd = random.Random(seed)
     prio = lambda: round(rnd.random() * 64 * 16) / 16  # noqa: E731
     filled = [(_key(i), prio()) for i in range(fill)]
     nxt = fill
-    mixed = []
+    mixed: list[Op] = []
     for _ in range(ops):
         r = rnd.random()
         if r < 0.45:
@@ -83,10 +88,10 @@ def workload(fill: int, ops: int, seed: int = 1) -> tuple[list, list]:
     return filled, mixed
 
 
-def run_ops(queue, filled: list, mixed: list) -> float:
+def run_ops(queue, filled: list[tuple[str, float]], mixed: list[Op]) -> float:
     push, pop = queue.push, queue.pop
-    for key, p in filled:
-        push(key, p)
+    for fill_key, fill_p in filled:
+        push(fill_key, fill_p)
     t0 = time.perf_counter()
     for op, key, p in mixed:
         if op:

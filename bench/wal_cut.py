@@ -83,12 +83,12 @@ def run_once(template: str, work: str, step_bytes: int) -> dict[str, float]:
             ends.append(time.monotonic())
 
     saved_step = sqlite_wal.CUT_STEP_BYTES
-    sqlite_wal.copy_back, sqlite_wal.truncate_after_compaction = timed_copy_back, timed_cut  # type: ignore[assignment]
+    sqlite_wal.copy_back, sqlite_wal.truncate_after_compaction = timed_copy_back, timed_cut
     sqlite_wal.CUT_STEP_BYTES = step_bytes
     try:
         result = SqliteCompactor(SqliteConfig()).compact(db, NullContext())
     finally:
-        sqlite_wal.copy_back, sqlite_wal.truncate_after_compaction = copy_back, cut  # type: ignore[assignment]
+        sqlite_wal.copy_back, sqlite_wal.truncate_after_compaction = copy_back, cut
         sqlite_wal.CUT_STEP_BYTES = saved_step
     wal_left = os.path.getsize(db + "-wal") if os.path.exists(db + "-wal") else 0
     out, _ = app.communicate(timeout=APP_RUN_S + 60)

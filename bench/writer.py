@@ -99,22 +99,33 @@ class Result:
     errors: list[tuple[float, float, str]]
     compaction: dict[str, Any] = field(default_factory=dict)
 
+    def span(self) -> tuple[float, float] | None:
+        """When the compaction ran, ``(start, end)`` on the monotonic clock; None without one."""
+        start, end = self.compaction.get("start"), self.compaction.get("end")
+        if start is None:
+            return None
+        if end is None:  # the compaction thread sets "end" whenever it set "start"
+            raise RuntimeError("the compaction has a start but no end")
+        return start, end
+
     def window(self) -> list[float]:
         """What each commit that started while the compaction ran waited (the whole run without one).
 
         A commit that failed counts with the time it waited before failing: that is what
         its writer felt.
         """
-        start, end = self.compaction.get("start"), self.compaction.get("end")
+        span = self.span()
         waits = [(t, lat) for t, lat in self.commits] + [(t, lat) for t, lat, _ in self.errors]
-        if start is None:
+        if span is None:
             return [lat for _, lat in waits]
+        start, end = span
         return [lat for t, lat in waits if start <= t <= end]
 
     def errors_in_window(self) -> int:
-        start, end = self.compaction.get("start"), self.compaction.get("end")
-        if start is None:
+        span = self.span()
+        if span is None:
             return len(self.errors)
+        start, end = span
         return sum(1 for t, _, _ in self.errors if start <= t <= end)
 
 

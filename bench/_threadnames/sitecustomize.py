@@ -4,7 +4,9 @@ thread gives the kernel its name, so ``/proc/PID/task/*/comm`` tells the threads
 
 import ctypes
 import threading
+from typing import Callable
 
+_prctl: Callable[..., int] | None
 try:
     _prctl = ctypes.CDLL(None, use_errno=True).prctl
 except (OSError, AttributeError):  # pragma: no cover - not Linux

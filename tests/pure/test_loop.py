@@ -181,6 +181,18 @@ def asleep(loop: Loop) -> Loop:
     return loop
 
 
+def helped_news_left_alone(loop: Loop) -> list[str]:
+    """Post news helped and help, on this thread; the news must not have run here.
+
+    Returns the names of the threads the news runs on (filled in when it runs).
+    """
+    ran_on: list[str] = []
+    loop.post(lambda: ran_on.append(threading.current_thread().name), helped=True)
+    loop.help()
+    assert ran_on == []
+    return ran_on
+
+
 def test_helped_news_runs_on_the_helper_with_the_ticks_it_wakes_and_the_loop_sleeps_on() -> None:
     # Given a loop asleep with nothing due, and a task that only ticks when woken
     loop = Loop("t-help")
@@ -220,15 +232,11 @@ def test_help_leaves_news_to_a_loop_that_is_awake() -> None:
     loop.start()
     try:
         assert entered.wait(HANG_S)
-        ran_on: list[str] = []
-        done = threading.Event()
         # When news is posted helped and its poster helps, then help() does nothing here
-        loop.post(lambda: (ran_on.append(threading.current_thread().name), done.set()), helped=True)
-        loop.help()
-        assert ran_on == []
+        ran_on = helped_news_left_alone(loop)
         # ... and the thread takes it before it sleeps again
         release.set()
-        assert done.wait(HANG_S)
+        assert wait_until(lambda: ran_on)
         assert ran_on == ["t-awake"]
     finally:
         release.set()
@@ -244,16 +252,13 @@ def test_help_during_another_iteration_hands_the_news_to_the_loop() -> None:
     helper.start()
     try:
         assert entered.wait(HANG_S)
-        ran_on: list[str] = []
-        done = threading.Event()
-        # When more news is posted helped and its poster helps while that iteration runs
-        loop.post(lambda: (ran_on.append(threading.current_thread().name), done.set()), helped=True)
-        loop.help()
-        # Then help() returns at once without running it, and it still runs, not here
-        assert ran_on == []
+        # When more news is posted helped and its poster helps while that iteration runs, then
+        # help() returns at once without running it
+        ran_on = helped_news_left_alone(loop)
+        # ... and it still runs, not here
         release.set()
-        assert done.wait(HANG_S)
-        assert ran_on[0] in ("first-helper", "t-other")
+        assert wait_until(lambda: ran_on)
+        assert ran_on == ["first-helper"] or ran_on == ["t-other"]
     finally:
         release.set()
         helper.join(HANG_S)

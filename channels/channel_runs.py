@@ -48,7 +48,12 @@ class ChannelRuns(ChannelState):
         elif event.kind == "ended":
             self._end(run)
             self._ended(run, event.outcome or Outcome("failed", "no outcome"), now)
-        self._host.wake(self.name)
+        if event.kind in ("ended", "dropped"):
+            # A run that ends frees its place: the next may start. One that moves between
+            # starting and active changes nothing a tick acts on (both count against the
+            # concurrency; holds, windows and checkpoints go by their own state and times), and
+            # every compaction's start would otherwise cost its channel a tick.
+            self._host.wake(self.name)
 
     def adopt(self, key: str) -> bool:
         """Follow a run of ``key`` found in flight at start-up (it counts as starting); owner thread."""

@@ -44,7 +44,7 @@ def test_channel_makes_only_the_pinned_scheduler_and_host_calls(make_channel: Ma
         ("acquire_slot",),
         ("submit", "/db/a", 4.0),
         ("withdraw",),  # full now: out of the slot line
-        ("wake",),  # running
+        # running: no tick asked (nothing it could start changed)
         ("release_slot",),  # ended
         ("on_outcome", "/db/a", "failed"),
         ("wake",),
@@ -59,12 +59,15 @@ def test_events_of_a_job_running_and_pending_again_keep_its_slot(make_channel: M
     h.channel.enqueue("/db/b", 3.0)
     h.tick()
     assert h.scheduler.tokens["/db/a"] == FIRST_TOKEN
+    wakes = len(h.host.calls("wake"))
     for kind in ["running", "running", "pending", "running", "pending"]:
         h.send("/db/a", kind)
         h.tick(1)
         expected = (0, 1) if kind == "running" else (1, 0)
         assert h.in_flight() == expected
     assert h.started() == ["/db/a"]
+    # A run moving between starting and active frees no place: no tick is asked for it
+    assert len(h.host.calls("wake")) == wakes
     assert h.host.calls("release_slot") == []
     assert h.host.slots == 1
 

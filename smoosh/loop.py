@@ -80,7 +80,7 @@ class _Reply:
 
 
 class Loop:
-    """Runs tasks and messages on one thread; the owner of their state.
+    """Runs tasks and messages one iteration at a time (on its thread, or a helper's); the owner of their state.
 
     Parameters:
         name: the thread's name.
@@ -184,10 +184,10 @@ class Loop:
             self._run_lock.release()
 
     def call(self, fn: Callable[[], T], timeout_s: float | None = None) -> T:
-        """Run ``fn`` on the loop's thread and return its result (or raise its exception).
+        """Run ``fn`` in the loop's next iteration and return its result (or raise its exception).
 
-        On the loop's own thread, or when no thread runs (tests stepping ``run_once``, a
-        server that is not started), ``fn`` runs at once in the caller.
+        Inside an iteration (on the loop's thread or a helper's), or when no thread runs (tests
+        stepping ``run_once``, a server that is not started), ``fn`` runs at once in the caller.
 
         Raises:
             LoopStopped: the loop stopped first.

@@ -158,8 +158,7 @@ class Loop:
         it. When a task is due before the loop's thread would wake, it is woken to sleep less.
         A loop without its thread (tests stepping :meth:`run_once`) is never helped.
         """
-        thread = self._thread
-        if thread is None or thread is threading.current_thread() or self._current is threading.current_thread():
+        if self._thread is None or self.on_loop_thread():
             return
         with self._cond:
             if not self._inbox or not self._waiting:
@@ -315,10 +314,9 @@ class Loop:
                     break
                 if self._inbox or self._woken:
                     continue
-                until = next_due
-                self._waiting, self._wait_until = True, until
+                self._waiting, self._wait_until = True, next_due
                 try:
-                    self._cond.wait(None if until is None else max(0.0, until - self.clock()))
+                    self._cond.wait(None if next_due is None else max(0.0, next_due - self.clock()))
                 finally:
                     self._waiting, self._wait_until = False, None
         # What was posted before stop() still runs (a stop message, a final checkpoint).

@@ -30,7 +30,7 @@ INCOMPLETE_STAMP = b"\xff" * 10
 
 #: Encoded elements remembered (cleared when full): job keys repeat the same type names,
 #: ids and prefixes across the three transactions of a job, and the binding's pack of one
-#: element costs ~10 us of pure Python where a dict hit costs ~0.2 us.
+#: element runs many times the Python of a dict hit.
 _ELEMENT_CACHE_MAX = 65536
 _element_cache: dict[tuple[type, Any], bytes] = {}
 #: Types whose value alone decides the encoding (bool and float are not here: True == 1 and

@@ -754,6 +754,7 @@ def main(argv: list[str] | None = None) -> int:
         per_file = 1000 / count
         cpu_rows = [
             ("bare VACUUM loop", "bare_cpu"),
+            ("bare VACUUM loop + a durable job per file", "bare_durable_cpu"),
             ("bare VACUUM on 2 threads + a durable job per file", "bare_two_durable_cpu"),
             ("the design's work per file in one thread, no daemon", "lean_cpu"),
             ("the design's work per file on the daemon's threads, no daemon", "lean_threads_cpu"),

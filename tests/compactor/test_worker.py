@@ -155,7 +155,7 @@ def test_a_run_frees_its_slot_before_its_end_is_told_and_counts_as_running_until
         seen.append((when, key, promised, worker.is_running(key), worker.compacting_any()))
 
     class Listener:
-        def run_started(self, key: str, data: dict[str, Any], claimed: bool = False) -> None:
+        def run_started(self, key: str, data: dict[str, Any]) -> None:
             pass
 
         def run_ended(self, key: str, data: dict[str, Any], outcome: Outcome) -> None:
@@ -225,7 +225,7 @@ def test_a_claimed_path_swapped_for_a_symlink_after_its_check_finishes_gone_and_
     done = threading.Event()
 
     class Listener:
-        def run_started(self, key: str, data: dict[str, Any], claimed: bool = False) -> None:
+        def run_started(self, key: str, data: dict[str, Any]) -> None:
             pass
 
         def run_ended(self, key: str, data: dict[str, Any], outcome: Outcome) -> None:

@@ -287,9 +287,8 @@ class JobScheduler:
 
     # -- events from this process's worker (worker threads) ----------------------------------------
 
-    def run_started(self, key: str, data: dict[str, Any], claimed: bool = False) -> None:
-        """The daemon's worker accepted the job of ``key`` (its data names the run); ``claimed``:
-        added by this scheduler's own claim, so its channel counts it active already."""
+    def run_started(self, key: str, data: dict[str, Any]) -> None:
+        """The daemon's worker accepted the job of ``key`` (its data names the run)."""
         token = data.get("run")
         priority = data.get("priority")
         priority = float(priority) if isinstance(priority, (int, float)) and not isinstance(priority, bool) else None

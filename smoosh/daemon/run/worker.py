@@ -59,9 +59,8 @@ STOP_TIMEOUT_S = 10.0
 class RunListener(Protocol):
     """Hears, in the worker's process, that a job started or ended (the daemon's scheduler)."""
 
-    def run_started(self, key: str, data: dict[str, Any], claimed: bool = False) -> None:
-        """The job of ``key`` was accepted and its compaction starts (``data``: its job data;
-        ``claimed``: the listener's own claim added it, see :meth:`Worker.run_claimed`)."""
+    def run_started(self, key: str, data: dict[str, Any]) -> None:
+        """The job of ``key`` was accepted and its compaction starts (``data``: its job data)."""
 
     def run_ended(self, key: str, data: dict[str, Any], outcome: Outcome) -> None:
         """The job of ``key`` ended with ``outcome`` (already recorded in the job layer)."""
@@ -486,7 +485,7 @@ class Worker:
             running.ctx.stop(STOPPING)
         if self.listener is not None:
             self._tell(lambda: self.listener.run_started(  # type: ignore[union-attr]
-                key, {**running.data, "run_id": running.run_id}, running.claimed))
+                key, {**running.data, "run_id": running.run_id}))
             self._catch_up()
         outcome = self._compact(running, started)
         if running.halted:

@@ -523,9 +523,9 @@ class Watcher:
         in ``-wal``).
 
         smoosh's inotify observer asks it under its lock, on the thread that reads its queue,
-        before it builds an event: a compaction's own writes are most of what it reads while one runs, and each
-        then costs one call, not an event object and its dispatch. :meth:`_consider` asks it
-        first too, for the other observers.
+        before it builds an event: a compaction's own writes are most of what it reads while one
+        runs, and each then costs one call, not an event object and its dispatch.
+        :meth:`_consider` asks it first too, for the other observers.
         """
         db = main_db_path(path)
         own = self._busy(db) or db in self._settling

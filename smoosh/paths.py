@@ -22,7 +22,7 @@ import os
 from typing import Sequence
 
 __all__ = [
-    "canonical_path", "MAX_COMPONENTS", "TEMPORARY_SUFFIXES", "temporary_name", "SIDE_SUFFIXES", "inside", "inside_any", "refusal", "refused_at_use", "NOT_CANONICAL", "THROUGH_SYMLINK", "NO_ROOTS",
+    "canonical_path", "MAX_COMPONENTS", "TEMPORARY_SUFFIXES", "temporary_name", "SIDE_SUFFIXES", "inside", "inside_any", "refusal", "refused_at_use", "NOT_CANONICAL", "THROUGH_SYMLINK", "RENAMED_MEANWHILE", "NO_ROOTS",
     "CLEANUP_PREFIX",
 ]
 
@@ -116,6 +116,8 @@ def temporary_name(path: str) -> bool:
 NOT_CANONICAL = "not an absolute, normalised path"
 #: Refusal reason: a component of the path is a symbolic link (now: it was not when queued).
 THROUGH_SYMLINK = "reaches its file through a symbolic link"
+#: The refusal of a path whose file was renamed, or exchanged with another, while it was looked at.
+RENAMED_MEANWHILE = "its name changed while it was being opened (renamed or exchanged)"
 #: Refusal reason: roots are enforced and there are none (the server refuses every key then too).
 NO_ROOTS = "no roots configured"
 
@@ -181,5 +183,20 @@ def refused_at_use(path: str, roots: Sequence[str] | None) -> str | None:
     """
     reason = refusal(path, roots)
     if reason is None and canonical_path(path) != path:
-        return THROUGH_SYMLINK
+        # The kernel's name for the file differs from the key: a symbolic link on the way, or
+        # the file renamed (or exchanged) between the open and the name read back.
+        return THROUGH_SYMLINK if _through_symlink(path) else RENAMED_MEANWHILE
     return reason
+
+
+def _through_symlink(path: str) -> bool:
+    """Whether a component of the absolute ``path`` is a symbolic link now (one ``lstat`` each)."""
+    prefix = ""
+    for part in path.split("/")[1:]:
+        prefix += "/" + part
+        try:
+            if os.path.islink(prefix):
+                return True
+        except OSError:
+            return False
+    return False

@@ -13,7 +13,7 @@ BENCH_STAMP := $(BENCH_VENV)/.installed
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml smoosh/compactors/_openguard.c
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	@echo "setting up $(VENV) (first run, or pyproject.toml changed)"
 	@# Until 0.1 the distribution was called "smoosh": an old install of it owns the same

@@ -61,6 +61,7 @@ OTHER_MOUNT = "the file lies on another mount than its root {root} (allow_mounts
 SIDE_SYMLINK = "its {side} is a symbolic link"
 SIDE_NOT_REGULAR = "its {side} is not a regular file"
 SIDE_HARD_LINKS = "its {side} has {n} hard links (allow_hard_links opts a root in)"
+SIDE_OTHER_MOUNT = "its {side} lies on another mount than its root {root} (allow_mounts opts a root in)"
 
 
 #: ``statx`` flags and mask bits (linux/stat.h, fcntl.h): the descriptor itself, its mount id.
@@ -210,8 +211,10 @@ def _links_allowed(root: str | None, roots: Sequence[str] | None) -> bool:
     return isinstance(roots, Roots) and root is not None and root in roots.allow_hard_links
 
 
-def identity_refusal(path: str, st: os.stat_result, roots: Sequence[str] | None, *, fd: int | None = None) -> str | None:
-    """Why the database file ``path`` must not be compacted, judged by its identity; None when it may be.
+def identity_refusal(
+    path: str, st: os.stat_result, roots: Sequence[str] | None, *, fd: int | None = None, side: str = ""
+) -> str | None:
+    """Why the database file ``path`` (or its side file) must not be compacted, judged by its identity; None when it may be.
 
     Parameters:
         path: the database's canonical path.
@@ -220,13 +223,15 @@ def identity_refusal(path: str, st: os.stat_result, roots: Sequence[str] | None,
             plain sequence (or None, library use) checks the links only.
         fd: the file's open descriptor: its mount id is compared with the root's too (a bind
             mount of the same file system keeps the device). None compares devices only.
+        side: ``""`` when ``st`` is the database's own; a side suffix (``-journal``...) when
+            it is that side file's (the same checks, said of the side file).
 
     Returns:
         A reason (see the templates above), or None.
     """
     root = root_of(path, roots) if roots else None
     if st.st_nlink > 1 and not _links_allowed(root, roots):
-        return HARD_LINKS.format(n=st.st_nlink)
+        return SIDE_HARD_LINKS.format(side=side, n=st.st_nlink) if side else HARD_LINKS.format(n=st.st_nlink)
     if not isinstance(roots, Roots) or root is None or root in roots.allow_mounts:
         return None
     ident = roots.identity(root)
@@ -235,7 +240,7 @@ def identity_refusal(path: str, st: os.stat_result, roots: Sequence[str] | None,
     if _elsewhere(st, fd, ident):
         ident = roots.identity(root, fresh=True)  # mounted over since it was read?
         if ident is not None and _elsewhere(st, fd, ident):
-            return OTHER_MOUNT.format(root=root)
+            return SIDE_OTHER_MOUNT.format(side=side, root=root) if side else OTHER_MOUNT.format(root=root)
     return None
 
 

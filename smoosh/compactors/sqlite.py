@@ -39,6 +39,8 @@ import os
 import time
 from typing import Any, Callable, Iterable
 
+import apsw
+
 import smoosh.compactors.sqlite_compact as sqlite_compact
 import smoosh.compactors.sqlite_incremental as sqlite_incremental
 import smoosh.compactors.sqlite_leftovers as sqlite_leftovers
@@ -51,7 +53,7 @@ from smoosh.compactors.sqlite_file import AUTO_VACUUM_CODES, DbState, file_size,
 from smoosh.compactors.sqlite_file import look as look_at
 from smoosh.compactors.sqlite_identity import FileIdentity, replaced_error
 from smoosh.compactors.sqlite_measure import DBSTAT_QUERY, KeyMemory, exact_active_bytes
-from smoosh.compactors.sqlite_open import canonical_roots, close_quietly, pragma
+from smoosh.compactors.sqlite_open import canonical_roots, close_quietly, pragma, refusal_error
 from smoosh.disk_room import DiskRoom
 from smoosh.identity import Roots, side_files
 from smoosh.io_budget import IoBudget
@@ -552,7 +554,7 @@ class SqliteCompactor:
         identity: FileIdentity,
     ) -> None:
         """Choose the way this database is compacted and run it on one read-write connection."""
-        conn = sqlite_compact.open_for_compaction(path, roots, self.busy_timeout_s)
+        conn = sqlite_compact.open_for_compaction(path, roots, self.busy_timeout_s, identity.meant)
         try:
             identity.check()  # the connection opened the file the identity was taken of
             if not cleanup:
@@ -584,6 +586,13 @@ class SqliteCompactor:
                                                      wait_s=sqlite_wal.READERS_WAIT_S)
         except Replaced:
             sqlite_wal.empty_moved_wal(conn, path)
+            raise
+        except apsw.Error as exc:
+            # A side file refused by the open check, whichever statement opened it (a hot
+            # journal's look opens the -journal at any first read, not only at a VACUUM's write).
+            refused_side = refusal_error(path)
+            if refused_side is not None:
+                raise Blocked(refused_side.reason) from exc
             raise
         finally:
             close_quietly(conn)

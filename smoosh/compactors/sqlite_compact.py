@@ -60,7 +60,7 @@ from typing import Callable
 import apsw
 
 from smoosh.compactors.base import (
-    READ_ONLY, Blocked, Busy, CompactionContext, Gone, InsufficientSpace, Interrupted, Replaced,
+    READ_ONLY, Blocked, Busy, CompactionContext, Gone, InsufficientSpace, Interrupted, Replaced, Shared,
 )
 from smoosh.compactors.sqlite_file import DbState, sqlite_temp_dir
 from smoosh.compactors.sqlite_identity import FileIdentity
@@ -79,6 +79,7 @@ from smoosh.compactors.sqlite_open import (
     errcode,
     open_database,
     pragma,
+    refusal_error,
     rollback_quietly,
     run,
 )
@@ -168,22 +169,40 @@ class TickRate:
             self.per_page = 0.5 * self.per_page + 0.5 * ticks / page_count
 
 
-def open_for_compaction(path: str, roots: tuple[str, ...] | None, busy_timeout_s: float) -> apsw.Connection:
-    """A read-write connection whose file proved to be a database.
+def open_for_compaction(
+    path: str, roots: tuple[str, ...] | None, busy_timeout_s: float, meant: tuple[int, int] | None = None
+) -> apsw.Connection:
+    """A read-write connection whose file proved to be a database: the one place a compaction opens one.
+
+    Every file SQLite opens through it is checked by identity as it is opened
+    (:mod:`~smoosh.compactors.sqlite_guard`); a side file refused later, by a statement,
+    surfaces through :func:`raise_mapped`.
+
+    Parameters:
+        path: the database's canonical path.
+        roots: the roots in force.
+        busy_timeout_s: the connection's busy timeout.
+        meant: ``(device, inode)`` of the file the look that chose it read; None: whichever is there.
 
     Raises:
         Refused: outside ``roots`` or through a symlink (in any component: SQLite checks).
+        Blocked: the file (or its ``-shm``, opened by the first read of a WAL database) was
+            refused by its identity; or SQLite could open it only read-only (``read-only``).
         Gone: missing, or not a database.
         Busy: locked beyond the busy timeout while reading the schema.
-        Blocked: SQLite could open it only read-only (``read-only``).
     """
     conn = None
     try:
-        conn = open_database(path, "rw", timeout_s=busy_timeout_s, roots=roots)
+        conn = open_database(path, "rw", timeout_s=busy_timeout_s, roots=roots, meant=meant)
         pragma(conn, "schema_version")  # the header is read lazily: make a foreign file fail here
+    except Shared as exc:
+        raise Blocked(exc.reason) from None
     except apsw.Error as exc:
         if conn is not None:
             close_quietly(conn)
+        refused_side = refusal_error(path)
+        if refused_side is not None:
+            raise Blocked(refused_side.reason) from exc
         if errcode(exc) in (SQLITE_CANTOPEN, SQLITE_NOTADB):
             raise Gone(f"{path}: {exc}") from exc
         raise_mapped(exc, path)
@@ -197,12 +216,16 @@ def open_for_compaction(path: str, roots: tuple[str, ...] | None, busy_timeout_s
 
 
 def raise_mapped(exc: apsw.Error, path: str, busy_message: str | None = None) -> None:
-    """Raise :class:`Busy` (locked), :class:`Interrupted` (an interrupt) or :class:`Blocked` (read-only); else return.
+    """Raise :class:`Blocked` (a file refused by its identity, or read-only), :class:`Busy` (locked)
+    or :class:`Interrupted` (an interrupt); else return.
 
     The caller re-raises ``exc`` itself when this returns: any other SQLite error is not ours
     to name. Read-only covers a write-protected file and a directory where the journal cannot
     be created (SQLite's ``SQLITE_READONLY_DIRECTORY``), both ``SQLITE_READONLY`` at heart.
     """
+    refused_side = refusal_error(path)
+    if refused_side is not None:
+        raise Blocked(refused_side.reason) from exc
     code = errcode(exc)
     if code == SQLITE_READONLY:
         if getattr(exc, "extendedresult", 0) == SQLITE_READONLY_DBMOVED:

@@ -53,9 +53,15 @@ class FileIdentity:
 
     def __init__(self, path: str, known: tuple[int, int] | None = None) -> None:
         self.path = path
-        self._ident = known if known is not None else self._now()
-        if self._ident is None:
+        ident = known if known is not None else self._now()
+        if ident is None:
             raise Gone(f"{path} is missing")
+        self._ident = ident
+
+    @property
+    def meant(self) -> tuple[int, int]:
+        """``(device, inode)`` of the file the compaction means: what its open must find."""
+        return self._ident
 
     def _now(self) -> tuple[int, int] | None:
         try:

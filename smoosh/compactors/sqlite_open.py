@@ -13,7 +13,12 @@ user database (priority re-check, worker, compactor, cleanup) goes through
   and refuses a symlink in any of them (``SQLITE_CANTOPEN_SYMLINK``), then opens the file
   and its ``-journal``, ``-wal`` and ``-shm`` with ``O_NOFOLLOW`` (seen with strace on the
   bundled 3.54.1), so a side file swapped for a symlink fails the open too;
-* never passes ``SQLITE_OPEN_CREATE``: a path that vanished is not recreated.
+* never passes ``SQLITE_OPEN_CREATE``: a path that vanished is not recreated;
+* registers the database with :mod:`~smoosh.compactors.sqlite_guard` for as long as the
+  connection lives: every file SQLite then opens for it (the database, its ``-journal``,
+  ``-wal`` and ``-shm``) is checked by identity as it is opened (a regular file, one link,
+  its root's device and mount, and the inode the caller meant), and refused before a byte is
+  read or written.
 
 The connection comes from apsw, never the stdlib ``sqlite3``: two SQLite libraries in one
 process do not see each other's POSIX locks, and either one closing a descriptor drops the
@@ -24,7 +29,8 @@ here (:func:`run`, :func:`pragma`) always step a statement to its end.
 
 Left open: SQLite checks the directory components with ``lstat`` before its ``open``, so a
 directory swapped for a symlink in that instant, or while a compaction holds the database
-open (its journal and WAL are opened by name later), is not caught here.
+open (its journal and WAL are opened by name later), is not caught by name here; the file
+opened through it is still checked by identity (its device and mount, its links).
 """
 
 from __future__ import annotations
@@ -36,12 +42,14 @@ from typing import Any, Iterable, Sequence
 
 import apsw
 
-from smoosh.compactors.base import refused
+from smoosh.compactors import sqlite_guard
+from smoosh.compactors.base import Shared, refused, shared
 from smoosh.identity import Roots
 from smoosh.paths import NO_ROOTS, NOT_CANONICAL, THROUGH_SYMLINK, refusal
 
 __all__ = [
     "open_database",
+    "refusal_error",
     "refusal",
     "refused",
     "canonical_roots",
@@ -74,6 +82,9 @@ SQLITE_NOTADB = 26
 SQLITE_CANTOPEN_SYMLINK = apsw.SQLITE_CANTOPEN_SYMLINK
 _MODES = {"ro": apsw.SQLITE_OPEN_READONLY, "rw": apsw.SQLITE_OPEN_READWRITE}
 _BASE_FLAGS = apsw.SQLITE_OPEN_NOFOLLOW | apsw.SQLITE_OPEN_URI
+
+# Before any connection: SQLite's system-call table must not change under an open.
+sqlite_guard.install()
 
 
 def canonical_roots(
@@ -120,7 +131,8 @@ def _realpaths(dirs: Iterable[str], what: str) -> list[str]:
 
 
 def open_database(
-    path: str, mode: str, *, timeout_s: float, roots: Sequence[str] | None = None, immutable: bool = False
+    path: str, mode: str, *, timeout_s: float, roots: Sequence[str] | None = None, immutable: bool = False,
+    meant: tuple[int, int] | None = None,
 ) -> apsw.Connection:
     """Open a user's database: inside ``roots``, without following a symlink, never creating it.
 
@@ -133,6 +145,8 @@ def open_database(
             restriction (library use). The symlink refusal applies either way.
         immutable: open with ``immutable=1``: no locks, no side files; only for a file nobody
             writes (see :func:`smoosh.compactors.sqlite_file.read_quietly`).
+        meant: ``(device, inode)`` the database file must be (what the look that decided to
+            open it read); None accepts whichever regular file is there.
 
     Returns:
         An apsw connection in autocommit mode. Opening is lazy about the header: a file that is
@@ -141,6 +155,8 @@ def open_database(
     Raises:
         Refused: the path is not canonical, lies outside ``roots``, or reaches its file
             through a symlink; the file was not opened. Logged at WARNING.
+        Shared: the file opened was refused by its identity (other links, another mount, not
+            a regular file, not the file meant); logged at WARNING once per path and reason.
         apsw.CantOpenError: the file (or its directory) is missing, or unreadable.
         ValueError: an unknown mode.
     """
@@ -152,15 +168,37 @@ def open_database(
     except KeyError:
         raise ValueError(f"mode must be 'ro' or 'rw', not {mode!r}") from None
     uri = "file:" + urllib.parse.quote(path) + ("?immutable=1" if immutable else "")
-    try:
-        conn = apsw.Connection(uri, flags=flags)
-    except apsw.CantOpenError as exc:
-        # The stubs declare no attributes on apsw's errors; ``extendedresult`` is always set.
-        if getattr(exc, "extendedresult", 0) == SQLITE_CANTOPEN_SYMLINK:
-            raise refused(path, THROUGH_SYMLINK) from exc
-        raise
+    with sqlite_guard.guard(path, roots, meant) as registered:
+        try:
+            conn = apsw.Connection(uri, flags=flags)
+        except apsw.CantOpenError as exc:
+            # The stubs declare no attributes on apsw's errors; ``extendedresult`` is always set.
+            if getattr(exc, "extendedresult", 0) == SQLITE_CANTOPEN_SYMLINK:
+                raise refused(path, THROUGH_SYMLINK) from exc
+            error = refusal_error(path)  # asked while registered: the refusal goes with it
+            if error is not None:
+                raise error from exc
+            raise
+        registered.keep(conn)
     conn.set_busy_timeout(int(timeout_s * 1000))
     return conn
+
+
+def refusal_error(path: str) -> Shared | None:
+    """The :class:`Shared` error for a file of ``path`` that the open check refused, or None.
+
+    A statement that opens a side file (a VACUUM its ``-journal``, a WAL read its ``-shm``)
+    fails with ``SQLITE_CANTOPEN`` when the check refuses it: the caller asks here why.
+
+    Parameters:
+        path: the database's canonical path.
+
+    Returns:
+        The error (logged at WARNING once per path and reason), or None when no open of the
+        database's files was refused since it was last opened.
+    """
+    reason = sqlite_guard.take_refusal(path)
+    return None if reason is None else shared(path, reason)
 
 
 def run(conn: apsw.Connection, sql: str) -> list[Any]:

@@ -27,7 +27,7 @@ from smoosh.compactors import Blocked, SqliteCompactor, sqlite_wal
 from smoosh.compactors.base import Interrupted
 from smoosh.compactors.sqlite_compact import open_for_compaction
 from smoosh.compactors.sqlite_file import footprint_bytes
-from smoosh.compactors.sqlite_open import close_quietly, pragma, run
+from smoosh.compactors.sqlite_open import canonical_roots, close_quietly, pragma, run
 from smoosh.compactors.sqlite_openers import PinningReaders, wal_readers
 from smoosh.config.sections import SqliteConfig
 from smoosh.compactors.sqlite_wal import WAL_QUIET_S, cleanup, truncate_wal, wal_content_bytes
@@ -483,7 +483,9 @@ def test_a_wal_hard_linked_elsewhere_is_not_cut_in_steps(grown: str, tmp_path: P
     with _growing_app(grown) as (app, wal):
         other = tmp_path / "elsewhere"
         os.link(grown + "-wal", other)
-        conn = open_for_compaction(grown, None, 1.0)
+        # (a root that opts in to hard links: otherwise the -wal's open is refused outright)
+        here = os.path.dirname(grown)
+        conn = open_for_compaction(grown, canonical_roots([here], allow_hard_links=[here]), 1.0)
         try:
             # When smoosh would cut it in steps
             sqlite_wal.cut_wal(conn, grown, busy_timeout_s=1.0)

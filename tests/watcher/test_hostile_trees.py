@@ -76,6 +76,69 @@ def stepped(tmp_path: Path) -> "Callable[[Path], tuple[Watcher, FakeClock, Seen,
         w.stop()
 
 
+def test_a_chain_deeper_than_the_path_limit_costs_only_itself(
+    tmp_path: Path, stepped: Callable[[Path], tuple[Watcher, FakeClock, Seen, Seen]], caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a root with a chain deeper than the path limit in it, present at start
+    root = Path(os.path.realpath(tmp_path)) / "watched"
+    root.mkdir()
+    (root / "tenants").mkdir()
+    reachable = deep_chain(root)
+    caplog.set_level(logging.INFO, logger=WATCHER_LOG)
+    w, clock, events, scanned = stepped(root)
+    # When a database is made elsewhere in that root, and one in the chain where it still has a path
+    new = make_db(root / "tenants" / "new.db")
+    shallow = make_db(root / LINK / "in-the-chain.db")
+    # Then each is seen by its own file events: the root is watched, not left to rescans
+    assert wait_for(lambda: events.has(new) and events.has(shallow))
+    assert not scanned.has(new) and not scanned.has(shallow)
+    assert w.scans_completed == 1  # the start-up scan; the clock was never stepped to a rescan
+    assert not w.polling
+    # And the chain is named once, by whichever of the observer and the scan met it first,
+    # through root checks and a periodic rescan that meet it again
+    for _ in range(3):
+        clock.advance(ROOT_CHECK_INTERVAL_S)
+        w.tick(clock())
+    clock.advance(DEFAULT_RESCAN_INTERVAL_S)
+    w.tick(clock())
+    assert wait_for(lambda: w.scans_completed >= 2)
+    assert said(caplog, too_deep(reachable)) == 1
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and r.getMessage() != too_deep(reachable)]
+
+
+def test_a_walk_skips_a_chain_deeper_than_the_path_limit_and_walks_the_rest(tmp_path: Path) -> None:
+    root = Path(os.path.realpath(tmp_path))
+    reachable = deep_chain(root)
+    db = make_db(root / "z" / "x.db")
+    entries = [resolve_watch(str(root))]
+    found: list[str] = []
+    warnings: list[str] = []
+    walk(entries, watch_roots(entries), found.append, warnings.append)
+    assert found == [str(db)]
+    assert warnings == [too_deep(reachable)]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads every directory")
+def test_a_directory_without_permission_costs_only_itself(
+    tmp_path: Path, stepped: Callable[[Path], tuple[Watcher, FakeClock, Seen, Seen]], caplog: pytest.LogCaptureFixture
+) -> None:
+    root = Path(os.path.realpath(tmp_path)) / "watched"
+    closed = root / "closed"
+    closed.mkdir(parents=True)
+    closed.chmod(0)
+    try:
+        w, clock, events, scanned = stepped(root)
+        new = make_db(root / "open" / "new.db")
+        assert wait_for(lambda: events.has(new))
+        clock.advance(DEFAULT_RESCAN_INTERVAL_S)
+        w.tick(clock())
+        assert wait_for(lambda: w.scans_completed >= 2)
+        sentence = unreadable(str(closed), PermissionError(13, os.strerror(13)))
+        assert said(caplog, sentence) == 1
+    finally:
+        closed.chmod(0o700)
+
+
 # ---------------------------------------------------------------------- odd names
 
 

@@ -19,6 +19,10 @@ What it does, as watchdog's observer does for the events smoosh asks for:
   own compactions, so each of their writes costs the thread one call.
 * moves are paired by cookie within one read; a ``moved_to`` without its ``moved_from``
   (moved in from outside) is reported as created, a ``moved_from`` alone as deleted.
+* beyond watchdog: a directory below a recursive watch that cannot be watched (a chain deeper
+  than the path limit, no permission) is skipped with the tree below it and named once in the
+  log (:mod:`~smoosh.daemon.watch.hostile`); the rest of the root stays watched. Only inotify's
+  limits (ENOSPC, EMFILE) fail a schedule.
 * a watched root deleted or moved away ends its watch: :meth:`is_watching` turns False and
   the owner (``WatchedRoots``) watches the path again when a directory is back there.
 * a kernel queue overflow calls ``on_overflow()`` on every handler that has one.
@@ -60,6 +64,7 @@ from watchdog.events import (
     FileSystemEvent,
 )
 
+from smoosh.daemon.watch.hostile import say_once, too_deep, unreadable
 from smoosh.daemon.watch.inotify_watch import (
     ADD_FLAGS,
     IN_ATTRIB,
@@ -96,6 +101,11 @@ READ_DELAY_S = 0.0005
 QUIET_READ_S = 0.1
 #: Seconds ``stop()`` waits for the observer's thread, unless told otherwise.
 STOP_TIMEOUT_S = 5.0
+#: errno values meaning inotify's limits are exhausted (watches, instances): a schedule fails on
+#: them (its owner falls back to polling), where any other failure only costs the directory.
+_LIMIT_ERRNOS = frozenset({errno.ENOSPC, errno.EMFILE})
+#: errno values of a directory that went away (or was replaced by a file) as it was watched.
+_GONE_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR})
 
 
 def inotify_available() -> bool:
@@ -314,20 +324,34 @@ class InotifyObserver:
         return wd
 
     def _add_tree(self, root: str, recursive: bool) -> list[str]:
-        """Watch ``root`` (and, recursively, its subdirectories); the files found below it."""
+        """Watch ``root`` (and, recursively, its subdirectories); the files found below it.
+
+        A subdirectory that cannot be watched is skipped with the tree below it and named once
+        (:func:`_skipped`): a chain deeper than the path limit, or one directory without
+        permission, costs its own files, never the root's events.
+
+        Raises:
+            OSError: ``root`` itself cannot be watched, or inotify's limits ran out (ENOSPC,
+                EMFILE) on any directory.
+        """
         self._add_dir(root)
         files: list[str] = []
         if not recursive:
             return files
         for dirpath, dirnames, filenames in os.walk(root, onerror=None, followlinks=False):
             files.extend(os.path.join(dirpath, name) for name in filenames)
+            watched: list[str] = []
             for name in dirnames:
                 sub = os.path.join(dirpath, name)
                 try:
                     self._add_dir(sub)
                 except OSError as e:
-                    if e.errno not in (errno.ENOENT, errno.ENOTDIR, errno.EACCES):
+                    if e.errno in _LIMIT_ERRNOS:
                         raise
+                    _skipped(dirpath, sub, e)
+                    continue
+                watched.append(name)
+            dirnames[:] = watched  # the walk goes no further into what is not watched
         return files
 
     def _forget_tree(self, directory: str) -> None:
@@ -550,7 +574,9 @@ class InotifyObserver:
             found = self._add_tree(path, True)
         except OSError as e:
             self._refresh_covering()
-            if e.errno in (errno.ENOSPC, errno.EMFILE):
+            if e.errno not in _LIMIT_ERRNOS:
+                _skipped(os.path.dirname(path), path, e)
+            else:
                 # Out of watches: the trees covering it are no longer watched whole. Their
                 # owner sees is_watching() False and schedules again (falling back to polling).
                 log.error("cannot watch new directory %s: %s", path, e)
@@ -576,6 +602,13 @@ class InotifyObserver:
 
 def _never() -> bool:
     return False
+
+
+def _skipped(parent: str, directory: str, error: OSError) -> None:
+    """``directory`` (in ``parent``) could not be watched for ``error``: named once, unless it is gone."""
+    if error.errno in _GONE_ERRNOS:
+        return  # deleted, or replaced by a file, as it was watched: nothing to watch
+    say_once(too_deep(parent) if error.errno == errno.ENAMETOOLONG else unreadable(directory, error))
 
 
 def _ignored(ignores: Callable[[str], bool], path: str) -> bool:

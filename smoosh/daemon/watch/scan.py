@@ -18,10 +18,15 @@ progress: ``cp`` and ``rsync`` write the header first, and a start-up scan once 
 half copied in) or with a ``-journal`` beside it (a transaction, or a hot journal, in progress).
 The daemon treats it as a file event: examined once it has been quiet for the debounce's quiet
 period, never mid-copy.
+
+A directory the walk cannot read (deeper than the path limit, no permission) is skipped and
+named in a warning record, in the words :mod:`~smoosh.daemon.watch.hostile` gives the observer
+too: the daemon says each once, from whichever side met it first.
 """
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import json
 import os
@@ -33,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO, Callable, Iterable, Sequence
 
+from smoosh.daemon.watch.hostile import too_deep, unreadable
 from smoosh.paths import CLEANUP_PREFIX, SIDE_SUFFIXES
 
 __all__ = [
@@ -308,10 +314,11 @@ def _walk(
             directory = stack.pop()
             try:
                 it = os.scandir(directory)
-            except FileNotFoundError:
-                continue
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # gone, or replaced by a file, since it was listed
             except OSError as e:
-                warn(f"cannot read directory {directory}: {e.strerror or e}")
+                # One hostile directory costs its own files: named, skipped, the rest walked.
+                warn(too_deep(os.path.dirname(directory)) if e.errno == errno.ENAMETOOLONG else unreadable(directory, e))
                 continue
             candidates: list[str] = []
             names: set[str] = set()

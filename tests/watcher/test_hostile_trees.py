@@ -20,7 +20,7 @@ import pytest
 from smoosh.daemon.intake.keys import check_key
 from smoosh.daemon.intake.router import Router
 from smoosh.daemon.watch.hostile import PATH_MAX_BYTES, refused_name, too_deep, unreadable
-from smoosh.daemon.watch.scan import resolve_watch, walk, watch_roots
+from smoosh.daemon.watch.scan import resolve_watch, short_of_header, walk, watch_roots
 from smoosh.daemon.watch.watcher import DEFAULT_RESCAN_INTERVAL_S, ROOT_CHECK_INTERVAL_S, Watcher
 from smoosh.errors import InvalidKey
 from smoosh.paths import NAME_MAX_BYTES, NOT_UTF8, SQLITE_MAX_PATH_BYTES, name_refusal
@@ -194,3 +194,34 @@ def test_the_watcher_names_an_odd_file_once_and_never_reports_it(
     assert said(caplog, refused_name(str(latin1), NOT_UTF8)) == 1
     assert said(caplog, refused_name(str(long_name), name_refusal(str(long_name)) or "")) == 1
     assert "caf\\xe9.db" in refused_name(str(latin1), NOT_UTF8)  # the bytes, as `ls -b` shows them
+
+
+# ---------------------------------------------------------------------- slow copies
+
+
+HEADER = bytearray(b"SQLite format 3\x00" + b"\x00" * 84)
+HEADER[16:18] = (4096).to_bytes(2, "big")  # page size
+HEADER[24:28] = HEADER[92:96] = (7).to_bytes(4, "big")  # change counter, and the version it is valid for
+HEADER[28:32] = (10).to_bytes(4, "big")  # 10 pages: 40,960 bytes
+
+
+def test_a_file_shorter_than_its_header_says_is_short_of_it() -> None:
+    assert short_of_header(bytes(HEADER), 40_960 - 1)
+    assert not short_of_header(bytes(HEADER), 40_960)
+    assert short_of_header(bytes(HEADER[:50]), 50)  # not even its header yet
+    stale = bytearray(HEADER)
+    stale[92:96] = (6).to_bytes(4, "big")  # written by a SQLite that does not keep the size: no claim
+    assert not short_of_header(bytes(stale), 4096)
+
+
+def test_a_scan_hands_a_file_still_short_of_its_header_to_the_debounce_however_old(tmp_path: Path) -> None:
+    copying, whole = tmp_path / "copying.db", tmp_path / "whole.db"
+    copying.write_bytes(bytes(HEADER) + b"\x00" * 8000)
+    whole.write_bytes(bytes(HEADER) + b"\x00" * (40_960 - 100))
+    entries = [resolve_watch(str(tmp_path))]
+    found: list[str] = []
+    settling: list[str] = []
+    # Seen an hour after their last write: only a length can tell the copy from the database
+    walk(entries, watch_roots(entries), found.append, lambda msg: None, settling=settling.append,
+         now=os.stat(copying).st_mtime + 3600)
+    assert found == [str(whole)] and settling == [str(copying)]

@@ -210,7 +210,8 @@ class InotifyObserver:
         wakes no thread for its last events. When the observer's thread is reading, that read
         may have begun before those writes, so the thread is woken to read again and calls
         ``callback`` after it; at a stop, it is called all the same. Returns False, calling
-        nothing, when the thread does not run.
+        nothing, when the thread does not run. (A move's first half read without its second
+        may still be held then: a move is no write of a compaction's.)
         """
         with self._lock:
             if self._thread is None or self._stopping:

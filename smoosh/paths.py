@@ -23,7 +23,7 @@ from typing import Sequence
 
 __all__ = [
     "canonical_path", "MAX_COMPONENTS", "TEMPORARY_SUFFIXES", "temporary_name", "SIDE_SUFFIXES", "inside", "inside_any", "refusal", "refused_at_use", "NOT_CANONICAL", "THROUGH_SYMLINK", "RENAMED_MEANWHILE", "NO_ROOTS",
-    "CLEANUP_PREFIX",
+    "CLEANUP_PREFIX", "NAME_MAX_BYTES", "SQLITE_MAX_PATH_BYTES", "NOT_UTF8", "name_refusal", "shown_path",
 ]
 
 #: Prefix of a cleanup key, ``cleanup:<db path>``: the job restarts (or cuts) the database's WAL, or
@@ -120,6 +120,71 @@ THROUGH_SYMLINK = "reaches its file through a symbolic link"
 RENAMED_MEANWHILE = "its name changed while it was being opened (renamed or exchanged)"
 #: Refusal reason: roots are enforced and there are none (the server refuses every key then too).
 NO_ROOTS = "no roots configured"
+
+
+#: Longest file name Linux's file systems take (NAME_MAX), in bytes.
+NAME_MAX_BYTES = 255
+#: Longest path SQLite's unix VFS opens, in bytes (its ``mxPathname``, MAX_PATHNAME in os_unix.c).
+#: SQLite refuses to open a database whose path leaves no room for ``-journal`` within it, as the
+#: journal could not even be looked for (``sqlite3PagerOpen``).
+SQLITE_MAX_PATH_BYTES = 512
+#: The longest suffix SQLite gives a file beside a database.
+_JOURNAL = "-journal"
+#: Longest database name, in bytes, that leaves room for its ``-journal`` beside it.
+_MAX_DB_NAME_BYTES = NAME_MAX_BYTES - len(_JOURNAL)
+#: Longest database path, in bytes, that SQLite opens.
+_MAX_DB_PATH_BYTES = SQLITE_MAX_PATH_BYTES - len(_JOURNAL)
+#: Refusal reason: the path holds bytes that are not UTF-8 (Python carries them as surrogates).
+NOT_UTF8 = ("its path is not valid UTF-8: smoosh's keys are text (its job store, log and API carry them, and "
+            "its SQLite library takes UTF-8 names only); rename it to have it compacted")
+
+
+def name_refusal(path: str) -> str | None:
+    """Why SQLite, or smoosh's keys, cannot carry the database at ``path``; None when they can.
+
+    Judged on the string alone (no I/O), for every way a key comes in (the watcher names each
+    such file once, the key check refuses it): a path that is not UTF-8 (:data:`NOT_UTF8`), a
+    file name that leaves no room for SQLite's ``-journal`` beside it (a name longer than
+    ``NAME_MAX - 8`` bytes: SQLite could open the file but never its journal), or a path that
+    leaves none within SQLite's path limit (:data:`SQLITE_MAX_PATH_BYTES`: SQLite opens no such
+    database). Without this, each was a key that crashed every compaction of it, again and again.
+
+    Parameters:
+        path: a canonical database path (a ``cleanup:`` key's, without the prefix).
+
+    Returns:
+        The reason, in an operator's words, or None.
+    """
+    if path.isascii():  # the usual case: one byte per character, no encoding to make
+        size_bytes, name_bytes = len(path), len(path) - path.rfind("/") - 1
+        if size_bytes <= _MAX_DB_PATH_BYTES and name_bytes <= _MAX_DB_NAME_BYTES:
+            return None
+    else:
+        try:
+            raw = path.encode("utf-8")
+        except UnicodeEncodeError:
+            return NOT_UTF8
+        size_bytes, name_bytes = len(raw), len(raw) - raw.rfind(b"/") - 1
+    if name_bytes > _MAX_DB_NAME_BYTES:
+        return (f"its name ({name_bytes} bytes) leaves no room for SQLite's -journal file beside it: file names end "
+                f"at {NAME_MAX_BYTES} bytes, so SQLite could never open its journal (a name of at most "
+                f"{_MAX_DB_NAME_BYTES} bytes can be compacted)")
+    if size_bytes > _MAX_DB_PATH_BYTES:
+        return (f"its path ({size_bytes} bytes) leaves no room for SQLite's -journal file: SQLite opens no database "
+                f"whose path is longer than {_MAX_DB_PATH_BYTES} bytes")
+    return None
+
+
+def shown_path(path: str) -> str:
+    """``path`` as a log line or a message may carry it: bytes that are not UTF-8 as ``\\xNN``.
+
+    A name Python carries with surrogates (``os.fsdecode``) cannot be written as UTF-8 text: a log
+    file, the journal or JSON would refuse it or mangle it. Shown this way it reads as ``ls -b``
+    shows it.
+    """
+    if path.isascii():
+        return path
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def inside(path: str, root: str) -> bool:

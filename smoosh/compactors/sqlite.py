@@ -47,9 +47,11 @@ import smoosh.compactors.sqlite_leftovers as sqlite_leftovers
 import smoosh.compactors.sqlite_wal as sqlite_wal
 from smoosh.paths import CLEANUP_PREFIX
 from smoosh.compactors.base import (
-    Blocked, CompactionContext, CompactionResult, Gone, Look, Refused, Replaced, Shared, Sizes,
+    Blocked, Busy, CompactionContext, CompactionResult, Gone, Look, Refused, Replaced, Shared, Sizes,
 )
-from smoosh.compactors.sqlite_file import AUTO_VACUUM_CODES, DbState, file_size, footprint_bytes, in_use, read_state
+from smoosh.compactors.sqlite_file import (
+    AUTO_VACUUM_CODES, DbState, changed_outside_sqlite, file_size, footprint_bytes, in_use, read_state, still_copied,
+)
 from smoosh.compactors.sqlite_file import look as look_at
 from smoosh.compactors.sqlite_identity import FileIdentity, replaced_error
 from smoosh.compactors.sqlite_measure import DBSTAT_QUERY, KeyMemory, exact_active_bytes
@@ -313,6 +315,8 @@ class SqliteCompactor:
         if state is None:
             left = self.leftovers(path) if cleanup else []
             return Sizes(file_bytes=sum(file_size(f) for f in left), active_bytes=0) if left else None
+        if look is None and not cleanup and still_copied(path, state) is not None:
+            return None  # not whole yet (a look said so itself): nothing to measure until it is
         if cleanup:
             return Sizes(file_bytes=file_size(path + "-wal"), active_bytes=0)
         estimate = (state.page_count - state.freelist_count) * state.page_size
@@ -475,6 +479,10 @@ class SqliteCompactor:
             Blocked: also when the file is shared (other hard links, another mount, a side
                 file that is a link: :mod:`smoosh.identity`); nothing was opened through it.
             Gone: the file is missing or not SQLite.
+            Busy: also when the file is not whole yet (shorter than its header says: a copy in
+                progress), or was written outside SQLite's locks while it was compacted, which
+                SQLite then calls malformed (:func:`~smoosh.compactors.sqlite_file.changed_outside_sqlite`):
+                rolled back, and tried again later rather than called corrupt.
             InsufficientSpace: what it would write does not fit on disk beside the room other
                 compactions reserved and ``min_free_space`` (a ``Blocked``; nothing opened).
             apsw.Error: anything else SQLite reports.
@@ -495,6 +503,9 @@ class SqliteCompactor:
                 ctx.progress(1.0)
                 return removed
             raise Gone(f"{path} is missing or not a SQLite database")
+        copied = None if cleanup else still_copied(path, state)
+        if copied is not None:
+            raise Busy(f"{path} is {copied}")
         # The header read's fstat and the side files' lstat answer the identity and the footprint
         # (database and -wal): no stat of their own between the decision and the open.
         identity = FileIdentity(path, (state.device, state.inode) if state.inode else None)
@@ -517,6 +528,13 @@ class SqliteCompactor:
             # The connection to the old file is closed (its journal rolled back and removed):
             # only now is the new file looked at, so the check cannot meet smoosh's own journal.
             raise replaced_error(path, roots, self.busy_timeout_s, rolled_back=exc.rolled_back) from None
+        except (apsw.CorruptError, apsw.NotADBError) as exc:
+            # Its connection is closed: the header is read afresh. A file a copy was still
+            # writing is not corrupt, and must not be reported so.
+            outside = changed_outside_sqlite(path, state, untouched=self._way(cleanup, state) == "vacuum")
+            if outside is None:
+                raise
+            raise Busy(outside) from exc
         finally:
             self._memory.forget_exact(key)
         after_state = self._remember_counter(key, path, roots) if not cleanup else None

@@ -25,6 +25,7 @@ syscall for it, and reading 100 bytes changes nothing). Sizes of side files come
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import functools
@@ -49,6 +50,8 @@ __all__ = [
     "look",
     "open_for_read",
     "read_quietly",
+    "still_copied",
+    "changed_outside_sqlite",
     "file_size",
     "footprint_bytes",
     "sqlite_temp_dir",
@@ -90,6 +93,10 @@ class DbState(NamedTuple):
     #: The file's device when it was read (with ``inode``: the identity a compaction compares
     #: against, taken by the same ``fstat`` as the size; 0: unknown).
     device: int = 0
+    #: The database's size its header states (in-header page count times page size) when the
+    #: header vouches for it (see :func:`parse_header`); 0 otherwise, and for a state read
+    #: through a connection. A file shorter than this is not whole yet (:func:`still_copied`).
+    header_bytes: int = 0
 
 
 #: The header fields a state needs, in one unpack (sqlite.org/fileformat.html, 1.3): the magic,
@@ -111,11 +118,91 @@ def parse_header(header: bytes, file_bytes: int, inode: int = 0, device: int = 0
         return None
     # The in-header size is only trusted when written by a SQLite that maintains it (3.7.0+),
     # which it proves by matching the change counter; otherwise the file size decides.
-    pages = in_header_pages if in_header_pages and change_counter == valid_for else file_bytes // page_size
+    trusted = bool(in_header_pages) and change_counter == valid_for
+    pages = in_header_pages if trusted else file_bytes // page_size
     auto_vacuum = 0 if largest_root == 0 else (2 if incremental else 1)
     wal = write_version == 2 and read_version == 2
     return DbState(file_bytes, page_size, pages, min(freelist, pages), auto_vacuum, wal,
-                   None if wal else change_counter, inode, device)
+                   None if wal else change_counter, inode, device, pages * page_size if trusted else 0)
+
+
+#: Paths :func:`still_copied` has said are not whole, oldest first; at most this many are kept.
+_COPIED_SAID_MAX = 4096
+_copied_said: collections.OrderedDict[str, None] = collections.OrderedDict()
+_copied_lock = threading.Lock()
+
+
+def still_copied(path: str, state: DbState) -> str | None:
+    """Why the database at ``path`` is not whole yet, or None: a file shorter than its header
+    says, with no SQLite journal beside it, is being written by something other than SQLite
+    (a copy under its final name: ``cp`` writes the header first) or was cut short.
+
+    Examined or compacted now, SQLite would call it malformed, and a VACUUM's rollback would
+    cut the copy's next bytes off. Said once per path at INFO (until it is whole again): a
+    copy in progress is news, not a fault. A short file with a ``-journal`` beside it is
+    SQLite's own commit in progress, and a state read through a connection vouches for no
+    size (its ``header_bytes`` is 0).
+
+    Parameters:
+        path: the database file.
+        state: its state, as :func:`read_state` or :func:`look` read it.
+
+    Returns:
+        The reason, naming both sizes; None for a whole file.
+    """
+    if state.header_bytes <= state.file_bytes or os.path.lexists(path + "-journal"):
+        if _copied_said and path in _copied_said:
+            with _copied_lock:
+                _copied_said.pop(path, None)
+        return None
+    reason = (f"shorter than its header says ({state.file_bytes} of {state.header_bytes} bytes) with no SQLite "
+              "journal beside it: still being copied (or cut short)? It is compacted once it is whole")
+    with _copied_lock:
+        new = path not in _copied_said
+        if new:
+            _copied_said[path] = None
+            if len(_copied_said) > _COPIED_SAID_MAX:
+                _copied_said.popitem(last=False)
+    if new:
+        log.info("Not examining %r yet: %s.", path, reason)
+    return reason
+
+
+def changed_outside_sqlite(path: str, before: DbState, *, untouched: bool) -> str | None:
+    """After SQLite found ``path`` malformed mid-compaction: why the file was written meanwhile
+    by something outside SQLite's locks (a copy still in progress), or None (it is damaged).
+
+    A file now shorter than its header says is a copy under way (``cp`` cuts the file, then
+    writes the header first). With ``untouched`` (a VACUUM of a rollback-journal database:
+    it held SQLite's lock throughout, so no SQLite writer committed, and its failed statement
+    rolled back whole), a file of another size or another change counter than when the
+    compaction began was written by another program too. Reads the header afresh: call it
+    once the compaction's connection is closed.
+
+    Parameters:
+        path: the database file.
+        before: its state when the compaction began.
+        untouched: the compaction's failure left the file as it found it (see above).
+
+    Returns:
+        The reason for the operator (the compaction is then retried later, not called corrupt).
+    """
+    raw = _read_header(path, None, False)
+    if not isinstance(raw, tuple):
+        return None
+    header, st = raw
+    now = parse_header(header, st.st_size, st.st_ino, st.st_dev)
+    if now is None or now.inode != before.inode:
+        return None  # not a database any more, or another file: not this question
+    if now.header_bytes > now.file_bytes:
+        return (f"{path} is shorter than its header says ({now.file_bytes} of {now.header_bytes} bytes): written "
+                "outside SQLite's locks while it was compacted (still being copied?); rolled back, tried again later")
+    moved = (now.file_bytes, now.change_counter) != (before.file_bytes, before.change_counter)
+    if untouched and not before.wal and moved:
+        return (f"{path} changed while it was compacted ({before.file_bytes} -> {now.file_bytes} bytes, change counter "
+                f"{before.change_counter} -> {now.change_counter}) while smoosh held its lock: written outside SQLite's "
+                "locks (still being copied?); rolled back, tried again later")
+    return None
 
 
 def file_size(path: str) -> int:
@@ -395,6 +482,9 @@ def look(path: str, timeout_s: float, *, roots: Sequence[str] | None = None, str
         return Look(exc.reason)
     if state is None or st is None:
         return Look(NOT_A_DATABASE)
+    copied = still_copied(path, state)
+    if copied is not None:
+        return Look(copied)
     wal_bytes = wal.st_size if wal is not None else 0
     return Look(None, signature=file_signature(st, wal), wal_bytes=wal_bytes, state=state)
 

@@ -25,8 +25,10 @@ from watchdog.events import (
     FileSystemEvent,
 )
 
-from smoosh.daemon.watch.inotify import IN_Q_OVERFLOW, InotifyObserver, inotify_available
+from smoosh.daemon.watch.inotify import IN_Q_OVERFLOW, MOVE_PAIR_S, InotifyObserver, inotify_available
+from smoosh.daemon.watch.inotify_watch import IN_MOVED_FROM, IN_MOVED_TO
 from watcher.test_watcher import wait_for
+from helpers.clocks import FakeClock
 from helpers.daemon import HANG_S
 
 pytestmark = pytest.mark.skipif(not inotify_available(), reason="needs Linux inotify")
@@ -199,9 +201,86 @@ def test_a_handler_that_ignores_a_file_gets_no_event_for_its_writes(tmp_path: Pa
     assert {str(own / "x.db"), str(own / "x.db-journal"), str(app / "y.db")} <= set(rec.asked)
     assert rec.paths() == {str(app / "y.db")}
     assert {str(own / "x.db"), str(app / "y.db")} <= plain.paths()
-    # And a move is not a write: it arrives whole, even out of an ignored file
+    # And a move is not a write: it arrives whole, even out of an ignored file (the kernel's own
+    # rename: its two halves may fall in one read or in two, see the test below)
     (own / "x.db").rename(app / "z.db")
     assert wait_for(lambda: rec.saw("moved", own / "x.db", app / "z.db"))
+    assert not rec.saw("created", app / "z.db")
+
+
+@pytest.fixture
+def reader() -> Iterator[tuple[InotifyObserver, FakeClock]]:
+    """An observer whose reads the test makes itself (no thread), on a stepped clock: the test
+    hands it the kernel's records as a read would return them."""
+    clock = FakeClock(0.0)
+    obs = InotifyObserver(clock=clock)
+    yield obs, clock
+    obs.stop()
+
+
+def test_a_move_whose_two_halves_fall_in_two_reads_is_reported_as_a_move(
+    tmp_path: Path, reader: tuple[InotifyObserver, FakeClock]
+) -> None:
+    # The move of the test above, read as it is when the suite flaked: the kernel queues the
+    # rename's IN_MOVED_FROM and IN_MOVED_TO one after the other, and a read fell between them.
+    obs, clock = reader
+    own, app = tmp_path / "own", tmp_path / "app"
+    own.mkdir()
+    app.mkdir()
+    rec = Ignoring(own)
+    obs.schedule(rec, str(tmp_path), recursive=True, event_filter=WANTED)
+    own_wd, app_wd = obs._dir_wd[str(own)], obs._dir_wd[str(app)]
+    # When one read ends with the first half and the next, a little later, begins with the second
+    obs._handle([Event(own_wd, IN_MOVED_FROM, 7, "x.db")])
+    assert rec.events == []  # held for its second half: neither a deletion nor anything yet
+    clock.advance(MOVE_PAIR_S / 2)
+    obs._handle([Event(app_wd, IN_MOVED_TO, 7, "z.db")])
+    # Then it is one move, out of the ignored file, never a deletion and a creation
+    assert rec.events == [("moved", str(own / "x.db"), str(app / "z.db"))]
+    # And a second half read after the hold pairs all the same: the queue is read before the
+    # hold is judged, so only a move whose second half never came is a deletion
+    obs._handle([Event(app_wd, IN_MOVED_FROM, 8, "z.db")])
+    clock.advance(MOVE_PAIR_S * 10)
+    obs._handle([Event(app_wd, IN_MOVED_TO, 8, "y.db")])
+    assert rec.events[1:] == [("moved", str(app / "z.db"), str(app / "y.db"))]
+
+
+def test_a_move_out_is_a_deletion_once_its_hold_ends_unpaired(
+    tmp_path: Path, reader: tuple[InotifyObserver, FakeClock]
+) -> None:
+    obs, clock = reader
+    rec = Recorder()
+    obs.schedule(rec, str(tmp_path), recursive=True, event_filter=[FileCreatedEvent, FileDeletedEvent, FileMovedEvent])
+    wd = obs._dir_wd[str(tmp_path)]
+    obs._handle([Event(wd, IN_MOVED_FROM, 9, "gone.db")])
+    clock.advance(MOVE_PAIR_S - 0.01)
+    obs._handle([])  # a read before the hold ends: still waiting for the second half
+    assert rec.events == []
+    clock.advance(0.02)
+    obs._handle([])  # the read at the hold's end, with no second half queued: moved out
+    assert rec.events == [("deleted", str(tmp_path / "gone.db"), "")]
+    # A second half that comes after all is a file moved in from outside: created
+    obs._handle([Event(wd, IN_MOVED_TO, 9, "back.db")])
+    assert rec.events[1:] == [("created", str(tmp_path / "back.db"), "")]
+
+
+def test_the_observer_thread_reads_again_when_a_held_move_is_due(tmp_path: Path) -> None:
+    # The real kernel and the real thread: a file moved out of the watched tree is a deletion,
+    # told by the thread's own read at the hold's end (no other event comes to wake it).
+    watched, outside = tmp_path / "w", tmp_path / "out"
+    watched.mkdir()
+    outside.mkdir()
+    obs = InotifyObserver()
+    obs.start()
+    try:
+        rec = Recorder()
+        obs.schedule(rec, str(watched), recursive=True, event_filter=[FileDeletedEvent])
+        (watched / "a.db").write_bytes(b"x")
+        (watched / "a.db").rename(outside / "a.db")
+        assert wait_for(lambda: rec.saw("deleted", watched / "a.db"))
+    finally:
+        obs.stop()
+        obs.join(5)
 
 
 def test_a_handler_whose_ignores_fails_still_gets_every_event(

@@ -25,7 +25,9 @@ from watchdog.observers import Observer
 from inotify_simple import Event
 
 from smoosh.daemon.watch.inotify import IN_Q_OVERFLOW, InotifyObserver
+from smoosh.daemon.watch.hostile import refused_name
 from smoosh.daemon.watch.observers import WatchedRoots
+from smoosh.daemon.watch.scan import walk
 from smoosh.daemon.watch.watcher import (
     ROOT_CHECK_INTERVAL_S,
     Watcher,
@@ -34,6 +36,7 @@ from smoosh.daemon.watch.watcher import (
     resolve_watch,
     watch_roots,
 )
+from smoosh.paths import NOT_UTF8
 from helpers.clocks import FakeClock
 from helpers.daemon import HANG_S
 
@@ -464,13 +467,23 @@ def test_stop_joins_every_thread(watched: Path) -> None:
     assert leftover == []
 
 
-def test_scan_reports_paths_that_are_not_utf8(watched: Path) -> None:
+def test_a_scan_carries_a_path_that_is_not_utf8_and_the_watcher_names_it_instead_of_reporting_it(
+    watched: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     name = os.fsdecode(b"caf\xe9.db")  # a Latin-1 name: surrogate-escaped in Python
     db = make_db(watched / name)
+    plain = make_db(watched / "plain.db")
+    # The helper process's walk hands the name back byte for byte (the file can be found by it)
+    found: list[str] = []
+    entries = [resolve_watch(str(watched))]
+    walk(entries, watch_roots(entries), found.append, lambda msg: None)
+    assert sorted(found) == sorted([str(db), str(plain)]) and os.path.exists(str(db))
+    # But smoosh's keys are text: the watcher names it once and reports the rest
     seen = Seen()
-    assert Watcher([str(watched)], seen).scan() == 1
-    assert seen.paths == [str(db)]
-    assert os.path.exists(seen.paths[0])
+    with caplog.at_level(logging.WARNING, logger="smoosh.daemon.watch.watcher"):
+        assert Watcher([str(watched)], seen).scan() == 1
+    assert seen.paths == [str(plain)]
+    assert [r.getMessage() for r in caplog.records] == [refused_name(str(db), NOT_UTF8)]
 
 
 def test_a_walk_reading_headers_on_many_threads_finds_exactly_what_a_serial_walk_finds(tmp_path: Path) -> None:

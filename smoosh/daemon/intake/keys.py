@@ -2,8 +2,8 @@
 
 Every key that reaches a channel came through :func:`canonical_key` (its identity: the
 realpath of an absolute path, ``cleanup:`` kept as a prefix) and :func:`check_key` (a compactor
-claims it, it lies inside the roots, it is not smoosh's own file): from HTTP, the CLI, the
-watcher, a checkpoint and the job store alike.
+claims it, it lies inside the roots, it is not smoosh's own file, SQLite and smoosh can carry its
+name): from HTTP, the CLI, the watcher, a checkpoint and the job store alike.
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ from typing import Any, Sequence
 
 from smoosh.daemon.intake.router import Router, db_path
 from smoosh.errors import InvalidKey
-from smoosh.paths import CLEANUP_PREFIX, MAX_COMPONENTS, TEMPORARY_SUFFIXES, canonical_path, inside_any, temporary_name
+from smoosh.paths import (
+    CLEANUP_PREFIX, MAX_COMPONENTS, TEMPORARY_SUFFIXES, canonical_path, inside_any, name_refusal, temporary_name,
+)
 
 __all__ = ["MAX_KEY_BYTES", "canonical_key", "check_key"]
 
@@ -48,7 +50,8 @@ def canonical_key(key: object) -> str:
     return prefix + canonical_path(path)
 
 def check_key(key: str, router: Router, roots: Sequence[str], own_paths: Sequence[str]) -> Any:
-    """Check a canonical key: claimed by a compactor, inside ``roots``, not smoosh's own file, not a temporary name.
+    """Check a canonical key: claimed by a compactor, inside ``roots``, not smoosh's own file, not a temporary name,
+    a name SQLite and smoosh can carry (:func:`smoosh.paths.name_refusal`: UTF-8, room for ``-journal``).
 
     Returns:
         The compactor that claims it (the caller's next question is for it).
@@ -69,4 +72,7 @@ def check_key(key: str, router: Router, roots: Sequence[str], own_paths: Sequenc
     if temporary_name(path):
         raise InvalidKey(key, f"a temporary name ({', '.join('*' + s for s in TEMPORARY_SUFFIXES)}): it is compacted "
                               "under its final name, once renamed into place")
+    odd = name_refusal(path)
+    if odd is not None:
+        raise InvalidKey(key, odd)
     return compactor

@@ -17,8 +17,17 @@ What it does, as watchdog's observer does for the events smoosh asks for:
 * beyond watchdog: a handler with ``ignores(path)`` has the creations and changes of the files
   it names dropped before any event object is built. The watcher names the files of smoosh's
   own compactions, so each of their writes costs the thread one call.
-* moves are paired by cookie within one read; a ``moved_to`` without its ``moved_from``
-  (moved in from outside) is reported as created, a ``moved_from`` alone as deleted.
+* moves are paired by cookie, across reads: the kernel queues a rename's two halves one after
+  the other, and a read may fall between them, so a ``moved_from`` is held up to
+  :data:`MOVE_PAIR_S` for its ``moved_to`` (as watchdog's inotify buffer holds it). A
+  ``moved_to`` without its ``moved_from`` (moved in from outside) is reported as created; a
+  ``moved_from`` whose hold ended unpaired (moved out), as deleted. The hold ends at a read
+  (the queue is read first, so a ``moved_to`` already queued still pairs): the thread reads
+  when the earliest hold ends.
+* beyond watchdog: a directory below a recursive watch that cannot be watched (a chain deeper
+  than the path limit, no permission) is skipped with the tree below it and named once in the
+  log (:mod:`~smoosh.daemon.watch.hostile`); the rest of the root stays watched. Only inotify's
+  limits (ENOSPC, EMFILE) fail a schedule.
 * a watched root deleted or moved away ends its watch: :meth:`is_watching` turns False and
   the owner (``WatchedRoots``) watches the path again when a directory is back there.
 * a kernel queue overflow calls ``on_overflow()`` on every handler that has one.
@@ -41,6 +50,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import os
 import select
 import threading
@@ -60,6 +70,7 @@ from watchdog.events import (
     FileSystemEvent,
 )
 
+from smoosh.daemon.watch.hostile import say_once, too_deep, unreadable
 from smoosh.daemon.watch.inotify_watch import (
     ADD_FLAGS,
     IN_ATTRIB,
@@ -96,6 +107,15 @@ READ_DELAY_S = 0.0005
 QUIET_READ_S = 0.1
 #: Seconds ``stop()`` waits for the observer's thread, unless told otherwise.
 STOP_TIMEOUT_S = 5.0
+#: Seconds a ``moved_from`` waits for its ``moved_to`` (on the observer's clock) before it is
+#: reported as a deletion. The kernel queues the two back to back, so a read that splits them
+#: finds the second in the queue at the next one; the hold only has to outlast that.
+MOVE_PAIR_S = 0.5
+#: errno values meaning inotify's limits are exhausted (watches, instances): a schedule fails on
+#: them (its owner falls back to polling), where any other failure only costs the directory.
+_LIMIT_ERRNOS = frozenset({errno.ENOSPC, errno.EMFILE})
+#: errno values of a directory that went away (or was replaced by a file) as it was watched.
+_GONE_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR})
 
 
 def inotify_available() -> bool:
@@ -124,9 +144,13 @@ class InotifyObserver:
     The descriptor is opened by the first :meth:`schedule` (so running out of inotify
     instances shows there, as with watchdog: ``OSError`` with ``EMFILE``); its thread
     starts with :meth:`start`.
+
+    Parameters:
+        clock: monotonic seconds, for the hold of a move's first half (:data:`MOVE_PAIR_S`).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         self._lock = threading.Lock()
         self._inotify: Any = None
         self._watches: list[Watch] = []
@@ -145,6 +169,10 @@ class InotifyObserver:
         self._reading = threading.Lock()
         # Whether events may wait unread (see set_quiet); set by the owner, read by the thread.
         self._quiet: Callable[[], bool] = _never
+        # The first halves of moves whose second has not been read yet: cookie -> (source path,
+        # is a directory, hold ends at); in the order they were read (so by when their hold
+        # ends). Under the lock; changed by the reader alone (one read at a time).
+        self._held_moves: dict[int, tuple[str, bool, float]] = {}
 
     # -- watchdog's interface -------------------------------------------------------------
 
@@ -182,7 +210,8 @@ class InotifyObserver:
         wakes no thread for its last events. When the observer's thread is reading, that read
         may have begun before those writes, so the thread is woken to read again and calls
         ``callback`` after it; at a stop, it is called all the same. Returns False, calling
-        nothing, when the thread does not run.
+        nothing, when the thread does not run. (A move's first half read without its second
+        may still be held then: a move is no write of a compaction's.)
         """
         with self._lock:
             if self._thread is None or self._stopping:
@@ -314,20 +343,34 @@ class InotifyObserver:
         return wd
 
     def _add_tree(self, root: str, recursive: bool) -> list[str]:
-        """Watch ``root`` (and, recursively, its subdirectories); the files found below it."""
+        """Watch ``root`` (and, recursively, its subdirectories); the files found below it.
+
+        A subdirectory that cannot be watched is skipped with the tree below it and named once
+        (:func:`_skipped`): a chain deeper than the path limit, or one directory without
+        permission, costs its own files, never the root's events.
+
+        Raises:
+            OSError: ``root`` itself cannot be watched, or inotify's limits ran out (ENOSPC,
+                EMFILE) on any directory.
+        """
         self._add_dir(root)
         files: list[str] = []
         if not recursive:
             return files
         for dirpath, dirnames, filenames in os.walk(root, onerror=None, followlinks=False):
             files.extend(os.path.join(dirpath, name) for name in filenames)
+            watched: list[str] = []
             for name in dirnames:
                 sub = os.path.join(dirpath, name)
                 try:
                     self._add_dir(sub)
                 except OSError as e:
-                    if e.errno not in (errno.ENOENT, errno.ENOTDIR, errno.EACCES):
+                    if e.errno in _LIMIT_ERRNOS:
                         raise
+                    _skipped(dirpath, sub, e)
+                    continue
+                watched.append(name)
+            dirnames[:] = watched  # the walk goes no further into what is not watched
         return files
 
     def _forget_tree(self, directory: str) -> None:
@@ -387,10 +430,13 @@ class InotifyObserver:
                     log.exception("the observer's quiet predicate failed")
                     quiet = False
                 timed_out = False
+                # A move's first half held for its second: read again when its hold ends.
+                hold_ms = self._hold_ms()
                 if quiet and registered:
-                    timed_out = not woken_only.poll(QUIET_READ_S * 1000)
+                    bound_ms = QUIET_READ_S * 1000 if hold_ms is None else min(QUIET_READ_S * 1000, hold_ms)
+                    timed_out = not woken_only.poll(bound_ms)
                 else:
-                    ready = poller.poll()
+                    ready = poller.poll(hold_ms)
                     quiet = False
                     if registered and not quiet_idle and not any(fd == self._wake_r for fd, _ in ready):
                         # Only events, and a compaction may have started since the wait began (the
@@ -420,6 +466,14 @@ class InotifyObserver:
                     self._call(after)
         finally:
             self._close()
+
+    def _hold_ms(self) -> int | None:
+        """Milliseconds until the earliest held move's hold ends (None: none is held)."""
+        with self._lock:
+            if not self._held_moves:
+                return None
+            until = next(iter(self._held_moves.values()))[2]
+        return max(0, math.ceil((until - self._clock()) * 1000))
 
     def _read_queue(self) -> tuple[list[Callable[[], None]], int | None]:
         """Under ``_reading``: the callbacks asked for until now, and how many events the kernel
@@ -464,6 +518,7 @@ class InotifyObserver:
             self._wd_dir.clear()
             self._dir_wd.clear()
             self._covering = {}
+            self._held_moves.clear()
             after, self._after_read = self._after_read, []
         self._call(after)  # no more events will come: nothing is left to wait for
         if inotify is not None:
@@ -476,11 +531,17 @@ class InotifyObserver:
         self._wake_r = self._wake_w = -1
 
     def _handle(self, events: Sequence[Any]) -> None:
-        """Turn one read's events into watchdog events, then dispatch them outside the lock."""
+        """Turn one read's events into watchdog events, then dispatch them outside the lock.
+
+        Moves pair with first halves held from earlier reads; a first half whose hold has ended
+        unpaired is reported as a deletion here, after this read's events (see the module
+        docstring). Called by the reader alone (one read at a time).
+        """
         out: list[tuple[Watch, FileSystemEvent]] = []
         overflow = False
         with self._lock:
-            moves: dict[int, tuple[str, bool]] = {}  # cookie -> (source path, is a directory)
+            now = self._clock()
+            moves = self._held_moves  # cookie -> (source path, is a directory, hold ends at)
             for ev in events:
                 mask = ev.mask
                 if mask & IN_Q_OVERFLOW:
@@ -496,7 +557,8 @@ class InotifyObserver:
                 is_dir = bool(mask & IN_ISDIR)
                 watches = self._covering.get(ev.wd, ())
                 if mask & IN_MOVED_FROM:
-                    moves[ev.cookie] = (path, is_dir)
+                    moves.pop(ev.cookie, None)  # kept in the order of their holds' ends
+                    moves[ev.cookie] = (path, is_dir, now + MOVE_PAIR_S)
                     if is_dir:
                         self._forget_tree(path)  # watched again under its new name, if that is inside
                     continue
@@ -519,7 +581,11 @@ class InotifyObserver:
                         event = _event(mask, is_dir, path)
                         if event is not None:
                             out.append((w, event))
-            for src_path, is_dir in moves.values():  # moved out of every watched directory
+            while moves:  # moved out of every watched directory: no second half came in time
+                cookie, (src_path, is_dir, until) = next(iter(moves.items()))
+                if until > now:
+                    break
+                del moves[cookie]
                 for w in self._covering_dir(os.path.dirname(src_path)):
                     if w.mask & IN_DELETE:
                         out.append((w, (DirDeletedEvent if is_dir else FileDeletedEvent)(src_path)))
@@ -550,7 +616,9 @@ class InotifyObserver:
             found = self._add_tree(path, True)
         except OSError as e:
             self._refresh_covering()
-            if e.errno in (errno.ENOSPC, errno.EMFILE):
+            if e.errno not in _LIMIT_ERRNOS:
+                _skipped(os.path.dirname(path), path, e)
+            else:
                 # Out of watches: the trees covering it are no longer watched whole. Their
                 # owner sees is_watching() False and schedules again (falling back to polling).
                 log.error("cannot watch new directory %s: %s", path, e)
@@ -576,6 +644,13 @@ class InotifyObserver:
 
 def _never() -> bool:
     return False
+
+
+def _skipped(parent: str, directory: str, error: OSError) -> None:
+    """``directory`` (in ``parent``) could not be watched for ``error``: named once, unless it is gone."""
+    if error.errno in _GONE_ERRNOS:
+        return  # deleted, or replaced by a file, as it was watched: nothing to watch
+    say_once(too_deep(parent) if error.errno == errno.ENAMETOOLONG else unreadable(directory, error))
 
 
 def _ignored(ignores: Callable[[str], bool], path: str) -> bool:

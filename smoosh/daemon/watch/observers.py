@@ -98,6 +98,9 @@ class WatchedRoots:
         #: root -> (st_dev, st_ino) of the directories seen present at the last check.
         self._present: dict[str, tuple[int, int]] = {}
         self._missing_warned: set[str] = set()
+        #: root -> errno of the failure last said for it (a root that cannot be watched is tried
+        #: again at every check, and said again only when the reason changes or it was watched).
+        self._unwatchable_said: dict[str, int | None] = {}
         self._entries: tuple[WatchEntry, ...] = ()
 
     def start(self) -> None:
@@ -217,8 +220,12 @@ class WatchedRoots:
         except OSError as e:
             if e.errno in INOTIFY_LIMIT_ERRNOS and not self.polling:
                 self._fall_back_to_polling(e, f"watching {root}")
-            else:
+            elif root not in self._unwatchable_said or self._unwatchable_said[root] != e.errno:
+                # Tried again at every root check: said once per reason, not every few seconds.
+                self._unwatchable_said[root] = e.errno
                 log.warning("cannot watch %s: %s; relying on rescans for it", root, e)
+        else:
+            self._unwatchable_said.pop(root, None)
 
     def _unschedule(self, root: str) -> None:
         watch = self._watches.pop(root, None)

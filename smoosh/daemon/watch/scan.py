@@ -15,13 +15,19 @@ Helper protocol: a JSON request on stdin (``{"entries": [[spec, root, recursive,
 
 A database still being written is one whose file changed within :data:`SETTLE_S` (a copy in
 progress: ``cp`` and ``rsync`` write the header first, and a start-up scan once compacted a file
-half copied in) or with a ``-journal`` beside it (a transaction, or a hot journal, in progress).
-The daemon treats it as a file event: examined once it has been quiet for the debounce's quiet
-period, never mid-copy.
+half copied in), one shorter than its header says it is (:func:`short_of_header`: a copy not
+finished, however long ago its last write), or one with a ``-journal`` beside it (a transaction,
+or a hot journal, in progress). The daemon treats it as a file event: debounced, and examined
+through the compactor, which holds back a file still short of its header until it is whole.
+
+A directory the walk cannot read (deeper than the path limit, no permission) is skipped and
+named in a warning record, in the words :mod:`~smoosh.daemon.watch.hostile` gives the observer
+too: the daemon says each once, from whichever side met it first.
 """
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import json
 import os
@@ -33,6 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO, Callable, Iterable, Sequence
 
+from smoosh.daemon.watch.hostile import too_deep, unreadable
 from smoosh.paths import CLEANUP_PREFIX, SIDE_SUFFIXES
 
 __all__ = [
@@ -43,12 +50,15 @@ __all__ = [
     "is_sqlite_file",
     "main_db_path",
     "resolve_watch",
+    "short_of_header",
     "walk",
     "watch_roots",
 ]
 
 #: The first 16 bytes of every SQLite 3 database file (sqlite.org/fileformat.html §1.3).
 SQLITE_HEADER = b"SQLite format 3\x00"
+#: Bytes of the database header: what :func:`short_of_header` reads the database's size from.
+HEADER_BYTES = 100
 #: Side files SQLite keeps next to database X; an event on one of them is an event on X.
 _GLOB_MAGIC = re.compile(r"[*?[]")
 #: Threads reading headers in the scan helper. At start-up the headers are rarely in the page
@@ -94,16 +104,45 @@ def _look_sized(path: str, now: float | None) -> tuple[int, int]:
     except OSError:
         return _NOT, 0
     try:
-        if os.read(fd, len(SQLITE_HEADER)) != SQLITE_HEADER:
+        header = os.read(fd, HEADER_BYTES)
+        if header[:len(SQLITE_HEADER)] != SQLITE_HEADER:
             return _NOT, 0
         st = os.fstat(fd)
         if now is None:
             return _DB, st.st_size
-        return (_SETTLING if now - max(st.st_mtime, st.st_ctime) < SETTLE_S else _DB), st.st_size
+        if now - max(st.st_mtime, st.st_ctime) < SETTLE_S or short_of_header(header, st.st_size):
+            return _SETTLING, st.st_size
+        return _DB, st.st_size
     except OSError:
         return _NOT, 0
     finally:
         os.close(fd)
+
+
+def short_of_header(header: bytes, size_bytes: int) -> bool:
+    """Whether a file of ``size_bytes`` starting with ``header`` is shorter than the database its
+    header describes: a copy not finished (or a truncated file), not a database to examine yet.
+
+    The header's database size (bytes 28-31, in pages of the size at 16-17) is trusted only when
+    the SQLite that wrote it maintained it, which it proves by matching the change counter
+    (bytes 24-27) in bytes 92-95 (sqlite.org/fileformat.html §1.3.7). ``cp`` and ``rsync`` write
+    the header first, so a file still being copied is shorter than that size until the end.
+
+    Parameters:
+        header: the first bytes of the file (a SQLite header, or fewer bytes than one).
+        size_bytes: the file's size.
+
+    Returns:
+        True for a header shorter than :data:`HEADER_BYTES` or a file shorter than its header says.
+    """
+    if len(header) < HEADER_BYTES:
+        return True
+    raw_page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if raw_page_size == 1 else raw_page_size
+    pages = int.from_bytes(header[28:32], "big")
+    if not pages or header[24:28] != header[92:96]:
+        return False  # no size it vouches for: the file's own size is the database's
+    return pages * page_size > size_bytes
 
 
 def main_db_path(path: str) -> str:
@@ -308,10 +347,11 @@ def _walk(
             directory = stack.pop()
             try:
                 it = os.scandir(directory)
-            except FileNotFoundError:
-                continue
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # gone, or replaced by a file, since it was listed
             except OSError as e:
-                warn(f"cannot read directory {directory}: {e.strerror or e}")
+                # One hostile directory costs its own files: named, skipped, the rest walked.
+                warn(too_deep(os.path.dirname(directory)) if e.errno == errno.ENAMETOOLONG else unreadable(directory, e))
                 continue
             candidates: list[str] = []
             names: set[str] = set()

@@ -4,7 +4,8 @@ A walk of a large tree holds the GIL for long stretches of ``os.scandir`` and ``
 in a child process it cannot slow the daemon's own threads. The child
 (``python -m smoosh.daemon.watch.scan``) reads its request as JSON on stdin and writes
 NUL-separated records on stdout: ``P`` and a database path, ``W`` and a warning, ``E`` and
-an error.
+an error. A warning names a directory the walk skipped; the daemon says each once
+(:func:`~smoosh.daemon.watch.hostile.say_once`), however many rescans meet it again.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 import threading
 from typing import Callable, Sequence
 
+from smoosh.daemon.watch.hostile import say_once
 from smoosh.daemon.watch.scan import WatchEntry
 
 __all__ = ["run_scan_helper", "spawn_helper"]
@@ -131,7 +133,7 @@ def _on_record(record: bytes, on_path: Callable[[str, bool], bool]) -> int:
     if kind in (b"P", b"S"):
         return 1 if on_path(os.fsdecode(body), kind == b"S") else 0
     if kind == b"W":
-        log.warning("scan: %s", body.decode("utf-8", "replace"))
+        say_once(body.decode("utf-8", "replace"))
     elif kind == b"E":
         log.error("the scan helper process failed:\n%s", body.decode("utf-8", "replace"))
     return 0

@@ -25,6 +25,11 @@ What ``on_path`` receives, and where the SQLite header is checked:
   ``-wal``/``-shm``/``-journal`` side files; and ``cleanup:X`` for side files whose database
   ``X`` is gone (their only way to the cleanup channel: no event comes for them).
 
+A file whose name smoosh's keys or SQLite cannot carry (not UTF-8, a name or path that leaves
+no room for SQLite's ``-journal``: :func:`smoosh.paths.name_refusal`) is never reported: it is
+named once in the log (:mod:`~smoosh.daemon.watch.hostile`), and events and scans that meet it
+again cost a string test each. The key check refuses the same names from every other way in.
+
 No header read happens inside the daemon process: closing any descriptor of a database
 drops the POSIX locks our own compactions hold on it (see ``smoosh.daemon.watch.scan``). Events need only
 a ``stat``; scans run ``smoosh.daemon.watch.scan``'s walk in a short-lived helper process.
@@ -50,7 +55,8 @@ from watchdog.events import (
 )
 
 from smoosh.daemon.watch.debounce import Debouncer
-from smoosh.paths import CLEANUP_PREFIX, canonical_path
+from smoosh.daemon.watch.hostile import refused_name, say_once
+from smoosh.paths import CLEANUP_PREFIX, canonical_path, name_refusal
 from smoosh.daemon.watch.observers import ROOT_CHECK_INTERVAL_S, WatchedRoots, watchdog_overflows
 from smoosh.daemon.watch.scan_helper import discard_helper, run_scan_helper
 from smoosh.daemon.watch.scan import WatchEntry, accepts, is_sqlite_file, main_db_path, resolve_watch, watch_roots
@@ -463,7 +469,8 @@ class Watcher:
     def _on_scan_path(self, path: str, settling: bool = False) -> bool:
         # A cleanup key is a vanished database's leftovers (scan.orphans): reported, not counted.
         orphan = path.startswith(CLEANUP_PREFIX)
-        if self._exclude(path[len(CLEANUP_PREFIX):] if orphan else path):
+        db = path[len(CLEANUP_PREFIX):] if orphan else path
+        if self._exclude(db) or self._refused(db):
             return False
         try:
             # A database still being written (a copy, a transaction) is news like a file
@@ -545,8 +552,17 @@ class Watcher:
             st = os.stat(real)  # a stat takes no descriptor, so no SQLite lock is at risk
         except OSError:
             return  # deleted meanwhile: a missing database is nothing to compact
-        if stat.S_ISREG(st.st_mode) and st.st_size >= MIN_DB_SIZE_BYTES:
+        if stat.S_ISREG(st.st_mode) and st.st_size >= MIN_DB_SIZE_BYTES and not self._refused(real):
             self._emit(real)
+
+    @staticmethod
+    def _refused(path: str) -> bool:
+        """Whether ``path``'s name can be no key (:func:`smoosh.paths.name_refusal`): said once, then True."""
+        reason = name_refusal(path)
+        if reason is None:
+            return False
+        say_once(refused_name(path, reason))
+        return True
 
     def _emit(self, path: str) -> None:
         try:

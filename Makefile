@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed
 
-.PHONY: run test test-under-load soak bench clean install
+.PHONY: run test test-under-load soak bench docs clean install
 
 install: $(STAMP)
 
@@ -34,6 +34,13 @@ test: $(STAMP)
 	$(BIN)/python -m mypy
 	$(BIN)/lint-imports --no-logo
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2
+
+# The documentation site (docs/: Sphinx with MyST Markdown) into build/docs/, warnings as errors,
+# read fresh (-E) so the reference pages follow the code. `make test` builds it the same way
+# (tests/docs/test_docs_build.py).
+docs: $(STAMP)
+	$(BIN)/sphinx-build -E -W --keep-going -q -b html docs build/docs
+	@echo "built build/docs/index.html"
 
 # `make test` LOAD_RUNS times in a row while other processes load the disk (a loop of writes,
 # each followed by fsync, in the tests' temporary directory) and one core (issue 30); the

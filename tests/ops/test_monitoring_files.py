@@ -19,7 +19,6 @@ from helpers.promql import TARGET_LABELS, Scrape, grafana_expr, problems, select
 ROOT = Path(__file__).resolve().parents[2]
 RULES_PATH = ROOT / "conf" / "prometheus" / "smoosh-rules.yml"
 DASHBOARD_PATH = ROOT / "conf" / "grafana" / "smoosh.json"
-README = (ROOT / "README.md").read_text()
 
 #: The keys Prometheus accepts in a rule group and in a rule (it refuses any other).
 GROUP_KEYS = {"name", "interval", "limit", "query_offset", "rules"}
@@ -94,15 +93,6 @@ def test_the_rules_cover_failures_crashing_jobs_no_success_and_a_growing_queue()
     assert selected_names(exprs["SmooshCrashingJobs"]) == {"smoosh_crashing_jobs"}
     assert "smoosh_last_success_timestamp_seconds" in selected_names(exprs["SmooshNoRecentSuccess"])
     assert selected_names(exprs["SmooshQueueGrowing"]) == {"smoosh_waiting_jobs"}
-
-
-def test_the_readme_alert_table_is_the_rules_file() -> None:
-    # Every row of the README's table names a rule of the shipped file and shows its expression.
-    section = README[README.index("### Metrics to alert on"):]
-    section = section[:section.index("\n#")]
-    rows = re.findall(r"^\| `(Smoosh\w+)` \| .*? \| `(.+?)` \|", section, re.M)
-    shipped = {rule["alert"]: " ".join(rule["expr"].split()) for rule in rules()}
-    assert {alert: expr for alert, expr in rows} == shipped
 
 
 @pytest.mark.parametrize(("expr", "problem"), [

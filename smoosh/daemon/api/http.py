@@ -1,7 +1,7 @@
 """The admin HTTP API (DESIGN §4.2): status, jobs, explain, enqueue, suspend/resume/flush, metrics.
 
 The API is for the operator, not for whatever runs in a browser on the same host
-(SECURITY.md's threat model). So:
+(the threat model of docs/guides/security.md). So:
 
 * once a ``token`` is configured, every POST needs ``Authorization: Bearer <token>``
   (compared in constant time), on loopback too; bound off loopback, a POST without a

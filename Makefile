@@ -7,7 +7,8 @@ STAMP := $(VENV)/.installed
 # The peers the benchmarks compare against live in an environment of their own: they are
 # not project dependencies.
 BENCH_VENV := .venv-bench
-BENCH_STAMP := $(BENCH_VENV)/.installed
+# Renamed when the list below grows, so an older .venv-bench is topped up.
+BENCH_STAMP := $(BENCH_VENV)/.installed-with-matplotlib
 
 .PHONY: run test test-under-load soak bench docs clean install
 
@@ -61,11 +62,12 @@ soak: $(STAMP)
 
 $(BENCH_STAMP):
 	@test -x $(BENCH_VENV)/bin/python || $(PY) -m venv $(BENCH_VENV)
-	@echo "setting up $(BENCH_VENV) (the peers: huey, persist-queue)"
-	@$(BENCH_VENV)/bin/python -m pip install -q --disable-pip-version-check huey persist-queue msgpack
+	@echo "setting up $(BENCH_VENV) (the peers: huey, persist-queue; matplotlib for the benchmarks page's plots)"
+	@$(BENCH_VENV)/bin/python -m pip install -q --disable-pip-version-check huey persist-queue msgpack matplotlib
 	@touch $(BENCH_STAMP)
 
-# A few minutes; rewrites bench/RESULTS.md. Never part of `make test`.
+# A few minutes; rewrites bench/RESULTS.md (each benchmark its table, then the budgets at a glance)
+# and the plots of the docs' benchmarks page (docs/images/bench-*.png). Never part of `make test`.
 bench: $(STAMP) $(BENCH_STAMP)
 	$(BIN)/python -m bench.all
 

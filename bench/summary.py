@@ -26,7 +26,7 @@ BENCH_PYTHON = os.path.join(REPO_ROOT, ".venv-bench", "bin", "python")
 
 
 def summary(sections: dict[str, Section]) -> str:
-    """The budgets table: every row of every section that has a budget, in the file's order.
+    """The budgets table: every row of every section that has a budget, grouped by benchmark, in the file's order.
 
     Parameters:
         sections: what :func:`read_sections` read.
@@ -37,20 +37,21 @@ def summary(sections: dict[str, Section]) -> str:
     rows = []
     met = missed = 0
     for section in sections.values():
-        for row in section.rows:
-            if row.verdict not in ("ok", "MISS"):
-                continue
+        budgeted = [row for row in section.rows if row.verdict in ("ok", "MISS")]
+        if not budgeted:
+            continue
+        rows.append(f"| **{section.title}** ({section.measured}) | | | | |")
+        for row in budgeted:
             met += row.verdict == "ok"
             missed += row.verdict == "MISS"
-            spread = f"{fmt(row.low)} - {fmt(row.high)}" if row.runs > 1 else "-"
-            rows.append(f"| {section.title} | {row.name} | {fmt(row.median)} {row.unit} | {spread} | {row.budget} | "
-                        f"{row.ratio} | {'**MISS**' if row.verdict == 'MISS' else 'ok'} | {section.measured} |")
+            rows.append(f"| {row.name} | {fmt(row.median)} {row.unit} | {row.budget} | {row.ratio} | "
+                        f"{'**MISS**' if row.verdict == 'MISS' else 'ok'} |")
     head = ["### Budgets at a glance", "",
             f"{met + missed} budgets measured: {met} met, {missed} missed. Each row is a row of its benchmark's "
-            "table below, with the median of its runs and their range; the benchmark's section says the "
-            "machine, the method and the peers it ran beside.", "",
-            "| benchmark | measurement | median | runs' range | budget | ratio | verdict | measured |",
-            "|---|---|---|---|---|---|---|---|"]
+            "table below (the median of its runs); the benchmark's section says the machine, the method, the "
+            "runs' spread and the peers it ran beside.", "",
+            "| measurement | median | budget | ratio | verdict |",
+            "|---|---|---|---|---|"]
     return "\n".join(head + rows) + "\n"
 
 

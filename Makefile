@@ -7,9 +7,10 @@ STAMP := $(VENV)/.installed
 # The peers the benchmarks compare against live in an environment of their own: they are
 # not project dependencies.
 BENCH_VENV := .venv-bench
-BENCH_STAMP := $(BENCH_VENV)/.installed
+# Renamed when the list below grows, so an older .venv-bench is topped up.
+BENCH_STAMP := $(BENCH_VENV)/.installed-with-matplotlib
 
-.PHONY: run test test-under-load soak bench clean install
+.PHONY: run test test-under-load soak bench docs clean install
 
 install: $(STAMP)
 
@@ -35,6 +36,13 @@ test: $(STAMP)
 	$(BIN)/lint-imports --no-logo
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2
 
+# The documentation site (docs/: Sphinx with MyST Markdown) into build/docs/, warnings as errors,
+# read fresh (-E) so the reference pages follow the code. `make test` builds it the same way
+# (tests/docs/test_docs_build.py).
+docs: $(STAMP)
+	$(BIN)/sphinx-build -E -W --keep-going -q -b html docs build/docs
+	@echo "built build/docs/index.html"
+
 # `make test` LOAD_RUNS times in a row while other processes load the disk (a loop of writes,
 # each followed by fsync, in the tests' temporary directory) and one core (issue 30); the
 # loaders stop whatever happens. On this project's 2-core VM (virtio disk, fsync about 0.5 ms)
@@ -54,11 +62,12 @@ soak: $(STAMP)
 
 $(BENCH_STAMP):
 	@test -x $(BENCH_VENV)/bin/python || $(PY) -m venv $(BENCH_VENV)
-	@echo "setting up $(BENCH_VENV) (the peers: huey, persist-queue)"
-	@$(BENCH_VENV)/bin/python -m pip install -q --disable-pip-version-check huey persist-queue msgpack
+	@echo "setting up $(BENCH_VENV) (the peers: huey, persist-queue; matplotlib for the benchmarks page's plots)"
+	@$(BENCH_VENV)/bin/python -m pip install -q --disable-pip-version-check huey persist-queue msgpack matplotlib
 	@touch $(BENCH_STAMP)
 
-# A few minutes; rewrites bench/RESULTS.md. Never part of `make test`.
+# A few minutes; rewrites bench/RESULTS.md (each benchmark its table, then the budgets at a glance)
+# and the plots of the docs' benchmarks page (docs/images/bench-*.png). Never part of `make test`.
 bench: $(STAMP) $(BENCH_STAMP)
 	$(BIN)/python -m bench.all
 

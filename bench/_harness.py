@@ -216,6 +216,91 @@ def table(metrics: list[Metric]) -> str:
     return "\n".join(lines)
 
 
+@dataclass
+class Row:
+    """One row of a table :func:`table` wrote, read back (:func:`read_sections`).
+
+    Parameters:
+        name: the measurement.
+        median: its median, as the table rounds it.
+        unit: its unit ("" for a count).
+        low: the fastest or smallest run, as rounded.
+        high: the slowest or largest run, as rounded.
+        runs: how many runs.
+        budget: the budget cell as written ("-" without one).
+        ratio: the ratio cell as written.
+        verdict: "ok", "MISS" or "-".
+    """
+
+    name: str
+    median: float
+    unit: str
+    low: float
+    high: float
+    runs: int
+    budget: str
+    ratio: str
+    verdict: str
+
+
+@dataclass
+class Section:
+    """One benchmark's section of RESULTS.md, read back: its heading, its "Measured ..." line, its rows."""
+
+    name: str
+    title: str
+    measured: str
+    rows: list[Row]
+
+    def row(self, name: str) -> Row:
+        """The row named ``name``.
+
+        Raises:
+            KeyError: no row has that name (the benchmark renamed or dropped it).
+        """
+        for row in self.rows:
+            if row.name == name:
+                return row
+        raise KeyError(f"bench:{self.name} has no row {name!r}")
+
+
+def _number(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def read_sections(text: str) -> dict[str, Section]:
+    """Every benchmark's section of a RESULTS.md, read back from the tables :func:`report` wrote.
+
+    The reader of :func:`table`'s format, beside it: a change to one is a change to both. A row
+    whose cells do not read as numbers (none :func:`table` writes) is skipped.
+
+    Parameters:
+        text: the file's text.
+
+    Returns:
+        Section name -> its heading, "Measured" line and rows, in file order.
+    """
+    sections: dict[str, Section] = {}
+    for match in re.finditer(r"<!-- bench:(\w+) -->\n(.*?)<!-- /bench:\1 -->", text, re.S):
+        name, body = match.group(1), match.group(2)
+        title = re.search(r"^### (.+)$", body, re.M)
+        measured = re.search(r"^Measured (.+?);", body, re.M)
+        rows = []
+        for line in body.splitlines():
+            cells = [cell.strip() for cell in line.strip().strip("|").split(" | ")]
+            if len(cells) != 7 or not line.startswith("| ") or cells[0] == "measurement":
+                continue
+            value, _, unit = cells[1].partition(" ")
+            low, _, high = cells[2].partition(" - ")
+            try:
+                rows.append(Row(cells[0], _number(value), unit.strip(), _number(low), _number(high), int(cells[3]),
+                                cells[4], cells[5], cells[6]))
+            except ValueError:
+                continue
+        sections[name] = Section(name, title.group(1) if title else name, measured.group(1) if measured else "", rows)
+    return sections
+
+
 def report(name: str, title: str, metrics: list[Metric], args: argparse.Namespace, notes: Sequence[str] = (),
            command: str = "") -> str:
     """Print the table and (unless ``--no-write`` or ``--quick``) rewrite ``name``'s section of RESULTS.md.

@@ -1,5 +1,9 @@
 """Run every benchmark in turn (what `make bench` runs); each rewrites its section of RESULTS.md.
 
+Then ``bench.summary`` rewrites the budgets at a glance from those sections and draws the plots of
+the docs' benchmarks page (``bench.plots``, under docs/images/). A ``--quick`` run writes nothing,
+so it skips that too.
+
 Usage: python -m bench.all [--quick] [--runs N]   (options are passed to every benchmark)
 """
 
@@ -44,6 +48,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"=== bench.{name}: exit {rc} in {time.monotonic() - t0:.0f} s", flush=True)
         if rc:
             failed.append(name)
+    if "--quick" not in argv and "--no-write" not in argv:
+        print("=== bench.summary", flush=True)
+        if subprocess.call([sys.executable, "-m", "bench.summary"], cwd=REPO_ROOT):
+            failed.append("summary")
     if failed:
         print(f"failed: {', '.join(failed)}")
     return 1 if failed else 0

@@ -11,8 +11,8 @@ This measures that window: the time from the ``-journal``'s creation to its dele
 events on the directory, stamped as they are read by a thread that does nothing else), as a
 share of the whole ``SqliteCompactor.compact``, for bloated rollback-journal databases of
 several sizes and live fractions. A WAL database has no rollback journal (its VACUUM writes the
-WAL, which belongs to whoever holds the file open: README, "Renaming over a database being
-compacted").
+WAL, which belongs to whoever holds the file open: docs/guides/security.md, "Renaming over a
+database being compacted").
 """
 
 from __future__ import annotations

@@ -315,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
                "CouchDB's does, and the small databases' ratio is the higher, so the large ones, which hold most "
                "of the bytes, go last: its first large database is compacted only after every small one, and its "
                f"{SHARE:.0%} comes at the end of the whole fleet. Reaching the largest reclaims first is the disk-pressure "
-               "mode's job (README, \"Room on disk\").",
+               "mode's job (docs/guides/sharing-the-disk.md, its room on disk).",
                pressure_note,
            ])
     return 0

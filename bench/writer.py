@@ -15,8 +15,8 @@ worker's ``JobContext`` and the process's I/O budget) compacts it in this proces
   sets at ``backlog_full`` (:data:`GAP_FACTOR_BRISK` times, as before the controller);
 * full: the in-place ``VACUUM`` path (the file is larger than a VACUUM can rewrite within the
   writer's busy timeout, as DESIGN §11 asks), with the default ``max_lock_hold`` (1 s) and
-  with it below the writer's busy timeout (:data:`LOCK_HOLD_BELOW_WRITER_S`), as the README
-  tells an operator to set it.
+  with it below the writer's busy timeout (:data:`LOCK_HOLD_BELOW_WRITER_S`), as the docs
+  (docs/guides/sharing-the-disk.md) tell an operator to set it.
 
 A compaction still running when the writer's run ends is stopped there (as a worker stops
 one) and reported with its progress.
@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
             Scenario(f"full VACUUM, max_lock_hold {DEFAULT_MAX_LOCK_HOLD_S:g}s (the default: above this writer's "
                      f"{WRITER_BUSY_TIMEOUT_S * 1000:.0f} ms)", full, full=True, budgeted=False),
             Scenario(f"full VACUUM, max_lock_hold {LOCK_HOLD_BELOW_WRITER_S * 1000:.0f}ms (below the writer's busy "
-                     "timeout, as the README says)", full, full=True, max_lock_hold_s=LOCK_HOLD_BELOW_WRITER_S),
+                     "timeout, as the docs advise)", full, full=True, max_lock_hold_s=LOCK_HOLD_BELOW_WRITER_S),
         ]
         results: dict[str, list[Result]] = {s.name: [] for s in scenarios}
         for _ in range(args.runs):

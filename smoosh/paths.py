@@ -2,7 +2,7 @@
 
 ``os.path.realpath`` resolves a path in Python, one ``lstat`` per component: six syscalls
 for ``/srv/tenants/a/b/x.db``, each a GIL hand-off, and on the enqueue path of a new key it
-was the largest single cost (bench/RESULTS.md, "Why the misses miss"). On Linux an
+was the largest single cost (bench/HISTORY.md, "Why the misses miss"). On Linux an
 ``O_PATH`` descriptor names the file without opening it, and ``/proc/self/fd/N`` reads back
 the path the kernel resolved. Closing an ``O_PATH`` descriptor does not release the POSIX
 locks this process holds on the file (an in-process ``BEGIN EXCLUSIVE`` still blocks

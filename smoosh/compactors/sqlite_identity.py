@@ -17,7 +17,7 @@ Corrupt", 2.4); smoosh narrows the window as far as it can:
   new file would read it as its own), and the connection to the old inode is closed;
 * then the new file gets ``PRAGMA integrity_check`` and the compaction ends :class:`Replaced`.
 
-What stays open is said in the README and SECURITY.md: a VACUUM's final copy back into the
+What stays open is said in the security guide (docs/guides/security.md): a VACUUM's final copy back into the
 database and its commit run inside SQLite without a progress tick, and one incremental chunk
 runs as one statement, so a rename in those moments is found only afterwards; and a WAL
 database's ``-wal``/``-shm`` beside the new file still belong to the old one.

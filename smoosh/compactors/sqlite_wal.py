@@ -67,11 +67,11 @@ READERS_POLL_S = 0.05
 #: A writer caught waiting holds the very read mark a ``RESTART`` waits for (its transaction
 #: began before the checkpoint took the write lock): each waits for the other until this ends
 #: it. A shorter wait ends that sooner, but also gives up on a writer's ordinary commit (its
-#: fsync) and lets the log grow until the next try (bench/RESULTS.md: 20 ms, tried).
+#: fsync) and lets the log grow until the next try (bench/HISTORY.md: 20 ms, tried).
 RESET_BUSY_TIMEOUT_S = 0.1
 #: Bytes of a ``-wal`` file cut per hold of the application's writers (see :func:`cut_wal`):
 #: freeing a file's blocks takes time in proportion to them where the file system discards
-#: what it frees, ext4 mounted with ``discard`` (bench/RESULTS.md has the figures).
+#: what it frees, ext4 mounted with ``discard`` (bench/HISTORY.md has the figures).
 CUT_STEP_BYTES = 8 << 20
 #: Seconds between two steps of a cut: the application's writers' turn at the write lock
 #: (their busy handler sleeps 1, 2, 5, 10... ms between tries).

@@ -203,8 +203,8 @@ class Config:
             channels[name] = ChannelConfig.from_section(name, kind, section, path=where, cwd=cwd, warnings=warnings)
 
         # Like the channel lists, a present but empty watch means "none" (enqueue by API only).
+        r.used.add("watch")
         if "watch" in r.values:
-            r.used.add("watch")
             watch = tuple(resolve_glob(p, cwd) for p in parse_list(r.values["watch"]))
         else:
             watch = tuple(resolve_glob(p, cwd) for p in DEFAULT_WATCH)

@@ -9,6 +9,11 @@ from __future__ import annotations
 import re
 
 from smoosh import logs
+from smoosh.config.keys import (
+    ADDRESS, BOOLEAN, DURATION, DURATION_MINUTES, GLOBS, INTEGER, NAME, NAMES, PATH, PATHS, PERCENT_OR_OFF,
+    PERCENT_OR_SIZE, RATE, SECRET, SIZE, STORE_URL, Key, choice, key_table,
+)
+from smoosh.disk_room import DEFAULT_DISK_PRESSURE, DEFAULT_MIN_FREE
 
 __all__ = [
     "DEFAULT_CONFIG_PATH",
@@ -48,7 +53,9 @@ __all__ = [
     "DEFAULT_MAX_IO_RATE",
     "DEFAULT_IO_PRIORITY",
     "GLOBAL_KEYS",
+    "GLOBAL_KEY_DEFS",
     "COUCHDB_ONLY_KEYS",
+    "COUCHDB_ONLY_KEY_DOCS",
     "RESTART_KEYS",
 ]
 
@@ -171,50 +178,175 @@ DEFAULT_MAX_IO_RATE: float | None = None
 #: I/O class of the threads that run compactions: ``normal`` or ``idle`` (Linux only).
 DEFAULT_IO_PRIORITY = "normal"
 
-#: ini key -> Config field for ``[smoosh]`` (also checked against conf/smoosh.ini's docs).
-GLOBAL_KEYS: dict[str, str] = {
-    "db_channels": "db_channels",
-    "view_channels": "view_channels",
-    "cleanup_channels": "cleanup_channels",
-    "staleness": "staleness_s",
-    "persist": "persist",
-    "state_dir": "state_dir",
-    "wait_secs": "wait_s",
-    "checkpoint_interval": "checkpoint_interval_s",
-    "access_max_size": "access_max_size",
-    "compaction_log_level": "compaction_log_level",
-    "log_format": "log_format",
-    "store": "store",
-    "watch": "watch",
-    "roots": "roots",
-    "allow_hard_links": "allow_hard_links",
-    "allow_mounts": "allow_mounts",
-    "node": "node",
-    "http": "http",
-    "token": "token",
-    "health_threshold": "health_threshold_s",
-    "backoff_base": "backoff_base_s",
-    "busy_retries": "busy_retries",
-    "max_history": "max_history",
-    "job_timeout": "job_timeout_s",
-    "max_jobs": "max_jobs",
-    "min_jobs": "min_jobs",
-    "backlog_full": "backlog_full_bytes",
-    "interval": "interval_s",
-    "max_churn": "max_churn",
-    "recheck_interval": "recheck_interval_s",
-    "exact_size_interval": "exact_size_interval_s",
-    "rescan_interval": "rescan_interval_s",
-    "wal_max_size": "wal_max_size_bytes",
-    "max_io_rate": "max_io_rate_bytes_per_s",
-    "min_free_space": "min_free_space",
-    "disk_pressure": "disk_pressure",
-    "io_priority": "io_priority",
-}
+#: Every ``[smoosh]`` key, declared once: its Config field, its form, its default and its doc
+#: string (:mod:`smoosh.config.keys`; docs/reference/config.md is generated from this table).
+GLOBAL_KEY_DEFS: tuple[Key, ...] = (
+    Key("db_channels", "db_channels", NAMES,
+        "Channels offered database keys, in this order: the first that gives a key a priority above 0 "
+        "takes it. A list you set replaces the default (CouchDB merges its built-ins back in and sorts "
+        "the list; `smoosh config check` warns where that makes a difference). Empty: no database channels.",
+        DEFAULT_DB_CHANNELS),
+    Key("view_channels", "view_channels", NAMES,
+        "Channels offered index keys. Accepted so that a CouchDB config pastes as it is, and warned "
+        "about: the built-in SQLite compactor has no indexes, so these channels never get work.",
+        DEFAULT_VIEW_CHANNELS),
+    Key("cleanup_channels", "cleanup_channels", NAMES,
+        "Channels offered `cleanup:<db path>` keys: restarting a grown WAL log, cutting an oversized "
+        "`-wal` file, removing the side files a deleted database left behind. Empty turns cleanup off.",
+        DEFAULT_CLEANUP_CHANNELS),
+    Key("watch", "watch", GLOBS,
+        "Directories watched recursively, and glob patterns, whose SQLite files get compacted. A file "
+        "counts as a database by its header, not its name; existing files are scanned at start. Empty: "
+        "nothing is watched, and keys arrive only through `smoosh enqueue`, `POST /enqueue` or the Python API.",
+        DEFAULT_WATCH),
+    Key("roots", "roots", PATHS,
+        "Directories every key must lie in, after resolving symbolic links; a key outside them is refused.",
+        default_text="the watched directories (for a glob, its directory part)"),
+    Key("allow_hard_links", "allow_hard_links", PATHS,
+        "Roots (each one of `roots`) whose databases may have more than one hard link, or side files "
+        "(`-journal`, `-wal`, `-shm`) that are hard links. Elsewhere such a file is refused: a compaction "
+        "through one name rewrites the file for every name.",
+        ()),
+    Key("allow_mounts", "allow_mounts", PATHS,
+        "Roots (each one of `roots`) whose databases may lie on another mount than the root itself "
+        "(a bind mount, a volume mounted below the root). Elsewhere such a file is refused.",
+        ()),
+    Key("store", "store", STORE_URL,
+        "The job store: `memory:` (this process only), `sqlite:PATH` (the embedded default), `fdb:` or "
+        "`fdb:CLUSTER_FILE` (FoundationDB). Running compactions, crash records and the last results "
+        "of every database live there.",
+        DEFAULT_STORE),
+    Key("state_dir", "state_dir", PATH,
+        "Where the channels' checkpoints, the operator's suspension and the instance lock live. One "
+        "daemon per `state_dir`.",
+        DEFAULT_STATE_DIR),
+    Key("persist", "persist", BOOLEAN,
+        "Checkpoint the channels' queues to `state_dir`, so they survive a restart (CouchDB's default "
+        "is false).",
+        DEFAULT_PERSIST),
+    Key("checkpoint_interval", "checkpoint_interval_s", DURATION,
+        "How often each channel checkpoints its queue (also at a clean stop).",
+        DEFAULT_CHECKPOINT_INTERVAL_S),
+    Key("http", "http", ADDRESS,
+        "The admin API's address. Off loopback a `token` is required.",
+        DEFAULT_HTTP),
+    Key("token", "token", SECRET,
+        f"The bearer token every POST to the admin API must carry once it is set, on loopback too. At "
+        f"least {MIN_TOKEN_BYTES} bytes; required when `http` is not a loopback address."),
+    Key("node", "node", NAME,
+        "This node's name: its compactions run as jobs of the type `smoosh:<node>`. One live daemon per "
+        "node on a store, so several daemons sharing a store each need their own.",
+        default_text="the host name"),
+    Key("staleness", "staleness_s", DURATION_MINUTES,
+        "A key a channel accepted less than this long ago is dropped when it is enqueued again (a "
+        "dictionary lookup, before anything else).",
+        DEFAULT_STALENESS_S),
+    Key("access_max_size", "access_max_size", INTEGER,
+        "Entries in the table `staleness` reads; past it, new keys are not throttled.",
+        DEFAULT_ACCESS_MAX_SIZE),
+    Key("wait_secs", "wait_s", DURATION,
+        "Each channel starts paused this long, so the keys of the first events and the start-up scan "
+        "sort by priority before any starts.",
+        DEFAULT_WAIT_S),
+    Key("recheck_interval", "recheck_interval_s", DURATION,
+        "A key no channel took is not examined again on file events for this long.",
+        DEFAULT_RECHECK_INTERVAL_S),
+    Key("max_jobs", "max_jobs", INTEGER,
+        "Compactions running at once across all channels, at most (and the default number of "
+        "in-process workers). When channels compete for the last slots, the one that has waited "
+        "longest goes first.",
+        DEFAULT_MAX_JOBS),
+    Key("min_jobs", "min_jobs", INTEGER,
+        "The fewest compactions the backlog controller lets run at once while work waits. Every "
+        "status interval it lets `min_jobs` run plus a share of the rest of `max_jobs` that follows "
+        "the reclaimable bytes waiting; compactions that find the application holding its database "
+        "halve that share at once.",
+        DEFAULT_MIN_JOBS),
+    Key("backlog_full", "backlog_full_bytes", SIZE,
+        "The reclaimable bytes waiting at which the backlog controller lets every one of `max_jobs` "
+        "run, and paces incremental compaction beside an application at its quickest.",
+        DEFAULT_BACKLOG_FULL_BYTES),
+    Key("job_timeout", "job_timeout_s", DURATION,
+        "A running job whose worker sent no heartbeat for this long goes back to pending, for another "
+        "worker.",
+        DEFAULT_JOB_TIMEOUT_S),
+    Key("backoff_base", "backoff_base_s", DURATION,
+        "The first wait after a failed compaction; it doubles with each consecutive failure (at most "
+        "1024 times this). Counted on the monotonic clock: a step of the system clock does not move it.",
+        DEFAULT_BACKOFF_BASE_S),
+    Key("health_threshold", "health_threshold_s", DURATION,
+        "Failures closer than this to the event before them count as consecutive.",
+        DEFAULT_HEALTH_THRESHOLD_S),
+    Key("max_history", "max_history", INTEGER,
+        "Results kept per database in the job store, shown by `/jobs` and `smoosh jobs list`.",
+        DEFAULT_MAX_HISTORY),
+    Key("busy_retries", "busy_retries", INTEGER,
+        "A database busy more than this many times in a row (its application never left it idle "
+        "long enough) is shown as `starved`, with one WARNING line. 0: never.",
+        DEFAULT_BUSY_RETRIES),
+    Key("interval", "interval_s", DURATION,
+        "Rotation: every `interval`, when all `max_jobs` slots are busy and a channel waits for one, "
+        "up to `max_churn` incremental compactions that have run at least this long stop at a chunk "
+        "boundary and are queued again, so the waiting work gets their slots. A full VACUUM is never "
+        "stopped.",
+        DEFAULT_INTERVAL_S),
+    Key("max_churn", "max_churn", INTEGER,
+        "The most compactions rotation stops per `interval`; 0 turns rotation off.",
+        DEFAULT_MAX_CHURN),
+    Key("exact_size_interval", "exact_size_interval_s", DURATION,
+        "How often a database's exact live size is measured (a scan of its pages); also how long a "
+        "just-compacted file that has not grown is left alone by every channel but the upgrade ones.",
+        DEFAULT_EXACT_SIZE_INTERVAL_S),
+    Key("rescan_interval", "rescan_interval_s", DURATION,
+        "How often the watched directories are rescanned, since file events can be lost. A rescan "
+        "reports the databases changed since the scan before it; the start-up scan and the one after "
+        "a config reload report every database.",
+        DEFAULT_RESCAN_INTERVAL_S),
+    Key("wal_max_size", "wal_max_size_bytes", SIZE,
+        "The size smoosh keeps each `-wal` file under. Once the log in it passes half of this, the "
+        "database's `cleanup:` key is queued, whose job restarts the log at a moment no reader pins "
+        "it; a file past this size is cut. A reader that pins a log past it is named (`blocked`).",
+        DEFAULT_WAL_MAX_SIZE_BYTES),
+    Key("min_free_space", "min_free_space", PERCENT_OR_SIZE,
+        "Room kept free on each file system for the application: a size (`1GiB`) or a percentage of "
+        "the file system. A compaction reserves what it will write before it starts, and starts only "
+        "while the free space covers every reservation there plus this.",
+        DEFAULT_MIN_FREE),
+    Key("disk_pressure", "disk_pressure", PERCENT_OR_OFF,
+        "A file system used past this (as `df` shows it) is under disk pressure: its databases are "
+        "taken largest reclaim first, each channel may run as many compactions as the backlog "
+        "controller allows (up to one per core) whatever its `concurrency` (except 0), and channels "
+        "with `under_pressure = ignore_window` run outside their windows. `off`: never.",
+        DEFAULT_DISK_PRESSURE),
+    Key("max_io_rate", "max_io_rate_bytes_per_s", RATE,
+        "Bytes per second all compactions of one process may write together (`20MiB`, `50MB/s`). "
+        "Paces incremental chunks, and delays the next start after a full VACUUM until its debt is paid.",
+        DEFAULT_MAX_IO_RATE, default_text="infinity (unlimited)"),
+    Key("io_priority", "io_priority", choice(("normal", "idle")),
+        "`idle` runs each compaction's thread in Linux's idle I/O class (disk time only when nothing "
+        "else wants it); elsewhere one warning, then `normal`.",
+        DEFAULT_IO_PRIORITY),
+    Key("compaction_log_level", "compaction_log_level", choice(("debug", "info", "notice", "warning", "error")),
+        "The level of the one line a successful compaction logs (`notice` is `info`). Failed, "
+        "blocked and replaced compactions log at WARNING or above whatever this says.",
+        DEFAULT_COMPACTION_LOG_LEVEL),
+    Key("log_format", "log_format", choice(LOG_FORMATS),
+        "How `smoosh run` and `smoosh worker` write their log on stderr: `text` lines, or `json`, one "
+        "object per line.",
+        DEFAULT_LOG_FORMAT),
+)
 
-#: CouchDB ``[smoosh]`` keys smoosh accepts without using: a pasted config stays quiet.
-#: ``cleanup_index_files = false`` gets a warning, since it meant "no cleanup" there.
-COUCHDB_ONLY_KEYS = ("cleanup_index_files",)
+#: ini key -> Config field for ``[smoosh]`` (also checked against conf/smoosh.ini's docs).
+GLOBAL_KEYS: dict[str, str] = key_table(GLOBAL_KEY_DEFS)
+
+#: CouchDB ``[smoosh]`` keys smoosh accepts without using (a pasted config stays quiet), each
+#: with what the reference says of it. ``cleanup_index_files = false`` gets a warning, since it
+#: meant "no cleanup" there.
+COUCHDB_ONLY_KEY_DOCS: dict[str, str] = {
+    "cleanup_index_files": "Index cleanup is the `cleanup_channels` list here; to turn it off, write "
+                           "`cleanup_channels =`. Written `false`, it is warned about.",
+}
+COUCHDB_ONLY_KEYS = tuple(COUCHDB_ONLY_KEY_DOCS)
 
 #: Keys that take effect only after a restart (everything else applies live).
 RESTART_KEYS = ("store", "http", "node", "state_dir")

@@ -15,6 +15,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from smoosh.paths import CLEANUP_PREFIX
 from smoosh.config.defaults import GLOBAL_KEYS
+from smoosh.config.keys import (
+    BOOLEAN, DURATION, INTEGER, PATTERNS, SIZE, SIZE_OR_INFINITY, THRESHOLD, TIME_OF_DAY, TIME_ZONE, Key, choice,
+    key_table,
+)
+from smoosh.units import format_size
 from smoosh.config.values import (
     SectionReader,
     parse_bool,
@@ -40,6 +45,8 @@ __all__ = [
     "BUILTIN_METHODS",
     "CHANNEL_KEYS",
     "SQLITE_KEYS",
+    "CHANNEL_KEY_DEFS",
+    "SQLITE_KEY_DEFS",
     "CLEANUP_PREFIX",
 ]
 
@@ -112,33 +119,102 @@ AUTO_VACUUM_MODES: dict[str, str] = {
 UNDER_PRESSURE = ("respect_window", "ignore_window")
 DEFAULT_UNDER_PRESSURE = "respect_window"
 
+#: Every ``[smoosh.<channel>]`` key, declared once (:mod:`smoosh.config.keys`; docs/reference/config.md
+#: is generated from this table). Every key is optional.
+CHANNEL_KEY_DEFS: tuple[Key, ...] = (
+    Key("priority", "priority", choice(METHODS),
+        "How the channel scores a database: `ratio` is file size over live data, `slack` the bytes a "
+        "compaction would give back, `upgrade` 1 when the file's `page_size` or `auto_vacuum` differs "
+        "from `[smoosh.sqlite]`'s targets (0 otherwise). Without the key the built-in channels use the "
+        "method they are named for, and every other channel `ratio`, as in CouchDB: another channel's "
+        "name means nothing (`config check` warns where it seems to).",
+        default_text="the built-in's own, else ratio"),
+    Key("min_priority", "min_priority", THRESHOLD,
+        "A database's priority must be above this for the channel to take it (a unit on a ratio is "
+        "an error). An upgrade channel's priority is always 1, whatever this and the size limits say.",
+        default_text=f"{DEFAULT_MIN_PRIORITY['ratio']} (ratio), "
+                     f"{format_size(DEFAULT_MIN_PRIORITY['slack'])} (slack)"),
+    Key("max_priority", "max_priority", THRESHOLD,
+        "Priorities above this are not eligible; `infinity` is no ceiling.",
+        DEFAULT_MAX_PRIORITY),
+    Key("min_size", "min_size_bytes", SIZE,
+        "Files of this size or smaller are skipped.",
+        DEFAULT_MIN_SIZE_BYTES),
+    Key("max_size", "max_size_bytes", SIZE_OR_INFINITY,
+        "Files larger than this are skipped; `infinity` is no limit.",
+        DEFAULT_MAX_SIZE_BYTES),
+    Key("min_changes", "min_changes", INTEGER,
+        "Write transactions since smoosh last compacted the database that it needs first, counted by "
+        "SQLite's file change counter; 0: any. No effect while the count is unknown: for a database "
+        "this daemon has not compacted since it started, a WAL database (SQLite keeps no counter in "
+        "WAL mode), and one compacted by a separate `smoosh worker`.",
+        DEFAULT_MIN_CHANGES),
+    Key("capacity", "capacity", INTEGER,
+        "Waiting keys the channel holds; past it the lowest priority is evicted.",
+        DEFAULT_CAPACITY),
+    Key("concurrency", "concurrency", INTEGER,
+        "Compactions the channel runs at once; 0 queues but never starts (under disk pressure a "
+        "channel may run more: see `disk_pressure`).",
+        DEFAULT_CONCURRENCY),
+    Key("from", "window", TIME_OF_DAY,
+        "Opening of the channel's daily window (with `to`). A window may wrap midnight; `from` equal "
+        "to `to` is always open. It is read on the wall clock every minute, before every start, and "
+        "within a second of a step of the clock.",
+        default_text=f"unset (always open; {DEFAULT_FROM} when only `to` is set)"),
+    Key("to", "window", TIME_OF_DAY,
+        "Closing of the channel's daily window (with `from`); may be `24:00`.",
+        default_text=f"unset (always open; {DEFAULT_TO} when only `from` is set)"),
+    Key("timezone", "timezone", TIME_ZONE,
+        "The IANA time zone of `from` and `to`, e.g. `Europe/Berlin`.",
+        default_text="UTC"),
+    Key("strict_window", "strict_window", BOOLEAN,
+        "Leaving the window pauses incremental work between chunks and interrupts a running VACUUM "
+        "(its key goes back to the queue, not counted as a failure).",
+        DEFAULT_STRICT_WINDOW),
+    Key("match", "match", PATTERNS,
+        "Comma-separated glob patterns: the channel considers only the keys that match one "
+        "(`*` also crosses `/`). Gives part of the fleet its own rules.",
+        default_text="every key of the channel's kind"),
+    Key("under_pressure", "under_pressure", choice(UNDER_PRESSURE),
+        "`ignore_window`: while a file system under the roots is past `disk_pressure`, the channel "
+        "runs outside its window.",
+        DEFAULT_UNDER_PRESSURE),
+)
+
 #: ini key -> dataclass field, for the per-channel section (also checked against the docs).
-CHANNEL_KEYS: dict[str, str] = {
-    "priority": "priority",
-    "min_priority": "min_priority",
-    "max_priority": "max_priority",
-    "min_size": "min_size_bytes",
-    "max_size": "max_size_bytes",
-    "min_changes": "min_changes",
-    "capacity": "capacity",
-    "concurrency": "concurrency",
-    "from": "window",
-    "to": "window",
-    "strict_window": "strict_window",
-    "timezone": "timezone",
-    "match": "match",
-    "under_pressure": "under_pressure",
-}
+CHANNEL_KEYS: dict[str, str] = key_table(CHANNEL_KEY_DEFS)
+
+#: Every ``[smoosh.sqlite]`` key, declared once (:mod:`smoosh.config.keys`).
+SQLITE_KEY_DEFS: tuple[Key, ...] = (
+    Key("page_size", "page_size", INTEGER,
+        "Upgrade target: a power of two from 512 to 65536. A database with another page size is "
+        "queued to the upgrade channels. Unset: leave each database's as it is."),
+    Key("auto_vacuum", "auto_vacuum", choice(("none", "full", "incremental")),
+        "Upgrade target (also `0`, `1`, `2`). A database in another mode is queued to the upgrade "
+        "channels; `incremental` lets smoosh compact it in short chunks beside its application. "
+        "Unset: leave each database's as it is."),
+    Key("incremental_chunk_pages", "incremental_chunk_pages", INTEGER,
+        "Pages an incremental compaction frees per chunk, at most; between chunks it holds no lock.",
+        DEFAULT_INCREMENTAL_CHUNK_PAGES),
+    Key("busy_timeout", "busy_timeout_s", DURATION,
+        "How long a compaction waits for a database's lock before it reports the database busy "
+        "(retried later, not a failure).",
+        DEFAULT_BUSY_TIMEOUT_S),
+    Key("analyze", "analyze", BOOLEAN,
+        "After each successful compaction, refresh the query planner's statistics with "
+        "`PRAGMA optimize`. If the application holds the write lock then, one INFO line says so and "
+        "the compaction still counts as `ok`.",
+        DEFAULT_ANALYZE),
+    Key("max_lock_hold", "max_lock_hold_s", DURATION,
+        "The longest a full VACUUM may hold the write lock of a database another process has open "
+        "(seen in WAL mode); 0: no limit. A VACUUM that could no longer end within it is rolled back "
+        "and the database reported busy, before the application's writers reach their own busy "
+        "timeout: keep it below theirs.",
+        DEFAULT_MAX_LOCK_HOLD_S),
+)
 
 #: ini key -> dataclass field, for ``[smoosh.sqlite]``.
-SQLITE_KEYS: dict[str, str] = {
-    "page_size": "page_size",
-    "auto_vacuum": "auto_vacuum",
-    "incremental_chunk_pages": "incremental_chunk_pages",
-    "busy_timeout": "busy_timeout_s",
-    "analyze": "analyze",
-    "max_lock_hold": "max_lock_hold_s",
-}
+SQLITE_KEYS: dict[str, str] = key_table(SQLITE_KEY_DEFS)
 
 
 def method_for(name: str, priority_key: str | None) -> str:

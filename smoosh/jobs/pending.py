@@ -14,7 +14,7 @@ from smoosh.jobs.model import Keys
 #: Most pending keys read to pick one at random (couch_jobs' RANGE_LIMIT).
 PICK_RANGE_LIMIT = 1024
 #: Pending keys read to pick one at random while acceptors do not conflict. Reading 1024
-#: keys per accept made its cost grow with the backlog (bench/RESULTS.md, the job layer's
+#: keys per accept made its cost grow with the backlog (bench/HISTORY.md, the job layer's
 #: backlog rows); a few keys are as good a spread for one or two acceptors.
 MIN_PICK_WINDOW = 8
 

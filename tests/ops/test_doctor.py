@@ -523,5 +523,5 @@ def test_doctor_without_a_foundationdb_client_fails_the_store_check(tmp_path: Pa
     lines = done.stdout.splitlines()
     (i,) = [n for n, line in enumerate(lines) if line.startswith("fail  FoundationDB client: ")]
     assert lines[i + 1].startswith("      fix: ")
-    assert "README" in lines[i + 1]
+    assert "docs/guides/several-nodes.md" in lines[i + 1]
 

@@ -19,7 +19,6 @@ from helpers.promql import TARGET_LABELS, Scrape, grafana_expr, problems, select
 ROOT = Path(__file__).resolve().parents[2]
 RULES_PATH = ROOT / "conf" / "prometheus" / "smoosh-rules.yml"
 DASHBOARD_PATH = ROOT / "conf" / "grafana" / "smoosh.json"
-README = (ROOT / "README.md").read_text()
 
 #: The keys Prometheus accepts in a rule group and in a rule (it refuses any other).
 GROUP_KEYS = {"name", "interval", "limit", "query_offset", "rules"}
@@ -96,15 +95,6 @@ def test_the_rules_cover_failures_crashing_jobs_no_success_and_a_growing_queue()
     assert selected_names(exprs["SmooshQueueGrowing"]) == {"smoosh_waiting_jobs"}
 
 
-def test_the_readme_alert_table_is_the_rules_file() -> None:
-    # Every row of the README's table names a rule of the shipped file and shows its expression.
-    section = README[README.index("### Metrics to alert on"):]
-    section = section[:section.index("\n#")]
-    rows = re.findall(r"^\| `(Smoosh\w+)` \| .*? \| `(.+?)` \|", section, re.M)
-    shipped = {rule["alert"]: " ".join(rule["expr"].split()) for rule in rules()}
-    assert {alert: expr for alert, expr in rows} == shipped
-
-
 @pytest.mark.parametrize(("expr", "problem"), [
     ("rate(smoosh_evicted_total[1h]", "not PromQL: unclosed left parenthesis"),
     ("sum(smoosh_waiting_jobs))", "not PromQL: unexpected right parenthesis ')'"),
@@ -159,15 +149,15 @@ def test_the_dashboard_shows_reclaimed_bytes_queues_durations_and_failures() -> 
     assert failures
 
 
-def test_the_readme_lists_every_smoosh_metric_a_scrape_exposes(scraped: Scrape) -> None:
-    table = README[README.index("Every metric, its labels and meaning"):]
-    table = table[:table.index("\n\n", table.index("| metric |"))]
-    missing = []
-    for name in scraped.labels:
-        base = re.sub(r"_(bucket|sum|count)$", "", name) if f"`{name}`" not in table else name
-        if name.startswith("smoosh_") and f"`{base}`" not in table:
-            missing.append(name)
-        for label in scraped.labels[name] - {"le"}:
-            if name.startswith("smoosh_") and f"`{label}`" not in table:
-                missing.append(f"{name}{{{label}}}")
-    assert missing == []
+def test_every_smoosh_metric_a_scrape_exposes_is_declared_with_its_labels(scraped: Scrape) -> None:
+    # The metrics reference is generated from the declarations: a scrape must show nothing else.
+    from smoosh.daemon.api.metrics import METRICS
+
+    declared = {m.name: set(m.labels) for m in METRICS}
+    exposed: dict[str, set[str]] = {}
+    for name, labels in scraped.labels.items():
+        if name.startswith("smoosh_"):
+            base = re.sub(r"_(bucket|sum|count)$", "", name) if name not in declared else name
+            exposed.setdefault(base, set()).update(labels - {"le"})
+    assert exposed == declared
+    assert all(m.doc.strip() and m.kind in ("gauge", "counter", "histogram") for m in METRICS)

@@ -64,7 +64,7 @@ def check_config(path: str | None) -> tuple[Config | None, list[Finding]]:
     except ConfigError as e:
         findings.append(Finding(FAIL, "config", str(e), "create the directory, or correct the entry"))
     for warning in config.warnings:
-        findings.append(Finding(WARN, "config", warning, "correct or remove the key (the README lists every key)"))
+        findings.append(Finding(WARN, "config", warning, "correct or remove the key (the configuration reference, docs/reference/config.md, lists every key)"))
     return config, findings
 
 

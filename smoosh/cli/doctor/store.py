@@ -1,7 +1,7 @@
 """``smoosh doctor``'s store checks: the job store opens (read-only, never created), and for
 ``fdb:`` the binding, client library, selected API version and cluster versions agree.
 
-Three FoundationDB versions must agree (the README has the matrix): the binding refuses a
+Three FoundationDB versions must agree (docs/guides/several-nodes.md has the matrix): the binding refuses a
 client library older than itself, and a client library talks only to clusters of its own
 major.minor version unless the multi-version client is set up.
 """
@@ -22,10 +22,11 @@ __all__ = ["check_store", "check_sqlite_store", "check_fdb_store", "FDB_TIMEOUT_
 #: Seconds a FoundationDB cluster has to send its status document.
 FDB_TIMEOUT_S = 3.0
 #: How to get a working FoundationDB client: the native library (the binding is a dependency).
-FDB_FIX = ("install the FoundationDB client package of your cluster's version (it provides libfdb_c); the README's "
-           "FoundationDB section has the version matrix")
+FDB_FIX = ("install the FoundationDB client package of your cluster's version (it provides libfdb_c); the "
+           "documentation's guide to several nodes and FoundationDB (docs/guides/several-nodes.md) has the version matrix")
 #: How to get the binding back when it is missing.
-FDB_BINDING_FIX = "pip install 'smoosh-compactor[fdb]' (the foundationdb binding, 7.1); see the README's version matrix"
+FDB_BINDING_FIX = ("pip install 'smoosh-compactor[fdb]' (the foundationdb binding, 7.1); see the version matrix in "
+                   "docs/guides/several-nodes.md")
 
 CHECK = "store"
 

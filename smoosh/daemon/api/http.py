@@ -1,7 +1,7 @@
 """The admin HTTP API (DESIGN §4.2): status, jobs, explain, enqueue, suspend/resume/flush, metrics.
 
 The API is for the operator, not for whatever runs in a browser on the same host
-(SECURITY.md's threat model). So:
+(the threat model of docs/guides/security.md). So:
 
 * once a ``token`` is configured, every POST needs ``Authorization: Bearer <token>``
   (compared in constant time), on loopback too; bound off loopback, a POST without a
@@ -27,6 +27,7 @@ import socket
 import threading
 import time
 import urllib.parse
+from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any, Callable, cast
@@ -68,6 +69,89 @@ def parse_address(address: str) -> tuple[str, int]:
 def is_loopback(host: str) -> bool:
     """Whether ``host`` names only the loopback interface."""
     return is_loopback_host(host)
+
+
+@dataclass(frozen=True)
+class Route:
+    """One endpoint of the admin API, declared once: the dispatch reads it, and the HTTP reference
+    (docs/reference/http.md) is generated from it.
+
+    Attributes:
+        method: ``GET`` (reads, no token) or ``POST`` (changes, JSON body, token once one is set).
+        path: the path, without its query.
+        handler: the name of the handler's method that answers it (a POST handler takes the body).
+        summary: one line: what it is for.
+        doc: what it takes and what it answers (Markdown), for the reference.
+    """
+
+    method: str
+    path: str
+    handler: str
+    summary: str
+    doc: str
+
+
+#: Every endpoint, in the order the reference lists them. A route answered by the dispatch must be
+#: declared here; the docs build fails on one without a summary and a doc.
+ROUTES: tuple[Route, ...] = (
+    Route("GET", "/status", "_status", "The status table: every channel of this node, and the node's own state.",
+          "`{\"node\", \"channels\": {NAME: {\"active\", \"starting\", \"waiting\": {\"size\", \"min\", \"max\"}, "
+          "\"deferred\", \"paused\", \"suspended\", \"held\", \"in_window\", \"holding\", \"window\", \"concurrency\", "
+          "\"evicted\", \"checkpoint_errors\", \"reclaimable_bytes\", \"starved\"}}, \"reclaimable_bytes\", \"dry_run\", \"config_error\", "
+          "\"restart_required\", \"io_budget\", \"scan\", \"store\", \"disk\", \"controller\"}`: CouchDB's "
+          "`_smoosh/status` shape plus smoosh's fields. `suspended` is this daemon's own suspension, `held` a "
+          "cluster hold (`null`, or `{\"node\", \"channel\", \"by\", \"at\"}`: its scope, `null` meaning every node "
+          "or channel, who set it and when), `holding` whether running work holds (suspended, held, or "
+          "outside a strict window). `config_error` is the last rejected edit's error (`null` when the file "
+          "in force is the file on disk); `restart_required` names the keys edited that apply only at a "
+          "restart. `io_budget` is the I/O budget (`max_io_rate`, `charged_bytes`, `debt_s`, `paused`, "
+          "`waiting_channels`); `scan` the start-up scan's and the latest rescan's progress; `store` the job "
+          "store's health (`state`: `ok`, `full` or `unreachable`, `since`, `error`); `disk` each file "
+          "system under the roots (how full, under pressure since when); `controller` what the backlog "
+          "controller saw and set."),
+    Route("GET", "/jobs", "_jobs", "Current and recent compactions, per database, paged.",
+          "`{\"jobs\": [{\"key\", \"channel\", \"state\", \"progress\", \"error_count\", \"last_error\", "
+          "\"last_updated\", \"retry_at\", \"busy_count\", \"starved_since\", \"history\": [{\"event\", \"at\", "
+          "\"reason\"}]}], \"total\", \"offset\", \"next_offset\"}`: every pending and running key, plus the last "
+          "1000 finished or crashing, most recently updated first. `state` is `pending`, `running`, "
+          "`crashing`, `starved`, `finished` or `dropped`. `?state=pending,crashing` (any of those states; also "
+          "repeatable), `&limit=N` (at least 1) and `&offset=N` page it: `total` counts the matching keys, "
+          "`next_offset` is the next page's offset or `null`. An unknown parameter or state, or a limit or "
+          "offset that is not a whole number in range, is `400 {\"error\": ...}` naming it."),
+    Route("GET", "/explain", "_explain", "Why one database is or is not queued, per channel; changes nothing.",
+          "`?key=KEY` (an absolute path, or `cleanup:` and one). Answers `{\"key\", \"state\", \"channel\", "
+          "\"reason\", \"sizes\", \"ignored\", \"forced\", \"stale_until\", \"crashes\", \"busy\", \"max_jobs\", "
+          "\"disk_pressure\", "
+          "\"channels\": {NAME: {\"state\", \"place\", \"priority\", \"queued_priority\", \"position\", \"forced\", "
+          "\"reason\", \"thresholds\", \"window\", \"in_window\", \"next_open\", \"suspended\", \"held\", "
+          "\"paused_until\", \"not_before\", \"holds\"}}}`; `state` is `queued`, `running`, `crashing`, `starved`, "
+          "`not_queued` or `rejected`; times are Unix seconds. Without exactly one `key=`: `400`."),
+    Route("GET", "/metrics", "_send_metrics", "Prometheus metrics, in the text exposition format.",
+          "Every metric of the metrics reference, each labelled series at 0 from the daemon's start, and "
+          "the process's and the interpreter's as Prometheus's Python client reports them."),
+    Route("POST", "/enqueue", "_enqueue", "Ask the daemon to consider databases for compaction.",
+          "Body `{\"keys\": [KEY, ...]}` (at most 10,000 strings of at most 4 KiB), optionally `\"force\": true` "
+          "(what `smoosh enqueue --force` sends). Answers `202 {\"accepted\": n, \"rejected\": [{\"key\", "
+          "\"reason\"}]}` at once: the cheap path for hooks. With `?wait=1` it answers `200 {\"results\": "
+          "[{\"key\", \"outcome\", \"channel\", \"priority\", \"reason\"}]}` once every key is routed (within "
+          "10 s), one result per key in order: `queued` (with its channel and priority), `not_queued` (with "
+          "the reason: stale, below every channel's threshold, ignored, already running, still examining) "
+          "or `rejected` (outside the roots, no such file, a directory, not a SQLite file, a shared file). A "
+          "malformed body is `400 {\"error\": ...}` and enqueues nothing."),
+    Route("POST", "/suspend", "_suspend", "Suspend one channel or all, on this daemon (sticky until resumed).",
+          "Optional body `{\"channel\": NAME}` (default: every channel). Answers `200 {\"ok\": true, \"action\", "
+          "\"channel\"}` once the channels' status is republished; `404 {\"error\": ...}` for an unknown channel. "
+          "Running work holds: an incremental compaction pauses between chunks, a VACUUM is interrupted."),
+    Route("POST", "/resume", "_resume", "Resume one channel or all; queued work starts at once.",
+          "Optional body `{\"channel\": NAME}` (default: every channel); answers as `/suspend`. Clears this "
+          "daemon's suspension only, never a cluster hold."),
+    Route("POST", "/flush", "_flush", "Drop the waiting keys of one channel or all; running work goes on.",
+          "Optional body `{\"channel\": NAME}` (default: every channel); answers as `/suspend`, with "
+          "`\"dropped\"`: the waiting keys dropped, whose staleness is forgotten (their crash backoff stays)."),
+)
+
+_GET = {r.path: r for r in ROUTES if r.method == "GET"}
+_POST = {r.path: r for r in ROUTES if r.method == "POST"}
 
 
 #: ``AdminServer(token=...)`` default: the token of the server's config in force (a reload applies).
@@ -227,25 +311,20 @@ class _Handler(BaseHTTPRequestHandler):
         if not self._host_checked():
             return
         path = self.path.split("?", 1)[0]
-        smoosh = self.admin.smoosh
-        if path == "/status":
-            self._send(HTTPStatus.OK, smoosh.status())
-        elif path == "/jobs":
-            self._jobs()
-        elif path == "/explain":
-            self._explain()
-        elif path == "/metrics":
-            self._send_metrics()
-        elif path in ("/enqueue", "/suspend", "/resume", "/flush"):
+        route = _GET.get(path)
+        if route is not None:
+            getattr(self, route.handler)()
+        elif path in _POST:
             self._send(HTTPStatus.METHOD_NOT_ALLOWED, {"error": f"{path} takes POST"})
         else:
             self._send(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint: {path}"})
 
     def do_POST(self) -> None:  # noqa: N802
         path = self.path.split("?", 1)[0]
-        if path not in ("/enqueue", "/suspend", "/resume", "/flush"):
+        route = _POST.get(path)
+        if route is None:
             self._drain()
-            if path in ("/status", "/jobs", "/explain", "/metrics"):
+            if path in _GET:
                 self._send(HTTPStatus.METHOD_NOT_ALLOWED, {"error": f"{path} takes GET"})
             else:
                 self._send(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint: {path}"})
@@ -274,12 +353,21 @@ class _Handler(BaseHTTPRequestHandler):
         if error is not None:
             self._send(error[0], {"error": error[1]})
             return
-        if path == "/enqueue":
-            self._enqueue(body)
-        else:
-            self._control(path[1:], body)
+        getattr(self, route.handler)(body)
 
     # --------------------------------------------------------------- endpoints
+
+    def _status(self) -> None:
+        self._send(HTTPStatus.OK, self.admin.smoosh.status())
+
+    def _suspend(self, body: Any) -> None:
+        self._control("suspend", body)
+
+    def _resume(self, body: Any) -> None:
+        self._control("resume", body)
+
+    def _flush(self, body: Any) -> None:
+        self._control("flush", body)
 
     def _enqueue(self, body: Any) -> None:
         if not isinstance(body, dict):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 import time
 import weakref
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
 from prometheus_client import (
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
     from smoosh.daemon.record.outcomes import Counters
     from smoosh.daemon.server import Server
 
-__all__ = ["render", "registry_for", "SmooshCollector", "ENQUEUE_OUTCOMES"]
+__all__ = ["render", "registry_for", "SmooshCollector", "ENQUEUE_OUTCOMES", "METRICS", "MetricDef", "family"]
 
 #: Outcomes of ``smoosh_enqueue_total`` and the ``Counters`` field each one reads.
 ENQUEUE_OUTCOMES = {
@@ -49,6 +50,133 @@ ENQUEUE_OUTCOMES = {
 
 #: The duration histogram of a channel and result that has no compaction yet.
 _NO_DURATIONS = Histogram()
+
+
+@dataclass(frozen=True)
+class MetricDef:
+    """One metric smoosh exposes, declared once: the collector builds its family from this, and
+    the metrics reference (docs/reference/metrics.md) is generated from it.
+
+    Attributes:
+        name: the name a scrape shows (a counter's ends in ``_total``; a histogram's series add
+            ``_bucket``, ``_sum`` and ``_count``).
+        kind: ``gauge``, ``counter`` or ``histogram``.
+        doc: its HELP text, which is also what the reference says of it.
+        labels: its label names, in order.
+        label_values: per label with a fixed vocabulary, the values it takes.
+    """
+
+    name: str
+    kind: str
+    doc: str
+    labels: tuple[str, ...] = ()
+    label_values: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+
+def _results() -> tuple[tuple[str, tuple[str, ...]], ...]:
+    return (("result", tuple(RESULTS)),)
+
+
+#: Every smoosh metric, in the order a scrape shows them. A family the collector builds must be
+#: declared here (:func:`family` refuses any other), and the docs build fails on one whose doc is
+#: empty. prometheus_client's own process_*, python_info and python_gc_* are not smoosh's.
+METRICS: tuple[MetricDef, ...] = (
+    MetricDef("smoosh_channels", "gauge", "Channels configured on this node."),
+    MetricDef("smoosh_active_jobs", "gauge", "Compactions running, per channel.", ("channel",)),
+    MetricDef("smoosh_starting_jobs", "gauge", "Compactions added to the job layer and not yet running.",
+              ("channel",)),
+    MetricDef("smoosh_waiting_jobs", "gauge", "Keys waiting in the channel's queue that could start now (not those "
+              "waiting out a crash backoff or a busy database's retry: smoosh_deferred_jobs).", ("channel",)),
+    MetricDef("smoosh_deferred_jobs", "gauge", "Keys of the channel waiting out a crash backoff or a busy database's "
+              "retry: they hold no slot and cannot start before their time.", ("channel",)),
+    MetricDef("smoosh_reclaimable_bytes", "gauge",
+              "Estimated bytes the queued keys would reclaim (file - active, from their last sizes).", ("channel",)),
+    MetricDef("smoosh_channel_suspended", "gauge", "1 while an operator has suspended the channel.", ("channel",)),
+    MetricDef("smoosh_channel_held", "gauge", "1 while a cluster hold in the store covers the channel on this node.",
+              ("channel",)),
+    MetricDef("smoosh_channel_in_window", "gauge", "1 while the channel's time window is open.", ("channel",)),
+    MetricDef("smoosh_evicted_total", "counter", "Keys evicted from a full queue (lowest priority first).",
+              ("channel",)),
+    MetricDef("smoosh_checkpoint_errors_total", "counter", "Failed writes of the channel's queue checkpoint.",
+              ("channel",)),
+    MetricDef("smoosh_starved_jobs", "gauge",
+              "Keys busy more than busy_retries times in a row (state starved), per channel.", ("channel",)),
+    MetricDef("smoosh_node_reclaimable_bytes", "gauge", "Estimated bytes all queued keys of this node would reclaim."),
+    MetricDef("smoosh_compactions_total", "counter",
+              "Finished compactions by channel and result (" + ", ".join(RESULTS) + ").",
+              ("channel", "result"), _results()),
+    MetricDef("smoosh_compaction_duration_seconds", "histogram",
+              "How long finished compactions ran, by channel and result; its _count equals smoosh_compactions_total.",
+              ("channel", "result"), _results()),
+    MetricDef("smoosh_compacted_bytes_total", "counter", "Database bytes (file and WAL) before and after successful "
+              "compactions; before minus after is smoosh_reclaimed_bytes_total.", ("channel", "phase"),
+              (("phase", ("before", "after")),)),
+    MetricDef("smoosh_reclaimed_bytes_total", "counter", "Bytes given back to the file system by successful compactions.",
+              ("channel",)),
+    MetricDef("smoosh_last_success_timestamp_seconds", "gauge",
+              "Unix time of the channel's last successful compaction since the daemon started (0: none yet).",
+              ("channel",)),
+    MetricDef("smoosh_crashing_jobs", "gauge", "Keys waiting out a crash backoff (failed or blocked, not yet due again).",
+              ("channel",)),
+    MetricDef("smoosh_rotations_total", "counter",
+              "Suspendable compactions asked to make way for work waiting on max_jobs."),
+    MetricDef("smoosh_enqueue_total", "counter", "Enqueue requests by outcome: stale (dropped by the access table), "
+              "examined (priority computed), accepted (queued by a channel), rejected (invalid key).", ("outcome",),
+              (("outcome", tuple(ENQUEUE_OUTCOMES)),)),
+    MetricDef("smoosh_http_connections_shed_total", "counter", "Admin API connections closed to protect it: full (a "
+              "new one, every open connection answering or waiting), evicted (the longest-waiting idle one, to admit "
+              "a new one).", ("reason",), (("reason", ("full", "evicted")),)),
+    MetricDef("smoosh_config_error", "gauge",
+              "1 while the last config edit was rejected (the previous config is in force)."),
+    MetricDef("smoosh_store_state", "gauge", "1 for the job store's state now (" + ", ".join(STORE_STATES) + "), 0 for "
+              "the others; while it is not ok no new compaction starts.", ("state",), (("state", tuple(STORE_STATES)),)),
+    MetricDef("smoosh_build_info", "gauge", "Always 1; the version of smoosh running.", ("version",)),
+    MetricDef("smoosh_io_budget_bytes_per_second", "gauge", "The I/O budget in force (max_io_rate); +Inf when unlimited."),
+    MetricDef("smoosh_io_charged_bytes_total", "counter",
+              "Bytes compactions of this process charged to the I/O budget (written)."),
+    MetricDef("smoosh_disk_reserved_bytes", "gauge", "Disk space running compactions reserved for what they write "
+              "(kept beside min_free_space on each file system)."),
+    MetricDef("smoosh_disk_used_ratio", "gauge", "How full each file system under the roots is (used over used plus "
+              "available, as df shows it), named by its first root.", ("root",)),
+    MetricDef("smoosh_disk_pressure", "gauge",
+              "1 while the file system is used past disk_pressure: its databases go worst-first.", ("root",)),
+    MetricDef("smoosh_wal_pinned_databases", "gauge",
+              "WAL databases whose log a reader kept from being emptied at their last compaction."),
+    MetricDef("smoosh_wal_pinned_bytes", "gauge", "The largest log readers keep pinned, in bytes (0: none)."),
+    MetricDef("smoosh_wal_pinned_seconds", "gauge",
+              "How long the log pinned longest has been (seconds; 0: none). /jobs names the reader."),
+    MetricDef("smoosh_backlog_bytes", "gauge",
+              "Reclaimable bytes waiting in the channels, as the backlog controller last saw them."),
+    MetricDef("smoosh_controller_busy", "gauge",
+              "Busy results (the application held its lock) in the controller's last interval."),
+    MetricDef("smoosh_controller_lock_waits", "gauge", "Incremental chunks that found the application holding the "
+              "write lock, in the controller's last interval (harm, as busy results are)."),
+    MetricDef("smoosh_controller_slots", "gauge",
+              "Compactions the backlog controller lets run at once (between min_jobs and max_jobs)."),
+    MetricDef("smoosh_controller_chunk_gap_ratio", "gauge", "The incremental pace the backlog controller set: after a "
+              "chunk on a database the application has open, the lock stays free this many times as long as the "
+              "chunk held it."),
+)
+
+_DECLARED = {m.name: m for m in METRICS}
+_FAMILIES = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily, "histogram": HistogramMetricFamily}
+
+
+def family(name: str) -> Any:
+    """An empty metric family built from its declaration in :data:`METRICS`.
+
+    Parameters:
+        name: the declared name (a counter's with ``_total``).
+
+    Returns:
+        A ``GaugeMetricFamily``, ``CounterMetricFamily`` or ``HistogramMetricFamily`` with the
+        declared HELP text and labels.
+
+    Raises:
+        KeyError: no metric of that name is declared.
+    """
+    m = _DECLARED[name]
+    return _FAMILIES[m.kind](m.name, m.doc, labels=list(m.labels))
 
 # One registry per server. Weak keys: the registry must not keep a stopped server alive, and
 # the collector holds the server only through a weak reference for the same reason.
@@ -73,37 +201,22 @@ class SmooshCollector(Collector):
 
         # Not smoosh_channel_count: a gauge named ..._count reads as a histogram's or a summary's
         # count series, and `promtool check metrics` fails every scrape on it.
-        count = GaugeMetricFamily("smoosh_channels", "Channels configured on this node.")
+        count = family("smoosh_channels")
         count.add_metric([], len(channels))
         yield count
 
         gauges = {
-            "active": GaugeMetricFamily(
-                "smoosh_active_jobs", "Compactions running, per channel.", labels=["channel"]),
-            "starting": GaugeMetricFamily(
-                "smoosh_starting_jobs", "Compactions added to the job layer and not yet running.", labels=["channel"]),
-            "waiting": GaugeMetricFamily(
-                "smoosh_waiting_jobs", "Keys waiting in the channel's queue that could start now (not those "
-                "waiting out a crash backoff or a busy database's retry: smoosh_deferred_jobs).", labels=["channel"]),
-            "deferred": GaugeMetricFamily(
-                "smoosh_deferred_jobs", "Keys of the channel waiting out a crash backoff or a busy database's retry: "
-                "they hold no slot and cannot start before their time.", labels=["channel"]),
-            "reclaimable": GaugeMetricFamily(
-                "smoosh_reclaimable_bytes",
-                "Estimated bytes the queued keys would reclaim (file - active, from their last sizes).",
-                labels=["channel"]),
-            "suspended": GaugeMetricFamily(
-                "smoosh_channel_suspended", "1 while an operator has suspended the channel.", labels=["channel"]),
-            "held": GaugeMetricFamily(
-                "smoosh_channel_held", "1 while a cluster hold in the store covers the channel on this node.",
-                labels=["channel"]),
-            "in_window": GaugeMetricFamily(
-                "smoosh_channel_in_window", "1 while the channel's time window is open.", labels=["channel"]),
+            "active": family("smoosh_active_jobs"),
+            "starting": family("smoosh_starting_jobs"),
+            "waiting": family("smoosh_waiting_jobs"),
+            "deferred": family("smoosh_deferred_jobs"),
+            "reclaimable": family("smoosh_reclaimable_bytes"),
+            "suspended": family("smoosh_channel_suspended"),
+            "held": family("smoosh_channel_held"),
+            "in_window": family("smoosh_channel_in_window"),
         }
-        evicted = CounterMetricFamily(
-            "smoosh_evicted", "Keys evicted from a full queue (lowest priority first).", labels=["channel"])
-        checkpoint_errors = CounterMetricFamily(
-            "smoosh_checkpoint_errors", "Failed writes of the channel's queue checkpoint.", labels=["channel"])
+        evicted = family("smoosh_evicted_total")
+        checkpoint_errors = family("smoosh_checkpoint_errors_total")
         for name, entry in channels.items():
             waiting = entry.get("waiting") or {}
             gauges["active"].add_metric([name], _number(entry.get("active")))
@@ -120,77 +233,58 @@ class SmooshCollector(Collector):
         yield evicted
         yield checkpoint_errors
 
-        starved = GaugeMetricFamily(
-            "smoosh_starved_jobs", "Keys busy more than busy_retries times in a row (state starved), per channel.",
-            labels=["channel"])
+        starved = family("smoosh_starved_jobs")
         for name, entry in channels.items():
             starved.add_metric([name], _number(entry.get("starved")))
         yield starved
 
-        total = GaugeMetricFamily(
-            "smoosh_node_reclaimable_bytes", "Estimated bytes all queued keys of this node would reclaim.")
+        total = family("smoosh_node_reclaimable_bytes")
         total.add_metric([], _number(status.get("reclaimable_bytes")))
         yield total
 
         yield from _compaction_families(server, counters, sorted(channels))
 
-        rotations = CounterMetricFamily(
-            "smoosh_rotations", "Suspendable compactions asked to make way for work waiting on max_jobs.")
+        rotations = family("smoosh_rotations_total")
         rotations.add_metric([], getattr(counters, "rotations", 0))
         yield rotations
 
-        enqueues = CounterMetricFamily(
-            "smoosh_enqueue", "Enqueue requests by outcome: stale (dropped by the access table), examined "
-            "(priority computed), accepted (queued by a channel), rejected (invalid key).",
-            labels=["outcome"])
+        enqueues = family("smoosh_enqueue_total")
         for outcome, attribute in ENQUEUE_OUTCOMES.items():
             enqueues.add_metric([outcome], getattr(counters, attribute, 0))
         yield enqueues
 
-        shed = CounterMetricFamily(
-            "smoosh_http_connections_shed", "Admin API connections closed to protect it: full (a new one, every "
-            "open connection answering or waiting), evicted (the longest-waiting idle one, to admit a new one).",
-            labels=["reason"])
+        shed = family("smoosh_http_connections_shed_total")
         for reason, n in sorted(dict(counters.http_shed).items()):
             shed.add_metric([reason], n)
         yield shed
 
-        config_error = GaugeMetricFamily(
-            "smoosh_config_error", "1 while the last config edit was rejected (the previous config is in force).")
+        config_error = family("smoosh_config_error")
         config_error.add_metric([], 1 if status.get("config_error") else 0)
         yield config_error
 
         store = status.get("store") or {}
-        store_state = GaugeMetricFamily(
-            "smoosh_store_state", "1 for the job store's state now (" + ", ".join(STORE_STATES) + "), 0 for the "
-            "others; while it is not ok no new compaction starts.", labels=["state"])
+        store_state = family("smoosh_store_state")
         for state in STORE_STATES:
             store_state.add_metric([state], 1 if store.get("state") == state else 0)
         yield store_state
 
         # The version's one home, as `smoosh --version` prints it.
-        build = GaugeMetricFamily("smoosh_build_info", "Always 1; the version of smoosh running.", labels=["version"])
+        build = family("smoosh_build_info")
         build.add_metric([__version__], 1)
         yield build
 
         budget = server.io_budget
-        rate = GaugeMetricFamily(
-            "smoosh_io_budget_bytes_per_second", "The I/O budget in force (max_io_rate); +Inf when unlimited.")
+        rate = family("smoosh_io_budget_bytes_per_second")
         rate.add_metric([], float("inf") if budget.rate_bytes_per_s is None else budget.rate_bytes_per_s)
         yield rate
-        charged = CounterMetricFamily(
-            "smoosh_io_charged_bytes", "Bytes compactions of this process charged to the I/O budget (written).")
+        charged = family("smoosh_io_charged_bytes_total")
         charged.add_metric([], budget.charged_bytes)
         yield charged
-        reserved = GaugeMetricFamily(
-            "smoosh_disk_reserved_bytes", "Disk space running compactions reserved for what they write "
-            "(kept beside min_free_space on each file system).")
+        reserved = family("smoosh_disk_reserved_bytes")
         reserved.add_metric([], server.disk_room.reserved_bytes())
         yield reserved
-        used = GaugeMetricFamily("smoosh_disk_used_ratio", "How full each file system under the roots is (used over "
-                                 "used plus available, as df shows it), named by its first root.", labels=["root"])
-        pressure = GaugeMetricFamily("smoosh_disk_pressure", "1 while the file system is used past disk_pressure: its "
-                                     "databases go worst-first.", labels=["root"])
+        used = family("smoosh_disk_used_ratio")
+        pressure = family("smoosh_disk_pressure")
         for fs in server.pressure.snapshot():
             used.add_metric([fs.roots[0]], fs.used)
             pressure.add_metric([fs.roots[0]], 1 if fs.pressure else 0)
@@ -198,20 +292,14 @@ class SmooshCollector(Collector):
         yield pressure
         yield from _pinned_wal_families(server)
         decision = server.controller.last
-        for name, help_text, value in (
-            ("smoosh_backlog_bytes", "Reclaimable bytes waiting in the channels, as the backlog controller last saw them.",
-             decision.backlog_bytes),
-            ("smoosh_controller_busy", "Busy results (the application held its lock) in the controller's last interval.",
-             decision.busy),
-            ("smoosh_controller_lock_waits", "Incremental chunks that found the application holding the write lock, in "
-             "the controller's last interval (harm, as busy results are).", decision.lock_waits),
-            ("smoosh_controller_slots", "Compactions the backlog controller lets run at once (between min_jobs and "
-             "max_jobs).", decision.slots),
-            ("smoosh_controller_chunk_gap_ratio", "The incremental pace the backlog controller set: after a chunk on a "
-             "database the application has open, the lock stays free this many times as long as the chunk held it.",
-             decision.chunk_gap_factor),
+        for name, value in (
+            ("smoosh_backlog_bytes", decision.backlog_bytes),
+            ("smoosh_controller_busy", decision.busy),
+            ("smoosh_controller_lock_waits", decision.lock_waits),
+            ("smoosh_controller_slots", decision.slots),
+            ("smoosh_controller_chunk_gap_ratio", decision.chunk_gap_factor),
         ):
-            gauge = GaugeMetricFamily(name, help_text)
+            gauge = family(name)
             gauge.add_metric([], value)
             yield gauge
 
@@ -235,12 +323,8 @@ def _compaction_families(server: Server, counters: Counters, channels: list[str]
         compacted.setdefault(channel, (0, 0))
         last_success.setdefault(channel, 0.0)
 
-    compactions = CounterMetricFamily(
-        "smoosh_compactions", "Finished compactions by channel and result (" + ", ".join(RESULTS) + ").",
-        labels=["channel", "result"])
-    duration = HistogramMetricFamily(
-        "smoosh_compaction_duration_seconds", "How long finished compactions ran, by channel and result.",
-        labels=["channel", "result"])
+    compactions = family("smoosh_compactions_total")
+    duration = family("smoosh_compaction_duration_seconds")
     for (channel, result), histogram in sorted(durations.items()):
         compactions.add_metric([channel, result], histogram.count)
         duration.add_metric(
@@ -248,12 +332,8 @@ def _compaction_families(server: Server, counters: Counters, channels: list[str]
     yield compactions
     yield duration
 
-    compacted_bytes = CounterMetricFamily(
-        "smoosh_compacted_bytes", "Database bytes (file and WAL) before and after successful compactions; "
-        "before minus after is smoosh_reclaimed_bytes_total.", labels=["channel", "phase"])
-    reclaimed = CounterMetricFamily(
-        "smoosh_reclaimed_bytes", "Bytes given back to the file system by successful compactions.",
-        labels=["channel"])
+    compacted_bytes = family("smoosh_compacted_bytes_total")
+    reclaimed = family("smoosh_reclaimed_bytes_total")
     for channel, (before, after) in sorted(compacted.items()):
         compacted_bytes.add_metric([channel, "before"], before)
         compacted_bytes.add_metric([channel, "after"], after)
@@ -261,18 +341,13 @@ def _compaction_families(server: Server, counters: Counters, channels: list[str]
     yield compacted_bytes
     yield reclaimed
 
-    success = GaugeMetricFamily(
-        "smoosh_last_success_timestamp_seconds",
-        "Unix time of the channel's last successful compaction since the daemon started (0: none yet).",
-        labels=["channel"])
+    success = family("smoosh_last_success_timestamp_seconds")
     for channel, at in sorted(last_success.items()):
         success.add_metric([channel], at)
     yield success
 
     crashing = server.crashing_jobs()
-    crashing_jobs = GaugeMetricFamily(
-        "smoosh_crashing_jobs", "Keys waiting out a crash backoff (failed or blocked, not yet due again).",
-        labels=["channel"])
+    crashing_jobs = family("smoosh_crashing_jobs")
     for channel in sorted(set(channels) | set(crashing)):
         crashing_jobs.add_metric([channel], crashing.get(channel, 0))
     yield crashing_jobs
@@ -282,13 +357,11 @@ def _pinned_wal_families(server: Server) -> Iterator[Metric]:
     """The logs readers keep pinned: how many, the largest one's bytes, how long the oldest has been."""
     pinned = [w for c in server.compactors() for w in (getattr(c, "pinned_wals", lambda: [])() or [])]
     now = time.monotonic()
-    count = GaugeMetricFamily("smoosh_wal_pinned_databases",
-                              "WAL databases whose log a reader kept from being emptied at their last compaction.")
+    count = family("smoosh_wal_pinned_databases")
     count.add_metric([], len(pinned))
-    largest = GaugeMetricFamily("smoosh_wal_pinned_bytes", "The largest log readers keep pinned, in bytes (0: none).")
+    largest = family("smoosh_wal_pinned_bytes")
     largest.add_metric([], max((size for _p, size, _s in pinned), default=0))
-    age = GaugeMetricFamily("smoosh_wal_pinned_seconds",
-                            "How long the log pinned longest has been (seconds; 0: none). /jobs names the reader.")
+    age = family("smoosh_wal_pinned_seconds")
     age.add_metric([], max((now - since for _p, _size, since in pinned), default=0.0))
     yield count
     yield largest

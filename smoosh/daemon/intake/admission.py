@@ -11,7 +11,7 @@ batch in are not held to the interpreter's switch interval either.
 A caller enqueueing keys one call at a time in a loop (the Python API) is held back the same
 way: its canonicalisation is system calls too, and beside a running examination each one
 handed the GIL over and waited to get it back, so the loop and the examination together took
-longer than one after the other (bench/RESULTS.md). Its calls, while they come less than
+longer than one after the other (bench/HISTORY.md). Its calls, while they come less than
 :data:`BURST_GAP_S` apart, are one burst; an examination that finds a burst of two keys or
 more under way waits for it to pause, once per burst and at most
 :data:`ADMISSION_PAUSE_MAX_S`, as for a batch. A key enqueued alone is examined at once.

@@ -1,4 +1,5 @@
-"""SECURITY.md says what smoosh does; these tests hold it to that, through the same paths it names."""
+"""The security guide (docs/guides/security.md) says what smoosh does; these tests hold it to that,
+through the same paths it names."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from smoosh import Server
 from smoosh.config import parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
-SECURITY = (ROOT / "SECURITY.md").read_text()
+SECURITY = (ROOT / "docs" / "guides" / "security.md").read_text()
 
 
 def test_a_key_that_names_no_sqlite_file_is_rejected_over_http_and_the_cli_with_the_reasons_it_names(

@@ -12,6 +12,7 @@ import threading
 import time
 from typing import Any
 
+from smoosh.compactors import sqlite_guard
 from smoosh.cli.format import status_summary
 from smoosh.errors import ConfigError, SmooshError
 
@@ -64,6 +65,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             admin.start()
             log.info("admin API on http://%s", admin.address)
         log.info("effective config: %s", config.describe() if hasattr(config, "describe") else config.path)
+        if not sqlite_guard.installed():
+            log.warning("%s.", sqlite_guard.NOT_BUILT)
         systemd.ready()
         _wait_for_stop(server, stop)
     finally:

@@ -62,6 +62,15 @@ def test_config_warnings_are_warnings(tmp_path: Path) -> None:
     assert "concurency: unknown key" in findings[1].finding
 
 
+def test_an_open_check_that_is_not_built_is_a_warning_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    from smoosh.compactors import sqlite_guard
+
+    assert doctor.check_open_check().status == OK  # make test's environment builds it
+    monkeypatch.setattr(sqlite_guard, "_installed", [])
+    assert doctor.check_open_check() == Finding(
+        WARN, "open check", sqlite_guard.NOT_BUILT, "install a C compiler and Python's headers, then reinstall smoosh")
+
+
 # ------------------------------------------------------------------ the walk
 
 
@@ -492,7 +501,7 @@ def test_doctor_on_a_healthy_host_prints_one_line_per_check_and_exits_0(tmp_path
     lines = done.stdout.splitlines()
     assert all(LINE.fullmatch(line) for line in lines), lines
     checks = [re.match(r"ok    ([^:]+):", line).group(1) for line in lines if line.startswith("ok  ")]  # type: ignore[union-attr]
-    for check in ("config", f"access {tmp_path / 'dbs'}", "state_dir", "databases", "inotify watches",
+    for check in ("config", "open check", f"access {tmp_path / 'dbs'}", "state_dir", "databases", "inotify watches",
                   "inotify instances", "inotify queue", "free space", "lock", "store"):
         assert check in checks, (check, lines)
     assert not (tmp_path / "state").exists()  # the doctor creates nothing

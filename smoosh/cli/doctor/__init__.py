@@ -81,6 +81,7 @@ def run_checks(config_path: str | None, *, max_files: int = MAX_FILES) -> list[F
     config, findings = check_config(config_path)
     if config is None:
         return findings
+    findings.append(check_open_check())
     watched = _watch_dirs(config.watch)
     findings += check_access(watched)
     findings += check_access([r for r in config.roots if r not in watched], what="root")
@@ -95,6 +96,17 @@ def run_checks(config_path: str | None, *, max_files: int = MAX_FILES) -> list[F
     findings.append(lock)
     findings += check_store(config.store)
     return findings
+
+
+def check_open_check() -> Finding:
+    """Whether every file SQLite opens for a compaction is checked as it is opened (the C part is built)."""
+    from smoosh.compactors import sqlite_guard
+    from smoosh.compactors.sqlite_open import open_database  # noqa: F401 - installs the check
+
+    if sqlite_guard.installed():
+        return Finding(OK, "open check", "every file SQLite opens for a compaction is checked as it is opened")
+    return Finding(WARN, "open check", sqlite_guard.NOT_BUILT,
+                   "install a C compiler and Python's headers, then reinstall smoosh")
 
 
 def _watch_dirs(watch: Sequence[str]) -> list[str]:

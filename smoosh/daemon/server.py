@@ -303,7 +303,7 @@ class Server(LiveConfig):
                 listener=self._scheduler, clock=self._clocks.wall, monotonic=self._clocks.monotonic,
                 roots=lambda: self._config.roots,
                 io_budget=self.io_budget, io_priority=lambda: self._config.io_priority,
-                holder=self._process.instance,
+                holder=self._process.holder,  # host, PID and start time: see node_claim
             )
             self._worker.on_released = self._settle
             self._worker.on_finished = self._history_row

@@ -45,6 +45,7 @@ from smoosh.daemon.intake.intake import Intake
 from smoosh.daemon.intake.measurement import own_paths
 from smoosh.daemon.intake.offers import Offers
 from smoosh.daemon.host.live_config import CALL_TIMEOUT_S, LiveConfig
+from smoosh.daemon.intake.admission import RequestDeadline
 from smoosh.daemon.intake.verdicts import WAIT_S, Verdict, enqueue_and_wait
 from smoosh.daemon.record.outcomes import Counters, Outcomes
 from smoosh.daemon.results import Result, ResultLog
@@ -544,18 +545,20 @@ class Server(LiveConfig):
         """
         self.intake.enqueue(key, require_file=require_file, force=force)
 
-    def enqueue_and_wait(self, keys: list[str], timeout_s: float = WAIT_S, *, force: bool = False) -> list[Verdict]:
+    def enqueue_and_wait(self, keys: list[str], timeout_s: float = WAIT_S, *, force: bool = False,
+                         deadline: RequestDeadline | None = None) -> list[Verdict]:
         """Enqueue ``keys`` as HTTP does and say what became of each (``POST /enqueue?wait=1``).
 
         ``force``: as :meth:`enqueue`; a forced key's ``queued`` result has the reason
-        ``forced``, followed by what holds it back, if anything does.
+        ``forced``, followed by what holds it back, if anything does. ``deadline``: the
+        request's admission deadline; keys left when it passes are ``not_queued``, not examined.
 
         Returns:
             One :class:`~smoosh.daemon.intake.verdicts.Verdict` per key, in order, within ``timeout_s``.
         """
         return enqueue_and_wait(
             lambda key, waiter: self.intake.enqueue(key, require_file=True, waiter=waiter, force=force),
-            keys, timeout_s)
+            keys, timeout_s, deadline=deadline)
 
     def canonical_key(self, key: object) -> str:
         """The key's identity (see :meth:`Intake.canonical_key`)."""

@@ -155,6 +155,14 @@ class SmooshCollector(Collector):
             shed.add_metric([reason], n)
         yield shed
 
+        cut = CounterMetricFamily(
+            "smoosh_http_requests_cut", "POST /enqueue requests bounded in time: cut (its deadline passed; the keys "
+            "left were not examined, and the answer names them), shed (it waited too long for a handler: refused "
+            "whole with 503).", labels=["reason"])
+        for how, n in sorted(dict(counters.http_cut).items()):
+            cut.add_metric([how], n)
+        yield cut
+
         config_error = GaugeMetricFamily(
             "smoosh_config_error", "1 while the last config edit was rejected (the previous config is in force).")
         config_error.add_metric([], 1 if status.get("config_error") else 0)

@@ -87,7 +87,7 @@ def jobs_command(args: argparse.Namespace, *, stdout: TextIO | None = None, stde
         print_error("jobs: no store: pass --store URL or set store in the config", stream=err)
         return 1
     try:
-        store = open_store(url)
+        store = open_store(url, create=False)  # a mistyped path is an error, not a new store
     except SmooshError as e:
         print_error(f"jobs: cannot open store {url}: {e}", stream=err)
         return 1

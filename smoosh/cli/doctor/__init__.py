@@ -51,7 +51,7 @@ def check_config(path: str | None) -> tuple[Config | None, list[Finding]]:
         The config (None when it does not load: nothing else can be checked) and the findings.
     """
     from smoosh.config import load_config
-    from smoosh.config.checks import check_directories
+    from smoosh.config.checks import check_directories, check_store
 
     try:
         config = load_config(path, log_warnings=False)
@@ -60,9 +60,14 @@ def check_config(path: str | None) -> tuple[Config | None, list[Finding]]:
     findings: list[Finding] = []
     try:
         check_directories(config)
-        findings.append(Finding(OK, "config", f"{config.path or 'defaults'}: ok ({len(config.channels)} channel(s))"))
     except ConfigError as e:
         findings.append(Finding(FAIL, "config", str(e), "create the directory, or correct the entry"))
+    try:
+        check_store(config)
+    except ConfigError as e:
+        findings.append(Finding(FAIL, "config", str(e), "give store a file of its own, outside watch and roots"))
+    if not findings:
+        findings.append(Finding(OK, "config", f"{config.path or 'defaults'}: ok ({len(config.channels)} channel(s))"))
     for warning in config.warnings:
         findings.append(Finding(WARN, "config", warning, "correct or remove the key (the README lists every key)"))
     return config, findings

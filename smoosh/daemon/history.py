@@ -72,6 +72,13 @@ PENDING = "pending"
 _ENDS_BUSY_ROW = frozenset({FINISHED, REPLACED, CRASHED, BLOCKED, DROPPED})
 #: Every state a key's record can be in, as ``GET /jobs`` shows it (and filters on: ``?state=``).
 RECORD_STATES = (PENDING, "running", "crashing", STARVED, "finished", "dropped")
+#: The events that end a run (or say it never ran), newest first in a history: the last one
+#: says what the key's last result was and what any wait it is in is for.
+_END_EVENTS = frozenset({CRASHED, BLOCKED, BUSY, FINISHED, REPLACED, DROPPED, STOPPED})
+#: A run's end event in DESIGN §11's result vocabulary (``finished`` is ``ok`` or ``gone``).
+_RESULT_OF = {CRASHED: "failed", BLOCKED: "blocked", BUSY: "busy", REPLACED: "replaced", STOPPED: "interrupted"}
+#: The reason the outcome recorder gives a database that was gone (a ``finished`` event).
+GONE_REASON = "database gone"
 
 
 class Event(NamedTuple):
@@ -107,12 +114,30 @@ class KeyRecord:
     #: means nothing after a restart) nor shown; None exactly when ``retry_at`` is None.
     retry_mono: float | None = None
 
+    @property
+    def last_end(self) -> str | None:
+        """The newest event that ended a run of the key (or said it never ran): what its wait, if
+        any, is for (``crashed``: a crash backoff; ``blocked``; ``busy``); None before any."""
+        return next((e.event for e in self.events if e.event in _END_EVENTS), None)
+
+    @property
+    def result(self) -> str | None:
+        """The key's last result in DESIGN §11's vocabulary (``ok``, ``failed``, ``busy``, ``gone``,
+        ``interrupted``, ``replaced``, ``blocked``); None before its first run ended."""
+        end = next((e for e in self.events if e.event in _END_EVENTS), None)
+        if end is None or end.event == DROPPED:
+            return None
+        if end.event == FINISHED:
+            return "gone" if end.reason == GONE_REASON else "ok"
+        return _RESULT_OF.get(end.event)
+
     def to_json(self) -> dict[str, object]:
         """The record in the shape of ``GET /jobs``."""
         return {
             "key": self.key,
             "channel": self.channel,
             "state": self.state,
+            "result": self.result,
             "progress": self.progress,
             "error_count": self.error_count,
             "last_error": self.last_error,
@@ -247,7 +272,8 @@ class HistoryTable:
             rec.busy_count = 0
             rec.starved_since = None
         if event == ADDED:
-            rec.state = self._waiting_state(rec, at)
+            if rec.state != "crashing":  # queued again while in its crash backoff: still crashing
+                rec.state = self._waiting_state(rec, at)
         elif event == STARTED:
             rec.state = "running"
             rec.progress = 0.0
@@ -276,11 +302,10 @@ class HistoryTable:
                 retry_after_s = backoff_s(max(crashes, 1), self.backoff_base_s)
             rec.retry_at = at + retry_after_s
             rec.retry_mono = (at if mono is None else mono) + retry_after_s
-            rec.state = "crashing"
-        if rec.state == "crashing":
-            self._crashing.add(key)
-        else:
-            self._crashing.discard(key)
+            # Blocked is a result, not a crash (DESIGN §11): the key waits out the same backoff,
+            # queued, and /jobs says `blocked` as its result rather than calling it crashing.
+            rec.state = "crashing" if event == CRASHED else self._waiting_state(rec, at)
+        self._count_backoff(rec)
         if rec.starved_since is not None:
             self._starved[key] = rec.channel
         else:
@@ -295,6 +320,13 @@ class HistoryTable:
         else:
             self._finished.pop(key, None)
         return rec
+
+    def _count_backoff(self, rec: KeyRecord) -> None:
+        """Keep ``rec`` in the keys ``smoosh_crashing_jobs`` counts while it is crashing or blocked."""
+        if rec.state == "crashing" or (rec.state == PENDING and rec.last_end == BLOCKED):
+            self._crashing.add(rec.key)
+        else:
+            self._crashing.discard(rec.key)
 
     def _waiting_state(self, rec: KeyRecord, at: float) -> str:
         """``starved`` past ``busy_retries`` busy results in a row (0: never), else ``pending``."""
@@ -331,8 +363,9 @@ class HistoryTable:
     def crashing(self, now: float) -> dict[str, int]:
         """Keys in crash backoff at ``now`` (monotonic), counted per channel (``smoosh_crashing_jobs``).
 
-        A key counts from its crash (or block) until its not-before time; once that time has
-        come it waits in its channel like any queued key, though ``/jobs`` shows it
+        A key counts from its crash (or block: a blocked key waits out the same backoff, shown
+        ``pending`` with the result ``blocked``) until its not-before time; once that time has
+        come it waits in its channel like any queued key, though ``/jobs`` shows a crashed one
         ``crashing`` until it starts again. Keys of no known channel are not counted.
         """
         counts: dict[str, int] = {}
@@ -388,10 +421,9 @@ class HistoryTable:
                     oldest, _ = self._finished.popitem(last=False)
                     del self._records[oldest]
                     self._starved.pop(oldest, None)
-            if record.state == "crashing":
-                self._crashing.add(record.key)
-            else:
-                self._crashing.discard(record.key)
+            if record.state == "crashing" and record.last_end == BLOCKED:
+                record.state = PENDING  # stored by an earlier smoosh, which called a blocked key crashing
+            self._count_backoff(record)
             if record.starved_since is not None:
                 self._starved[record.key] = record.channel
             else:

@@ -79,6 +79,9 @@ _END_EVENTS = frozenset({CRASHED, BLOCKED, BUSY, FINISHED, REPLACED, DROPPED, ST
 _RESULT_OF = {CRASHED: "failed", BLOCKED: "blocked", BUSY: "busy", REPLACED: "replaced", STOPPED: "interrupted"}
 #: The reason the outcome recorder gives a database that was gone (a ``finished`` event).
 GONE_REASON = "database gone"
+#: How a ``blocked`` event's reason begins when a reader pinned the database's WAL (the SQLite
+#: compactor's words, :func:`smoosh.compactors.sqlite_wal.pinned_reason`, after ``blocked: ``).
+WAL_PINNED_REASON = "blocked: a reader holds the WAL"
 
 
 class Event(NamedTuple):
@@ -113,6 +116,11 @@ class KeyRecord:
     #: ``retry_at`` on the monotonic clock: what the wait counts down to. Never stored (it
     #: means nothing after a restart) nor shown; None exactly when ``retry_at`` is None.
     retry_mono: float | None = None
+    #: When a reader was first found pinning the database's WAL, in this row of blocks (wall
+    #: time; stored, so ``smoosh_wal_pinned_seconds`` survives a restart); None while not pinned.
+    pinned_since: float | None = None
+    #: ``pinned_since`` on the monotonic clock (the age a scrape shows); never stored.
+    pinned_mono: float | None = None
 
     @property
     def last_end(self) -> str | None:
@@ -305,6 +313,12 @@ class HistoryTable:
             # Blocked is a result, not a crash (DESIGN §11): the key waits out the same backoff,
             # queued, and /jobs says `blocked` as its result rather than calling it crashing.
             rec.state = "crashing" if event == CRASHED else self._waiting_state(rec, at)
+        if event == BLOCKED and reason is not None and reason.startswith(WAL_PINNED_REASON):
+            if rec.pinned_since is None:  # pinned since the first block of the row, not the latest
+                rec.pinned_since = at
+                rec.pinned_mono = at if mono is None else mono
+        elif event in (FINISHED, REPLACED):
+            rec.pinned_since = rec.pinned_mono = None  # the log was emptied (or the file is gone)
         self._count_backoff(rec)
         if rec.starved_since is not None:
             self._starved[key] = rec.channel
@@ -376,6 +390,12 @@ class HistoryTable:
                     counts[rec.channel] = counts.get(rec.channel, 0) + 1
         return counts
 
+    def pinned(self) -> dict[str, float]:
+        """Keys whose WAL a reader was pinning at their last run -> since when (monotonic seconds):
+        what this table remembers, across a restart too (``smoosh_wal_pinned_*``)."""
+        with self._lock:
+            return {k: r.pinned_mono for k, r in self._records.items() if r.pinned_mono is not None}
+
     def forget(self, key: str) -> None:
         """Drop ``key``'s record."""
         with self._lock:
@@ -410,6 +430,14 @@ class HistoryTable:
         else:
             left_s = min(record.retry_at - now, self._longest_wait_s())
             record.retry_mono = (now if mono is None else mono) + left_s
+        if record.pinned_since is None:
+            record.pinned_mono = None
+        elif now is None:
+            record.pinned_mono = record.pinned_since
+        else:
+            # An age: how long ago, by the wall clock, counted back from the monotonic now (a
+            # clock stepped while no daemon ran cannot be told from time passing; never ahead).
+            record.pinned_mono = (now if mono is None else mono) - max(0.0, now - record.pinned_since)
         with self._lock:
             self._records[record.key] = record
             self._finished.pop(record.key, None)
@@ -458,7 +486,7 @@ class HistoryTable:
             return KeyRecord(
                 rec.key, rec.channel, rec.state, rec.progress, rec.error_count, rec.last_error,
                 rec.last_updated, rec.retry_at, deque(rec.events), rec.busy_count, rec.starved_since,
-                rec.retry_mono,
+                rec.retry_mono, rec.pinned_since, rec.pinned_mono,
             )
 
 
@@ -478,6 +506,7 @@ def encode_record(rec: KeyRecord) -> bytes:
             "retry_at": rec.retry_at,
             "busy_count": rec.busy_count,
             "starved_since": rec.starved_since,
+            "pinned_since": rec.pinned_since,
             "events": [[e.event, e.at, e.reason] for e in rec.events],
         },
         use_bin_type=True,
@@ -497,6 +526,7 @@ def decode_record(key: str, raw: bytes) -> KeyRecord | None:
         )
         retry_at = data.get("retry_at")
         starved_since = data.get("starved_since")
+        pinned_since = data.get("pinned_since")
         return KeyRecord(
             key=key,
             channel=None if data.get("channel") is None else str(data["channel"]),
@@ -508,6 +538,7 @@ def decode_record(key: str, raw: bytes) -> KeyRecord | None:
             events=events,
             busy_count=max(0, int(data.get("busy_count") or 0)),
             starved_since=None if starved_since is None else float(starved_since),
+            pinned_since=None if pinned_since is None else float(pinned_since),
         )
     except (ValueError, TypeError, KeyError, IndexError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
         return None

@@ -22,6 +22,7 @@ its own docstring: the intake (its pools), the history table (its lock), a chann
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import time
 from typing import Any, Callable
@@ -686,6 +687,30 @@ class Server(LiveConfig):
     def compactors(self) -> list[Any]:
         """The compactors in use (the metrics read what they remember, such as pinned logs)."""
         return list(self._compactors)
+
+    def pinned_wals(self) -> list[tuple[str, int, float]]:
+        """``(path, WAL bytes now, pinned since: monotonic seconds)`` of each database whose log a
+        reader kept pinned at its last run, oldest first (``smoosh_wal_pinned_*``; any thread).
+
+        What the compactors saw in this process, and what the history remembers across a restart
+        (its blocks' ``pinned_since`` are stored with the key's crash record): the earlier
+        moment counts, so the age does not start again at 0 when the daemon does.
+        """
+        since: dict[str, float] = {}
+        sizes: dict[str, int] = {}
+        for compactor in self._compactors:
+            for path, size, at in getattr(compactor, "pinned_wals", lambda: [])() or []:
+                since[path] = min(at, since.get(path, at))
+                sizes[path] = size
+        for key, at in self._history.pinned().items():
+            path = key[len(CLEANUP_PREFIX):] if key.startswith(CLEANUP_PREFIX) else key
+            since[path] = min(at, since.get(path, at))
+            if path not in sizes:
+                try:
+                    sizes[path] = os.stat(path + "-wal").st_size
+                except OSError:
+                    sizes[path] = 0
+        return sorted(((p, sizes[p], at) for p, at in since.items()), key=lambda t: t[2])
 
     def status(self) -> dict[str, Any]:
         """The status table: CouchDB's ``_smoosh/status`` shape plus smoosh's fields. Never blocks on a channel."""

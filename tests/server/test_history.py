@@ -216,6 +216,34 @@ def test_a_crashing_key_queued_again_during_its_backoff_stays_crashing() -> None
     assert table.crashing(2) == {"ratio_dbs": 1}
 
 
+def test_a_pinned_wal_is_remembered_from_its_first_block_through_the_store_until_it_is_emptied() -> None:
+    from smoosh.compactors.sqlite_wal import pinned_reason
+    from smoosh.daemon.history import WAL_PINNED_REASON
+
+    # (the history knows a pinned WAL by the compactor's own words)
+    pinned = "blocked: " + pinned_reason("/srv/t.db", readers=[])
+    assert pinned.startswith(WAL_PINNED_REASON)
+    table = HistoryTable(backoff_base_s=30.0)
+    key = "cleanup:/srv/t.db"
+    # Given a key blocked twice by a reader pinning its WAL, and once for another reason
+    table.record(key, BLOCKED, 10.0, channel="index_cleanup", reason=pinned, mono=110.0)
+    table.record(key, BLOCKED, 50.0, channel="index_cleanup", reason=pinned, mono=150.0)
+    table.record(key, BUSY, 60.0, channel="index_cleanup", mono=160.0)
+    # Then it is pinned since the first block, in both clocks
+    assert (table.get(key).pinned_since, table.pinned()) == (10.0, {key: 110.0})
+    # ... and a restart reads the moment back, its age counted on the new monotonic clock
+    stored = decode_record(key, encode_record(table.get(key)))
+    assert stored is not None and stored.pinned_since == 10.0
+    again = HistoryTable()
+    again.restore(stored, now=1010.0, mono=5.0)
+    assert again.pinned() == {key: 5.0 - 1000.0}
+    # ... until the log is emptied (a finished run)
+    again.record(key, FINISHED, 1020.0, reason="reclaimed 5 bytes", mono=15.0)
+    assert again.pinned() == {} and again.get(key).pinned_since is None
+    # A block for another reason pins nothing
+    assert table.record("/other.db", BLOCKED, 1.0, reason="blocked: read-only").pinned_since is None
+
+
 # ------------------------------------------------------------------ two clocks (issue 25)
 
 DAY_S = 86_400.0

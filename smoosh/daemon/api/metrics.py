@@ -288,8 +288,8 @@ def _compaction_families(server: Server, counters: Counters, channels: list[str]
 
 def _pinned_wal_families(server: Server) -> Iterator[Metric]:
     """The logs readers keep pinned: how many, the largest one's bytes, how long the oldest has been."""
-    pinned = [w for c in server.compactors() for w in (getattr(c, "pinned_wals", lambda: [])() or [])]
-    now = time.monotonic()
+    pinned = server.pinned_wals()  # what the compactors saw, and the history remembers across a restart
+    now = time.monotonic()  # the clock the compactors and the daemon count ages on
     count = GaugeMetricFamily("smoosh_wal_pinned_databases",
                               "WAL databases whose log a reader kept from being emptied at their last compaction.")
     count.add_metric([], len(pinned))

@@ -210,41 +210,44 @@ def test_an_enqueue_that_waited_too_long_for_a_thread_is_refused_whole_with_503(
         f"API is busy); answered 503 with Retry-After: {RETRY_AFTER_S}."]
 
 
-#: Floods of the issue's trial: requests at once, keys each, directories deep.
+#: Floods of the issue's trial: requests at once, keys each, components of their directory.
 FLOODS, FLOOD_KEYS, FLOOD_DEPTH = 10, 10_000, 250
 #: How long one GET /status may take while the floods run: a bound on a hang (the floods held
 #: it 40 s before), far above the second it takes, never a measure of speed.
 STATUS_BOUND_S = 15.0
 
 
-def test_status_answers_while_ten_floods_of_expensive_keys_run_and_each_flood_is_answered(
-    tmp_path: Path, daemons: list[Daemon]
-) -> None:
-    # Given a daemon, and a directory chain 250 deep inside its root
-    config = write_config(tmp_path, port=free_port())
-    deep = str(tmp_path / "dbs") + "/d" * FLOOD_DEPTH
-    os.makedirs(deep)
-    d = Daemon(config)
-    daemons.append(d)
-    d.wait_ready()
-    body = {"keys": [f"{deep}/k{i}.db" for i in range(FLOOD_KEYS)]}
+def deep_keys(dbs: Path) -> dict[str, Any]:
+    """A request of FLOOD_KEYS missing files in a directory FLOOD_DEPTH components deep under ``dbs``
+    (its keys within the 256-component limit wherever the test's temporary directory lies): each
+    key is resolved through the deep chain, the dearest path."""
+    deep = str(dbs) + "/d" * (FLOOD_DEPTH - (len(dbs.parts) - 1))
+    os.makedirs(deep, exist_ok=True)
+    return {"keys": [f"{deep}/k{i}.db" for i in range(FLOOD_KEYS)]}
+
+
+def flood_while_asking_status(address: tuple[str, int], body: dict[str, Any]) -> tuple[list[int], list[Any]]:
+    """FLOODS clients POST ``body`` at once while GET /status is asked again and again until all are answered.
+
+    Returns:
+        The /status codes, and each flood's (status, headers, answer).
+    """
     answers: list[tuple[int, dict[str, str], Any]] = []
-    address = ("127.0.0.1", d.port)
-    # When ten clients each POST 10,000 keys (missing files: each one resolved through the
-    # deep chain, the dearest path) at once
     floods = [threading.Thread(target=lambda: answers.append(call(address, "POST", "/enqueue", body)))
               for _ in range(FLOODS)]
     for t in floods:
         t.start()
-    # Then GET /status is answered again and again while they run
     statuses = []
     while any(t.is_alive() for t in floods) or not statuses:
         statuses.append(call(address, "GET", "/status", timeout_s=STATUS_BOUND_S)[0])
     for t in floods:
         t.join(HANG_S)
-    assert set(statuses) == {200}
-    # ... and every flood gets a clear answer: its keys rejected ("no such file"), those its
-    # deadline left named with Retry-After, or the whole request refused with 503
+    return statuses, answers
+
+
+def assert_each_flood_answered_clearly(answers: list[Any]) -> int:
+    """Each flood's keys rejected ("no such file"), those its deadline left named with Retry-After,
+    or the whole request refused with 503; returns how many were cut."""
     assert len(answers) == FLOODS
     cut = 0
     for status, headers, answer in answers:
@@ -259,6 +262,34 @@ def test_status_answers_while_ten_floods_of_expensive_keys_run_and_each_flood_is
         if left:
             cut += 1
             assert left["from_index"] == examined and headers["Retry-After"] == str(RETRY_AFTER_S)
-    # ... and each cut request is logged once, with its size
+    return cut
+
+
+def test_status_answers_while_ten_floods_of_expensive_keys_run_and_each_flood_is_answered(
+    admin_factory: Any, server: Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given the admin API (its enqueues given 1 s each: the flood's shape, in less of the suite's time)
+    _admin, address = admin_factory(request_work_s=1.0)
+    body = deep_keys(Path(server.config.roots[0]))
+    caplog.set_level(logging.WARNING, logger=HTTP_LOGGER)
+    # When ten clients each POST 10,000 keys at once, Then GET /status is answered throughout
+    statuses, answers = flood_while_asking_status(address, body)
+    assert set(statuses) == {200}
+    # ... and every flood gets a clear answer, each cut one logged once with its size
+    cut = assert_each_flood_answered_clearly(answers)
+    assert sum(" cut at its " in r.getMessage() for r in caplog.records) == cut
+
+
+@pytest.mark.slow
+def test_status_answers_while_ten_floods_run_against_a_real_daemon(tmp_path: Path, daemons: list[Daemon]) -> None:
+    # The same against `smoosh run` with its own deadline
+    config = write_config(tmp_path, port=free_port())
+    body = deep_keys(tmp_path / "dbs")
+    d = Daemon(config)
+    daemons.append(d)
+    d.wait_ready()
+    statuses, answers = flood_while_asking_status(("127.0.0.1", d.port), body)
+    assert set(statuses) == {200}
+    cut = assert_each_flood_answered_clearly(answers)
     assert d.stop() == 0
     assert sum(" cut at its " in line for line in d.log_path.read_text().splitlines()) == cut

@@ -70,6 +70,11 @@ def canonical_path(path: str) -> str:
     if len(parts) > MAX_COMPONENTS:
         return os.path.realpath(path)  # deeper than any key may be: the caller refuses it
     found, lo, hi = "/", 0, len(parts) - 1
+    # Most often only the file itself is missing (a key for a database not yet created, a
+    # mistyped name): its directory answers in one open, before any bisection.
+    parent = _resolved("/" + "/".join(parts[:-1])) if len(parts) > 1 else None
+    if parent is not None:
+        found, lo = parent, hi
     while lo < hi:
         mid = (lo + hi + 1) // 2
         resolved = _resolved("/" + "/".join(parts[:mid]))

@@ -1,4 +1,8 @@
-"""The CLI's cluster commands, through the store and no daemon: ``suspend|resume --store`` and ``status --store``."""
+"""The CLI's cluster commands, through the store and no daemon: ``suspend|resume --store`` and ``status --store``.
+
+They open the store as it is, never creating one: a mistyped ``--store sqlite:PATH`` is an error
+naming the path (exit 1), not a new, empty store that no daemon reads (issue 45).
+"""
 
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ def cmd_cluster_control(args: argparse.Namespace) -> int:
     if channel is not None and not CHANNEL_NAME_RE.fullmatch(channel):
         print_error(f"channel name {channel!r} is not a valid channel name (letters, digits, _ and -)")
         return 2
-    with open_store(args.store) as store:
+    with open_store(args.store, create=False) as store:
         holds = ClusterHolds(store)
         if args.action == "suspend":
             hold = holds.hold(node, channel, by=operator_name(), at=time.time())
@@ -55,7 +59,7 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
     ``stale``: its node has stopped, or cannot reach the store.
     """
     now = time.time()
-    with open_store(args.store) as store:
+    with open_store(args.store, create=False) as store:
         nodes = read_node_statuses(store, now)
         holds = ClusterHolds(store).current()
     for record in nodes.values():

@@ -20,7 +20,7 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     rather than judging the defaults' relative ``watch`` against wherever it happens to run.
     """
     from smoosh.config import load_config
-    from smoosh.config.checks import check_directories
+    from smoosh.config.checks import check_directories, check_store
     from smoosh.config.shipped import find_config, no_config_file_message
 
     try:
@@ -28,6 +28,7 @@ def cmd_config_check(args: argparse.Namespace) -> int:
             raise ConfigError(no_config_file_message())
         config = load_config(args.config, log_warnings=False)  # printed below, once each
         check_directories(config)
+        check_store(config)
     except ConfigError as e:
         if args.json:
             print_json({"ok": False, "config": getattr(e, "path", None) or args.config, "error": str(e),

@@ -153,7 +153,10 @@ def format_jobs(jobs: list[dict[str, Any]]) -> str:
     for job in jobs:
         progress = job.get("progress") or 0.0
         busy = job.get("busy_count") or 0
-        out.append(f"{job.get('key')}  [{job.get('channel')}] {job.get('state')} {progress * 100:.0f}%"
+        state = job.get("state")
+        if state == "pending" and job.get("result") == "blocked":
+            state = "pending (blocked)"  # waiting out a block's backoff: a result, not a crash
+        out.append(f"{job.get('key')}  [{job.get('channel')}] {state} {progress * 100:.0f}%"
                    f"  errors={job.get('error_count', 0)}" + (f"  busy={busy} in a row" if busy else ""))
         if job.get("last_error"):
             out.append(f"    last error: {job['last_error']}")

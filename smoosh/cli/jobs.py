@@ -1,5 +1,8 @@
 """``smoosh jobs [--store URL] list [--type T] [--state S] [--limit N] [--json] | show TYPE ID``: the job layer's rows.
 
+Every row ``list`` prints opens with ``show`` given its TYPE and ID as printed (issue 45):
+a finished row kept by its node included.
+
 The lead wires :func:`add_jobs_parser` into ``smoosh/cli.py``; the parser's ``func`` default
 is :func:`jobs_command`, which returns the exit code (0 ok, 1 operational error).
 
@@ -87,7 +90,7 @@ def jobs_command(args: argparse.Namespace, *, stdout: TextIO | None = None, stde
         print_error("jobs: no store: pass --store URL or set store in the config", stream=err)
         return 1
     try:
-        store = open_store(url)
+        store = open_store(url, create=False)  # a mistyped path is an error, not a new store
     except SmooshError as e:
         print_error(f"jobs: cannot open store {url}: {e}", stream=err)
         return 1
@@ -98,7 +101,8 @@ def jobs_command(args: argparse.Namespace, *, stdout: TextIO | None = None, stde
                 return _list(jobs, getattr(args, "job_type", None), out, states=getattr(args, "state", None),
                              limit=getattr(args, "limit", None), as_json=bool(getattr(args, "json", False)),
                              kept=kept)
-            return _show(jobs, args.job_type, args.job_id, out, err)
+            kept = store.transact(lambda tr: read_all(tr.snapshot))
+            return _show(jobs, args.job_type, args.job_id, out, err, kept=kept)
     except SmooshError as e:
         print_error(f"jobs: {e}", stream=err)
         return 1
@@ -180,14 +184,34 @@ def _nothing_found(job_type: str | None, states: list[str] | None, types: list[s
     return f"no jobs found{where}"
 
 
-def _show(jobs: Jobs, job_type: str, job_id: str, out: TextIO, err: TextIO) -> int:
-    try:
-        info = jobs.get_job(job_type, job_id)
-    except NotFound:
-        print_error(f"job {job_type} {job_id} not found", stream=err)
-        return 1
-    print(json.dumps(_job_json(info), indent=2, sort_keys=True, allow_nan=False), file=out)
-    return 0
+def _show(jobs: Jobs, job_type: str, job_id: str, out: TextIO, err: TextIO, *,
+          kept: dict[str, dict[str, list[Result]]] | None = None) -> int:
+    """Print one row of ``jobs list`` as JSON, given its TYPE and ID exactly as ``list`` printed them.
+
+    A job of the job layer (its type as ``list`` prints it: a tuple type's parts joined by
+    commas), or else a finished compaction a node keeps (``list``'s finished rows: the job's
+    row is gone, its last results are kept), in the shape ``list --json`` gives it.
+    """
+    for candidate in _types_named(jobs, job_type):
+        try:
+            info = jobs.get_job(candidate, job_id)
+        except NotFound:
+            continue
+        print(json.dumps(_job_json(info), indent=2, sort_keys=True, allow_nan=False), file=out)
+        return 0
+    node = job_type[len("smoosh:"):] if job_type.startswith("smoosh:") else None
+    results = (kept or {}).get(node, {}).get(job_id) if node is not None else None
+    if results:
+        print(json.dumps(_finished_json(job_type, job_id, results), indent=2, sort_keys=True, allow_nan=False),
+              file=out)
+        return 0
+    print_error(f"job {job_type} {job_id} not found", stream=err)
+    return 1
+
+
+def _types_named(jobs: Jobs, text: str) -> list[Any]:
+    """The job types ``list`` prints as ``text``: the string itself, and any tuple type printed so."""
+    return [text] + [t for t in jobs.get_types() if isinstance(t, tuple) and _type_text(t) == text]
 
 
 def _job_json(info: JobInfo) -> dict[str, Any]:

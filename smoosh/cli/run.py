@@ -33,7 +33,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     pings from this main loop at half ``WatchdogSec``, and STOPPING=1 when it begins to stop.
     """
     from smoosh.cli import systemd
-    from smoosh.config.checks import check_directories
+    from smoosh.config.checks import check_directories, check_store
     from smoosh.daemon.server import Server
 
     config = _load_config_and_log(args.config)
@@ -42,6 +42,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         check_directories(config)
     config = _override(config, store=args.store, http=args.http, watch=args.watch)
+    check_store(config, option="--store" if args.store else None)
     _check_http_token(config, overridden=args.http is not None)
     server = Server(config, workers=args.workers, dry_run=args.dry_run, reset_store=args.reset_store)
     # The lock, then the admin socket, before anything starts: a second daemon or a taken port

@@ -218,6 +218,11 @@ class Config:
                     raise r.error(key, ", ".join(dirs), f"{d} is not one of roots ({', '.join(roots) or 'none'})")
         http = r.get("http", parse_http, DEFAULT_HTTP)
         token = r.raw("token")
+        if token is None and "token" in r.values:
+            # Written but blank (empty, or spaces that the ini format strips): the operator meant
+            # a token, and silently running without one would leave every POST open.
+            raise r.error("token", r.values["token"], "empty: a token must be a long random string (at least "
+                                                      f"{MIN_TOKEN_BYTES} bytes); remove the line for no token")
         if token is None and not is_loopback_host(split_host_port(http)[0]):
             raise r.error("http", http, f"binding off loopback needs [{GLOBAL_SECTION}] token")
         if token is not None and len(token.encode("utf-8")) < MIN_TOKEN_BYTES:

@@ -72,6 +72,16 @@ PENDING = "pending"
 _ENDS_BUSY_ROW = frozenset({FINISHED, REPLACED, CRASHED, BLOCKED, DROPPED})
 #: Every state a key's record can be in, as ``GET /jobs`` shows it (and filters on: ``?state=``).
 RECORD_STATES = (PENDING, "running", "crashing", STARVED, "finished", "dropped")
+#: The events that end a run (or say it never ran), newest first in a history: the last one
+#: says what the key's last result was and what any wait it is in is for.
+_END_EVENTS = frozenset({CRASHED, BLOCKED, BUSY, FINISHED, REPLACED, DROPPED, STOPPED})
+#: A run's end event in DESIGN §11's result vocabulary (``finished`` is ``ok`` or ``gone``).
+_RESULT_OF = {CRASHED: "failed", BLOCKED: "blocked", BUSY: "busy", REPLACED: "replaced", STOPPED: "interrupted"}
+#: The reason the outcome recorder gives a database that was gone (a ``finished`` event).
+GONE_REASON = "database gone"
+#: How a ``blocked`` event's reason begins when a reader pinned the database's WAL (the SQLite
+#: compactor's words, :func:`smoosh.compactors.sqlite_wal.pinned_reason`, after ``blocked: ``).
+WAL_PINNED_REASON = "blocked: a reader holds the WAL"
 
 
 class Event(NamedTuple):
@@ -106,6 +116,28 @@ class KeyRecord:
     #: ``retry_at`` on the monotonic clock: what the wait counts down to. Never stored (it
     #: means nothing after a restart) nor shown; None exactly when ``retry_at`` is None.
     retry_mono: float | None = None
+    #: When a reader was first found pinning the database's WAL, in this row of blocks (wall
+    #: time; stored, so ``smoosh_wal_pinned_seconds`` survives a restart); None while not pinned.
+    pinned_since: float | None = None
+    #: ``pinned_since`` on the monotonic clock (the age a scrape shows); never stored.
+    pinned_mono: float | None = None
+
+    @property
+    def last_end(self) -> str | None:
+        """The newest event that ended a run of the key (or said it never ran): what its wait, if
+        any, is for (``crashed``: a crash backoff; ``blocked``; ``busy``); None before any."""
+        return next((e.event for e in self.events if e.event in _END_EVENTS), None)
+
+    @property
+    def result(self) -> str | None:
+        """The key's last result in DESIGN §11's vocabulary (``ok``, ``failed``, ``busy``, ``gone``,
+        ``interrupted``, ``replaced``, ``blocked``); None before its first run ended."""
+        end = next((e for e in self.events if e.event in _END_EVENTS), None)
+        if end is None or end.event == DROPPED:
+            return None
+        if end.event == FINISHED:
+            return "gone" if end.reason == GONE_REASON else "ok"
+        return _RESULT_OF.get(end.event)
 
     def to_json(self) -> dict[str, object]:
         """The record in the shape of ``GET /jobs``."""
@@ -113,6 +145,7 @@ class KeyRecord:
             "key": self.key,
             "channel": self.channel,
             "state": self.state,
+            "result": self.result,
             "progress": self.progress,
             "error_count": self.error_count,
             "last_error": self.last_error,
@@ -247,7 +280,8 @@ class HistoryTable:
             rec.busy_count = 0
             rec.starved_since = None
         if event == ADDED:
-            rec.state = self._waiting_state(rec, at)
+            if rec.state != "crashing":  # queued again while in its crash backoff: still crashing
+                rec.state = self._waiting_state(rec, at)
         elif event == STARTED:
             rec.state = "running"
             rec.progress = 0.0
@@ -276,11 +310,16 @@ class HistoryTable:
                 retry_after_s = backoff_s(max(crashes, 1), self.backoff_base_s)
             rec.retry_at = at + retry_after_s
             rec.retry_mono = (at if mono is None else mono) + retry_after_s
-            rec.state = "crashing"
-        if rec.state == "crashing":
-            self._crashing.add(key)
-        else:
-            self._crashing.discard(key)
+            # Blocked is a result, not a crash (DESIGN §11): the key waits out the same backoff,
+            # queued, and /jobs says `blocked` as its result rather than calling it crashing.
+            rec.state = "crashing" if event == CRASHED else self._waiting_state(rec, at)
+        if event == BLOCKED and reason is not None and reason.startswith(WAL_PINNED_REASON):
+            if rec.pinned_since is None:  # pinned since the first block of the row, not the latest
+                rec.pinned_since = at
+                rec.pinned_mono = at if mono is None else mono
+        elif event in (FINISHED, REPLACED):
+            rec.pinned_since = rec.pinned_mono = None  # the log was emptied (or the file is gone)
+        self._count_backoff(rec)
         if rec.starved_since is not None:
             self._starved[key] = rec.channel
         else:
@@ -295,6 +334,13 @@ class HistoryTable:
         else:
             self._finished.pop(key, None)
         return rec
+
+    def _count_backoff(self, rec: KeyRecord) -> None:
+        """Keep ``rec`` in the keys ``smoosh_crashing_jobs`` counts while it is crashing or blocked."""
+        if rec.state == "crashing" or (rec.state == PENDING and rec.last_end == BLOCKED):
+            self._crashing.add(rec.key)
+        else:
+            self._crashing.discard(rec.key)
 
     def _waiting_state(self, rec: KeyRecord, at: float) -> str:
         """``starved`` past ``busy_retries`` busy results in a row (0: never), else ``pending``."""
@@ -331,8 +377,9 @@ class HistoryTable:
     def crashing(self, now: float) -> dict[str, int]:
         """Keys in crash backoff at ``now`` (monotonic), counted per channel (``smoosh_crashing_jobs``).
 
-        A key counts from its crash (or block) until its not-before time; once that time has
-        come it waits in its channel like any queued key, though ``/jobs`` shows it
+        A key counts from its crash (or block: a blocked key waits out the same backoff, shown
+        ``pending`` with the result ``blocked``) until its not-before time; once that time has
+        come it waits in its channel like any queued key, though ``/jobs`` shows a crashed one
         ``crashing`` until it starts again. Keys of no known channel are not counted.
         """
         counts: dict[str, int] = {}
@@ -342,6 +389,12 @@ class HistoryTable:
                 if rec.channel is not None and rec.retry_mono is not None and rec.retry_mono > now:
                     counts[rec.channel] = counts.get(rec.channel, 0) + 1
         return counts
+
+    def pinned(self) -> dict[str, float]:
+        """Keys whose WAL a reader was pinning at their last run -> since when (monotonic seconds):
+        what this table remembers, across a restart too (``smoosh_wal_pinned_*``)."""
+        with self._lock:
+            return {k: r.pinned_mono for k, r in self._records.items() if r.pinned_mono is not None}
 
     def forget(self, key: str) -> None:
         """Drop ``key``'s record."""
@@ -377,6 +430,14 @@ class HistoryTable:
         else:
             left_s = min(record.retry_at - now, self._longest_wait_s())
             record.retry_mono = (now if mono is None else mono) + left_s
+        if record.pinned_since is None:
+            record.pinned_mono = None
+        elif now is None:
+            record.pinned_mono = record.pinned_since
+        else:
+            # An age: how long ago, by the wall clock, counted back from the monotonic now (a
+            # clock stepped while no daemon ran cannot be told from time passing; never ahead).
+            record.pinned_mono = (now if mono is None else mono) - max(0.0, now - record.pinned_since)
         with self._lock:
             self._records[record.key] = record
             self._finished.pop(record.key, None)
@@ -388,10 +449,9 @@ class HistoryTable:
                     oldest, _ = self._finished.popitem(last=False)
                     del self._records[oldest]
                     self._starved.pop(oldest, None)
-            if record.state == "crashing":
-                self._crashing.add(record.key)
-            else:
-                self._crashing.discard(record.key)
+            if record.state == "crashing" and record.last_end == BLOCKED:
+                record.state = PENDING  # stored by an earlier smoosh, which called a blocked key crashing
+            self._count_backoff(record)
             if record.starved_since is not None:
                 self._starved[record.key] = record.channel
             else:
@@ -426,7 +486,7 @@ class HistoryTable:
             return KeyRecord(
                 rec.key, rec.channel, rec.state, rec.progress, rec.error_count, rec.last_error,
                 rec.last_updated, rec.retry_at, deque(rec.events), rec.busy_count, rec.starved_since,
-                rec.retry_mono,
+                rec.retry_mono, rec.pinned_since, rec.pinned_mono,
             )
 
 
@@ -446,6 +506,7 @@ def encode_record(rec: KeyRecord) -> bytes:
             "retry_at": rec.retry_at,
             "busy_count": rec.busy_count,
             "starved_since": rec.starved_since,
+            "pinned_since": rec.pinned_since,
             "events": [[e.event, e.at, e.reason] for e in rec.events],
         },
         use_bin_type=True,
@@ -465,6 +526,7 @@ def decode_record(key: str, raw: bytes) -> KeyRecord | None:
         )
         retry_at = data.get("retry_at")
         starved_since = data.get("starved_since")
+        pinned_since = data.get("pinned_since")
         return KeyRecord(
             key=key,
             channel=None if data.get("channel") is None else str(data["channel"]),
@@ -476,6 +538,7 @@ def decode_record(key: str, raw: bytes) -> KeyRecord | None:
             events=events,
             busy_count=max(0, int(data.get("busy_count") or 0)),
             starved_since=None if starved_since is None else float(starved_since),
+            pinned_since=None if pinned_since is None else float(pinned_since),
         )
     except (ValueError, TypeError, KeyError, IndexError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
         return None

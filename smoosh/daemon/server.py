@@ -22,6 +22,7 @@ its own docstring: the intake (its pools), the history table (its lock), a chann
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import time
 from typing import Any, Callable
@@ -45,6 +46,7 @@ from smoosh.daemon.intake.intake import Intake
 from smoosh.daemon.intake.measurement import own_paths
 from smoosh.daemon.intake.offers import Offers
 from smoosh.daemon.host.live_config import CALL_TIMEOUT_S, LiveConfig
+from smoosh.daemon.intake.admission import RequestDeadline
 from smoosh.daemon.intake.verdicts import WAIT_S, Verdict, enqueue_and_wait
 from smoosh.daemon.record.outcomes import Counters, Outcomes
 from smoosh.daemon.results import Result, ResultLog
@@ -303,7 +305,7 @@ class Server(LiveConfig):
                 listener=self._scheduler, clock=self._clocks.wall, monotonic=self._clocks.monotonic,
                 roots=lambda: self._config.roots,
                 io_budget=self.io_budget, io_priority=lambda: self._config.io_priority,
-                holder=self._process.instance,
+                holder=self._process.holder,  # host, PID and start time: see node_claim
             )
             self._worker.on_released = self._settle
             self._worker.on_finished = self._history_row
@@ -544,18 +546,20 @@ class Server(LiveConfig):
         """
         self.intake.enqueue(key, require_file=require_file, force=force)
 
-    def enqueue_and_wait(self, keys: list[str], timeout_s: float = WAIT_S, *, force: bool = False) -> list[Verdict]:
+    def enqueue_and_wait(self, keys: list[str], timeout_s: float = WAIT_S, *, force: bool = False,
+                         deadline: RequestDeadline | None = None) -> list[Verdict]:
         """Enqueue ``keys`` as HTTP does and say what became of each (``POST /enqueue?wait=1``).
 
         ``force``: as :meth:`enqueue`; a forced key's ``queued`` result has the reason
-        ``forced``, followed by what holds it back, if anything does.
+        ``forced``, followed by what holds it back, if anything does. ``deadline``: the
+        request's admission deadline; keys left when it passes are ``not_queued``, not examined.
 
         Returns:
             One :class:`~smoosh.daemon.intake.verdicts.Verdict` per key, in order, within ``timeout_s``.
         """
         return enqueue_and_wait(
             lambda key, waiter: self.intake.enqueue(key, require_file=True, waiter=waiter, force=force),
-            keys, timeout_s)
+            keys, timeout_s, deadline=deadline)
 
     def canonical_key(self, key: object) -> str:
         """The key's identity (see :meth:`Intake.canonical_key`)."""
@@ -683,6 +687,30 @@ class Server(LiveConfig):
     def compactors(self) -> list[Any]:
         """The compactors in use (the metrics read what they remember, such as pinned logs)."""
         return list(self._compactors)
+
+    def pinned_wals(self) -> list[tuple[str, int, float]]:
+        """``(path, WAL bytes now, pinned since: monotonic seconds)`` of each database whose log a
+        reader kept pinned at its last run, oldest first (``smoosh_wal_pinned_*``; any thread).
+
+        What the compactors saw in this process, and what the history remembers across a restart
+        (its blocks' ``pinned_since`` are stored with the key's crash record): the earlier
+        moment counts, so the age does not start again at 0 when the daemon does.
+        """
+        since: dict[str, float] = {}
+        sizes: dict[str, int] = {}
+        for compactor in self._compactors:
+            for path, size, at in getattr(compactor, "pinned_wals", lambda: [])() or []:
+                since[path] = min(at, since.get(path, at))
+                sizes[path] = size
+        for key, at in self._history.pinned().items():
+            path = key[len(CLEANUP_PREFIX):] if key.startswith(CLEANUP_PREFIX) else key
+            since[path] = min(at, since.get(path, at))
+            if path not in sizes:
+                try:
+                    sizes[path] = os.stat(path + "-wal").st_size
+                except OSError:
+                    sizes[path] = 0
+        return sorted(((p, sizes[p], at) for p, at in since.items()), key=lambda t: t[2])
 
     def status(self) -> dict[str, Any]:
         """The status table: CouchDB's ``_smoosh/status`` shape plus smoosh's fields. Never blocks on a channel."""

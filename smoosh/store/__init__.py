@@ -9,7 +9,7 @@ from smoosh.store.errors import StoreError, StoreUnavailable
 __all__ = ["open_store", "KeySelector", "Store", "Transaction", "Watch", "StoreError", "StoreUnavailable"]
 
 
-def open_store(url: str) -> Store:
+def open_store(url: str, *, create: bool = True) -> Store:
     """Open the store a URL names.
 
     Parameters:
@@ -17,13 +17,16 @@ def open_store(url: str) -> Store:
             default; relative paths resolve against the working directory), ``fdb:`` (the
             default cluster file), ``fdb:CLUSTER_FILE``, or ``faulty:SEED[:RATE]:INNER``
             (any of those with FoundationDB's errors injected; see :mod:`smoosh.store.faulty`).
+        create: a ``sqlite:`` store that does not exist is created (``smoosh run``, ``smoosh
+            worker``); False: it is an error (every command that reads or marks a store).
 
     Returns:
         An open :class:`Store`; close it when done.
 
     Raises:
         StoreUnavailable: an unknown scheme, an empty SQLite path, a malformed ``faulty:``
-            URL, or no FoundationDB client.
+            URL, or no FoundationDB client; a ``sqlite:`` file that is an application's database,
+            or (``create=False``) that does not exist.
     """
     scheme, sep, rest = url.partition(":")
     if not sep:
@@ -37,7 +40,7 @@ def open_store(url: str) -> Store:
             raise StoreUnavailable(f"store URL {url!r} names no file: use sqlite:PATH")
         from smoosh.store.sqlite import SqliteStore
 
-        return SqliteStore(rest, url=url)
+        return SqliteStore(rest, url=url, create=create)
     if scheme == "fdb":
         from smoosh.store.fdb import FdbStore
 
@@ -49,5 +52,5 @@ def open_store(url: str) -> Store:
             seed, rate, inner_url = parse_url(rest)
         except ValueError as e:
             raise StoreUnavailable(f"store URL {url!r}: {e}") from None
-        return FaultyStore(open_store(inner_url), seed=seed, rate=rate, url=url)
+        return FaultyStore(open_store(inner_url, create=create), seed=seed, rate=rate, url=url)
     raise StoreUnavailable(f"store URL {url!r} has unknown scheme {scheme!r}: use memory:, sqlite:PATH or fdb:[CLUSTER_FILE]")

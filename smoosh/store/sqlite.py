@@ -86,6 +86,59 @@ _SCAN_FORWARD = "SELECT key, value FROM kv WHERE key >= ? AND key < ? ORDER BY k
 _SCAN_REVERSE = "SELECT key, value FROM kv WHERE key >= ? AND key < ? ORDER BY key DESC LIMIT ?"
 
 
+#: The tables of a smoosh job store (``conflict_log``: an older store's, moved at its next open).
+STORE_TABLES = frozenset({"kv", "meta", "commit_log", "conflict_log"})
+#: The first 16 bytes of every SQLite database file.
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def foreign_tables(path: str) -> list[str] | None:
+    """The tables of the SQLite database at ``path`` that are not a smoosh job store's, or None when it
+    is none of an application's: absent, empty, a store, or not (readably) a SQLite database.
+
+    Read through a read-only connection: nothing is created or written. A file SQLite cannot
+    read is left to the store's own open (a damaged store is :class:`~smoosh.errors.CorruptStore`,
+    with its way out), and so is a file that is not SQLite at all.
+
+    Parameters:
+        path: the store's file.
+
+    Returns:
+        The foreign tables, sorted (never empty), or None.
+    """
+    import urllib.parse
+
+    try:
+        with open(path, "rb") as f:
+            if f.read(len(_SQLITE_HEADER)) != _SQLITE_HEADER:
+                return None
+    except OSError:
+        return None
+    try:
+        conn = sqlite3.connect("file:" + urllib.parse.quote(path) + "?mode=ro", uri=True, timeout=1.0)
+        try:
+            names = [name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")]
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return None
+    foreign = sorted(n for n in names if n not in STORE_TABLES and not n.lower().startswith("sqlite_"))
+    return foreign or None
+
+
+def not_a_store(path: str) -> str | None:
+    """Why the file at ``path`` must not be opened as a smoosh job store, in words; None when it may.
+
+    An application's SQLite database (tables that are not the store's) is never one: opening it
+    as the store would write smoosh's tables into the application's file (issue 45).
+    """
+    foreign = foreign_tables(path)
+    if foreign is None:
+        return None
+    shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+    return f"an application's SQLite database (its tables: {shown}), not a smoosh job store"
+
+
 def probe(path: str) -> int:
     """Open an existing store file read-only (nothing is created or written) and read its version.
 
@@ -264,9 +317,13 @@ class SqliteStore(BufferedStore):
             sleeps outright while no watch is armed. While other processes commit, the
             doorbell each of their commits rings wakes it between polls.
         clock: monotonic seconds for the age limit; tests inject one.
+        create: make the file (and its directory) when it does not exist: ``smoosh run`` and
+            ``smoosh worker``; a command that only reads or marks a store passes False, so a
+            mistyped path is an error, not a new, empty store.
 
     Raises:
-        StoreUnavailable: the file cannot be opened or is not a store.
+        StoreUnavailable: the file cannot be opened or is not a store: absent (with
+            ``create=False``), or an application's SQLite database (:func:`not_a_store`).
     """
 
     def __init__(
@@ -280,11 +337,20 @@ class SqliteStore(BufferedStore):
         busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
         poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
+        create: bool = True,
     ) -> None:
+        self.path = os.path.abspath(path)
+        if not create and not os.path.isfile(self.path):
+            what = "a directory" if os.path.isdir(self.path) else "no such file"
+            raise StoreUnavailable(f"no smoosh job store at {self.path} ({what}): is the path mistyped? Only "
+                                   "`smoosh run` and `smoosh worker` create a store")
+        refused = not_a_store(self.path)
+        if refused is not None:
+            raise StoreUnavailable(f"refusing to open {self.path} as the job store: it is {refused}; smoosh would "
+                                   "write its own tables into it")
         super().__init__(
             url or f"sqlite:{path}", max_age_s=max_age_s, size_limit_bytes=size_limit_bytes, max_watches=max_watches, clock=clock
         )
-        self.path = os.path.abspath(path)
         self.busy_timeout_s = busy_timeout_s
         self.poll_interval_s = poll_interval_s
         # A watch was armed, the store closes, or (while listening) another process committed.

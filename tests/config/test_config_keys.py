@@ -190,8 +190,12 @@ def test_off_loopback_http_without_token_names_http_and_token() -> None:
     e = error_of("[smoosh]\nhttp = 0.0.0.0:5986\n")
     assert str(e) == "conf/smoosh.ini: [smoosh] http = '0.0.0.0:5986': binding off loopback needs [smoosh] token"
     assert (e.path, e.section, e.key, e.value) == (PATH, "smoosh", "http", "0.0.0.0:5986")
-    e = error_of("[smoosh]\nhttp = [::]:5986\ntoken =\n")
+    e = error_of("[smoosh]\nhttp = [::]:5986\n")
     assert str(e) == "conf/smoosh.ini: [smoosh] http = '[::]:5986': binding off loopback needs [smoosh] token"
+    # A token written empty is an error of its own (issue 45): never silently no token
+    e = error_of("[smoosh]\nhttp = [::]:5986\ntoken =\n")
+    assert (e.key, str(e)) == ("token", "conf/smoosh.ini: [smoosh] token = '': empty: a token must be a long random "
+                                        "string (at least 16 bytes); remove the line for no token")
 
 
 @pytest.mark.parametrize("http", ["5986", "127.0.0.1", "127.0.0.1:65536", "::1:5986", "[::1]5986",

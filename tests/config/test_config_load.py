@@ -169,6 +169,19 @@ def test_ignore_value_must_be_a_boolean() -> None:
     assert str(info.value) == "conf/smoosh.ini: [smoosh.ignore] shards/x = '': must be true or false"
 
 
+@pytest.mark.parametrize("written", ["token =", "token =     ", "token = \t  "])
+def test_a_token_written_blank_is_a_config_error_not_silently_no_token(written: str) -> None:
+    # Given a token line whose value is empty or only spaces (which the ini format strips)
+    with pytest.raises(ConfigError) as info:
+        parse(f"[smoosh]\n{written}\n")
+    # Then the config is refused, naming the key, rather than run with every POST open
+    assert str(info.value) == ("conf/smoosh.ini: [smoosh] token = '': empty: a token must be a long random string "
+                               "(at least 16 bytes); remove the line for no token")
+    assert info.value.key == "token"
+    # ... while no token line at all is no token, as before
+    assert parse("[smoosh]\n").token is None
+
+
 def test_percent_signs_are_literal() -> None:
     assert parse("[smoosh]\ntoken = 100%(x)s-long-enough\n").token == "100%(x)s-long-enough"
 
@@ -353,7 +366,7 @@ def test_the_shipped_config_names_the_keys_that_need_a_restart_as_the_code_does(
 #: Channel keys that have no effect on an upgrade channel.
 UPGRADE_IGNORES = {"min_priority", "max_priority", "min_size", "max_size"}
 #: Commented-out lines of the shipped file that show an example, not the default.
-EXAMPLES = {"page_size", "auto_vacuum"}
+EXAMPLES = {"page_size", "auto_vacuum", "token"}
 
 
 def test_every_default_the_shipped_config_shows_is_the_codes_default(monkeypatch: pytest.MonkeyPatch) -> None:

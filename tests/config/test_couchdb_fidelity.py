@@ -69,7 +69,8 @@ def smoosh(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 def test_config_check_names_a_night_channel_that_ratio_dbs_listed_before_it_shadows(tmp_path: Path) -> None:
     # Given CouchDB's overnight_dbs listed after the built-ins, as a CouchDB operator writes it
     config = tmp_path / "local.ini"
-    config.write_text(OVERNIGHT.format(watch=tmp_path))
+    (tmp_path / "dbs").mkdir()
+    config.write_text(OVERNIGHT.format(watch=tmp_path / "dbs"))  # the default store (var/smoosh) beside it
     # When it is checked
     out = smoosh("config", "check", "--config", str(config), cwd=tmp_path)
     # Then it is valid, and one warning names both channels, why, and the fix
@@ -300,7 +301,8 @@ def test_paths_and_patterns_that_can_match_are_quiet(entry: str) -> None:
 
 def test_a_reload_logs_the_fidelity_warnings(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     config = tmp_path / "local.ini"
-    config.write_text(OVERNIGHT.format(watch=tmp_path))
+    (tmp_path / "dbs").mkdir()
+    config.write_text(OVERNIGHT.format(watch=tmp_path / "dbs"))  # the default store (var/smoosh) beside it
     delivered: list[object] = []
     watcher = ConfigWatcher(str(config), delivered.append)
     with caplog.at_level(logging.WARNING, logger="smoosh.config"):

@@ -97,13 +97,15 @@ def test_a_pinned_wal_and_a_read_only_file_end_blocked_everywhere_an_operator_lo
         def both_blocked() -> Any:
             jobs = _jobs(d)
             done = [jobs.get(str(k), {}) for k in (pinned, read_only)]
-            return jobs if all(j.get("state") == "crashing" for j in done) else None
+            return jobs if all(j.get("result") == "blocked" for j in done) else None
 
         jobs = wait_for(both_blocked, HANG_S, what="both keys blocked in /jobs", daemon=d)
 
-        # Then /jobs says blocked, with the reason an operator can act on
+        # Then /jobs says blocked (its result; waiting out its backoff, not "crashing"), with the
+        # reason an operator can act on
         wal = os.path.getsize(str(pinned) + "-wal")
         pinned_job = jobs[str(pinned)]
+        assert (pinned_job["state"], jobs[str(read_only)]["state"]) == ("pending", "pending")
         assert pinned_job["last_error"].startswith(
             f"blocked: a reader holds the WAL: {wal} bytes still in {pinned}-wal; held by pid {reader.proc.pid} (")
         assert pinned_job["history"][0]["event"] == "blocked"

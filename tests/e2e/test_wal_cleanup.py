@@ -118,3 +118,43 @@ def test_the_leftovers_of_a_deleted_database_are_removed_by_its_cleanup_key(
     assert re.search(r'smoosh_compactions_total\{channel="index_cleanup",result="ok"\} 1\.0', _metrics(d))
     assert d.stop() == 0
     assert f"removed {str(db) + '-wal'!r}: its database {str(db)!r} no longer exists" in d.log_path.read_text()
+
+
+def _pinned_metrics(d: Daemon) -> dict[str, float]:
+    return {line.split()[0]: float(line.split()[1]) for line in _metrics(d).splitlines()
+            if line.startswith("smoosh_wal_pinned_")}
+
+
+def test_how_long_a_wal_has_been_pinned_survives_a_restart(tmp_path: Path, daemons: list[Daemon]) -> None:
+    # Given a WAL past wal_max_size that a reader pins inside a read transaction
+    base = Path(os.path.realpath(tmp_path))
+    config = write_config(base, port=free_port(), extra_global="wal_max_size = 256KiB\ndb_channels = upgrade_dbs")
+    db = base / "dbs" / "tenant.db"
+    make_bloated_db(str(db), delete_fraction=0.0)
+    cleanup = f"cleanup:{db}"
+    with ChildConnection(db) as reader:
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM docs")
+        with ChildConnection(db) as writer:
+            writer.execute("PRAGMA wal_autocheckpoint=0")
+            writer.execute("UPDATE docs SET body = randomblob(1000)")
+        first = Daemon(config)
+        daemons.append(first)
+        first.wait_ready()
+        # ... whose cleanup the daemon finds blocked, and counts as pinned
+        wait_for(lambda: _jobs(first).get(cleanup, {}).get("result") == "blocked", HANG_S,
+                 what="the cleanup blocked by the reader", daemon=first)
+        before = _pinned_metrics(first)
+        assert before["smoosh_wal_pinned_databases"] == 1.0 and before["smoosh_wal_pinned_seconds"] > 0
+        # When the daemon restarts while the reader still holds the log
+        assert first.stop() == 0
+        again = Daemon(config)
+        daemons.append(again)
+        again.wait_ready()
+        # Then the log is still counted pinned, and its age goes on from before the restart
+        after = _pinned_metrics(again)
+        assert after["smoosh_wal_pinned_databases"] == 1.0
+        assert after["smoosh_wal_pinned_seconds"] >= before["smoosh_wal_pinned_seconds"]
+        assert after["smoosh_wal_pinned_bytes"] == float(os.path.getsize(str(db) + "-wal"))
+        reader.execute("COMMIT")
+    assert again.stop() == 0

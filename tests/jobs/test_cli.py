@@ -89,6 +89,7 @@ def test_a_finished_job_still_in_the_store_is_listed_without_the_note(store_url:
 
 
 def test_a_store_without_job_types_is_not_mistaken_for_one_whose_jobs_finished(tmp_path: Path) -> None:
+    open_store(f"sqlite:{tmp_path / 'empty.db'}").close()
     code, out, _ = run(parse(["jobs", "--store", f"sqlite:{tmp_path / 'empty.db'}", "list"]))
     assert (code, out) == (0, "no jobs found: this store has no job types (is it the store the daemons use?)\n")
 
@@ -126,3 +127,32 @@ def test_list_filters_by_state_limits_and_prints_json(store_url: str) -> None:
     (job,) = json.loads(out)["jobs"]
     assert (job["id"], job["state"], job["scheduled_time"]) == ("/data/a.db", "pending", 1_700_000_000)
     assert job["data"] == {"channel": "slack_dbs", "priority": 3.5}
+
+
+def test_every_row_jobs_list_prints_opens_with_jobs_show_as_printed(store_url: str) -> None:
+    # Given a store with a pending and a running job, a job of a tuple type, and the finished
+    # compactions a node keeps in place of its removed jobs
+    from smoosh.daemon.results import Result, ResultLog
+
+    store = open_store(store_url)
+    with Jobs(store, monitors=False) as jobs:
+        jobs.set_type_timeout(("batch", 2), 30)
+        jobs.add(("batch", 2), "/data/t.db", {"channel": "ratio_dbs"})
+    log = ResultLog("n1")
+    store.transact(log.write_for("/data/done.db", Result(1_700_000_100.0, "ratio_dbs", "ok", 0.5, 9000, 4000)))
+    store.close()
+    # When every row of `jobs list` is shown by its TYPE and ID, as printed
+    code, out, _ = run(parse(["jobs", "--store", store_url, "list"]))
+    assert code == 0
+    rows = [line.split()[:3] for line in out.splitlines()[1:] if line.startswith(("smoosh:", "batch"))]
+    assert {(t, i, st) for t, i, st in rows} == {
+        ("smoosh:n1", "/data/a.db", "pending"), ("smoosh:n1", "/data/b.db", "running"),
+        ("batch,2", "/data/t.db", "pending"), ("smoosh:n1", "/data/done.db", "finished")}
+    for job_type, job_id, state in rows:
+        code, shown, err = run(parse(["jobs", "--store", store_url, "show", job_type, job_id]))
+        # Then each opens, in the shape `list --json` gives it
+        assert (code, err) == (0, ""), (job_type, job_id)
+        body = json.loads(shown)
+        assert (body["id"], body["state"]) == (job_id, state)
+    code, shown, _ = run(parse(["jobs", "--store", store_url, "show", "smoosh:n1", "/data/done.db"]))
+    assert json.loads(shown)["data"]["results"][0]["result"] == "ok"

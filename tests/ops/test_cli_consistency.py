@@ -23,6 +23,9 @@ def test_every_problem_line_starts_with_smoosh(tmp_path: Path) -> None:
     warned = tmp_path / "warned.ini"
     warned.write_text(f"[smoosh]\nwatch = {tmp_path}\nstalenes = 3\n")
     store = f"sqlite:{tmp_path / 'jobs.db'}"
+    from smoosh.store import open_store
+
+    open_store(store).close()  # a store, empty (a mistyped one is an error of its own)
     # When commands of every kind fail or warn
     lines = [
         smoosh_cli("config", "check", "--config", str(config)).stderr,

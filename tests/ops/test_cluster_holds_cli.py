@@ -72,7 +72,8 @@ def test_a_hold_on_what_no_node_reports_is_kept_and_said(capsys, store_url: str)
 
 
 def test_a_hold_in_a_store_no_daemon_uses_is_kept_and_said(capsys, tmp_path: Path) -> None:
-    url = f"sqlite:{tmp_path / 'typo.db'}"
+    url = f"sqlite:{tmp_path / 'unused.db'}"
+    open_store(url).close()  # a store, as `smoosh run` created it, no daemon of which writes to it now
     code, _, err = _run(capsys, "suspend", "--store", url)
     assert code == 0
     assert err == ("smoosh: warning: no node has written a status record to this store (is it the store the "
@@ -130,3 +131,16 @@ def test_argument_errors_exit_2(capsys, argv: list[str]) -> None:
     with pytest.raises(SystemExit) as e:
         main(argv)
     assert e.value.code == 2
+
+
+@pytest.mark.parametrize("verb", ["suspend", "resume"])
+def test_a_mistyped_store_is_an_error_naming_the_path_not_a_new_store(capsys, tmp_path: Path, verb: str) -> None:
+    # Given a store path that names no file (a typo)
+    typo = tmp_path / "jbos.db"
+    # When an operator suspends or resumes through it
+    code, out, err = _run(capsys, verb, "--store", f"sqlite:{typo}")
+    # Then it is an error naming the path, and no store was created there
+    assert (code, out) == (1, "")
+    assert err == (f"smoosh: no smoosh job store at {typo} (no such file): is the path mistyped? Only `smoosh run` "
+                   "and `smoosh worker` create a store\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -90,7 +90,19 @@ def test_a_stale_nodes_heading_gives_the_age_of_its_last_record() -> None:
 
 
 def test_an_empty_store_says_so(tmp_path: Path) -> None:
+    from smoosh.store import open_store
+
+    open_store(f"sqlite:{tmp_path / 'empty.db'}").close()
     out = smoosh_cli("status", "--store", f"sqlite:{tmp_path / 'empty.db'}")
     assert (out.returncode, out.stdout) == (0, "no node has written a status record to this store\n")
     out = smoosh_cli("status", "--store", f"sqlite:{tmp_path / 'empty.db'}", "--json")
     assert json.loads(out.stdout) == {"nodes": {}, "holds": []}
+
+
+def test_a_mistyped_store_is_an_error_naming_the_path_not_a_new_store(tmp_path: Path) -> None:
+    typo = tmp_path / "jbos.db"
+    for argv in (["status", "--store", f"sqlite:{typo}"], ["jobs", "--store", f"sqlite:{typo}", "list"]):
+        out = smoosh_cli(*argv)
+        assert out.returncode == 1 and out.stdout == "", argv
+        assert f"no smoosh job store at {typo} (no such file): is the path mistyped?" in out.stderr, argv
+    assert not typo.exists() and sorted(p.name for p in tmp_path.iterdir()) == []

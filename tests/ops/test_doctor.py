@@ -24,6 +24,7 @@ from typing import Any, Iterator
 import pytest
 
 from compactor.dbfactory import make_bloated_db
+from helpers.daemon import free_port
 from helpers.fake_fdb import FakeBinding, install_fake_fdb
 from opslib import PausedDaemon, smoosh_cli
 from smoosh.cli import doctor
@@ -478,10 +479,57 @@ def test_fdb_a_missing_cluster_file_fails_before_asking(tmp_path: Path) -> None:
     assert finding.status == FAIL and finding.finding == f"{tmp_path / 'fdb.cluster'}: no such cluster file"
 
 
+# ------------------------------------------------------------------ the admin API's address
+
+
+def test_a_free_admin_address_is_ok() -> None:
+    http = f"127.0.0.1:{free_port()}"
+    assert doctor.check_admin(http, lock_pid=None) == Finding(OK, "admin API", f"{http}: free: `smoosh run` can "
+                                                                              "listen on it")
+
+
+def test_an_admin_address_another_process_listens_on_fails_naming_it(tmp_path: Path) -> None:
+    # Given a program of another kind listening on the configured port (here: this test)
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        http = f"127.0.0.1:{taken.getsockname()[1]}"
+        # When the doctor looks, Then it fails, naming the process (the lock's holder is not it)
+        finding = doctor.check_admin(http, lock_pid=None)
+        assert finding.status == FAIL
+        assert finding.finding.startswith(f"{http}: taken by pid {os.getpid()} (")
+        assert finding.finding.endswith("): `smoosh run` would exit, unable to listen on it")
+        assert finding.fix == "stop that process, or give [smoosh] http another port"
+        # ... and `smoosh doctor` exits 1 with that line
+        done = smoosh_cli("doctor", "--config", str(write(tmp_path, http=http)))
+        assert done.returncode == 1
+        assert f"fail  admin API: {http}: taken by pid {os.getpid()} (" in done.stdout
+
+
+def test_the_admin_address_this_nodes_running_daemon_holds_is_ok_and_said(paused: PausedDaemon) -> None:
+    # Given this node's daemon running, holding its state_dir's lock and listening on its http
+    _lock, holder = doctor.check_lock(str(paused.base / "state"))
+    http = paused.url[len("http://"):]
+    # When the doctor looks at that address, Then it says whose it is: this node's own daemon
+    assert doctor.check_admin(http, lock_pid=holder) == Finding(
+        OK, "admin API", f"{http}: held by this node's running daemon (pid {paused.daemon.proc.pid}, the holder of "
+                         "state_dir's lock)")
+    # ... while another address, free, with that daemon running, is one it does not listen on
+    other = f"127.0.0.1:{free_port()}"
+    assert doctor.check_admin(other, lock_pid=holder).status == WARN
+
+
+def test_an_address_not_of_this_host_fails() -> None:
+    finding = doctor.check_admin("192.0.2.1:5986", lock_pid=None)  # TEST-NET-1: on no interface here
+    assert (finding.status, finding.finding) == (FAIL, "192.0.2.1:5986: not an address of this host")
+
+
 # ------------------------------------------------------------------ the command
 
 
-def write(tmp_path: Path, extra: str = "", *, store: str | None = None) -> Path:
+def write(tmp_path: Path, extra: str = "", *, store: str | None = None, http: str | None = None) -> Path:
     (tmp_path / "dbs").mkdir(exist_ok=True)
     config = tmp_path / "smoosh.ini"
     config.write_text(textwrap.dedent(f"""\
@@ -489,6 +537,7 @@ def write(tmp_path: Path, extra: str = "", *, store: str | None = None) -> Path:
         watch = {tmp_path / 'dbs'}
         state_dir = {tmp_path / 'state'}
         store = {store or f"sqlite:{tmp_path / 'state' / 'jobs.db'}"}
+        http = {http or f"127.0.0.1:{free_port()}"}
         """) + extra)
     return config
 
@@ -502,7 +551,7 @@ def test_doctor_on_a_healthy_host_prints_one_line_per_check_and_exits_0(tmp_path
     assert all(LINE.fullmatch(line) for line in lines), lines
     checks = [re.match(r"ok    ([^:]+):", line).group(1) for line in lines if line.startswith("ok  ")]  # type: ignore[union-attr]
     for check in ("config", "open check", f"access {tmp_path / 'dbs'}", "state_dir", "databases", "inotify watches",
-                  "inotify instances", "inotify queue", "free space", "lock", "store"):
+                  "inotify instances", "inotify queue", "free space", "lock", "admin API", "store"):
         assert check in checks, (check, lines)
     assert not (tmp_path / "state").exists()  # the doctor creates nothing
 

@@ -173,6 +173,77 @@ def test_crashing_keys_are_counted_per_channel_until_their_backoff_ends() -> Non
     assert table.crashing(61) == {}
 
 
+@pytest.mark.parametrize("key", ["/db", "cleanup:/db"])
+def test_a_blocked_key_is_not_called_crashing_its_result_is_blocked(key: str) -> None:
+    # Given a key (a database's or its cleanup key) whose run ended blocked (a reader pins the WAL)
+    table = HistoryTable(backoff_base_s=30.0)
+    table.record(key, STARTED, 0, channel="index_cleanup")
+    rec = table.record(key, BLOCKED, 1, channel="index_cleanup", reason="blocked: a reader holds the WAL")
+    # Then /jobs shows it waiting (queued) out its backoff with the result blocked, never crashing
+    body = rec.to_json()
+    assert (body["state"], body["result"], body["retry_at"]) == ("pending", "blocked", 31.0)
+    assert body["last_error"] == "blocked: a reader holds the WAL"
+    # ... still counted by smoosh_crashing_jobs (failed or blocked, not yet due again), as documented
+    assert table.crashing(30.9) == {"index_cleanup": 1}
+    # ... queued again meanwhile, it stays so
+    assert table.record(key, ADDED, 5, channel="index_cleanup").to_json()["result"] == "blocked"
+    assert table.crashing(30.9) == {"index_cleanup": 1}
+    # ... and a record an earlier smoosh stored as crashing reads back as what it is
+    stored = decode_record(key, encode_record(KeyRecord(key, "index_cleanup", "crashing", retry_at=31.0,
+                                                        events=rec.events.copy())))
+    assert stored is not None
+    table.restore(stored, now=1.0, mono=1.0)
+    assert (table.get(key).state, table.get(key).result) == ("pending", "blocked")
+    assert table.crashing(30.9) == {"index_cleanup": 1}
+
+
+def test_the_result_of_a_key_is_its_last_run_in_the_result_vocabulary() -> None:
+    table = HistoryTable()
+    assert table.record("/a", ADDED, 0, channel="c").result is None
+    assert table.record("/a", CRASHED, 1, reason="boom").result == "failed"
+    assert table.record("/a", BUSY, 2).result == "busy"
+    assert table.record("/a", FINISHED, 3, reason="reclaimed 5 bytes").result == "ok"
+    assert table.record("/a", FINISHED, 4, reason="database gone").result == "gone"
+    assert table.record("/a", STOPPED, 5).result == "interrupted"
+    assert table.record("/a", STARTED, 6).result == "interrupted"  # a start is no end
+
+
+def test_a_crashing_key_queued_again_during_its_backoff_stays_crashing() -> None:
+    table = HistoryTable(backoff_base_s=30.0)
+    table.record("/a", STARTED, 0, channel="ratio_dbs")
+    table.record("/a", CRASHED, 1, channel="ratio_dbs", reason="boom")
+    assert table.record("/a", ADDED, 2, channel="ratio_dbs").state == "crashing"
+    assert table.crashing(2) == {"ratio_dbs": 1}
+
+
+def test_a_pinned_wal_is_remembered_from_its_first_block_through_the_store_until_it_is_emptied() -> None:
+    from smoosh.compactors.sqlite_wal import pinned_reason
+    from smoosh.daemon.history import WAL_PINNED_REASON
+
+    # (the history knows a pinned WAL by the compactor's own words)
+    pinned = "blocked: " + pinned_reason("/srv/t.db", readers=[])
+    assert pinned.startswith(WAL_PINNED_REASON)
+    table = HistoryTable(backoff_base_s=30.0)
+    key = "cleanup:/srv/t.db"
+    # Given a key blocked twice by a reader pinning its WAL, and once for another reason
+    table.record(key, BLOCKED, 10.0, channel="index_cleanup", reason=pinned, mono=110.0)
+    table.record(key, BLOCKED, 50.0, channel="index_cleanup", reason=pinned, mono=150.0)
+    table.record(key, BUSY, 60.0, channel="index_cleanup", mono=160.0)
+    # Then it is pinned since the first block, in both clocks
+    assert (table.get(key).pinned_since, table.pinned()) == (10.0, {key: 110.0})
+    # ... and a restart reads the moment back, its age counted on the new monotonic clock
+    stored = decode_record(key, encode_record(table.get(key)))
+    assert stored is not None and stored.pinned_since == 10.0
+    again = HistoryTable()
+    again.restore(stored, now=1010.0, mono=5.0)
+    assert again.pinned() == {key: 5.0 - 1000.0}
+    # ... until the log is emptied (a finished run)
+    again.record(key, FINISHED, 1020.0, reason="reclaimed 5 bytes", mono=15.0)
+    assert again.pinned() == {} and again.get(key).pinned_since is None
+    # A block for another reason pins nothing
+    assert table.record("/other.db", BLOCKED, 1.0, reason="blocked: read-only").pinned_since is None
+
+
 # ------------------------------------------------------------------ two clocks (issue 25)
 
 DAY_S = 86_400.0

@@ -48,7 +48,7 @@ def a_dead_pid() -> int:
 
 def other_daemon(*, pid: int, state_dir: str = "/srv/elsewhere/state") -> Identity:
     """Another daemon's identity on this machine (its own instance and state_dir)."""
-    return dataclasses.replace(Identity.of_this_process(), pid=pid, state_dir=state_dir, started=None)
+    return dataclasses.replace(Identity.of_this_process(), pid=pid, state_dir=state_dir, started=None, since=None)
 
 
 def write_record(store: Store, who: Identity, at: float, *, stopped: bool = False) -> None:
@@ -162,6 +162,92 @@ def test_the_jobs_of_the_previous_daemon_found_dead_are_taken_back_though_their_
     assert record is not None and record["stopped"] is True
 
 
+def a_live_process_here() -> Identity:
+    """This test's parent process, as another daemon on this host would name itself: its real start time."""
+    from smoosh.daemon.control.node_claim import _start_ticks
+
+    ticks = _start_ticks(os.getppid())
+    if ticks is None:
+        pytest.skip("needs /proc to tell a process's start time")
+    return dataclasses.replace(Identity.of_this_process(), pid=os.getppid(), instance="parent",
+                               state_dir="/srv/parent/state", started=ticks)
+
+
+@pytest.mark.parametrize(("who", "heartbeat_age_s", "taken_back"), [
+    pytest.param("alive-here", 31 + 3600, False, id="alive-here-heartbeat-an-hour-late"),
+    pytest.param("dead-here", 1, True, id="gone-here-heartbeat-fresh"),
+    pytest.param("recycled-here", 1, True, id="pid-recycled-here-heartbeat-fresh"),
+    pytest.param("other-host", 31, True, id="other-host-heartbeat-expired"),
+    pytest.param("other-host", 1, False, id="other-host-heartbeat-fresh"),
+])
+def test_a_running_jobs_holder_on_this_host_is_judged_by_its_process_not_its_heartbeat(
+    tmp_path: Path, store: Store, dbs: Path, who: str, heartbeat_age_s: float, taken_back: bool
+) -> None:
+    # Given a job whose holder names its host, PID and start time (a smoosh worker's, or a
+    # daemon's in-process worker's), and a heartbeat of the given age
+    clock = FakeClock()
+    holder = a_live_process_here()
+    if who == "dead-here":
+        holder = dataclasses.replace(holder, pid=a_dead_pid())
+    elif who == "recycled-here":
+        holder = dataclasses.replace(holder, started=holder.started + 1)  # type: ignore[operator]
+    elif who == "other-host":
+        holder = dataclasses.replace(holder, host="another-host", machine="another-boot")
+    key = str(dbs / "x.db")
+    running_job(store, key, clock, worker="process", holder=holder.holder, heartbeat_at=clock() - heartbeat_age_s)
+    # When this node's daemon starts
+    server = start(tmp_path, store, clock)
+    try:
+        # Then on this host the process decides (stopped is not dead; gone or recycled is), and
+        # across hosts the heartbeat does
+        if taken_back:
+            assert job_state(store, key) is None
+            assert server.channels()[RATIO].waiting() == [(key, math.inf)]
+        else:
+            assert job_state(store, key) == "running"
+            assert server.channels()[RATIO].waiting() == []
+    finally:
+        server.stop()
+
+
+def test_a_daemon_refuses_a_node_whose_daemon_is_alive_on_this_host_however_late_its_record(
+    tmp_path: Path, store: Store
+) -> None:
+    # Given the record of node t written by a daemon that lives on this host (this test's parent
+    # stands for it) but stopped writing an hour ago: SIGSTOP, a debugger, a frozen cgroup
+    clock = FakeClock()
+    stopped = dataclasses.replace(a_live_process_here(), since=clock() - 7200)
+    write_record(store, stopped, clock() - 3600)
+    server = Server(make_config(tmp_path), store=store, workers=0, clock=clock, watch_config=False)
+    # When a daemon of node t starts, Then it refuses, naming it, its start and its late heartbeat
+    with pytest.raises(NodeInUse) as refused:
+        server.start()
+    from smoosh.daemon.intake.verdicts import utc_text
+
+    assert str(refused.value) == (
+        f"another smoosh is running as node {NODE!r} on this store (host {stopped.host}, pid {stopped.pid}, "
+        f"since {utc_text(clock() - 7200)}, last heartbeat 3600 s ago: late, but its process is alive on this host "
+        "(stopped or stalled, not dead), so it is not taken over); give each daemon its own node name "
+        "([smoosh] node in its config)"
+    )
+    assert refused.value.late and refused.value.pid == stopped.pid
+    record = read_node_record(store.create_transaction(), NODE)
+    assert record is not None and record["process"]["instance"] == stopped.instance
+
+
+def test_a_holders_name_carries_its_host_pid_and_start_and_reads_back() -> None:
+    ours = Identity.of_this_process("/srv/a/state")
+    back = Identity.from_holder(ours.holder)
+    assert back is not None
+    assert (back.instance, back.host, back.pid, back.started, back.machine) == (
+        ours.instance, ours.host, ours.pid, ours.started, ours.machine)
+    unknown = dataclasses.replace(ours, started=None, machine=None)
+    assert Identity.from_holder(unknown.holder) == dataclasses.replace(unknown, state_dir=None, since=None)
+    # An older smoosh's bare instance id, or anything else, says nothing of a process
+    for text in ("0123456789abcdef", "worker-0123", "a/b/c/d", "i/h/not-a-pid/1/m", None, 42):
+        assert Identity.from_holder(text) is None
+
+
 # ---------------------------------------------------------------- one live daemon per node
 
 
@@ -180,8 +266,8 @@ def test_a_daemon_refuses_to_start_while_another_live_process_serves_its_node(
     with pytest.raises(NodeInUse) as refused:
         server.start()
     assert str(refused.value) == (
-        f"another smoosh is running as node {NODE!r} on this store (host {live.host}, pid {live.pid}); "
-        "give each daemon its own node name ([smoosh] node in its config)"
+        f"another smoosh is running as node {NODE!r} on this store (host {live.host}, pid {live.pid}, "
+        f"since an unknown time, last heartbeat 2 s ago); give each daemon its own node name ([smoosh] node in its config)"
     )
     # ... having taken nothing: the job runs on, the record is the other's, the state_dir is free
     assert job_state(store, key) == "running"
@@ -203,6 +289,22 @@ def test_a_record_of_a_daemon_that_stopped_or_went_silent_does_not_hold_the_node
 
 
 # ---------------------------------------------------------------- who is provably dead
+
+
+def test_stopped_is_not_dead_on_this_host_and_across_hosts_the_heartbeat_decides() -> None:
+    ours = Identity.of_this_process("/srv/a/state")
+    alive_here = a_live_process_here()
+    late = {"age_s": STALE_AFTER_S * 100, "stale_after_s": STALE_AFTER_S, "stopped": False}
+    # This host: a process still there with the start time its record names lives, however late
+    assert provably_dead(alive_here, ours, **late) is None
+    # ... its PID gone, or another process's now, is dead at once, however fresh its record
+    fresh = {"age_s": 1.0, "stale_after_s": STALE_AFTER_S, "stopped": False}
+    gone = dataclasses.replace(alive_here, pid=a_dead_pid())
+    assert provably_dead(gone, ours, **fresh) == f"its process {gone.pid} is gone"
+    # Another machine (another boot, or another host): only the heartbeat can tell
+    rebooted = dataclasses.replace(alive_here, machine="another-boot/pid:[1]")
+    assert provably_dead(rebooted, ours, **late) == f"its status record is {STALE_AFTER_S * 100:.0f} s old"
+    assert provably_dead(rebooted, ours, **fresh) is None
 
 
 def test_provably_dead_tells_a_live_daemon_from_a_dead_one() -> None:

@@ -204,7 +204,7 @@ def test_explain_of_a_crashing_key_gives_its_backoff_and_crashes(tmp_path: Path,
     assert answer["crashes"] == {"consecutive": 1, "error_count": 1, "last_error": "RuntimeError: disk I/O error",
                                  "retry_at": retry_at}
     assert answer["channels"]["ratio_dbs"]["not_before"] == retry_at
-    assert answer["reason"] == (f"crashing: waits out its backoff in channel ratio_dbs until {utc_text(retry_at)} "
+    assert answer["reason"] == (f"crashing: waits out its crash backoff in channel ratio_dbs until {utc_text(retry_at)} "
                                 "(1 consecutive crash(es); last error: RuntimeError: disk I/O error)")
 
 
@@ -282,3 +282,53 @@ def test_explain_of_a_starved_key_gives_its_busy_count(tmp_path: Path, running: 
         "starved", "ratio_dbs", {"count": 2, "starved_since": clock()})
     assert answer["reason"].startswith("starved in channel ratio_dbs: its database was busy more than busy_retries "
                                        "times in a row, next try at ")
+
+
+def test_explain_after_a_restart_calls_a_key_in_crash_backoff_crashing_with_its_not_before_and_count(
+    tmp_path: Path, running: Any, dbs: Path
+) -> None:
+    # Given a key whose compaction crashed, on a store that survives the daemon
+    clock = FakeClock()
+    store = f"sqlite:{tmp_path / 'state' / 'jobs.db'}"
+    config = make_config(tmp_path, extra=f"store = {store}")
+    compactor = FailingCompactor(RuntimeError("disk I/O error"))
+    first = running(config, workers=1, clock=clock, compactors=[compactor])
+    key = str(dbs / "x.db")
+    (dbs / "x.db").touch()
+    first.enqueue(key)
+    wait_for(lambda: first.explain(key)["state"] == "crashing", HANG_S, what="the first failure")
+    retry_at = clock() + 100  # backoff_base 100 s, one crash
+    first.stop()
+    # When the daemon starts again and the key comes in again (a scan, an event, an operator)
+    again = running(config, workers=1, clock=clock, compactors=[FailingCompactor(RuntimeError("disk I/O error"))])
+    again.enqueue(key)
+    wait_for(lambda: again.explain(key)["channels"]["ratio_dbs"]["place"] == "deferred", HANG_S,
+             what="the key deferred in its channel")
+    # Then explain calls it crashing, waiting out its crash backoff, with its not-before time and
+    # count, not "busy"; and /jobs agrees
+    answer = again.explain(key)
+    assert answer["state"] == "crashing"
+    assert answer["reason"] == (f"crashing: waits out its crash backoff in channel ratio_dbs until "
+                                f"{utc_text(retry_at)} (1 consecutive crash(es); last error: RuntimeError: disk I/O error)")
+    assert record_of(again, key)["state"] == "crashing"
+
+
+def test_explain_of_a_blocked_key_says_blocked_and_its_backoff_not_crashing_nor_busy(
+    tmp_path: Path, running: Any, dbs: Path
+) -> None:
+    from smoosh.compactors.base import Blocked
+
+    clock = FakeClock()
+    server = running(make_config(tmp_path), workers=1, clock=clock,
+                     compactors=[FailingCompactor(Blocked("a reader holds the WAL: 4096 bytes"))])
+    key = str(dbs / "x.db")
+    (dbs / "x.db").touch()
+    server.enqueue(key)
+    wait_for(lambda: record_of(server, key).get("retry_at"), HANG_S, what="the block")
+    retry_at = clock() + 100  # backoff_base 100 s, backed off like one crash
+    answer = server.explain(key)
+    assert (answer["state"], answer["result"]) == ("queued", "blocked")
+    assert answer["reason"] == (f"queued in channel ratio_dbs, blocked: waits out its backoff until {utc_text(retry_at)} "
+                                "(last error: blocked: a reader holds the WAL: 4096 bytes)")
+    row = record_of(server, key)
+    assert (row["state"], row["result"]) == ("pending", "blocked")

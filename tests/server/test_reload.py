@@ -175,3 +175,28 @@ def test_the_compaction_log_level_applies_to_the_next_compaction(server: Server,
             time.sleep(0.02)
     done = [r for r in caplog.records if r.getMessage().startswith(f"compacted {str(db)!r}")]
     assert [r.levelno for r in done] == [logging.WARNING]
+
+
+def test_removing_the_token_by_a_live_edit_is_a_warning_and_setting_it_is_not(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a daemon running with a token
+    s = Server(make(tmp_path, "token = s3cret-0123456789"), workers=0, watch_config=False)
+    s.start()
+    try:
+        caplog.set_level(logging.INFO, logger="smoosh.daemon.server")
+        # When a live edit removes it
+        s.apply_config(make(tmp_path))
+        # Then that is said at WARNING: every POST on loopback is open now
+        removed = [r for r in caplog.records if r.getMessage().startswith("token removed by a live edit")]
+        assert [(r.levelname, r.getMessage()) for r in removed] == [(
+            "WARNING", "token removed by a live edit: POST requests on loopback no longer need a bearer token "
+                       "(any local process may enqueue, suspend, resume and flush)")]
+        assert s.config.token is None
+        # ... and setting one again is an INFO line
+        caplog.clear()
+        s.apply_config(make(tmp_path, "token = an0ther-0123456789"))
+        assert [(r.levelname, r.getMessage()) for r in caplog.records if "token" in r.getMessage()] == [
+            ("INFO", "token set by a live edit: POST requests need the new one")]
+    finally:
+        s.stop()

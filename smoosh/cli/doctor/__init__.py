@@ -5,12 +5,14 @@ Every check is a small function returning :class:`Finding` s, so each can be tri
 against real files: the config (what ``smoosh config check`` says), access to the watched
 directories, roots and ``state_dir``, and free space for the largest database's VACUUM
 (:mod:`.disk`, one bounded walk that says when it stopped), inotify's limits against the
-directories to watch (:mod:`.inotify`), the instance lock (:mod:`.lock`), and the job store,
+directories to watch (:mod:`.inotify`), the instance lock (:mod:`.lock`), the admin API's
+address (:mod:`.admin`: free, or held by this node's own daemon), and the job store,
 opened read-only and never created, with the binding, client library and cluster versions
 for ``fdb:`` (:mod:`.store`).
 
 Nothing here changes anything: the lock is inspected through ``/proc/locks``, never taken
-while a daemon could be starting, and a missing store or ``state_dir`` is reported as "will
+while a daemon could be starting, the admin address is bound for a moment and closed (never
+listened on), and a missing store or ``state_dir`` is reported as "will
 be created", not created.
 """
 
@@ -24,6 +26,7 @@ from smoosh import jsonutil
 from smoosh.cli.doctor.disk import (
     MAX_FILES, Survey, check_access, check_databases_writable, check_discard, check_free_space, check_state_dir, survey,
 )
+from smoosh.cli.doctor.admin import check_admin
 from smoosh.cli.doctor.findings import FAIL, OK, WARN, Finding
 from smoosh.cli.doctor.inotify import check_inotify, inotify_usage
 from smoosh.cli.doctor.lock import check_lock, lock_holder
@@ -37,6 +40,7 @@ __all__ = [
     "Finding", "Survey", "OK", "WARN", "FAIL", "MAX_FILES",
     "check_config", "survey", "check_access", "check_state_dir", "check_databases_writable",
     "check_inotify", "inotify_usage", "check_free_space", "check_discard", "check_lock", "lock_holder", "check_store",
+    "check_admin",
     "run_checks", "format_findings", "cmd_doctor",
 ]
 
@@ -51,7 +55,7 @@ def check_config(path: str | None) -> tuple[Config | None, list[Finding]]:
         The config (None when it does not load: nothing else can be checked) and the findings.
     """
     from smoosh.config import load_config
-    from smoosh.config.checks import check_directories
+    from smoosh.config.checks import check_directories, check_store
 
     try:
         config = load_config(path, log_warnings=False)
@@ -60,9 +64,14 @@ def check_config(path: str | None) -> tuple[Config | None, list[Finding]]:
     findings: list[Finding] = []
     try:
         check_directories(config)
-        findings.append(Finding(OK, "config", f"{config.path or 'defaults'}: ok ({len(config.channels)} channel(s))"))
     except ConfigError as e:
         findings.append(Finding(FAIL, "config", str(e), "create the directory, or correct the entry"))
+    try:
+        check_store(config)
+    except ConfigError as e:
+        findings.append(Finding(FAIL, "config", str(e), "give store a file of its own, outside watch and roots"))
+    if not findings:
+        findings.append(Finding(OK, "config", f"{config.path or 'defaults'}: ok ({len(config.channels)} channel(s))"))
     for warning in config.warnings:
         findings.append(Finding(WARN, "config", warning, "correct or remove the key (the configuration reference, docs/reference/config.md, lists every key)"))
     return config, findings
@@ -94,6 +103,8 @@ def run_checks(config_path: str | None, *, max_files: int = MAX_FILES) -> list[F
     findings += check_free_space(s, min_free=config.min_free_space)
     findings += check_discard(list(dict.fromkeys([*watched, *config.roots])))
     findings.append(lock)
+    if config.http:
+        findings.append(check_admin(config.http, lock_pid=holder))
     findings += check_store(config.store)
     return findings
 

@@ -16,6 +16,18 @@ The API is for the operator, not for whatever runs in a browser on the same host
 Handlers only read published snapshots, so a slow or stuck channel never delays
 ``/status``. Connections are gathered by one loop thread and answered by a bounded few
 (:mod:`smoosh.daemon.api.http_conns`), so a slow or idle client never holds a thread.
+
+Work per request is bounded in time as well as size (DESIGN §10). ``POST /enqueue`` is the
+one heavy request: it runs in a lane of its own that never takes the last
+:data:`~smoosh.daemon.api.http_conns.RESERVED_LIGHT_THREADS` handler threads, so ``GET
+/status`` and the other light requests always find one. Its keys are admitted under a
+deadline (:data:`~smoosh.daemon.intake.admission.REQUEST_WORK_S`): past it, the rest are not
+examined, and the answer says so and which (``not_examined``: their count and the index of
+the first; with ``?wait=1`` each is ``not_queued`` with that reason), with ``Retry-After``;
+the keys before it were enqueued as usual. A request that waited longer than
+:data:`SHED_AFTER_S` for a handler thread is refused whole, unexamined: ``503`` with
+``Retry-After``. Each cut request is logged once at WARNING with its size; shed ones too, at
+most once a minute with the count since (both counted in ``smoosh_http_requests_cut_total{reason}``).
 """
 
 from __future__ import annotations
@@ -34,8 +46,11 @@ from typing import TYPE_CHECKING, Any, Callable, cast
 
 import smoosh.jsonutil as jsonutil
 from smoosh.config.address import is_loopback_host, split_host_port
-from smoosh.daemon.api.http_conns import MAX_HANDLER_THREADS, MAX_OPEN_CONNECTIONS, ConnectionLoop, RequestReader
+from smoosh.daemon.api.http_conns import (
+    MAX_HANDLER_THREADS, MAX_OPEN_CONNECTIONS, RESERVED_LIGHT_THREADS, ConnectionLoop, RequestReader,
+)
 from smoosh.daemon.api.requests import host_allowed, parse_jobs_query
+from smoosh.daemon.intake.admission import NOT_EXAMINED, REQUEST_WORK_S, RequestDeadline
 from smoosh.errors import InvalidKey, SmooshError, UnknownChannel
 
 if TYPE_CHECKING:
@@ -52,6 +67,20 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 #: Longest a connection may take to send its next whole request (idle time included), in
 #: seconds: a client trickling bytes (slowloris) is closed then, however steadily it sends.
 REQUEST_TIMEOUT_S = 30.0
+#: A ``POST /enqueue`` that waited longer than this for a handler thread (seconds) is refused
+#: unexamined (503): its client has likely given up, and the queue behind it must not grow.
+SHED_AFTER_S = 2 * REQUEST_WORK_S
+#: ``Retry-After`` (seconds) of a cut or shed request: about one request's work.
+RETRY_AFTER_S = int(REQUEST_WORK_S)
+#: Seconds between two log lines about shed requests (the count in between goes in the next).
+SHED_REQUEST_LOG_INTERVAL_S = 60.0
+#: The request line of the one heavy request (see the module docstring).
+_HEAVY_PREFIX = b"POST /enqueue"
+
+
+def _heavy(data: bytes) -> bool:
+    """Whether the request in ``data`` goes in the heavy lane: ``POST /enqueue`` (with or without a query)."""
+    return data.startswith(_HEAVY_PREFIX) and data[len(_HEAVY_PREFIX):len(_HEAVY_PREFIX) + 1] in (b" ", b"?")
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -174,7 +203,10 @@ class AdminServer:
             None: :data:`REQUEST_TIMEOUT_S` (the handler class's ``timeout``).
         max_threads: requests answered at once.
         max_connections: connections open at once (past it the longest-waiting is closed).
-        clock: monotonic seconds, for the request deadlines.
+        clock: monotonic seconds, for the request deadlines (the connections' and the
+            admission's of ``POST /enqueue``).
+        request_work_s: how long one ``POST /enqueue`` may spend admitting its keys.
+        shed_after_s: a ``POST /enqueue`` that waited longer for a handler is refused (503).
     """
 
     def __init__(
@@ -187,8 +219,17 @@ class AdminServer:
         max_threads: int = MAX_HANDLER_THREADS,
         max_connections: int = MAX_OPEN_CONNECTIONS,
         clock: Callable[[], float] = time.monotonic,
+        request_work_s: float = REQUEST_WORK_S,
+        shed_after_s: float = SHED_AFTER_S,
     ) -> None:
         host, port = parse_address(address)
+        self.request_work_s = request_work_s
+        self.shed_after_s = shed_after_s
+        # Shed requests logged at most once per SHED_REQUEST_LOG_INTERVAL_S (under the lock: any
+        # handler thread): (requests, bytes) since the last line, and when that line was.
+        self._shed_lock = threading.Lock()
+        self._shed_unlogged = (0, 0)
+        self._shed_logged_at: float | None = None
         self.smoosh = server
         self._token = token
         self.loopback = is_loopback(host)
@@ -204,6 +245,7 @@ class AdminServer:
         self._httpd = ConnectionLoop(
             (host, port), family, self._answer, timeout_s=self._timeout_s,
             max_threads=max_threads, max_connections=max_connections, clock=clock, on_shed=self._shed,
+            heavy=_heavy, reserved_threads=min(RESERVED_LIGHT_THREADS, max_threads - 1),
         )
         self._thread: threading.Thread | None = None
 
@@ -214,10 +256,41 @@ class AdminServer:
     def _timeout_s(self) -> float:
         return float(self._request_timeout_s if self._request_timeout_s is not None else self._handler.timeout)
 
-    def _answer(self, sock: socket.socket, address: tuple, data: bytes, deadline: float) -> tuple[bool, bytes]:
+    def _answer(
+        self, sock: socket.socket, address: tuple, data: bytes, deadline: float, waited_s: float,
+    ) -> tuple[bool, bytes]:
         """Answer the one request in ``data`` (and the socket); whether to keep the connection, and what follows."""
-        handler = self._handler(sock, address, data, deadline, self._clock)
+        handler = self._handler(sock, address, data, deadline, self._clock, waited_s)
         return not handler.close_connection, handler.reader.leftover()
+
+    def deadline(self) -> RequestDeadline:
+        """A new ``POST /enqueue``'s admission deadline, from now."""
+        return RequestDeadline(self.request_work_s, clock=self._clock)
+
+    def count_cut(self, how: str) -> None:
+        """Count one request cut at its deadline (``"cut"``) or refused unexamined (``"shed"``)."""
+        cut = self.smoosh.counters.http_cut
+        cut[how] = cut.get(how, 0) + 1
+
+    def log_shed(self, address: str, size_bytes: int, waited_s: float) -> None:
+        """Say that a request was shed: the first at once with its size, then at most one line per interval."""
+        with self._shed_lock:
+            count, total = self._shed_unlogged
+            count, total = count + 1, total + size_bytes
+            now = self._clock()
+            if self._shed_logged_at is not None and now - self._shed_logged_at < SHED_REQUEST_LOG_INTERVAL_S:
+                self._shed_unlogged = (count, total)
+                return
+            first = self._shed_logged_at is None
+            self._shed_logged_at = now
+            self._shed_unlogged = (0, 0)
+        if first or count == 1:
+            log.warning("POST /enqueue from %s (%d bytes) shed unexamined: it waited %.1f s for a handler (the admin "
+                        "API is busy); answered 503 with Retry-After: %d.", address, size_bytes, waited_s, RETRY_AFTER_S)
+        else:
+            log.warning("The admin API shed %d POST /enqueue request(s) unexamined (%d bytes in all) in the last "
+                        "%.0f s: each waited over %g s for a handler; answered 503 with Retry-After: %d.",
+                        count, total, SHED_REQUEST_LOG_INTERVAL_S, self.shed_after_s, RETRY_AFTER_S)
 
     @property
     def open_connections(self) -> int:
@@ -263,11 +336,13 @@ class _Handler(BaseHTTPRequestHandler):
     timeout = REQUEST_TIMEOUT_S
 
     def __init__(
-        self, sock: socket.socket, address: tuple, data: bytes, deadline: float, clock: Callable[[], float]
+        self, sock: socket.socket, address: tuple, data: bytes, deadline: float, clock: Callable[[], float],
+        waited_s: float = 0.0,
     ) -> None:
         # One request per handler: the connection loop gathered it (``data``) and takes the
         # connection back afterwards, so an idle keep-alive connection holds no thread.
         self.reader = RequestReader(data, sock, deadline, clock)
+        self.waited_s = waited_s  # how long the request waited for this handler thread
         super().__init__(sock, address, cast(Any, None))  # runs setup, handle and finish; no server object
 
     def setup(self) -> None:
@@ -349,6 +424,9 @@ class _Handler(BaseHTTPRequestHandler):
                        {"error": f"a POST body must be sent as Content-Type: application/json, "
                                  f"not {content_type[:100] or 'none'}"})
             return
+        if path == "/enqueue" and self.waited_s > self.admin.shed_after_s:
+            self._shed()
+            return
         body, error = self._read_json()
         if error is not None:
             self._send(error[0], {"error": error[1]})
@@ -395,23 +473,58 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(HTTPStatus.BAD_REQUEST, {"error": f"'force' must be true or false, not {json.dumps(force)}"})
             return
         smoosh = self.admin.smoosh
+        deadline = self.admin.deadline()
         if urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query).get("wait") == ["1"]:
-            # Answers after routing, one result per key (DESIGN §4.2, §11).
-            verdicts = smoosh.enqueue_and_wait(keys, force=force)
+            # Answers after routing, one result per key (DESIGN §4.2, §11); keys the deadline
+            # left are not_queued, not examined.
+            verdicts = smoosh.enqueue_and_wait(keys, force=force, deadline=deadline)
             smoosh.counters.enqueue_rejected += sum(v.outcome == "rejected" for v in verdicts)
-            self._send(HTTPStatus.OK, {"results": [v.as_json() for v in verdicts]})
+            self._send(HTTPStatus.OK, {"results": [v.as_json() for v in verdicts]}, headers=self._cut(deadline, keys))
             return
         accepted = 0
         rejected = []
         with smoosh.intake.admitting():
             for key in keys:
+                if not deadline.next_key():
+                    break
                 try:
                     smoosh.enqueue(key, require_file=True, force=force)
                     accepted += 1
                 except InvalidKey as e:
                     rejected.append({"key": key, "reason": e.reason})
         smoosh.counters.enqueue_rejected += len(rejected)
-        self._send(HTTPStatus.ACCEPTED, {"accepted": accepted, "rejected": rejected})
+        answer: dict[str, Any] = {"accepted": accepted, "rejected": rejected}
+        headers = self._cut(deadline, keys)
+        if deadline.cut_at is not None:
+            answer["not_examined"] = {"count": len(keys) - deadline.cut_at, "from_index": deadline.cut_at,
+                                      "reason": NOT_EXAMINED}
+        self._send(HTTPStatus.ACCEPTED, answer, headers=headers)
+
+    def _cut(self, deadline: RequestDeadline, keys: list[str]) -> dict[str, str] | None:
+        """For a request its deadline cut: log it once with its size, count it, and the ``Retry-After`` header."""
+        if deadline.cut_at is None:
+            return None
+        self.admin.count_cut("cut")
+        log.warning("POST /enqueue from %s: %d keys (%s bytes) cut at its %g s deadline after %d; %d not examined "
+                    "(from index %d; answered with Retry-After: %d).", self.address_string(), len(keys),
+                    self.headers.get("Content-Length", "?"), deadline.budget_s, deadline.cut_at,
+                    len(keys) - deadline.cut_at, deadline.cut_at, RETRY_AFTER_S)
+        return {"Retry-After": str(RETRY_AFTER_S)}
+
+    def _shed(self) -> None:
+        """Refuse a ``POST /enqueue`` that waited too long for a handler, unexamined: 503.
+
+        Its body is read past (not parsed): a socket closed with bytes unread is reset, and the
+        client would see the reset instead of the answer.
+        """
+        size = self._content_length() or 0
+        self._drain()
+        self.admin.count_cut("shed")
+        self.admin.log_shed(self.address_string(), size, self.waited_s)
+        self._send(HTTPStatus.SERVICE_UNAVAILABLE,
+                   {"error": f"the admin API is busy: this request waited {self.waited_s:.1f} s for a handler and "
+                             f"was not examined; nothing was enqueued; send it again after {RETRY_AFTER_S} s"},
+                   headers={"Retry-After": str(RETRY_AFTER_S)})
 
     def _jobs(self) -> None:
         """``GET /jobs[?state=S[,S...]&limit=N&offset=N]``: a page of the per-key table, most recent first."""

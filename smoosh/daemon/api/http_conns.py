@@ -16,6 +16,15 @@ whose headers are complete but whose body is short is handed over at once, so th
 answers 408. When ``max_connections`` are open, the one waiting longest is closed to make room:
 a new client (an operator's ``GET /status``) gets in unless every open connection already has
 a whole request in, or being answered; then the new one is closed at once (load shed).
+
+Requests come in two lanes. A *heavy* one (``POST /enqueue``: up to 10,000 keys, each a few
+system calls, bounded by its own deadline) never takes the last ``reserved_threads`` handler
+threads: they stay for the light ones (``GET /status``, ``/metrics``, ``/jobs``, the operator's
+verbs), which any free thread answers first. Ten floods of expensive keys used to hold all
+eight threads for 40 s while ``/status`` waited behind them; now they hold at most the heavy
+lane, and a light request waits for no heavy one. Each handler is told how long its request
+waited for a thread, so a heavy request that waited too long is refused whole, unexamined
+(the API answers 503 with ``Retry-After``), rather than answered long after its client gave up.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ __all__ = [
     "ConnectionLoop",
     "RequestReader",
     "MAX_HANDLER_THREADS",
+    "RESERVED_LIGHT_THREADS",
     "MAX_OPEN_CONNECTIONS",
     "MAX_GATHERED_HEAD_BYTES",
     "MAX_GATHERED_BODY_BYTES",
@@ -43,6 +53,8 @@ log = logging.getLogger(__name__)
 
 #: Requests handled at once (threads); complete requests beyond it wait for a free one.
 MAX_HANDLER_THREADS = 8
+#: Handler threads a heavy request never takes: kept for the light ones (``GET /status``...).
+RESERVED_LIGHT_THREADS = 2
 #: Connections held open at once; past it the one waiting longest is closed.
 MAX_OPEN_CONNECTIONS = 1024
 #: Bytes of a request head gathered by the loop; a longer head goes to a handler, which answers
@@ -62,19 +74,22 @@ SHED_LOG_INTERVAL_S = 60.0
 _CONTENT_LENGTH = re.compile(rb"\r?\ncontent-length:[ \t]*([0-9]+)[ \t]*\r?\n", re.IGNORECASE)
 _HEAD_END = re.compile(rb"\r?\n\r?\n")
 
-#: ``handle(sock, address, data, deadline)`` answers one request; returns whether the
-#: connection stays open and the bytes it received past that request.
-Handle = Callable[[socket.socket, tuple, bytes, float], "tuple[bool, bytes]"]
+#: ``handle(sock, address, data, deadline, waited_s)`` answers one request (``waited_s``: how long
+#: it waited for a handler thread); returns whether the connection stays open and the bytes it
+#: received past that request.
+Handle = Callable[[socket.socket, tuple, bytes, float, float], "tuple[bool, bytes]"]
 
 
 class _Conn:
-    __slots__ = ("sock", "address", "data", "deadline")
+    __slots__ = ("sock", "address", "data", "deadline", "heavy", "queued_at")
 
     def __init__(self, sock: socket.socket, address: tuple, data: bytes, deadline: float) -> None:
         self.sock = sock
         self.address = address
         self.data = data
         self.deadline = deadline
+        self.heavy = False  # set as it is dispatched: which lane its request waits in
+        self.queued_at = 0.0  # when it was dispatched (clock seconds)
 
 
 def request_complete(data: bytes) -> bool:
@@ -178,6 +193,9 @@ class ConnectionLoop:
         on_shed: called with ``"full"`` (a new connection closed at once: every open one has a
             request in) or ``"evicted"`` (the longest-waiting closed to admit a new one), on the
             loop thread, for each connection shed.
+        heavy: whether the request whose bytes begin with the given ones goes in the heavy
+            lane (None: every request is light).
+        reserved_threads: handler threads a heavy request never takes (below ``max_threads``).
     """
 
     def __init__(
@@ -191,10 +209,16 @@ class ConnectionLoop:
         max_connections: int = MAX_OPEN_CONNECTIONS,
         clock: Callable[[], float] = time.monotonic,
         on_shed: Callable[[str], None] | None = None,
+        heavy: Callable[[bytes], bool] | None = None,
+        reserved_threads: int = 0,
     ) -> None:
         if max_threads < 1 or max_connections < 1:
             raise ValueError("max_threads and max_connections must be at least 1")
+        if not 0 <= reserved_threads < max_threads:
+            raise ValueError("reserved_threads must be at least 0 and below max_threads")
         self._handle = handle
+        self._is_heavy = heavy
+        self._heavy_limit = max_threads - reserved_threads
         self._timeout_s = timeout_s
         self._max_threads = max_threads
         self._max_connections = max_connections
@@ -217,9 +241,12 @@ class ConnectionLoop:
         self._wake_r, self._wake_w = os.pipe()
         self._stopping = False
         self._lock = threading.Lock()
-        self._ready: deque[_Conn] = deque()  # complete requests waiting for a handler thread
+        # Complete requests waiting for a handler thread, one queue per lane (see the module docstring).
+        self._ready_light: deque[_Conn] = deque()
+        self._ready_heavy: deque[_Conn] = deque()
         self._returned: deque[_Conn] = deque()  # kept-alive connections back from handlers
         self._handlers = 0
+        self._heavy_running = 0  # handler threads answering a heavy request now
         self._handled_open = 0  # connections a handler holds or that wait for one
         # Connections the loop watches, oldest deadline first (one timeout: insertion order).
         self._waiting: dict[socket.socket, _Conn] = {}
@@ -403,34 +430,51 @@ class ConnectionLoop:
     # ------------------------------------------------------------------ handler threads
 
     def _dispatch(self, conn: _Conn) -> None:
+        conn.heavy = self._is_heavy is not None and self._is_heavy(conn.data)
+        conn.queued_at = self._clock()
         with self._lock:
-            self._ready.append(conn)
+            (self._ready_heavy if conn.heavy else self._ready_light).append(conn)
             self._handled_open += 1
             if self._handlers >= self._max_threads:
                 return  # a running handler takes it when it is done
+            if conn.heavy and self._heavy_running >= self._heavy_limit:
+                return  # the heavy lane is full: the next heavy handler to finish takes it
             self._handlers += 1
             n = self._handlers
         threading.Thread(target=self._run_handlers, name=f"smoosh-http-{n}", daemon=True).start()
 
+    def _take(self) -> _Conn | None:
+        """The next request a handler thread may answer (under the lock): light ones first; a heavy
+        one while the heavy lane has room. None: nothing this thread may take."""
+        if self._ready_light:
+            return self._ready_light.popleft()
+        if self._ready_heavy and self._heavy_running < self._heavy_limit:
+            self._heavy_running += 1
+            return self._ready_heavy.popleft()
+        return None
+
     def _run_handlers(self) -> None:
-        # A handler thread answers ready requests until none is left, then ends: an idle API
-        # keeps no thread but the loop's.
+        # A handler thread answers ready requests until none is left that it may take, then
+        # ends: an idle API keeps no thread but the loop's.
         while True:
             with self._lock:
-                if not self._ready:
+                conn = self._take()
+                if conn is None:
                     self._handlers -= 1
                     return
-                conn = self._ready.popleft()
             keep, leftover = False, b""
             try:
                 conn.sock.setblocking(True)
-                keep, leftover = self._handle(conn.sock, conn.address, conn.data, conn.deadline)
+                keep, leftover = self._handle(conn.sock, conn.address, conn.data, conn.deadline,
+                                              max(0.0, self._clock() - conn.queued_at))
             except OSError as exc:  # the client went away mid-answer, or the write timed out
                 log.debug("Admin API connection from %s ended mid-answer: %s", conn.address, exc)
             except Exception:
                 log.exception("The admin API failed to answer a request from %s.", conn.address)
             returned = keep and not self._stopping
             with self._lock:
+                if conn.heavy:
+                    self._heavy_running -= 1
                 self._handled_open -= 1
                 if returned:
                     conn.data = leftover

@@ -126,6 +126,9 @@ METRICS: tuple[MetricDef, ...] = (
     MetricDef("smoosh_http_connections_shed_total", "counter", "Admin API connections closed to protect it: full (a "
               "new one, every open connection answering or waiting), evicted (the longest-waiting idle one, to admit "
               "a new one).", ("reason",), (("reason", ("full", "evicted")),)),
+    MetricDef("smoosh_http_requests_cut_total", "counter", "POST /enqueue requests bounded in time: cut (its "
+              "deadline passed; the keys left were not examined, and the answer names them), shed (it waited too long "
+              "for a handler: refused whole with 503).", ("reason",), (("reason", ("cut", "shed")),)),
     MetricDef("smoosh_config_error", "gauge",
               "1 while the last config edit was rejected (the previous config is in force)."),
     MetricDef("smoosh_store_state", "gauge", "1 for the job store's state now (" + ", ".join(STORE_STATES) + "), 0 for "
@@ -258,6 +261,11 @@ class SmooshCollector(Collector):
             shed.add_metric([reason], n)
         yield shed
 
+        cut = family("smoosh_http_requests_cut_total")
+        for how, n in sorted(dict(counters.http_cut).items()):
+            cut.add_metric([how], n)
+        yield cut
+
         config_error = family("smoosh_config_error")
         config_error.add_metric([], 1 if status.get("config_error") else 0)
         yield config_error
@@ -355,8 +363,8 @@ def _compaction_families(server: Server, counters: Counters, channels: list[str]
 
 def _pinned_wal_families(server: Server) -> Iterator[Metric]:
     """The logs readers keep pinned: how many, the largest one's bytes, how long the oldest has been."""
-    pinned = [w for c in server.compactors() for w in (getattr(c, "pinned_wals", lambda: [])() or [])]
-    now = time.monotonic()
+    pinned = server.pinned_wals()  # what the compactors saw, and the history remembers across a restart
+    now = time.monotonic()  # the clock the compactors and the daemon count ages on
     count = family("smoosh_wal_pinned_databases")
     count.add_metric([], len(pinned))
     largest = family("smoosh_wal_pinned_bytes")

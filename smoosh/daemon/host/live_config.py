@@ -100,6 +100,12 @@ class LiveConfig:
         self._restart_required = required
         self._config = new
         self._config_error = None
+        if old.token and not new.token:
+            # A security downgrade an operator must see in `journalctl -p warning`, not an INFO line.
+            log.warning("token removed by a live edit: POST requests on loopback no longer need a bearer token "
+                        "(any local process may enqueue, suspend, resume and flush)")
+        elif new.token != old.token:
+            log.info("token %s by a live edit: POST requests need the new one", "set" if not old.token else "changed")
         if new.log_format != old.log_format:
             # Only the handler `smoosh run` installed changes; an embedding application's stays.
             logs.set_format(new.log_format)

@@ -1,4 +1,4 @@
-"""A batch being admitted holds the examination back, briefly.
+"""A batch being admitted holds the examination back, briefly; and a request's admission has a deadline.
 
 Admission checks each key of a ``POST /enqueue`` batch against its file (system calls, each
 releasing the GIL); beside an examination thread running Python, every one of them waits to
@@ -26,7 +26,8 @@ import threading
 import time
 from typing import Callable, Iterator
 
-__all__ = ["ADMISSION_PAUSE_MAX_S", "AdmissionGate"]
+__all__ = ["ADMISSION_PAUSE_MAX_S", "AdmissionGate", "RequestDeadline", "REQUEST_WORK_S", "NOT_EXAMINED",
+           "YIELD_EVERY_KEYS"]
 
 #: Longest the examination waits for one spell of admission (see AdmissionGate); after that
 #: it goes on beside it: a steady stream of batches must not starve the examination.
@@ -37,6 +38,59 @@ ADMISSION_PAUSE_MAX_S = 0.1
 BURST_GAP_S = 0.0003
 #: Lets go of the GIL for a moment (releases it around the call; see AdmissionGate.wait_turn).
 _yield = getattr(os, "sched_yield", lambda: time.sleep(0))
+#: Longest one request may spend admitting its keys (canonical form, roots, the file's look),
+#: in seconds; the keys left when it is spent are not examined (see RequestDeadline).
+REQUEST_WORK_S = 5.0
+#: Keys a request admits between two hand-overs of the GIL (see RequestDeadline.next_key).
+YIELD_EVERY_KEYS = 16
+#: The reason of a key a request had no time left to examine.
+NOT_EXAMINED = "not examined: the request ran out of time before this key (the daemon is busy); send it again"
+
+
+class RequestDeadline:
+    """One request's time to admit its keys, asked before each key.
+
+    Owner: the handler thread admitting the request (one per request; not shared).
+
+    Parameters:
+        budget_s: how long the admission may take from now (:data:`REQUEST_WORK_S` for HTTP).
+        clock: monotonic seconds (tests step it).
+        yield_: lets go of the GIL for a moment (every :data:`YIELD_EVERY_KEYS` keys).
+    """
+
+    def __init__(self, budget_s: float = REQUEST_WORK_S, *, clock: Callable[[], float] = time.monotonic,
+                 yield_: Callable[[], None] = _yield) -> None:
+        self.budget_s = budget_s
+        self._clock = clock
+        self._yield = yield_
+        self.started = clock()
+        self._deadline = self.started + budget_s
+        self._admitted = 0
+        #: The index of the first key not examined, once the deadline cut the request; else None.
+        self.cut_at: int | None = None
+
+    def next_key(self) -> bool:
+        """Whether there is time to admit the next key; False from the deadline on (and :attr:`cut_at` set).
+
+        The first key of a request is always admitted (its time starts as it is taken up).
+        Every :data:`YIELD_EVERY_KEYS` keys the GIL is handed over: admission is system calls
+        and a little Python, and without a pause the thread running ``GET /status`` waits for
+        the interpreter's switch interval at each of its own steps.
+        """
+        if self.cut_at is not None:
+            return False
+        if self._admitted and self._admitted % YIELD_EVERY_KEYS == 0:
+            self._yield()
+        if self._admitted and self._clock() >= self._deadline:
+            self.cut_at = self._admitted
+            return False
+        self._admitted += 1
+        return True
+
+    @property
+    def elapsed_s(self) -> float:
+        """Seconds since the request's admission began."""
+        return self._clock() - self.started
 
 
 class AdmissionGate:

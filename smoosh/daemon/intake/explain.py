@@ -8,7 +8,7 @@ here: validation is the intake's, priorities are the router's, and every sentenc
 
 The answer (JSON as served; infinite priorities are the string ``"infinity"``)::
 
-    {"key", "state", "channel", "reason",
+    {"key", "state", "channel", "reason", "result" (its last run's, DESIGN §11's words) | null,
      "sizes": {"file_bytes", "active_bytes", "changes", "exact"} | null,
      "disk_pressure": bool (its file system is past disk_pressure: queued worst-first by reclaimable bytes),
      "ignored", "forced", "stale_until": unix seconds | null,
@@ -36,7 +36,7 @@ from typing import Any, Callable, Mapping
 
 from smoosh.clocks import Clocks
 from smoosh.config import ChannelConfig, Config
-from smoosh.daemon.history import STARVED, HistoryTable, KeyRecord, consecutive_crashes
+from smoosh.daemon.history import BLOCKED, BUSY, CRASHED, STARVED, HistoryTable, KeyRecord, consecutive_crashes
 from smoosh.daemon.intake.measurement import signature
 from smoosh.daemon.intake.router import CLEANUP_PREFIX, db_path
 from smoosh.daemon.intake.verdicts import (
@@ -97,7 +97,7 @@ def explain(src: Sources, key: object) -> dict[str, Any]:
     busy, limit = src.slots
     answer: dict[str, Any] = {
         "key": key if isinstance(key, str) else repr(key), "state": REJECTED, "channel": None, "reason": None,
-        "sizes": None, "ignored": False, "forced": False, "stale_until": None, "crashes": None, "busy": None,
+        "result": None, "sizes": None, "ignored": False, "forced": False, "stale_until": None, "crashes": None, "busy": None,
         "max_jobs": {"busy": busy, "limit": limit}, "disk_pressure": False, "channels": {},
     }
     try:
@@ -127,6 +127,7 @@ def explain(src: Sources, key: object) -> dict[str, Any]:
         ignored=router.is_ignored(canonical, cfg),
         forced=intake.is_forced(canonical),
         stale_until=now + left_s if left_s > 0 else None,
+        result=rec.result if rec is not None else None,
         crashes=_crashes(rec, src.history.health_threshold_s),
         busy=None if rec is None or not rec.busy_count else {"count": rec.busy_count,
                                                              "starved_since": rec.starved_since},
@@ -150,7 +151,8 @@ def explain(src: Sources, key: object) -> dict[str, Any]:
             name, ch_cfg, channel, canonical, sizes, priority, compactor, rec, src.holds, now,
             to_wall=src.clocks.wall_at,
         )
-    _summarise(answer, canonical, names, cfg, sizes, priority_of, compactor, left_s, now, router)
+    _summarise(answer, canonical, names, cfg, sizes, priority_of, compactor, left_s, now, router,
+               rec.last_end if rec is not None else None)
     return answer
 
 
@@ -169,8 +171,8 @@ def key_state(place: str | None, rec: KeyRecord | None) -> str:
         return NOT_QUEUED
     if place in ("starting", "active"):
         return RUNNING
-    if place == "deferred" and rec is not None and rec.state == CRASHING:
-        return CRASHING
+    if place == "deferred" and rec is not None and (rec.state == CRASHING or rec.last_end == CRASHED):
+        return CRASHING  # waiting out a crash backoff (a blocked key's or a busy one's wait is queued)
     if rec is not None and rec.state == STARVED:
         return STARVED  # busy more than busy_retries times in a row, waiting for its next try
     return QUEUED  # waiting: in the queue, set aside by rotation, or after a busy database
@@ -287,8 +289,13 @@ def _crashes(rec: KeyRecord | None, health_threshold_s: float) -> dict[str, Any]
 def _summarise(
     answer: dict[str, Any], key: str, names: tuple[str, ...], cfg: Config, sizes: Any,
     priority_of: Callable[[ChannelConfig], float], compactor: Any, left_s: float, now: float, router: Any,
+    last_end: str | None = None,
 ) -> None:
-    """The key's overall state, its channel and one sentence (``?wait=1``'s words where they meet)."""
+    """The key's overall state, its channel and one sentence (``?wait=1``'s words where they meet).
+
+    ``last_end``: the history's newest end of a run (:attr:`KeyRecord.last_end`), which says
+    what a deferred key waits for: a crash backoff, a block's backoff, a busy database's retry.
+    """
     channels = answer["channels"]
     held = next(((n, c) for n, c in channels.items() if c["place"] is not None), None)
     if held is not None:
@@ -298,7 +305,7 @@ def _summarise(
                 other["reason"] = f"channel {name} has it"  # one key, one owner
         answer["channel"] = name
         answer["state"] = record["state"]
-        answer["reason"] = _where(name, record, answer.get("crashes"))
+        answer["reason"] = _where(name, record, answer.get("crashes"), last_end)
         return
     answer["state"] = NOT_QUEUED
     if answer["ignored"]:
@@ -321,16 +328,16 @@ def _summarise(
             answer["reason"] = below_reason(key, names, cfg, sizes, priority_of, compactor)
 
 
-def _where(name: str, record: dict[str, Any], crashes: dict[str, Any] | None) -> str:
-    """The sentence for a key a channel holds."""
+def _where(name: str, record: dict[str, Any], crashes: dict[str, Any] | None, last_end: str | None = None) -> str:
+    """The sentence for a key a channel holds (``last_end``: what a deferred key waits for, see :func:`_summarise`)."""
     state, place = record["state"], record["place"]
     if state == RUNNING:
         return f"running in channel {name}" + (" (its job waits for a worker)" if place == "starting" else "")
-    if state == CRASHING and crashes is not None:
+    if (state == CRASHING or (place == "deferred" and last_end == CRASHED)) and crashes is not None:
         until = record.get("not_before") or crashes.get("retry_at")
         when = f" until {utc_text(until)}" if until else ""
-        return (f"crashing: waits out its backoff in channel {name}{when} ({crashes['consecutive']} consecutive "
-                f"crash(es); last error: {crashes['last_error']})")
+        return (f"crashing: waits out its crash backoff in channel {name}{when} ({crashes['consecutive']} "
+                f"consecutive crash(es); last error: {crashes['last_error']})")
     if state == STARVED:
         until = record.get("not_before")
         when = f", next try at {utc_text(until)}" if until else ""
@@ -338,8 +345,13 @@ def _where(name: str, record: dict[str, Any], crashes: dict[str, Any] | None) ->
                 f"{when}")
     if place == "deferred":
         until = record.get("not_before")
-        return f"queued in channel {name}, waiting until {utc_text(until)} (the database was busy)" if until else \
-            f"queued in channel {name}"
+        when = f" until {utc_text(until)}" if until else ""
+        if last_end == BLOCKED and crashes is not None:
+            return (f"queued in channel {name}, blocked: waits out its backoff{when} (last error: "
+                    f"{crashes['last_error']})")
+        if last_end == BUSY:
+            return f"queued in channel {name}, waiting{when} (the database was busy)"
+        return f"queued in channel {name}, waiting{when}"
     if place == "benched":
         return f"queued in channel {name}, set aside by rotation until another key of the channel starts"
     words = f"queued in channel {name} at priority {_priority_text(record['queued_priority'])}"

@@ -2,8 +2,8 @@
 
 DESIGN §4.2 and §11: one result per key, ``queued`` (with its channel and priority),
 ``not_queued`` (one reason string: stale until a time, below each channel's threshold with
-the numbers, ignored, already running, still examining) or ``rejected`` (outside roots, no
-such file, a directory, not a SQLite file). The intake fills a :class:`Waiter` when a key's
+the numbers, ignored, already running, still examining, not examined when the request's
+time ran out) or ``rejected`` (outside roots, no such file, a directory, not a SQLite file). The intake fills a :class:`Waiter` when a key's
 examination ends; this module holds the result, the file check HTTP and the CLI ask for,
 and the sentence that says why a channel gave a database priority 0.
 """
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from smoosh.config import ChannelConfig
+from smoosh.daemon.intake.admission import NOT_EXAMINED, RequestDeadline
 from smoosh.errors import InvalidKey
 from smoosh.priority import DEFAULT_MIN_PRIORITY
 
@@ -97,29 +98,36 @@ def enqueue_and_wait(
     timeout_s: float = WAIT_S,
     *,
     monotonic: Callable[[], float] = time.monotonic,
+    deadline: RequestDeadline | None = None,
 ) -> list[Verdict]:
-    """Enqueue every key, then wait (all of them together, at most ``timeout_s``) for their verdicts.
+    """Enqueue every key, then wait (all of them together, at most ``timeout_s`` from the call) for their verdicts.
 
     Parameters:
         enqueue: ``enqueue(key, waiter)``; raises ``InvalidKey`` for a key it rejects.
         keys: the keys, as the caller wrote them.
-        timeout_s: how long to wait for examinations in all; keys still being examined then
-            are ``not_queued``, "still examining".
-        monotonic: the clock the deadline is kept on.
+        timeout_s: how long the whole call may take, admission included; keys still being
+            examined then are ``not_queued``, "still examining".
+        monotonic: the clock the wait is kept on.
+        deadline: the request's admission deadline (HTTP's): once it passes, the keys left are
+            not enqueued at all, each ``not_queued`` with :data:`NOT_EXAMINED` (its
+            ``cut_at`` says from which one).
 
     Returns:
         One verdict per key, in the order given.
     """
+    wait_until = monotonic() + timeout_s
     waiters = []
     for key in keys:
         waiter = Waiter(key)
-        try:
-            enqueue(key, waiter)
-        except InvalidKey as e:
-            waiter.resolve(Verdict(key, REJECTED, reason=e.reason))
+        if deadline is not None and not deadline.next_key():
+            waiter.resolve(Verdict(key, NOT_QUEUED, reason=NOT_EXAMINED))
+        else:
+            try:
+                enqueue(key, waiter)
+            except InvalidKey as e:
+                waiter.resolve(Verdict(key, REJECTED, reason=e.reason))
         waiters.append(waiter)
-    deadline = monotonic() + timeout_s
-    return [waiter.wait(deadline - monotonic()) for waiter in waiters]
+    return [waiter.wait(wait_until - monotonic()) for waiter in waiters]
 
 
 def file_problem(path: str, compactor: Any) -> str | None:

@@ -80,6 +80,9 @@ class Counters:
     rotations: int = 0
     #: reason -> admin API connections shed (``"full"``, ``"evicted"``; the connection loop's thread).
     http_shed: dict[str, int] = field(default_factory=lambda: {"full": 0, "evicted": 0})
+    #: how -> ``POST /enqueue`` requests cut at their deadline (``"cut"``) or refused unexamined
+    #: after waiting too long for a handler (``"shed"``); the admin API's handler threads.
+    http_cut: dict[str, int] = field(default_factory=lambda: {"cut": 0, "shed": 0})
 
     @property
     def compactions(self) -> dict[tuple[str, str], int]:

@@ -186,13 +186,15 @@ def claim_node(store: Store, node: str, ours: Identity, now: float) -> frozenset
         now: wall-clock seconds (the record's ``updated_at`` is the writer's).
 
     Returns:
-        The instance ids of the previous daemon of this node, provably dead (empty when there
-        was none, or when its record named no process): the running jobs it held are this
-        daemon's to take back (:func:`smoosh.daemon.run.startup.take_over_jobs`).
+        The holder names of the previous daemon of this node, provably dead (its instance id and
+        :attr:`~smoosh.daemon.control.node_claim.Identity.holder`; empty when there was none,
+        or when its record named no process): the running jobs it held are this daemon's to take back (:func:`smoosh.daemon.run.startup.take_over_jobs`).
 
     Raises:
         NodeInUse: a live daemon of another process serves ``node`` (the message names its
-            host and PID, and says to give each daemon its own node name).
+            host, PID, start time and last heartbeat, and says to give each daemon its own node
+            name). On this machine a live process is never taken over, however late its
+            heartbeat (a stopped daemon, DESIGN §10).
         SmooshError: the store failed.
     """
 
@@ -200,7 +202,9 @@ def claim_node(store: Store, node: str, ours: Identity, now: float) -> frozenset
         record = read_node_record(tr, node) or {}
         theirs, proof = _writer(record, ours, now)
         if theirs is not None and proof is None:
-            raise NodeInUse(node, theirs.host, theirs.pid)
+            age_s = now - float(record.get("updated_at") or 0)
+            raise NodeInUse(node, theirs.host, theirs.pid, since=theirs.since, heartbeat_age_s=age_s,
+                            late=age_s > STALE_AFTER_S)
         status = {"channels": record.get("channels") or {}, "reclaimable_bytes": record.get("reclaimable_bytes", 0)}
         put_node_status(tr, node, status, now, process=ours)
         return theirs, proof, record.get("stopped") is True
@@ -211,7 +215,8 @@ def claim_node(store: Store, node: str, ours: Identity, now: float) -> frozenset
     if not stopped:
         log.info("node %r was last served by host %s, pid %d, which is gone (%s): its running jobs are taken back",
                  node, theirs.host, theirs.pid, proof)
-    return frozenset({theirs.instance})
+    # A job names its holder by the instance (an older smoosh) or by the holder's full name.
+    return frozenset({theirs.instance, theirs.holder})
 
 
 def mark_stopped(store: Store, node: str, ours: Identity, timeout_s: float) -> None:

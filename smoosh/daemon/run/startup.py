@@ -10,7 +10,10 @@ accept anything:
 * a **running** job whose holder is provably dead: taken back the same way. Provably: the
   previous daemon of this node held it, which the node's claim at start found dead
   (:func:`smoosh.daemon.record.status.claim_node`: it stopped, or its process is gone after
-  a kill -9); or its heartbeat expired (none within the type timeout); or no worker ever
+  a kill -9); or its holder ran on this host and its process is gone (or its PID is another
+  process's now); or, for a holder this host cannot look up, its heartbeat expired (none
+  within the type timeout): a holder alive on this host is never taken over, however late
+  its heartbeat (a stopped worker, DESIGN §10); or no worker ever
   heartbeated it nor named itself in it, which only this node's previous daemon leaves
   behind (a ``smoosh worker`` writes its heartbeat and its name in the commit that accepts
   a job, and the claim just proved no other daemon serves this node);
@@ -31,6 +34,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from smoosh.daemon.control.node_claim import Identity, process_alive_here
 from smoosh.daemon.history import (
     BLOCKED, BUSY, CRASHED, FINISHED, REPLACED, Event, HistoryTable, KeyRecord, decode_record,
 )
@@ -191,10 +195,19 @@ def _event_of(result: Result) -> tuple[str, float, str | None]:
 
 
 def _provably_dead(data: Mapping[str, Any], now: float, job_timeout_s: float, dead_holders: frozenset[str]) -> bool:
-    """Whether a running job's holder is provably gone (see the module docstring); else it is followed."""
+    """Whether a running job's holder is provably gone (see the module docstring); else it is followed.
+
+    A holder on this host whose process lives (same PID, same start time) is never gone,
+    however late its heartbeat: stopped is not dead (DESIGN §10; the one question asked of a
+    node's daemon too, :func:`~smoosh.daemon.control.node_claim.process_alive_here`).
+    """
     holder = data.get(HOLDER)
     if isinstance(holder, str) and holder in dead_holders:
         return True  # the previous daemon of this node ran it, and that one is dead
+    who = Identity.from_holder(holder)
+    alive = process_alive_here(who) if who is not None else None
+    if alive is not None:
+        return not alive  # on this host its process answers, whatever its heartbeat says
     heartbeat_at = data.get("heartbeat_at")
     if isinstance(heartbeat_at, (int, float)) and not isinstance(heartbeat_at, bool):
         return now - heartbeat_at >= job_timeout_s

@@ -31,10 +31,10 @@ def run_worker_process(config: Any, store_url: str | None = None, concurrency: i
     Returns:
         The exit code: 0 after a clean stop.
     """
-    import secrets
     import signal
 
     from smoosh.compactors import load_compactors
+    from smoosh.daemon.control.node_claim import Identity
     from smoosh.disk_room import DEFAULT_MIN_FREE, DiskRoom
     from smoosh.io_budget import IoBudget
     from smoosh.jobs import Jobs
@@ -64,8 +64,9 @@ def run_worker_process(config: Any, store_url: str | None = None, concurrency: i
         worker = Worker(jobs, store, job_type, compactors, node=node, job_timeout_s=job_timeout_s,
                         concurrency=concurrency or 1, signals="store", roots=lambda: roots,
                         io_budget=io_budget, io_priority=lambda: io_priority,
-                        # Named in every heartbeat: a restarting daemon follows its jobs while it lives.
-                        holder=f"worker-{secrets.token_hex(8)}")
+                        # Named in every heartbeat: a restarting daemon follows its jobs while it lives
+                        # (on this host: while its process does, however late its heartbeat).
+                        holder=Identity.of_this_process().holder)
 
         def on_signal(signum: int, frame: Any) -> None:
             stop.set()

@@ -232,7 +232,9 @@ GLOBAL_KEY_DEFS: tuple[Key, ...] = (
         DEFAULT_HTTP),
     Key("token", "token", SECRET,
         f"The bearer token every POST to the admin API must carry once it is set, on loopback too. At "
-        f"least {MIN_TOKEN_BYTES} bytes; required when `http` is not a loopback address."),
+        f"least {MIN_TOKEN_BYTES} bytes; required when `http` is not a loopback address. A line written "
+        f"blank is an error (remove it for no token).",
+        default_text="none: every POST on loopback is allowed"),
     Key("node", "node", NAME,
         "This node's name: its compactions run as jobs of the type `smoosh:<node>`. One live daemon per "
         "node on a store, so several daemons sharing a store each need their own.",

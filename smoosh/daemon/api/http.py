@@ -140,21 +140,23 @@ ROUTES: tuple[Route, ...] = (
           "controller saw and set."),
     Route("GET", "/jobs", "_jobs", "Current and recent compactions, per database, paged.",
           "`{\"jobs\": [{\"key\", \"channel\", \"state\", \"progress\", \"error_count\", \"last_error\", "
-          "\"last_updated\", \"retry_at\", \"busy_count\", \"starved_since\", \"history\": [{\"event\", \"at\", "
-          "\"reason\"}]}], \"total\", \"offset\", \"next_offset\"}`: every pending and running key, plus the last "
-          "1000 finished or crashing, most recently updated first. `state` is `pending`, `running`, "
-          "`crashing`, `starved`, `finished` or `dropped`. `?state=pending,crashing` (any of those states; also "
+          "\"last_updated\", \"retry_at\", \"busy_count\", \"starved_since\", \"result\", \"history\": [{\"event\", "
+          "\"at\", \"reason\"}]}], \"total\", \"offset\", \"next_offset\"}`: every pending and running key, plus the "
+          "last 1000 finished or crashing, most recently updated first. `state` is `pending`, `running`, "
+          "`crashing`, `starved`, `finished` or `dropped`; `result` is how the key's last run ended (one of the "
+          "results: `ok`, `failed`, `busy`, `gone`, `interrupted`, `replaced`, `blocked`), or `null` before one. `?state=pending,crashing` (any of those states; also "
           "repeatable), `&limit=N` (at least 1) and `&offset=N` page it: `total` counts the matching keys, "
           "`next_offset` is the next page's offset or `null`. An unknown parameter or state, or a limit or "
           "offset that is not a whole number in range, is `400 {\"error\": ...}` naming it."),
     Route("GET", "/explain", "_explain", "Why one database is or is not queued, per channel; changes nothing.",
           "`?key=KEY` (an absolute path, or `cleanup:` and one). Answers `{\"key\", \"state\", \"channel\", "
-          "\"reason\", \"sizes\", \"ignored\", \"forced\", \"stale_until\", \"crashes\", \"busy\", \"max_jobs\", "
+          "\"reason\", \"result\", \"sizes\", \"ignored\", \"forced\", \"stale_until\", \"crashes\", \"busy\", \"max_jobs\", "
           "\"disk_pressure\", "
           "\"channels\": {NAME: {\"state\", \"place\", \"priority\", \"queued_priority\", \"position\", \"forced\", "
           "\"reason\", \"thresholds\", \"window\", \"in_window\", \"next_open\", \"suspended\", \"held\", "
           "\"paused_until\", \"not_before\", \"holds\"}}}`; `state` is `queued`, `running`, `crashing`, `starved`, "
-          "`not_queued` or `rejected`; times are Unix seconds. Without exactly one `key=`: `400`."),
+          "`not_queued` or `rejected`; `result` is how its last run ended, or `null`; times are Unix seconds. "
+          "Without exactly one `key=`: `400`."),
     Route("GET", "/metrics", "_send_metrics", "Prometheus metrics, in the text exposition format.",
           "Every metric of the metrics reference, each labelled series at 0 from the daemon's start, and "
           "the process's and the interpreter's as Prometheus's Python client reports them."),

@@ -21,6 +21,8 @@ from typing import Any, Iterator
 
 import pytest
 
+from smoosh.paths import SQLITE_MAX_PATH_BYTES
+
 from helpers.clocks import FakeClock
 from helpers.daemon import HANG_S, Daemon, free_port, wait_for, write_config
 from smoosh import Server, load_config
@@ -219,9 +221,12 @@ STATUS_BOUND_S = 15.0
 
 def deep_keys(dbs: Path) -> dict[str, Any]:
     """A request of FLOOD_KEYS missing files in a directory FLOOD_DEPTH components deep under ``dbs``
-    (its keys within the 256-component limit wherever the test's temporary directory lies): each
-    key is resolved through the deep chain, the dearest path."""
-    deep = str(dbs) + "/d" * (FLOOD_DEPTH - (len(dbs.parts) - 1))
+    (its keys within the 256-component limit wherever the test's temporary directory lies), or as
+    deep as SQLite's path limit lets a key be (a longer one is refused on its length alone, the
+    cheapest refusal): each key is resolved through the deep chain, the dearest path."""
+    longest = SQLITE_MAX_PATH_BYTES - len("-journal") - len(f"/k{FLOOD_KEYS - 1}.db")
+    levels = min(FLOOD_DEPTH - (len(dbs.parts) - 1), (longest - len(str(dbs))) // 2)
+    deep = str(dbs) + "/d" * levels
     os.makedirs(deep, exist_ok=True)
     return {"keys": [f"{deep}/k{i}.db" for i in range(FLOOD_KEYS)]}
 

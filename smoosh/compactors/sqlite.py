@@ -44,18 +44,20 @@ import apsw
 import smoosh.compactors.sqlite_compact as sqlite_compact
 import smoosh.compactors.sqlite_incremental as sqlite_incremental
 import smoosh.compactors.sqlite_leftovers as sqlite_leftovers
+import smoosh.compactors.sqlite_quiet as sqlite_quiet
 import smoosh.compactors.sqlite_wal as sqlite_wal
 from smoosh.paths import CLEANUP_PREFIX
 from smoosh.compactors.base import (
     Blocked, Busy, CompactionContext, CompactionResult, Gone, Look, Refused, Replaced, Shared, Sizes,
 )
 from smoosh.compactors.sqlite_file import (
-    AUTO_VACUUM_CODES, DbState, changed_outside_sqlite, file_size, footprint_bytes, in_use, read_state, still_copied,
+    AUTO_VACUUM_CODES, LOOKS, DbState, changed_outside_sqlite, file_size, footprint_bytes, in_use, read_state,
+    still_copied,
 )
 from smoosh.compactors.sqlite_file import look as look_at
 from smoosh.compactors.sqlite_identity import FileIdentity, replaced_error
 from smoosh.compactors.sqlite_measure import DBSTAT_QUERY, KeyMemory, exact_active_bytes
-from smoosh.compactors.sqlite_open import canonical_roots, close_quietly, pragma, refusal_error
+from smoosh.compactors.sqlite_open import canonical_roots, close_quietly, pragma, refusal_error, rollback_quietly, run
 from smoosh.disk_room import DiskRoom
 from smoosh.identity import Roots, side_files
 from smoosh.io_budget import IoBudget
@@ -81,6 +83,18 @@ DEFAULT_INCREMENTAL_CHUNK_PAGES = 1000
 DEFAULT_BUSY_TIMEOUT_S = 1.0
 #: Longest a full VACUUM holds the write lock of a database another process has open (seconds).
 DEFAULT_MAX_LOCK_HOLD_S = 1.0
+
+
+def _quiet_pause(ctx: CompactionContext) -> Callable[[float], None]:
+    """The wait between two looks for a quiet moment: the context's pause, then its checkpoint (no
+    lock is held while waiting, so a stop or a hold acts there)."""
+    pause = getattr(ctx, "pause", None) or time.sleep
+
+    def wait(seconds: float) -> None:
+        pause(seconds)
+        ctx.checkpoint()
+
+    return wait
 
 
 class SqliteCompactor:
@@ -134,6 +148,9 @@ class SqliteCompactor:
         self._temp_dir = temp_dir
         # Exact payloads and change counters per key, shared by re-checks and compactions.
         self._memory = KeyMemory(clock)
+        # What the compactions saw of the applications: waits for a quiet moment, give-ups.
+        self.quiet_stats = sqlite_quiet.QuietStats()
+        self._looks = LOOKS
         # Databases whose log a reader pinned at their last compaction: path -> when first seen
         # (monotonic seconds: an age, which a wall clock step must not change). Written by compaction threads, read by scrapes: one dict, whole-key
         # writes and a copy to read (the GIL makes each atomic).
@@ -323,11 +340,13 @@ class SqliteCompactor:
         changes = self._memory.changes(key, state)
         if exact:
             try:
-                active = exact_active_bytes(path, estimate, self.busy_timeout_s, roots)
+                active = exact_active_bytes(path, estimate, self.busy_timeout_s, roots, wal=state.wal)
             except Refused:
                 return None  # a directory swapped for a symlink: the header read follows those
-            self._memory.remember_exact(key, state.file_bytes, active)
-            return Sizes(file_bytes=state.file_bytes, active_bytes=active, changes=changes)
+            if active is not None:
+                self._memory.remember_exact(key, state.file_bytes, active)
+                return Sizes(file_bytes=state.file_bytes, active_bytes=active, changes=changes)
+            # Its application is writing it: measured without a lock later, the estimate meanwhile.
         remembered = self._memory.fresh_exact(key, state.file_bytes, self.exact_size_interval_s)
         if remembered is not None:
             return Sizes(file_bytes=state.file_bytes, active_bytes=min(remembered, estimate), changes=changes)
@@ -571,13 +590,29 @@ class SqliteCompactor:
         self, path: str, cleanup: bool, state: DbState, ctx: CompactionContext, roots: tuple[str, ...] | None,
         identity: FileIdentity,
     ) -> None:
-        """Choose the way this database is compacted and run it on one read-write connection."""
-        conn = sqlite_compact.open_for_compaction(path, roots, self.busy_timeout_s, identity.meant)
+        """Choose the way this database is compacted and run it on one read-write connection.
+
+        Its locks are taken as :mod:`~smoosh.compactors.sqlite_quiet` says: a rollback-journal
+        database's exclusively, at a quiet moment, before its first read; a WAL database's
+        write from a quiet moment.
+        """
+        rollback = not state.wal and not cleanup
+        conn = sqlite_compact.open_for_compaction(path, roots, self.busy_timeout_s, identity.meant, check=not rollback)
+        held = False
+        pause = _quiet_pause(ctx)
         try:
             identity.check()  # the connection opened the file the identity was taken of
             if not cleanup:
                 sqlite_wal.refuse_pinned_wal(conn, path)
             way = self._way(cleanup, state)
+            if way in ("vacuum", "upgrade"):
+                if rollback:
+                    sqlite_quiet.hold_exclusive(conn, path, self.busy_timeout_s, busy_timeout_s=self.busy_timeout_s,
+                                                keep=True, pause=pause, stats=self.quiet_stats)
+                    held = True
+                    sqlite_compact.check_database(conn, path)
+                else:
+                    sqlite_quiet.wait_for_quiet(path, True, self.busy_timeout_s, pause=pause, stats=self.quiet_stats)
             if way == "cleanup":
                 sqlite_wal.cleanup(conn, path, ctx, busy_timeout_s=self.busy_timeout_s,
                                    readers_wait_s=sqlite_wal.READERS_WAIT_S, wal_max_bytes=self.wal_max_size_bytes)
@@ -589,7 +624,8 @@ class SqliteCompactor:
                     clock=self._clock,
                 )
             elif way == "incremental":
-                sqlite_incremental.incremental(conn, path, ctx, self.incremental_chunk_pages, identity, self.io_budget)
+                sqlite_incremental.incremental(conn, path, ctx, self.incremental_chunk_pages, identity, self.io_budget,
+                                               begin=self._chunk_begin(conn, path, state, pause))
             else:
                 sqlite_compact.vacuum(conn, path, state, ctx, self._tick_rate, identity, self.io_budget,
                                       self.max_lock_hold_s, self._clock)
@@ -598,6 +634,10 @@ class SqliteCompactor:
                 sqlite_wal.copy_back(conn, path)  # first: before the application's own checkpoint
             if not cleanup and self.analyze:
                 # Before the cut: the statistics it writes go back into the file with the rest.
+                if rollback and not held:
+                    sqlite_quiet.hold_exclusive(conn, path, self.busy_timeout_s, busy_timeout_s=self.busy_timeout_s,
+                                                keep=True, pause=pause, stats=self.quiet_stats)
+                    held = True
                 sqlite_compact.optimize(conn, path)
             if wal:
                 sqlite_wal.truncate_after_compaction(conn, path, ctx, busy_timeout_s=self.busy_timeout_s,
@@ -613,4 +653,41 @@ class SqliteCompactor:
                 raise Blocked(refused_side.reason) from exc
             raise
         finally:
+            if held:
+                sqlite_quiet.release_exclusive(conn)
             close_quietly(conn)
+
+    def _chunk_begin(
+        self, conn: apsw.Connection, path: str, state: DbState, pause: Callable[[float], None]
+    ) -> Callable[[], None]:
+        """How each incremental chunk opens its write transaction: at a quiet moment (see the module)."""
+        checked: list[bool] = []
+
+        def begin() -> None:
+            if state.wal:
+                sqlite_quiet.wait_for_quiet(path, True, self.busy_timeout_s, pause=pause, stats=self.quiet_stats)
+                run(conn, "BEGIN IMMEDIATE")
+                return
+            sqlite_quiet.hold_exclusive(conn, path, self.busy_timeout_s, busy_timeout_s=self.busy_timeout_s,
+                                        keep=False, pause=pause, stats=self.quiet_stats)
+            if not checked:
+                try:
+                    sqlite_compact.check_database(conn, path)  # the first read of this compaction
+                except BaseException:
+                    rollback_quietly(conn)
+                    raise
+                checked.append(True)
+
+        return begin
+
+    def application(self) -> dict[str, float | int]:
+        """What this compactor saw of the applications beside its databases (``/status``, ``/metrics``).
+
+        Returns:
+            ``{"waits", "wait_seconds", "gave_up"}`` (:class:`~smoosh.compactors.sqlite_quiet.QuietStats`)
+            and ``looks_locked`` / ``looks_lockless``: the looks at a database that took a
+            SQLite lock, and those that read the file without one.
+        """
+        out = self.quiet_stats.snapshot()
+        out.update(self._looks.snapshot())
+        return out

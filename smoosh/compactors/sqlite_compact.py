@@ -64,7 +64,7 @@ from smoosh.compactors.base import (
 )
 from smoosh.compactors.sqlite_file import DbState, sqlite_temp_dir
 from smoosh.compactors.sqlite_identity import FileIdentity
-from smoosh.compactors.sqlite_openers import others_have_open
+from smoosh.compactors.sqlite_openers import open_elsewhere, others_have_open
 from smoosh.disk_room import DiskRoom, NoRoom, Reservation
 from smoosh.io_budget import IoBudget
 from smoosh.units import format_duration
@@ -87,6 +87,7 @@ from smoosh.compactors.sqlite_open import (
 __all__ = [
     "TickRate",
     "open_for_compaction",
+    "check_database",
     "raise_mapped",
     "check_space",
     "vacuum_needs",
@@ -170,7 +171,8 @@ class TickRate:
 
 
 def open_for_compaction(
-    path: str, roots: tuple[str, ...] | None, busy_timeout_s: float, meant: tuple[int, int] | None = None
+    path: str, roots: tuple[str, ...] | None, busy_timeout_s: float, meant: tuple[int, int] | None = None,
+    *, check: bool = True,
 ) -> apsw.Connection:
     """A read-write connection whose file proved to be a database: the one place a compaction opens one.
 
@@ -183,6 +185,10 @@ def open_for_compaction(
         roots: the roots in force.
         busy_timeout_s: the connection's busy timeout.
         meant: ``(device, inode)`` of the file the look that chose it read; None: whichever is there.
+        check: read the schema now, so a file that is not a database fails here. False for a
+            rollback-journal database: a read takes a lock, which it may only take at a quiet
+            moment (:mod:`~smoosh.compactors.sqlite_quiet`); the caller runs
+            :func:`check_database` once it holds one.
 
     Raises:
         Refused: outside ``roots`` or through a symlink (in any component: SQLite checks).
@@ -194,7 +200,8 @@ def open_for_compaction(
     conn = None
     try:
         conn = open_database(path, "rw", timeout_s=busy_timeout_s, roots=roots, meant=meant)
-        pragma(conn, "schema_version")  # the header is read lazily: make a foreign file fail here
+        if check:
+            pragma(conn, "schema_version")  # the header is read lazily: make a foreign file fail here
     except Shared as exc:
         raise Blocked(exc.reason) from None
     except apsw.Error as exc:
@@ -213,6 +220,25 @@ def open_for_compaction(
         close_quietly(conn)
         raise Blocked(READ_ONLY, read_only=True)
     return conn
+
+
+def check_database(conn: apsw.Connection, path: str) -> None:
+    """Make a file that is not a database fail now (what :func:`open_for_compaction` checks by default).
+
+    Raises:
+        Gone: the file is not a database (any more).
+        Busy, Blocked: as :func:`raise_mapped` maps SQLite's error.
+    """
+    try:
+        pragma(conn, "schema_version")
+    except apsw.Error as exc:
+        if errcode(exc) in (SQLITE_CANTOPEN, SQLITE_NOTADB):
+            refused_side = refusal_error(path)
+            if refused_side is not None:
+                raise Blocked(refused_side.reason) from exc
+            raise Gone(f"{path}: {exc}") from exc
+        raise_mapped(exc, path)
+        raise
 
 
 def raise_mapped(exc: apsw.Error, path: str, busy_message: str | None = None) -> None:
@@ -309,10 +335,11 @@ def vacuum(
             ticks, and a path that names another file interrupts the VACUUM at once.
         budget: charged the file's size as the VACUUM ends (only the estimated part it got
             through when it stopped early: a VACUUM that never got the lock wrote nothing).
-        max_lock_hold_s: when another process has the database open (seen in WAL mode:
-            :mod:`~smoosh.compactors.sqlite_openers`), the VACUUM gives up (rolls back) as soon
-            as it cannot end within this time of taking the write lock, so its writers never
-            wait past their busy timeout (0: no limit). Its copy-back phase cannot be stopped,
+        max_lock_hold_s: when another process has the database open (WAL mode: its ``-shm``
+            locks; rollback mode: its descriptors, :func:`~smoosh.compactors.sqlite_openers.open_elsewhere`,
+            or when that cannot be told), the VACUUM gives up (rolls back) as soon as it cannot
+            end within this time of taking the write lock, so the application never waits past
+            its busy timeout (0: no limit). Its copy-back phase cannot be stopped,
             so the ticking phase gets ``max_lock_hold_s / (1 + rate.copy_back_ratio)``, counted
             on ``clock`` from the first tick (the lock is taken just before it).
 
@@ -337,7 +364,7 @@ def vacuum(
     # One VACUUM statement holds the write lock from its start to its end: an application
     # writer meanwhile waits in its busy handler, invisible to smoosh, and fails after its busy
     # timeout. Where another process has the database open, smoosh gives up first.
-    limited = max_lock_hold_s > 0 and others_have_open(path) is True
+    limited = max_lock_hold_s > 0 and (others_have_open(path) is True if state.wal else open_elsewhere(path) is not False)
     ticking_budget_s = max_lock_hold_s / (1.0 + rate.copy_back_ratio)
     first_tick = last_tick = 0.0
 

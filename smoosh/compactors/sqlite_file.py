@@ -44,6 +44,8 @@ from smoosh.identity import identity_refusal, lstat_if_there, side_file_stats
 from smoosh.paths import canonical_path
 
 __all__ = [
+    "LOOKS",
+    "LookCounts",
     "DbState",
     "parse_header",
     "read_state",
@@ -61,6 +63,40 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+class LookCounts:
+    """How many looks at a database read it without a lock, and how many took one (a SQLite connection).
+
+    In rollback-journal mode a read lock, however short, can hold back an application's commit,
+    and every transaction of the application that read and now wants to write fails meanwhile:
+    so the looks between compactions read the header and ``immutable=1`` files only, and what
+    still takes a lock (a WAL database whose header is stale, where a read lock holds nobody
+    back) is counted here. One per process (:data:`LOOKS`), written by any thread under its lock.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lockless = 0
+        self._locked = 0
+
+    def lockless(self) -> None:
+        """Count a look that read the file without a lock."""
+        with self._lock:
+            self._lockless += 1
+
+    def locked(self) -> None:
+        """Count a look that took a SQLite lock."""
+        with self._lock:
+            self._locked += 1
+
+    def snapshot(self) -> dict[str, int]:
+        """``{"looks_lockless", "looks_locked"}``."""
+        with self._lock:
+            return {"looks_lockless": self._lockless, "looks_locked": self._locked}
+
+
+#: The process's look counts.
+LOOKS = LookCounts()
 
 #: The first 16 bytes of every SQLite 3 database file.
 MAGIC = b"SQLite format 3\x00"
@@ -242,16 +278,43 @@ def open_for_read(path: str, timeout_s: float, *, roots: Sequence[str] | None = 
         return open_database(path, "ro", timeout_s=timeout_s, roots=roots)
 
 
-def _quiet_signature(path: str) -> tuple[int, int, int] | None:
-    """(inode, size, mtime_ns) of a database with no ``-wal`` and no ``-journal``; else None."""
+#: The first bytes of a rollback journal that holds a transaction (SQLite's journal header magic).
+JOURNAL_MAGIC = bytes.fromhex("d9d505f920a163d7")
+
+
+def _quiet_signature(path: str) -> tuple[int, int, int, int] | None:
+    """(inode, size, mtime_ns, journal size) of a database nobody is writing; else None.
+
+    Nobody is writing it when it has no ``-wal`` and no ``-journal`` in use: a ``-journal`` left
+    empty (``journal_mode = TRUNCATE``) or with its header zeroed (``PERSIST``) holds no
+    transaction.
+    """
     try:
         st = os.lstat(path)
     except OSError:
         return None
-    for suffix in ("-wal", "-journal"):
-        if os.path.lexists(path + suffix):
-            return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
+    if os.path.lexists(path + "-wal"):
+        return None
+    journal = lstat_if_there(path + "-journal")
+    if journal is not None and journal.st_size and _journal_in_use(path + "-journal"):
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns, journal.st_size if journal is not None else -1)
+
+
+def _journal_in_use(journal: str) -> bool:
+    """Whether a rollback journal holds a transaction (its header's magic), or cannot be read."""
+    try:
+        fd = os.open(journal, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return False  # the transaction ended meanwhile
+    except OSError:
+        return True
+    try:
+        return os.pread(fd, len(JOURNAL_MAGIC), 0) == JOURNAL_MAGIC
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # SQLite locks the database file, never its journal: this close drops nothing
 
 
 def read_quietly(path: str, query: str, *, roots: Sequence[str] | None = None) -> tuple[Any, ...] | None:
@@ -400,6 +463,7 @@ def _header_state(
     if isinstance(raw, str):
         raise shared(path, raw) if warn else Shared(path, raw)
     header, st = cast("tuple[bytes, os.stat_result]", raw)
+    LOOKS.lockless()
     return parse_header(header, st.st_size, st.st_ino, st.st_dev), st
 
 
@@ -512,6 +576,7 @@ def _state_from_connection(
         conn = open_for_read(path, timeout_s, roots=roots)
     except apsw.Error:
         return fallback
+    LOOKS.locked()
     try:
         return DbState(
             file_bytes=st.st_size,

@@ -54,7 +54,7 @@ YIELD_MAX_S = 0.05
 
 def incremental(
     conn: apsw.Connection, path: str, ctx: CompactionContext, chunk_pages: int, identity: FileIdentity | None = None,
-    budget: IoBudget | None = None,
+    budget: IoBudget | None = None, begin: Callable[[], None] | None = None,
 ) -> None:
     """Free the database's free pages in chunks of ``chunk_pages``, one write transaction each.
 
@@ -64,22 +64,28 @@ def incremental(
     without one) times as long: the application's writers get the lock between chunks
     instead of waiting out a run of them.
 
+    Every read of the database happens inside a chunk's transaction: outside one, a read would
+    take a lock of its own at a moment the application did not choose.
+
     Parameters:
         identity: the file being compacted; checked before every chunk (no journal exists
             then), so a path renamed over ends the compaction before it writes again.
         budget: charged each chunk's freed pages (bytes) as it commits; the pacing itself
             is the wait in ``ctx.checkpoint()`` before the next chunk. Its pace, read before
             each gap, sets the gap after a shared chunk.
+        begin: opens a chunk's write transaction (a rollback-journal database's exclusive
+            lock at a quiet moment: :func:`~smoosh.compactors.sqlite_quiet.hold_exclusive`);
+            ``BEGIN IMMEDIATE`` by default.
 
     Raises:
-        Busy: a chunk stayed locked beyond the busy timeout.
+        Busy: a chunk stayed locked beyond the busy timeout (or found no quiet moment).
         Replaced, Gone: the path names another file, or none, now.
         apsw.Error: anything else SQLite reports.
     """
     # No on_cancel callback: interrupting a chunk would only waste it; the worker's stop
     # and hold both act at the next ctx.checkpoint(), at most one short chunk away.
-    start_free = pragma(conn, "freelist_count")
-    page_bytes = int(pragma(conn, "page_size") or 0) if budget is not None else 0
+    start_free = -1  # read by the first chunk, inside its transaction
+    page_bytes = 0
     freed = 0
     pages = chunk_pages
     own_write_ns = time.time_ns()  # writes before this (the compaction's own checks) are not the application's
@@ -87,24 +93,25 @@ def incremental(
     # The worker's pause ends at once on a stop, a hold or a rotation; a plain sleep otherwise.
     pause = getattr(ctx, "pause", None) or _pause
     ctx.progress(0.0)
-    while freed < start_free:
+    while start_free < 0 or freed < start_free:
         if shared:
             # Before the checkpoint: a stop or a hold that ends this wait acts there, before the chunk.
             yield_to_writer(lambda: last_write_age(path, own_write_ns), pause)
         ctx.checkpoint()  # no transaction is open here: a hold waits holding no lock
         if identity is not None:
             identity.check()
-        free_before = pragma(conn, "freelist_count")
-        if free_before == 0:
-            break
         # Shared: another process has the database open and may want to write. Its writer
         # sleeps in its busy handler while a chunk holds the lock, and wakes at moments of
         # its own: chunks back to back leave it almost no chance to find the lock free.
         shared = others_have_open(path) is True
-        held_s = _chunk(conn, path, pages if shared else chunk_pages, SHARED_CHUNK_LOCK_MAX_S if shared else None,
-                        budget if shared else None)
+        done = _chunk(conn, path, pages if shared else chunk_pages, SHARED_CHUNK_LOCK_MAX_S if shared else None,
+                      budget if shared else None, begin)
         own_write_ns = time.time_ns()
-        free_after = pragma(conn, "freelist_count")
+        if done is None:
+            break  # no free page left
+        free_before, free_after, held_s, page_size = done
+        if start_free < 0:
+            start_free, page_bytes = free_before, page_size if budget is not None else 0
         if free_after >= free_before:
             break  # nothing moved (should not happen): never loop forever
         freed += free_before - free_after
@@ -175,24 +182,37 @@ def _pause(seconds: float) -> None:
 
 
 def _chunk(conn: apsw.Connection, path: str, chunk_pages: int, lock_max_s: float | None,
-           budget: IoBudget | None = None) -> float:
-    """One chunk: up to ``chunk_pages`` pages freed in one write transaction; the seconds it held the lock.
+           budget: IoBudget | None = None, begin: Callable[[], None] | None = None,
+           ) -> tuple[int, int, float, int] | None:
+    """One chunk: up to ``chunk_pages`` pages freed in one write transaction.
 
     With ``lock_max_s``, the chunk ends early once it has held the write lock that long: the
     pragma frees one page per step (module docstring), so stepping stops and the pages freed
     so far commit. With ``budget``, a wait of :data:`LOCK_WAIT_HARM_S` or more for the lock is
     noted on it.
+
+    Returns:
+        (free pages before, free pages after, seconds the lock was held, page size), read
+        inside the transaction; None when there was no free page (nothing written).
     """
     started = time.monotonic()
     try:
-        if lock_max_s is None:
-            run(conn, f"BEGIN IMMEDIATE; PRAGMA incremental_vacuum({chunk_pages}); COMMIT;")
-        else:
+        if begin is None:
             run(conn, "BEGIN IMMEDIATE")
-            got = time.monotonic()
-            if budget is not None and got - started >= LOCK_WAIT_HARM_S:
-                budget.note_lock_wait()  # the application held the lock: it was writing
-            started = got  # the lock is held from here
+        else:
+            begin()
+        got = time.monotonic()
+        if budget is not None and got - started >= LOCK_WAIT_HARM_S:
+            budget.note_lock_wait()  # the application held the lock: it was writing
+        started = got  # the lock is held from here
+        free_before = int(pragma(conn, "freelist_count") or 0)
+        if free_before == 0:
+            run(conn, "COMMIT")
+            return None
+        page_size = int(pragma(conn, "page_size") or 0)
+        if lock_max_s is None:
+            run(conn, f"PRAGMA incremental_vacuum({chunk_pages})")
+        else:
             deadline = started + lock_max_s
             cursor = conn.execute(f"PRAGMA incremental_vacuum({chunk_pages})")
             try:
@@ -201,9 +221,10 @@ def _chunk(conn: apsw.Connection, path: str, chunk_pages: int, lock_max_s: float
                         break
             finally:
                 cursor.close()
-            run(conn, "COMMIT")
+        free_after = int(pragma(conn, "freelist_count") or 0)
+        run(conn, "COMMIT")
     except apsw.Error as exc:
         rollback_quietly(conn)
         raise_mapped(exc, path)
         raise
-    return time.monotonic() - started
+    return free_before, free_after, time.monotonic() - started, page_size

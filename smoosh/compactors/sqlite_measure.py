@@ -27,7 +27,7 @@ from typing import Callable
 
 import apsw
 
-from smoosh.compactors.sqlite_file import DbState, open_for_read, read_quietly
+from smoosh.compactors.sqlite_file import LOOKS, DbState, open_for_read, read_quietly
 from smoosh.compactors.sqlite_open import close_quietly, run
 
 __all__ = ["KeyMemory", "exact_active_bytes", "DBSTAT_QUERY", "EXACT_MEMORY_MAX_KEYS", "CHANGE_COUNTER_MODULUS"]
@@ -42,32 +42,44 @@ EXACT_MEMORY_MAX_KEYS = 100_000
 CHANGE_COUNTER_MODULUS = 1 << 32
 
 
-def exact_active_bytes(path: str, estimate: int, busy_timeout_s: float, roots: tuple[str, ...] | None) -> int:
-    """The exact live bytes (``dbstat``), or ``estimate`` when SQLite cannot tell.
+def exact_active_bytes(
+    path: str, estimate: int, busy_timeout_s: float, roots: tuple[str, ...] | None, *, wal: bool = True
+) -> int | None:
+    """The exact live bytes (``dbstat``), ``estimate`` when SQLite cannot tell, or None for "not now".
 
     Read through an ``immutable=1`` connection when nobody is writing the database
-    (:func:`~smoosh.compactors.sqlite_file.read_quietly`), else through
-    :func:`~smoosh.compactors.sqlite_file.open_for_read`.
+    (:func:`~smoosh.compactors.sqlite_file.read_quietly`: no lock). Otherwise a WAL database is
+    read through :func:`~smoosh.compactors.sqlite_file.open_for_read` (a WAL reader holds no
+    writer back), and a rollback-journal database is not read at all: a read lock held for a
+    whole ``dbstat`` pass would hold the application's commits back, and every transaction of
+    it caught between its read and its write meanwhile would fail.
 
     Parameters:
         path: the database file (canonical).
         estimate: what to answer when SQLite cannot tell (``dbstat`` missing, an open failing).
         busy_timeout_s: busy timeout of the normal connection.
         roots: canonical roots the path must lie in, or None for no roots restriction.
+        wal: whether the database is in WAL mode (its header says).
 
     Returns:
-        Bytes in use on the database's b-tree pages, or ``estimate``.
+        Bytes in use on the database's b-tree pages, or ``estimate``; None when a
+        rollback-journal database is being written (the caller keeps its estimate and asks
+        again later).
 
     Raises:
         Refused: through a symlink (logged at WARNING).
     """
     row = read_quietly(path, DBSTAT_QUERY, roots=roots)
     if row is not None:
+        LOOKS.lockless()
         return int(row[0] or 0)
+    if not wal:
+        return None
     try:
         conn = open_for_read(path, busy_timeout_s, roots=roots)
     except apsw.Error:
         return estimate
+    LOOKS.locked()
     try:
         rows = run(conn, DBSTAT_QUERY)
         return int(rows[0][0] or 0) if rows else estimate

@@ -120,8 +120,13 @@ def test_a_quiet_read_is_refused_while_someone_may_write(tmp_path: Path) -> None
         assert sizes is not None and sizes.active_bytes > 0
     journal = tmp_path / "b.db"
     make_bloated_db(str(journal), journal_mode="delete")
-    (tmp_path / "b.db-journal").write_bytes(b"")
+    # A journal holding a transaction (its header's magic) means someone is writing ...
+    (tmp_path / "b.db-journal").write_bytes(bytes.fromhex("d9d505f920a163d7") + bytes(504))
     assert read_quietly(str(journal), DBSTAT_QUERY) is None
+    # ... an empty one (journal_mode = TRUNCATE between transactions) or a zeroed one (PERSIST) does not
+    for left in (b"", bytes(512)):
+        (tmp_path / "b.db-journal").write_bytes(left)
+        assert read_quietly(str(journal), DBSTAT_QUERY) is not None
 
 
 def test_a_quiet_read_that_saw_the_file_change_is_thrown_away(tmp_path: Path, monkeypatch: Any) -> None:

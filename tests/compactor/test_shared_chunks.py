@@ -74,9 +74,11 @@ def test_the_gap_after_a_shared_chunk_is_the_budgets_pace_times_the_chunks_hold(
     held: list[float] = []
     real_chunk = sqlite_incremental._chunk
 
-    def chunk(*args: object) -> float:
-        held.append(real_chunk(*args))  # type: ignore[arg-type]
-        return held[-1]
+    def chunk(*args: object) -> object:
+        done = real_chunk(*args)  # type: ignore[arg-type]
+        if done is not None:
+            held.append(done[2])  # the seconds it held the lock
+        return done
 
     slept: list[float] = []
 
@@ -112,15 +114,18 @@ def test_a_chunk_that_finds_the_application_holding_the_write_lock_notes_a_lock_
 
     path = str(tmp_path / "contended.db")
     make_bloated_db(path, auto_vacuum="incremental", journal_mode="wal")
+    from smoosh.compactors import sqlite_quiet
+
     asked = threading.Event()
-    real_run = sqlite_incremental.run
+    real_look = sqlite_quiet.app_look
 
-    def run(conn, sql):  # type: ignore[no-untyped-def]
-        if sql == "BEGIN IMMEDIATE":
-            asked.set()
-        return real_run(conn, sql)
+    def look(path: str, wal: bool):  # type: ignore[no-untyped-def]
+        seen = real_look(path, wal)
+        if seen.writers:
+            asked.set()  # the chunk wants the lock, and waits for the application's write to end
+        return seen
 
-    monkeypatch.setattr(sqlite_incremental, "run", run)
+    monkeypatch.setattr(sqlite_quiet, "app_look", look)
     monkeypatch.setattr(sqlite_incremental, "_pause", lambda s: None)
     budget = IoBudget()
     errors: list[BaseException] = []
@@ -138,8 +143,8 @@ def test_a_chunk_that_finds_the_application_holding_the_write_lock_notes_a_lock_
         thread = threading.Thread(target=compact)
         thread.start()
         assert asked.wait(HANG_S)
-        # The chunk asked for the lock the application holds: it cannot have it before the
-        # COMMIT below, so it waits at least this long, however slow the machine.
+        # The chunk wants the lock the application holds: it waits for a quiet moment, which
+        # cannot come before the COMMIT below, so it waits at least this long, however slow the machine.
         time.sleep(2 * sqlite_incremental.LOCK_WAIT_HARM_S)
         app.execute("COMMIT")
         thread.join(HANG_S)

@@ -11,6 +11,7 @@ connection lives in a child process instead, where locking works as it does in p
 from __future__ import annotations
 
 import ast
+import select
 import subprocess
 import sys
 from pathlib import Path
@@ -90,9 +91,26 @@ class ChildConnection:
         Raises:
             ChildConnectionError: SQLite's error in the child (e.g. "database is locked").
         """
+        self.send(sql)
+        return self.reply()
+
+    def send(self, sql: str) -> None:
+        """Start one statement (one line) in the child without waiting for it (:meth:`reply` waits)."""
         assert self.proc.stdin is not None and "\n" not in sql
         self.proc.stdin.write(sql + "\n")
         self.proc.stdin.flush()
+
+    def replied(self, timeout_s: float) -> bool:
+        """Whether the statement sent has answered within ``timeout_s`` (its answer stays to :meth:`reply`)."""
+        assert self.proc.stdout is not None
+        return bool(select.select([self.proc.stdout], [], [], timeout_s)[0])
+
+    def reply(self) -> list[tuple[Any, ...]]:
+        """The rows of the statement :meth:`send` started, once it has finished.
+
+        Raises:
+            ChildConnectionError: SQLite's error in the child.
+        """
         status, _, payload = self._read().partition(" ")
         value = ast.literal_eval(payload)
         if status != "ok":

@@ -99,6 +99,13 @@ class SmooshCollector(Collector):
                 labels=["channel"]),
             "in_window": GaugeMetricFamily(
                 "smoosh_channel_in_window", "1 while the channel's time window is open.", labels=["channel"]),
+            "oldest_run": GaugeMetricFamily(
+                "smoosh_running_seconds", "Age of the channel's oldest compaction in flight (starting or running), "
+                "in seconds since its channel started it; 0 when none is.", labels=["channel"]),
+            "since_progress": GaugeMetricFamily(
+                "smoosh_running_since_progress_seconds", "The longest any compaction of the channel in flight has "
+                "gone without progress, in seconds (since its last progress, or since it began when it has made "
+                "none); 0 when none is in flight.", labels=["channel"]),
         }
         evicted = CounterMetricFamily(
             "smoosh_evicted", "Keys evicted from a full queue (lowest priority first).", labels=["channel"])
@@ -114,6 +121,8 @@ class SmooshCollector(Collector):
             gauges["suspended"].add_metric([name], 1 if entry.get("suspended") else 0)
             gauges["held"].add_metric([name], 1 if entry.get("held") else 0)
             gauges["in_window"].add_metric([name], 1 if entry.get("in_window", True) else 0)
+            gauges["oldest_run"].add_metric([name], _number(entry.get("oldest_run_s")))
+            gauges["since_progress"].add_metric([name], _number(entry.get("since_progress_s")))
             evicted.add_metric([name], _number(entry.get("evicted")))
             checkpoint_errors.add_metric([name], _number(entry.get("checkpoint_errors")))
         yield from gauges.values()

@@ -361,3 +361,25 @@ def test_a_run_left_by_a_daemon_that_died_frees_its_slots_after_the_take_over(
     finally:
         server.stop()
         store.close()
+
+
+def test_a_compaction_thread_that_fails_outside_its_compaction_still_ends_its_run(case: Case) -> None:
+    # Given the worker's step around the compaction raises (a bug there, not the database)
+    worker = case.server._worker
+    compact = worker._compact
+    calls = []
+
+    def broken(running: Any, started: float) -> Any:
+        if not calls:
+            calls.append(running.key)
+            raise RuntimeError("the I/O class could not be set")
+        return compact(running, started)
+
+    worker._compact = broken
+    key = make_key(case, "ratio")
+    case.server.enqueue(key)
+    # Then its channel hears the run ended failed (with a backoff), and nothing stays held
+    wait_for(lambda: record_of(case.server, key).get("state") == "crashing", HANG_S, what="the failed end heard")
+    assert record_of(case.server, key)["last_error"] == (
+        "the compaction's thread failed: RuntimeError: the I/O class could not be set")
+    back_to_idle_and_the_next_key_compacts(case)

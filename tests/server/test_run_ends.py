@@ -281,7 +281,8 @@ def end_stop(c: Case, state: str) -> None:
     assert not stopper.is_alive()
     c.restart()
     # The key is compacted after the restart (taken back, or its end heard before the stop)
-    wait_for(lambda: record_of(c.server, key).get("state") == "finished", HANG_S, what="the key's run after the restart")
+    wait_for(lambda: record_of(c.server, key).get("state") == "finished", HANG_S,
+             what="the key's run after the restart")
 
 
 ENDS: dict[str, Callable[[Case, str], None]] = {

@@ -64,8 +64,6 @@ JOB_REMOVED_ERROR = "job removed"
 #: Longest an ended run's removal waits for the next run's addition to carry it (seconds).
 #: That addition comes within a loop iteration and a re-check when its channel has work.
 REMOVAL_MERGE_WAIT_S = 0.005
-#: What a dropped run has to remove with it: nothing (it was never added, or the job is another's).
-_NOTHING_TO_REMOVE = object()
 
 
 def already_running(channel: str) -> str:
@@ -267,7 +265,8 @@ class JobScheduler:
         try:
             also = self._deliver(run.channel, event)
         finally:
-            self._close(run, also if event.kind == "ended" else _NOTHING_TO_REMOVE)
+            # A dropped run was never added, or the job that runs is another's: nothing to remove.
+            self._close(run, also, remove=event.kind == "ended")
 
     def retire(self, key: str, token: int, also: Callable[[Transaction], None] | None = None) -> None:
         """Stop following an ended run, with no event to its channel, and remove its job.
@@ -278,22 +277,21 @@ class JobScheduler:
         if run is not None and run.key == key and not run.ended:
             self._close(run, also)
 
-    def _close(self, run: Run, also: Callable[[Transaction], None] | None | object) -> None:
-        """Take ``run`` out of the table and queue its job's removal (with ``also``) unless told
-        there is nothing to remove (:data:`_NOTHING_TO_REMOVE`: a dropped run, never added)."""
+    def _close(self, run: Run, also: Callable[[Transaction], None] | None, *, remove: bool = True) -> None:
+        """Take ``run`` out of the table and, with ``remove``, queue its job's removal (with ``also``)."""
         run.ended = True
         if self.table.close(run):
             self._released(run.key)
         if run.sub is not None:
             run.sub.close()
-        if also is _NOTHING_TO_REMOVE or (run.claimed and also is None):
+        if not remove or (run.claimed and also is None):
             # Claimed: its worker removed the job in the commit that finished it, and nothing
             # is to be written beside it.
             return
         with self._removals_lock:
             if not self._removals:
                 self._removals_since = time.monotonic()
-            self._removals.append((run, also))  # type: ignore[arg-type]
+            self._removals.append((run, also))
         # Wakes (or starts) the starter: idle, it writes the removals once due.
         self._starter.submit(self._nudge)
 
@@ -337,7 +335,8 @@ class JobScheduler:
         priority = float(priority) if isinstance(priority, (int, float)) and not isinstance(priority, bool) else None
         if not isinstance(token, int):
             return
-        self._post_helped(lambda: self._route(key, RunEvent(key, token, "running", priority=priority), data, local=True))
+        event = RunEvent(key, token, "running", priority=priority)
+        self._post_helped(lambda: self._route(key, event, data, local=True))
 
     def run_ended(self, key: str, data: dict[str, Any], outcome: Outcome) -> None:
         """The daemon's worker finished the job of ``key``."""
@@ -382,7 +381,8 @@ class JobScheduler:
             self._follow(run)
         except Exception as exc:
             log.exception("Following the job of %r failed.", run.key)
-            self._emit(run, "ended", outcome=Outcome(FAILED, f"its job could not be followed: {type(exc).__name__}: {exc}"))
+            error = f"its job could not be followed: {type(exc).__name__}: {exc}"
+            self._emit(run, "ended", outcome=Outcome(FAILED, error))
 
     def _recheck_or_drop(self, run: Run) -> dict[str, Any] | None:
         """Re-check the key's priority; the job data to start it with, or None (dropped, reported)."""

@@ -53,6 +53,8 @@ def test_a_running_compaction_shows_its_age_and_its_time_since_progress(
     started_at = clocks.wall()
     server.enqueue(key)
     gate.wait_entered()
+    wait_for(lambda: [r["state"] for r in server.status()["channels"]["ratio_dbs"]["runs"]] == ["running"], HANG_S,
+             what="the worker's news that it runs heard")
 
     # Given its compaction has run 100 s without a word of progress
     clocks.advance(100)

@@ -113,9 +113,9 @@ def test_a_run_the_worker_no_longer_runs_is_ended_after_the_grace(
     assert server._loop.call(lambda: server._audit.check(clock())).vanished == []
     clock.advance(GRACE_S / 2)
     assert server._loop.call(lambda: server._audit.check(clock())).vanished == []
-    # ... and once the grace has passed
+    # ... and once the grace has passed (the audit's own tick, now due, may be the one that sees it)
     clock.advance(GRACE_S)
-    assert server._loop.call(lambda: server._audit.check(clock())).vanished == [("ratio_dbs", key)]
+    server._loop.call(lambda: server._audit.check(clock()))
 
     # Then it ends failed (said once at ERROR), its slots free, the key in its backoff
     assert errors(caplog) == [

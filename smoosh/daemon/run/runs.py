@@ -73,6 +73,9 @@ class Run:
     opened_at: float = 0.0
     progress_at: float | None = None
     local: bool = False
+    # Refused at its start (its key's live run is another): followed only until its refusal
+    # reaches its channel, and never shown.
+    refused: bool = False
 
     @property
     def state(self) -> str:
@@ -113,7 +116,8 @@ class RunTable:
     def __init__(self) -> None:
         self._by_token: dict[int, Run] = {}
         self._live: dict[str, Run] = {}
-        #: Every run as the status shows it; replaced whole on each change (any thread reads it).
+        #: Every run as the status shows it (a refused one never); replaced whole on each change
+        #: (any thread reads it).
         self.views: tuple[RunView, ...] = ()
 
     def open(self, run: Run) -> Run | None:
@@ -126,7 +130,9 @@ class RunTable:
         live = self._live.get(run.key)
         if live is None:
             self._live[run.key] = run
-        self.publish()
+            self.publish()
+        else:
+            run.refused = True
         return live
 
     def close(self, run: Run) -> bool:
@@ -160,7 +166,7 @@ class RunTable:
 
     def publish(self) -> None:
         """Rebuild :attr:`views` (after a run changed what the status shows of it)."""
-        self.views = tuple(run.view() for run in self._by_token.values())
+        self.views = tuple(run.view() for run in self._by_token.values() if not run.refused)
 
     def __iter__(self) -> Iterator[Run]:
         return iter(list(self._by_token.values()))

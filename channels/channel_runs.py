@@ -76,6 +76,11 @@ class ChannelRuns(ChannelState):
         with self._lock:
             return {key: run.token for key, run in (*self._starting.items(), *self._active.items())}
 
+    def slots_held(self) -> int:
+        """How many of the host's global slots this channel's runs hold now (owner thread)."""
+        with self._lock:
+            return sum(1 for run in (*self._starting.values(), *self._active.values()) if run.slot)
+
     def _launch(self, run: Run) -> None:
         try:
             run.token = self._scheduler.submit(self.name, run.key, run.priority)

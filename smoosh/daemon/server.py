@@ -51,6 +51,7 @@ from smoosh.daemon.intake.verdicts import WAIT_S, Verdict, enqueue_and_wait
 from smoosh.daemon.record.outcomes import Counters, Outcomes
 from smoosh.daemon.results import Result, ResultLog
 from smoosh.daemon.host.registry import ChannelRegistry
+from smoosh.daemon.host.run_audit import RunAudit
 from smoosh.daemon.intake.router import Router
 from smoosh.daemon.run.scheduler import JobScheduler
 from smoosh.daemon.control.slots import SlotGate
@@ -207,7 +208,7 @@ class Server(LiveConfig):
             node=self.node, history=self._history, counters=self.counters, router=self._router,
             forget=self.intake.forget, channel_of=lambda name: self._registry.current.get(name), clocks=clocks,
             log_level=lambda: getattr(logging, self._config.compaction_log_level.upper(), logging.INFO),
-            claimed_run=self._claimed_run, results=self._results,
+            claimed_run=self._claimed_run, results=self._results, live_token=self._live_token,
         )
         self._worker: Any = None
         # What the channels ask of the daemon, and the holds put on them from outside.
@@ -219,6 +220,11 @@ class Server(LiveConfig):
             store_health=self._store_health,
         )
         self._housekeeping: Housekeeping | None = None
+        # Every slot held has a live run behind it, or it is said once and freed.
+        self._audit = RunAudit(
+            channels=lambda: self._registry.current, slots=self._slots, scheduler_of=lambda: self._scheduler,
+            worker_of=lambda: self._worker, deliver=self._host.deliver, wake=self.wake,
+        )
         self._started = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -272,6 +278,7 @@ class Server(LiveConfig):
             post_helped=lambda fn: self._loop.post(fn, helped=True), help=self._loop.help,
         )
         self._scheduler.on_released = self._settle
+        self._scheduler.on_opened = self._run_opened
         self._suspension.load()
         # Before any channel opens: a channel the cluster holds never starts a run first.
         cluster = ClusterHolds(self._store)
@@ -328,6 +335,7 @@ class Server(LiveConfig):
         self._loop.add(self.intake, "the intake")
         self._loop.add(self._housekeeping, "housekeeping")
         self._loop.add(self._budget_gate, "the I/O budget gate", due=None)
+        self._loop.add(self._audit, "the run audit")
         self._housekeeping.start()
         self._loop.start()
         self._started = True
@@ -589,6 +597,17 @@ class Server(LiveConfig):
         result = Result.of(outcome, channel if isinstance(channel, str) else None, self._clocks.wall())
         return self._results.write_for(key, result)
 
+    def _live_token(self, key: str) -> int | None:
+        """The token of the run that holds ``key`` now, if any (loop thread)."""
+        run = self._scheduler.run_of(key) if self._scheduler is not None else None
+        return None if run is None else run.token
+
+    def _run_opened(self) -> None:
+        """A run started or was adopted (loop thread): the run audit looks while runs exist."""
+        if self._audit.asleep:
+            self._audit.asleep = False
+            self._loop.wake(self._audit)
+
     def _claimed_run(self, key: str) -> bool:
         """Whether ``key``'s run is this process's worker's, claimed by it (no store request to clear)."""
         run = self._scheduler.run_of(key) if self._scheduler is not None else None
@@ -608,6 +627,12 @@ class Server(LiveConfig):
         if self._suspension.is_suspended(name):
             channel.suspend()
         channel.set_held(self._host.cluster_hold_of(name))
+        # A channel reopened (restarted after a crash, or removed and added again by a live
+        # edit) follows the runs its predecessor started: they count against its concurrency
+        # and hold their slots again, and their ends reach it.
+        for run in self._scheduler.runs():
+            if run.channel == name and self._scheduler.run_of(run.key) is run:
+                channel.adopt(run.key)
         return channel
 
     def _compacting(self, path: str) -> bool:

@@ -848,3 +848,89 @@ def test_from_one_compaction_to_the_next_the_loops_thread_sleeps_and_one_thread_
         worker.stop(SETTLE_TIMEOUT_S)
         loop.stop()
         sched.close(SETTLE_TIMEOUT_S)
+
+
+# -- every start ends in an event for its channel (issue 45: a run's slots freed by construction) ------
+
+
+def test_a_second_start_of_a_key_is_refused_and_the_first_runs_end_is_still_heard(
+    make_scheduler: Callable[..., Harness],
+) -> None:
+    # Given a run of the key, its job taken by a worker
+    h = make_scheduler()
+    first = h.sched.submit(CHANNEL, "/db/a", 5.0)
+    job, data = h.accept()
+    h.settle(lambda: h.kinds("/db/a") == ["running"], "the first run running")
+    # When another channel starts the same key (it waited there too)
+    second = h.sched.submit("upgrade_dbs", "/db/a", 1.0)
+    h.settle(lambda: len(h.events("/db/a")) == 2, "the second start's answer")
+    # Then the second is refused at once, to its own channel, and the first run is still the key's
+    assert h.delivered[-1] == ("upgrade_dbs", RunEvent("/db/a", second, "dropped",
+                                                       reason="it is already being compacted by channel 'ratio_dbs'"))
+    assert h.run("/db/a").token == first
+    # ... whose end reaches its channel (before, the second start replaced the first's record,
+    # and this end was ignored: the channel kept the run, and its slots, for good)
+    finish(h, job, data)
+    h.settle(lambda: "ended" in h.kinds("/db/a"), "the first run's end")
+    assert h.delivered[-1] == (CHANNEL, RunEvent("/db/a", first, "ended", outcome=Outcome(OK)))
+    assert h.sched.runs() == []
+
+
+def test_a_job_that_cannot_be_followed_for_any_reason_ends_its_run_failed(
+    make_scheduler: Callable[..., Harness], jobs: Jobs,
+) -> None:
+    class BrokenSubscription(Delegating):
+        def subscribe(self, job_type: Any, job_id: str, **kwargs: Any) -> Any:
+            raise RuntimeError("notifier gone")
+
+    h = make_scheduler(BrokenSubscription(jobs))
+    token = h.sched.submit(CHANNEL, "/db/a", 5.0)
+    h.wait_kinds("/db/a", ["ended"])
+    assert h.events() == [RunEvent("/db/a", token, "ended", outcome=Outcome(
+        FAILED, "its job could not be followed: RuntimeError: notifier gone"))]
+    h.starter_idle()
+    assert h.job("/db/a") is None  # nobody would ever follow it
+
+
+class _Local:
+    """This process's worker as the scheduler sees it: a slot free for every claim."""
+
+    holder = "this-process"
+
+    def __init__(self, runs: bool = True) -> None:
+        self.runs = runs
+
+    def reserve(self) -> bool:
+        return True
+
+    def run_claimed(self, claim: Callable[[], Any]) -> bool:
+        if self.runs:
+            threading.Thread(target=claim, daemon=True).start()
+        return self.runs
+
+
+def test_a_claim_the_worker_refuses_drops_its_run(make_scheduler: Callable[..., Harness]) -> None:
+    h = make_scheduler()
+    h.sched.local = _Local(runs=False)  # its pool stops: the claim never runs
+    token = h.sched.submit(CHANNEL, "/db/a", 5.0)
+    assert not h.sched.running_at_once("/db/a", token)
+    h.wait_kinds("/db/a", ["dropped"])
+    assert h.events() == [RunEvent("/db/a", token, "dropped", reason="the daemon is stopping")]
+    assert h.sched.runs() == []
+
+
+def test_a_claim_that_fails_unforeseen_drops_its_run(make_scheduler: Callable[..., Harness], caplog: Any) -> None:
+    class Broken(_Local):
+        @property
+        def holder(self) -> str:  # type: ignore[override]
+            raise RuntimeError("no instance")
+
+    h = make_scheduler()
+    h.sched.local = Broken()
+    with caplog.at_level(logging.ERROR, logger=SCHEDULER_LOGGER):
+        token = h.sched.submit(CHANNEL, "/db/a", 5.0)
+        h.wait_kinds("/db/a", ["dropped"])
+    assert h.events() == [RunEvent("/db/a", token, "dropped", reason="it could not start: RuntimeError: no instance")]
+    assert [r.getMessage() for r in caplog.records if r.name == SCHEDULER_LOGGER] == [
+        "Starting the run of '/db/a' failed; dropped."]
+    assert h.sched.runs() == []

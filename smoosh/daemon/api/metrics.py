@@ -97,6 +97,11 @@ METRICS: tuple[MetricDef, ...] = (
     MetricDef("smoosh_channel_in_window", "gauge", "1 while the channel's time window is open.", ("channel",)),
     MetricDef("smoosh_evicted_total", "counter", "Keys evicted from a full queue (lowest priority first).",
               ("channel",)),
+    MetricDef("smoosh_running_seconds", "gauge", "Age of the channel's oldest compaction in flight (starting or "
+              "running), in seconds since its channel started it; 0 when none is.", ("channel",)),
+    MetricDef("smoosh_running_since_progress_seconds", "gauge", "The longest any compaction of the channel in flight "
+              "has gone without progress, in seconds (since its last progress, or since it began when it has made "
+              "none); 0 when none is in flight.", ("channel",)),
     MetricDef("smoosh_checkpoint_errors_total", "counter", "Failed writes of the channel's queue checkpoint.",
               ("channel",)),
     MetricDef("smoosh_starved_jobs", "gauge",
@@ -217,6 +222,8 @@ class SmooshCollector(Collector):
             "suspended": family("smoosh_channel_suspended"),
             "held": family("smoosh_channel_held"),
             "in_window": family("smoosh_channel_in_window"),
+            "oldest_run": family("smoosh_running_seconds"),
+            "since_progress": family("smoosh_running_since_progress_seconds"),
         }
         evicted = family("smoosh_evicted_total")
         checkpoint_errors = family("smoosh_checkpoint_errors_total")
@@ -230,6 +237,8 @@ class SmooshCollector(Collector):
             gauges["suspended"].add_metric([name], 1 if entry.get("suspended") else 0)
             gauges["held"].add_metric([name], 1 if entry.get("held") else 0)
             gauges["in_window"].add_metric([name], 1 if entry.get("in_window", True) else 0)
+            gauges["oldest_run"].add_metric([name], _number(entry.get("oldest_run_s")))
+            gauges["since_progress"].add_metric([name], _number(entry.get("since_progress_s")))
             evicted.add_metric([name], _number(entry.get("evicted")))
             checkpoint_errors.add_metric([name], _number(entry.get("checkpoint_errors")))
         yield from gauges.values()

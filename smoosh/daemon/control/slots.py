@@ -70,6 +70,11 @@ class SlotGate:
         """Give back a slot ``channel`` took (never below zero)."""
         self._busy = max(0, self._busy - 1)
 
+    def recount(self, busy: int) -> None:
+        """Set the slots taken to ``busy``, what the runs hold (the run audit's repair of a count
+        that drifted from them: a release lost, or one too many)."""
+        self._busy = max(0, busy)
+
     def withdraw(self, channel: str) -> None:
         """``channel`` stops waiting for a slot (it cannot start anything now)."""
         self._line.pop(channel, None)

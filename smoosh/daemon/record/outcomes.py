@@ -173,6 +173,9 @@ class Outcomes:
         results: the durable history: a run this process's worker did not claim has its row
             written here, with its job's removal (a claimed run's worker writes it with the
             finish).
+        live_token: the token of the run that holds ``key`` now, or None: a run dropped while
+            another run of its key goes on (two channels held the key) leaves the key's
+            history alone, which tells of the run that goes on.
     """
 
     def __init__(
@@ -188,6 +191,7 @@ class Outcomes:
         claimed_run: Callable[[str], bool],
         clocks: Clocks,
         results: ResultLog | None = None,
+        live_token: Callable[[str], int | None] = lambda key: None,
     ) -> None:
         self._node = node
         self._history = history
@@ -199,6 +203,7 @@ class Outcomes:
         self._claimed_run = claimed_run
         self._clocks = clocks
         self._results = results
+        self._live_token = live_token
         #: Keys with a crash record in the store: only those need one cleared.
         self.crash_records: set[str] = set()
         # key -> the store write to make with its job's removal (its crash record).
@@ -298,7 +303,7 @@ class Outcomes:
             rec = self._history.get(event.key)
             if rec is None or rec.state != "running":
                 self._history.record(event.key, STARTED, wall, channel=channel_name)
-        elif event.kind == "dropped":
+        elif event.kind == "dropped" and self._live_token(event.key) in (None, event.run):
             self._history.record(event.key, DROPPED, wall, channel=channel_name, reason=event.reason)
             self._reclaimed_since_blocked(channel_name, event.key, wall, now)
         channel = self._channel_of(channel_name)

@@ -51,8 +51,10 @@ def build_status(server: Any) -> dict[str, Any]:
     estimates: dict[str, tuple[int, list[list[Any]]]] = server._last_estimates
     config = server.config
     starved = server._history.starved()
+    runs = runs_by_channel(server)
     for name, channel in list(server.channels().items()):
         entry = dict(channel.status())
+        entry.update(run_ages(runs.get(name, [])))
         snapshot = channel.try_snapshot()
         if snapshot is None:
             reclaimable, would_run = estimates.get(name, (0, []))
@@ -83,6 +85,57 @@ def build_status(server: Any) -> dict[str, Any]:
         "disk": disk_status(server),
         "controller": controller_status(server),
         "store": server.store_health.snapshot(),
+    }
+
+
+def runs_by_channel(server: Any) -> dict[str, list[dict[str, Any]]]:
+    """Every run the daemon follows now, per channel, as ``/status`` shows it (oldest first).
+
+    Each run: ``key``; ``state`` (``starting``: its job is being added or waits for a worker;
+    ``claimed``: this daemon's worker took it and starts it; ``running``); ``started_at`` (Unix
+    seconds: when its channel started it, or this daemon adopted it); ``age_s``; ``progress``
+    (0 to 1); ``progress_at`` (Unix seconds of its last progress, None while it has made
+    none); ``since_progress_s`` (seconds since then; when it has made none, since it began
+    running, or since its start while it has not).
+    Runs this process's worker runs show its live progress; others the progress their job's
+    data last told.
+    """
+    scheduler = server._scheduler
+    if scheduler is None:
+        return {}
+    clocks = server._clocks
+    now = clocks.monotonic()
+    worker = server._worker
+    local = {r["key"]: r for r in worker.status()} if worker is not None else {}
+    out: dict[str, list[dict[str, Any]]] = {}
+    for view in sorted(scheduler.table.views, key=lambda v: v.opened_at):
+        progress, progress_at = view.progress, view.progress_at
+        here = local.get(view.key)
+        if here is not None and here.get("channel") in (None, view.channel):
+            progress = float(here["progress"])
+            progress_at = here.get("progress_at")
+        since = progress_at if progress_at is not None else (
+            view.running_since if view.running_since is not None else view.opened_at)
+        out.setdefault(view.channel, []).append({
+            "key": view.key,
+            "state": view.state,
+            "started_at": round(clocks.wall_at(view.opened_at), 3),
+            "age_s": round(max(0.0, now - view.opened_at), 3),
+            "progress": round(progress, 4),
+            "progress_at": None if progress_at is None else round(clocks.wall_at(progress_at), 3),
+            "since_progress_s": round(max(0.0, now - since), 3),
+        })
+    return out
+
+
+def run_ages(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """A channel's runs and their ages, as its ``/status`` entry shows them: ``runs`` (see
+    :func:`runs_by_channel`), ``oldest_run_s`` (the oldest run's age) and ``since_progress_s``
+    (the longest any run has gone without progress); both 0 when nothing runs."""
+    return {
+        "runs": runs,
+        "oldest_run_s": max((r["age_s"] for r in runs), default=0.0),
+        "since_progress_s": max((r["since_progress_s"] for r in runs), default=0.0),
     }
 
 
@@ -133,8 +186,10 @@ def put_node_status(
     Parameters:
         process: the daemon writing it (a daemon always names itself; tests may not).
     """
+    # Without the lists (the keys waiting, the runs and their keys): the record stays small
+    # whatever the keys' lengths; the runs' ages stay in it.
     channels = {
-        name: {k: v for k, v in entry.items() if k != "would_run"}
+        name: {k: v for k, v in entry.items() if k not in ("would_run", "runs")}
         for name, entry in status.get("channels", {}).items()
     }
     record = {

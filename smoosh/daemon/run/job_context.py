@@ -35,12 +35,16 @@ class JobContext:
     Parameters:
         io_budget: the process's I/O budget: a chunk boundary also waits while it is in debt
             (``max_io_rate`` paces the chunks); a stop ends that wait at once. None: no pacing.
+        clock: monotonic seconds: when the progress last grew (:attr:`progress_at`), which
+            ``/status`` shows as a run's time since progress.
     """
 
-    def __init__(self, io_budget: IoBudget | None = None) -> None:
+    def __init__(self, io_budget: IoBudget | None = None, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._io_budget = io_budget
+        self._clock = clock
         self._cond = threading.Condition()
         self._fraction = 0.0
+        self._progress_at: float | None = None
         self._cancel_fns: list[Callable[[], None]] = []
         self._held = False
         self._checkpointed = False
@@ -53,6 +57,7 @@ class JobContext:
         with self._cond:
             if fraction > self._fraction:
                 self._fraction = fraction
+                self._progress_at = self._clock()
 
     def checkpoint(self) -> None:
         """Wait while held or while the I/O budget is in debt; raise :class:`Interrupted` once stopped."""
@@ -98,6 +103,12 @@ class JobContext:
         """The latest progress, in [0, 1]."""
         with self._cond:
             return self._fraction
+
+    @property
+    def progress_at(self) -> float | None:
+        """When the progress last grew (the clock's seconds), None while it has not."""
+        with self._cond:
+            return self._progress_at
 
     @property
     def held(self) -> bool:

@@ -22,7 +22,16 @@ Store work runs on the starter, never on the server's loop; the starter is one t
 (started on demand, gone when idle), so a key's removal always precedes its next addition
 (in an earlier transaction, or earlier in the same one).
 
-Ownership: ``_runs`` belongs to the server's loop thread; the starter and the workers reach
+Every run lives in the scheduler's :class:`~smoosh.daemon.run.runs.RunTable`, by its token,
+from :meth:`JobScheduler.submit` (or :meth:`JobScheduler.adopt`) to :meth:`JobScheduler.end`,
+the one way a run ends, whatever ends it: its worker's news, its job's events, a refusal, a
+failed start, the run audit's repair (:mod:`smoosh.daemon.host.run_audit`). ``end`` delivers
+the run's last event to its channel, which frees the run's slot in the channel and its global
+``max_jobs`` slot, then takes the run out of the table and queues its job's removal. Each
+thread that works on a run's start (the starter, a compaction thread's claim) ends in an event
+for the loop whatever happens to it, an exception included: no run is left without one.
+
+Ownership: the run table belongs to the server's loop thread; the starter and the workers reach
 the loop only by posting events. The loop also keeps :attr:`JobScheduler.elsewhere`, the keys
 of the runs started as jobs for any worker (another process's, most often), replaced whole, so
 any thread may read it: the watcher takes their files' events as smoosh's own, as it does for
@@ -36,17 +45,17 @@ import logging
 import random
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from channels.ports import FAILED, Outcome, RunEvent
 from smoosh.daemon.control.store_health import classify
 from smoosh.daemon.keypool import KeyPool
+from smoosh.daemon.run.runs import Run, RunTable
 from smoosh.daemon.run.startup import DAEMON_WORKER, HOLDER
 from smoosh.jobs import Jobs, NotFound, Subscription
 from smoosh.store.base import Transaction
 
-__all__ = ["JobScheduler", "JOB_REMOVED_ERROR"]
+__all__ = ["JobScheduler", "JOB_REMOVED_ERROR", "Run", "already_running"]
 
 log = logging.getLogger(__name__)
 
@@ -57,27 +66,9 @@ JOB_REMOVED_ERROR = "job removed"
 REMOVAL_MERGE_WAIT_S = 0.005
 
 
-@dataclass(eq=False)
-class Run:
-    """One run the scheduler follows (owner: the server's loop)."""
-
-    channel: str
-    key: str
-    token: int
-    priority: float
-    sub: Subscription | None = None
-    # The run token in the data of a job this run follows but did not add (another run of
-    # this channel added it: an earlier daemon's): that job is this run's to remove too.
-    job_run: int | None = None
-    # Added claimed by this process's worker: it removes the job as it finishes it.
-    claimed: bool = False
-    # This process's worker reserved a slot for it at submit: it waits for no worker.
-    reserved: bool = False
-    running_since: float | None = None
-    run_id: str | None = None
-    suspendable: bool = False
-    progress: float = 0.0
-    ended: bool = False
+def already_running(channel: str) -> str:
+    """The reason a run is dropped when its key runs already, for ``channel``."""
+    return f"it is already being compacted by channel {channel!r}"
 
 
 class JobScheduler:
@@ -126,7 +117,10 @@ class JobScheduler:
         self._clock = clock
         self._rng = rng or random.Random()
         self._requeue = requeue
-        self._runs: dict[str, Run] = {}
+        #: Every run followed now, by token, with each key's live run (loop thread).
+        self.table = RunTable()
+        #: Told (loop thread) when a run is started or adopted: the run audit looks while runs exist.
+        self.on_opened: Callable[[], None] | None = None
         #: Keys of the runs started as a job for any worker, from their submit to their end:
         #: a worker in another process compacts them (or this one's, when it accepted the
         #: job). From the submit, not from the "running" news, which comes a few milliseconds
@@ -162,13 +156,21 @@ class JobScheduler:
         and this one waits for none. Its own record (``/jobs``, rotation) hears the worker's
         ``running`` event as before, once the job is claimed and the compaction begins.
         """
-        run = Run(channel, key, self._token(), priority)
-        self._runs[key] = run
+        run = Run(channel, key, self._token(), priority, opened_at=self._clock())
+        holder = self._open(run)
+        if holder is not None:
+            # One key, one run: a key another channel holds too (a routing change, two backoffs
+            # ending together) is dropped here; the run that holds it goes on, and keeps its own.
+            self._emit(run, "dropped", reason=already_running(holder.channel))
+            return run.token
         local = self.local
         if local is not None and local.reserve():
             run.reserved = True  # the channel counts it active at once (running_at_once)
-            local.run_claimed(lambda: self._claim(run))
-        elif self._starter.submit(lambda: self._start(run)):
+            self.table.publish()
+            if not local.run_claimed(lambda: self._claim_or_drop(run)):
+                run.reserved = False
+                self._emit(run, "dropped", reason="the daemon is stopping")
+        elif self._starter.submit(lambda: self._start_or_drop(run)):
             self.elsewhere = self.elsewhere | {key}
         else:
             self._emit(run, "dropped", reason="the daemon is stopping")
@@ -181,11 +183,20 @@ class JobScheduler:
         at once instead of when the posted ``running`` event is processed, which a busy loop
         may take a while to get to.
         """
-        run = self._runs.get(key)
-        return run is not None and run.token == token and run.reserved
+        run = self.table.get(token)
+        return run is not None and run.key == key and run.reserved
 
     def adopt(self, channel: str, key: str) -> int | None:
-        """Follow the existing job of ``key`` (found running at start-up); its token, or None."""
+        """Follow the run of ``key``: the one this scheduler follows already (a channel reopened:
+        a restart after its crash, a live edit that removed and added it), or its existing job
+        (found running at start-up); its token, or None (none, or another channel's)."""
+        live = self.table.live(key)
+        if live is not None:
+            if live.channel != channel:
+                return None
+            if live.running_since is not None:
+                self._emit(live, "running")  # the new channel counts it active, as the old one did
+            return live.token
         try:
             data = self.jobs.get_job_data(self.job_type, key)
         except NotFound:
@@ -193,18 +204,20 @@ class JobScheduler:
         run_token = data.get("run")
         token = run_token if isinstance(run_token, int) else self._token()
         # (A store read on the caller's thread: adopt runs at start-up, before the loop does.)
-        run = Run(channel, key, token, float(data.get("priority") or 0) or 1.0)
-        self._runs[key] = run
+        run = Run(channel, key, token, float(data.get("priority") or 0) or 1.0, opened_at=self._clock())
+        if self._open(run) is not None:
+            self.table.close(run)
+            return None
         self.elsewhere = self.elsewhere | {key}
-        self._starter.submit(lambda: self._follow(run))
+        self._starter.submit(lambda: self._follow_or_end(run))
         return token
 
     # -- what the server asks (loop thread) -------------------------------------------------------
 
     def observe(self, event: RunEvent, data: dict[str, Any] | None = None) -> Run | None:
         """Note an event of a run before its channel hears it; the run, or None for an old run."""
-        run = self._runs.get(event.key)
-        if run is None or run.token != event.run:
+        run = self.table.get(event.run)
+        if run is None or run.key != event.key or run.ended:
             return None
         if event.kind == "running":
             if run.running_since is None:
@@ -214,10 +227,14 @@ class JobScheduler:
                     run.run_id = data["run_id"]
                 run.suspendable = data.get("suspendable") is True
                 progress = data.get("progress")
-                if isinstance(progress, (int, float)):
+                if isinstance(progress, (int, float)) and not isinstance(progress, bool):
+                    if float(progress) > run.progress:
+                        run.progress_at = self._clock()
                     run.progress = float(progress)
+            self.table.publish()
         elif event.kind == "pending":
             run.running_since = None
+            self.table.publish()
         return run
 
     def _released(self, key: str) -> None:
@@ -232,21 +249,45 @@ class JobScheduler:
                 log.exception("Releasing %r failed.", key)
         self.elsewhere = self.elsewhere - {key}
 
+    def end(self, run: Run, event: RunEvent) -> None:
+        """The one way a run ends (loop thread): its last event (``ended`` or ``dropped``) reaches
+        its channel, then the run leaves the table and, for an ``ended`` run, its job is removed.
+
+        The channel, hearing it, frees the run's place and its global slot (whatever ended
+        it: a finish, a crash, a refusal, a failed start, the run audit's repair). The run
+        leaves the table even when the delivery fails: a channel that kept the run all the
+        same holds a slot nothing is behind, which the run audit finds and frees. Idempotent:
+        a second end of the same run does nothing.
+        """
+        if run.ended:
+            return
+        also: Callable[[Transaction], None] | None = None
+        try:
+            also = self._deliver(run.channel, event)
+        finally:
+            # A dropped run was never added, or the job that runs is another's: nothing to remove.
+            self._close(run, also, remove=event.kind == "ended")
+
     def retire(self, key: str, token: int, also: Callable[[Transaction], None] | None = None) -> None:
-        """The run has ended or was dropped: stop following it and remove its job.
+        """Stop following an ended run, with no event to its channel, and remove its job.
 
         ``also`` writes in the same transaction as the removal (the key's crash record).
         """
-        run = self._runs.get(key)
-        if run is None or run.token != token or run.ended:
-            return
+        run = self.table.get(token)
+        if run is not None and run.key == key and not run.ended:
+            self._close(run, also)
+
+    def _close(self, run: Run, also: Callable[[Transaction], None] | None, *, remove: bool = True) -> None:
+        """Take ``run`` out of the table and, with ``remove``, queue its job's removal (with ``also``)."""
         run.ended = True
-        del self._runs[key]
-        self._released(key)
+        if self.table.close(run):
+            self._released(run.key)
         if run.sub is not None:
             run.sub.close()
-        if run.claimed and also is None:
-            return  # its worker removed the job in the commit that finished it: nothing to write
+        if not remove or (run.claimed and also is None):
+            # Claimed: its worker removed the job in the commit that finished it, and nothing
+            # is to be written beside it.
+            return
         with self._removals_lock:
             if not self._removals:
                 self._removals_since = time.monotonic()
@@ -256,11 +297,12 @@ class JobScheduler:
 
     def runs(self) -> list[Run]:
         """Every run followed now (loop thread)."""
-        return list(self._runs.values())
+        return list(self.table)
 
     def run_of(self, key: str) -> Run | None:
-        """The run of ``key`` followed now, if any (loop thread)."""
-        return self._runs.get(key)
+        """The live run of ``key`` (the one that holds it), if any (loop thread; the intake's
+        threads read it too, as one dict lookup)."""
+        return self.table.live(key)
 
     def background(self, fn: Callable[[], None]) -> None:
         """Run store work ``fn`` on the starter thread, in order with the runs' own.
@@ -276,10 +318,9 @@ class JobScheduler:
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Stop following every run (their jobs stay where they are); store work queued so far finishes."""
-        for run in self._runs.values():
+        for run in self.table.clear():
             if run.sub is not None:
                 run.sub.close()
-        self._runs.clear()
         self.elsewhere = frozenset()
         self._starter.submit(self._flush_removals)  # no merge wait past a close
         if not self._starter.drain(timeout_s):
@@ -294,7 +335,8 @@ class JobScheduler:
         priority = float(priority) if isinstance(priority, (int, float)) and not isinstance(priority, bool) else None
         if not isinstance(token, int):
             return
-        self._post_helped(lambda: self._route(key, RunEvent(key, token, "running", priority=priority), data))
+        event = RunEvent(key, token, "running", priority=priority)
+        self._post_helped(lambda: self._route(key, event, data, local=True))
 
     def run_ended(self, key: str, data: dict[str, Any], outcome: Outcome) -> None:
         """The daemon's worker finished the job of ``key``."""
@@ -311,6 +353,36 @@ class JobScheduler:
             self._help()
 
     # -- the starter thread -------------------------------------------------------------------------
+
+    def _claim_or_drop(self, run: Run) -> tuple[Any, dict[str, Any]] | None:
+        """:meth:`_claim`, ending in an event for the loop whatever happens: an exception drops the run."""
+        try:
+            return self._claim(run)
+        except Exception as exc:
+            log.exception("Starting the run of %r failed; dropped.", run.key)
+            self._emit(run, "dropped", reason=f"it could not start: {type(exc).__name__}: {exc}")
+            return None
+
+    def _start_or_drop(self, run: Run) -> None:
+        """:meth:`_start`, ending in an event for the loop whatever happens: an exception drops the run.
+
+        (Its job may have been added before the exception: a job nobody follows is one the
+        next start takes back, as after a crash.)
+        """
+        try:
+            self._start(run)
+        except Exception as exc:
+            log.exception("Starting the run of %r failed; dropped.", run.key)
+            self._emit(run, "dropped", reason=f"it could not start: {type(exc).__name__}: {exc}")
+
+    def _follow_or_end(self, run: Run) -> None:
+        """:meth:`_follow`, ending the run (failed) if its job cannot be followed."""
+        try:
+            self._follow(run)
+        except Exception as exc:
+            log.exception("Following the job of %r failed.", run.key)
+            error = f"its job could not be followed: {type(exc).__name__}: {exc}"
+            self._emit(run, "ended", outcome=Outcome(FAILED, error))
 
     def _recheck_or_drop(self, run: Run) -> dict[str, Any] | None:
         """Re-check the key's priority; the job data to start it with, or None (dropped, reported)."""
@@ -350,10 +422,10 @@ class JobScheduler:
     def _owned_elsewhere(self, run: Run, owner: str) -> None:
         """A job of the key runs already: another channel's (dropped) or this channel's (followed)."""
         if owner != run.channel:
-            self._emit(run, "dropped", reason=f"it is already being compacted by channel {owner!r}")
+            self._emit(run, "dropped", reason=already_running(owner))
             return
         log.info("%r is already running for channel %s; following its job.", run.key, run.channel)
-        self._follow(run)
+        self._follow_or_end(run)
 
     def _start(self, run: Run) -> None:
         """On the starter: re-check, then add the job for any worker (or follow the one that runs)."""
@@ -383,7 +455,7 @@ class JobScheduler:
         if owner is not None:
             self._owned_elsewhere(run, owner)
             return
-        self._follow(run)
+        self._follow_or_end(run)
 
     def _add_failed(self, run: Run, exc: Exception) -> None:
         """The job of ``run`` could not be added: dropped, or queued again when the store is to blame."""
@@ -437,7 +509,7 @@ class JobScheduler:
             self._on_job_event(run, (self.job_type, run.key, sub.state, sub.data))
 
     def _attach(self, run: Run, sub: Subscription) -> None:
-        if run.ended or self._runs.get(run.key) is not run:
+        if run.ended or self.table.get(run.token) is not run:
             sub.close()  # ended before the subscription arrived
         else:
             run.sub = sub
@@ -524,20 +596,25 @@ class JobScheduler:
         event = RunEvent(run.key, run.token, kind, **fields)
         self._post(lambda: self._route(run.key, event, data if isinstance(data, dict) else None))
 
-    def _route(self, key: str, event: RunEvent, data: dict[str, Any] | None) -> None:
+    def _route(self, key: str, event: RunEvent, data: dict[str, Any] | None, *, local: bool = False) -> None:
+        """A run's event on the loop: noted, then delivered to its channel; a last one ends the run."""
         run = self.observe(event, data)
         if run is None:
             return
-        also = self._deliver(run.channel, event)
-        if event.kind == "ended":
-            self.retire(key, run.token, also)
-        elif event.kind == "dropped" and self._runs.get(key) is run:
-            # Never added (or another channel's job runs): nothing to remove.
-            run.ended = True
-            del self._runs[key]
-            self._released(key)
-            if run.sub is not None:
-                run.sub.close()
+        if local and event.kind == "running":
+            run.local = True
+        if event.kind in ("ended", "dropped"):
+            self.end(run, event)
+        else:
+            self._deliver(run.channel, event)
+
+    def _open(self, run: Run) -> Run | None:
+        """Enter ``run`` in the table (see :meth:`RunTable.open`); the run that refuses it, or None."""
+        holder = self.table.open(run)
+        on_opened = self.on_opened
+        if on_opened is not None:
+            on_opened()
+        return holder
 
     def _token(self) -> int:
         return self._rng.getrandbits(62)

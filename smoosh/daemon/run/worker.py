@@ -234,8 +234,9 @@ class Worker:
         return not alive
 
     def status(self) -> list[dict[str, Any]]:
-        """The jobs running now: ``[{"key", "channel", "progress", "held", "stopping", "started_at",
-        "run_id", "suspendable"}]``."""
+        """The jobs running now: ``[{"key", "channel", "progress", "progress_at", "held", "stopping",
+        "started_at", "started_mono", "run_id", "suspendable"}]`` (``progress_at``: when the progress
+        last grew, on the monotonic clock; None while it has not)."""
         with self._cond:
             running = list(self._running)
         return [
@@ -243,9 +244,11 @@ class Worker:
                 "key": r.key,
                 "channel": r.channel,
                 "progress": r.ctx.fraction,
+                "progress_at": r.ctx.progress_at,
                 "held": r.ctx.held,
                 "stopping": r.ctx.stop_reason is not None,
                 "started_at": r.started_at,
+                "started_mono": r.started_mono,
                 "run_id": r.run_id,
                 "suspendable": r.ctx.suspendable,
             }
@@ -279,7 +282,7 @@ class Worker:
         :class:`~smoosh.daemon.run.finishes.DeferredFinishes`); its result."""
         return self.finishes.transact(key, body)
 
-    def run_claimed(self, claim: Callable[[], tuple[Any, dict[str, Any]] | None]) -> None:
+    def run_claimed(self, claim: Callable[[], tuple[Any, dict[str, Any]] | None]) -> bool:
         """Claim and run a job in the slot :meth:`reserve` promised, all on a compaction thread.
 
         Parameters:
@@ -288,9 +291,15 @@ class Worker:
                 It runs on the thread that then compacts: the start costs no extra hand-off.
                 It has checked the path at use (``refused_at_use``, the re-check): the
                 compaction does not look again, the compactor's open aside.
+
+        Returns:
+            False when the pool refused it (the worker stops): the slot is given back and
+            ``claim`` never runs, so the caller must end the run itself.
         """
         if not self._pool.submit(claim):
             self.unreserve()
+            return False
+        return True
 
     # ------------------------------------------------------------------ direct signals
 
@@ -389,7 +398,7 @@ class Worker:
 
     def _admit(self, job: Any, data: dict[str, Any], *, reserved: bool, claimed: bool) -> Running:
         """Register a job as running here (its slot, its heartbeats, its holds)."""
-        ctx = JobContext(self.io_budget)
+        ctx = JobContext(self.io_budget, clock=self._monotonic)
         running = Running(
             job=job, data=dict(data), ctx=ctx, claimed=claimed,
             started_at=self._clock(), started_mono=self._monotonic(),
@@ -429,10 +438,30 @@ class Worker:
         news: Callable[[], None] | None = None
         try:
             news = self._run(running)
-        except Exception:
+        except Exception as exc:
             log.exception("Running the job of %r failed.", running.key)
+            news = self._crashed(running, exc)
         finally:
             self._release(running, news)
+
+    def _crashed(self, running: Running, exc: Exception) -> Callable[[], None] | None:
+        """The news of a run whose thread failed outside its compaction: it ended, failed.
+
+        Its channel must hear an end whatever happened on the way (a claimed run has no other
+        follower: without it, its channel would keep the run and its slots for good), and
+        its job is finished as any failed run's is.
+        """
+        outcome = Outcome(FAILED, f"the compaction's thread failed: {type(exc).__name__}: {exc}")
+        try:
+            finished = self._finish(running, outcome)
+        except Exception:
+            log.exception("Finishing the job of %r failed.", running.key)
+            finished = {**running.data, **outcome.to_data()}
+        listener = self.listener
+        if listener is None or finished is None:
+            return None
+        key = running.key
+        return lambda: listener.run_ended(key, finished, outcome)
 
     def _catch_up(self) -> None:
         """Let the listener take the news just told, on this thread (see :class:`RunListener`)."""

@@ -713,6 +713,30 @@ class Server(LiveConfig):
         """The compactors in use (the metrics read what they remember, such as pinned logs)."""
         return list(self._compactors)
 
+    def application(self) -> dict[str, float | int]:
+        """What the compactions saw of the applications beside their databases, summed over the
+        compactors (``/status``'s ``application``, ``smoosh_application_*``; any thread).
+
+        Returns:
+            ``{"waits", "wait_seconds", "gave_up", "looks_locked", "looks_lockless"}``: waits for
+            a moment with no application transaction open, their seconds, waits that ended
+            without one (the compaction ended ``busy``), and the looks at a database that took a
+            SQLite lock or read the file without one.
+        """
+        out: dict[str, float | int] = {"waits": 0, "wait_seconds": 0.0, "gave_up": 0, "looks_locked": 0,
+                                       "looks_lockless": 0}
+        looks_seen = False
+        for compactor in self._compactors:
+            seen: dict[str, float | int] = getattr(compactor, "application", lambda: {})() or {}
+            for name in ("waits", "wait_seconds", "gave_up"):
+                out[name] += seen.get(name, 0)
+            if not looks_seen and "looks_locked" in seen:
+                # The looks are the process's (one count for every compactor of its kind).
+                out["looks_locked"], out["looks_lockless"] = seen["looks_locked"], seen["looks_lockless"]
+                looks_seen = True
+        out["wait_seconds"] = round(float(out["wait_seconds"]), 3)
+        return out
+
     def pinned_wals(self) -> list[tuple[str, int, float]]:
         """``(path, WAL bytes now, pinned since: monotonic seconds)`` of each database whose log a
         reader kept pinned at its last run, oldest first (``smoosh_wal_pinned_*``; any thread).

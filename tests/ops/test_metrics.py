@@ -53,8 +53,9 @@ def test_metrics_carry_the_pinned_names_and_labels(paused: PausedDaemon) -> None
     assert enqueues["accepted"] >= 1 and enqueues["examined"] >= enqueues["accepted"]
     # Never labelled by database: the only label names of smoosh's series are these.
     label_names = {k for name, samples in m.items() if name.startswith("smoosh_") for labels in samples for k, _ in labels}
-    # (reason: the admin API's shed connections; state: the job store's; root: a file system under the roots)
-    assert label_names == {"channel", "result", "outcome", "phase", "le", "version", "reason", "state", "root"}
+    # (reason: the admin API's shed connections; state: the job store's; root: a file system under the
+    # roots; lock: whether a look at a database took a SQLite lock)
+    assert label_names == {"channel", "result", "outcome", "phase", "le", "version", "reason", "state", "root", "lock"}
 
 
 def test_every_series_of_every_channel_exists_at_zero_from_start(paused: PausedDaemon) -> None:

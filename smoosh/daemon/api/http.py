@@ -126,8 +126,10 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/status", "_status", "The status table: every channel of this node, and the node's own state.",
           "`{\"node\", \"channels\": {NAME: {\"active\", \"starting\", \"waiting\": {\"size\", \"min\", \"max\"}, "
           "\"deferred\", \"paused\", \"suspended\", \"held\", \"in_window\", \"holding\", \"window\", \"concurrency\", "
-          "\"evicted\", \"checkpoint_errors\", \"reclaimable_bytes\", \"starved\"}}, \"reclaimable_bytes\", \"dry_run\", \"config_error\", "
-          "\"restart_required\", \"io_budget\", \"scan\", \"store\", \"disk\", \"controller\"}`: CouchDB's "
+          "\"evicted\", \"checkpoint_errors\", \"reclaimable_bytes\", \"starved\", \"runs\": [{\"key\", \"state\", "
+          "\"started_at\", \"age_s\", \"progress\", \"progress_at\", \"since_progress_s\"}], \"oldest_run_s\", "
+          "\"since_progress_s\"}}, \"reclaimable_bytes\", \"dry_run\", \"config_error\", "
+          "\"restart_required\", \"io_budget\", \"scan\", \"store\", \"disk\", \"controller\", \"application\"}`: CouchDB's "
           "`_smoosh/status` shape plus smoosh's fields. `suspended` is this daemon's own suspension, `held` a "
           "cluster hold (`null`, or `{\"node\", \"channel\", \"by\", \"at\"}`: its scope, `null` meaning every node "
           "or channel, who set it and when), `holding` whether running work holds (suspended, held, or "
@@ -137,7 +139,13 @@ ROUTES: tuple[Route, ...] = (
           "`waiting_channels`); `scan` the start-up scan's and the latest rescan's progress; `store` the job "
           "store's health (`state`: `ok`, `full` or `unreachable`, `since`, `error`); `disk` each file "
           "system under the roots (how full, under pressure since when); `controller` what the backlog "
-          "controller saw and set."),
+          "controller saw and set. `runs` are the channel's compactions in flight (`state` `starting`, "
+          "`claimed` or `running`; times in Unix seconds), `oldest_run_s` the oldest one's age and "
+          "`since_progress_s` the longest any has gone without progress. `application` is what the "
+          "compactions saw of the applications beside their databases: `waits` for a moment with no "
+          "application transaction open and their `wait_seconds`, `gave_up` (such waits that found none: "
+          "the compaction ended `busy`), and `looks_locked` / `looks_lockless`, the looks at a database "
+          "that took a SQLite lock or read the file without one."),
     Route("GET", "/jobs", "_jobs", "Current and recent compactions, per database, paged.",
           "`{\"jobs\": [{\"key\", \"channel\", \"state\", \"progress\", \"error_count\", \"last_error\", "
           "\"last_updated\", \"retry_at\", \"busy_count\", \"starved_since\", \"result\", \"history\": [{\"event\", "

@@ -148,6 +148,14 @@ METRICS: tuple[MetricDef, ...] = (
               "available, as df shows it), named by its first root.", ("root",)),
     MetricDef("smoosh_disk_pressure", "gauge",
               "1 while the file system is used past disk_pressure: its databases go worst-first.", ("root",)),
+    MetricDef("smoosh_application_waits_total", "counter", "Compactions (or incremental chunks) that found an "
+              "application inside a transaction on their database and waited for a moment with none open."),
+    MetricDef("smoosh_application_wait_seconds_total", "counter", "Seconds compactions waited so."),
+    MetricDef("smoosh_application_gave_up_total", "counter", "Such waits that found no quiet moment (the compaction "
+              "ended busy, to be tried again)."),
+    MetricDef("smoosh_looks_total", "counter", "Looks at a database between compactions: lock=\"none\" read the "
+              "file without a lock (its header, an immutable read), lock=\"sqlite\" took a SQLite read lock.",
+              ("lock",), (("lock", ("none", "sqlite")),)),
     MetricDef("smoosh_wal_pinned_databases", "gauge",
               "WAL databases whose log a reader kept from being emptied at their last compaction."),
     MetricDef("smoosh_wal_pinned_bytes", "gauge", "The largest log readers keep pinned, in bytes (0: none)."),
@@ -308,6 +316,7 @@ class SmooshCollector(Collector):
         yield used
         yield pressure
         yield from _pinned_wal_families(server)
+        yield from _application_families(server)
         decision = server.controller.last
         for name, value in (
             ("smoosh_backlog_bytes", decision.backlog_bytes),
@@ -368,6 +377,21 @@ def _compaction_families(server: Server, counters: Counters, channels: list[str]
     for channel in sorted(set(channels) | set(crashing)):
         crashing_jobs.add_metric([channel], crashing.get(channel, 0))
     yield crashing_jobs
+
+
+def _application_families(server: Server) -> Iterator[Metric]:
+    """What the compactions saw of the applications beside their databases, and how they looked."""
+    seen = server.application()
+    for name, field in (("smoosh_application_waits_total", "waits"),
+                        ("smoosh_application_wait_seconds_total", "wait_seconds"),
+                        ("smoosh_application_gave_up_total", "gave_up")):
+        metric = family(name)
+        metric.add_metric([], seen.get(field, 0))
+        yield metric
+    looks = family("smoosh_looks_total")
+    looks.add_metric(["none"], seen.get("looks_lockless", 0))
+    looks.add_metric(["sqlite"], seen.get("looks_locked", 0))
+    yield looks
 
 
 def _pinned_wal_families(server: Server) -> Iterator[Metric]:

@@ -85,6 +85,7 @@ def build_status(server: Any) -> dict[str, Any]:
         "disk": disk_status(server),
         "controller": controller_status(server),
         "store": server.store_health.snapshot(),
+        "application": server.application(),
     }
 
 

@@ -48,6 +48,10 @@ class ChannelRuns(ChannelState):
         elif event.kind == "ended":
             self._end(run)
             self._ended(run, event.outcome or Outcome("failed", "no outcome"), now)
+            if event.continues:
+                # Its worker waits for this channel's next key (a batch): started now, with
+                # every check a tick's start makes (the window, holds, slots, the head's order).
+                self._start_work(now)
         if event.kind in ("ended", "dropped"):
             # A run that ends frees its place: the next may start. One that moves between
             # starting and active changes nothing a tick acts on (both count against the
@@ -80,6 +84,10 @@ class ChannelRuns(ChannelState):
         """How many of the host's global slots this channel's runs hold now (owner thread)."""
         with self._lock:
             return sum(1 for run in (*self._starting.values(), *self._active.values()) if run.slot)
+
+    def _start_work(self, now: float) -> None:
+        """Start work while the channel runs and has free slots (the channel's start phase)."""
+        raise NotImplementedError
 
     def _launch(self, run: Run) -> None:
         try:

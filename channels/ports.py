@@ -139,6 +139,11 @@ class RunEvent:
     outcome: Outcome | None = None
     reason: str | None = None
     priority: float | None = None  # for ``dropped``: the re-checked priority (0: done or gone)
+    #: For ``ended``: the worker that ran it waits, holding nothing of the channel's, to take the
+    #: channel's next key at once (a batch of small databases, smoosh's scheduler): the channel
+    #: starts its next work within this event, not at its next tick, so the scheduler knows
+    #: before the event returns whether that worker has a next key.
+    continues: bool = False
 
 
 class Scheduler(Protocol):

@@ -653,8 +653,8 @@ class SqliteCompactor:
                 raise Blocked(refused_side.reason) from exc
             raise
         finally:
-            if held:
-                sqlite_quiet.release_exclusive(conn)
+            # Closing lets every lock go, and deletes the journal exclusive locking kept: no
+            # release_exclusive first (three statements per compaction, for the same end).
             close_quietly(conn)
 
     def _chunk_begin(

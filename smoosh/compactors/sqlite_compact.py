@@ -364,9 +364,18 @@ def vacuum(
     # One VACUUM statement holds the write lock from its start to its end: an application
     # writer meanwhile waits in its busy handler, invisible to smoosh, and fails after its busy
     # timeout. Where another process has the database open, smoosh gives up first.
-    limited = max_lock_hold_s > 0 and (others_have_open(path) is True if state.wal else open_elsewhere(path) is not False)
+    # Whether another process has it open is asked once, when the ticking phase reaches its
+    # budget, not before every VACUUM: in rollback mode the answer reads every descriptor of
+    # every process, which costs a small database's whole VACUUM several times over, and a
+    # VACUUM that ends within its budget never needs it.
     ticking_budget_s = max_lock_hold_s / (1.0 + rate.copy_back_ratio)
+    limited: list[bool] = []
     first_tick = last_tick = 0.0
+
+    def open_in_another_process() -> bool:
+        if not limited:
+            limited.append(others_have_open(path) is True if state.wal else open_elsewhere(path) is not False)
+        return limited[0]
 
     def on_progress() -> bool:
         nonlocal ticks, first_tick, last_tick, stalled_s
@@ -381,7 +390,7 @@ def vacuum(
         if identity is not None and ticks % REPLACEMENT_CHECK_TICKS == 0 and not identity.same():
             replaced.set()
             return True
-        if limited and last_tick - first_tick >= ticking_budget_s:
+        if max_lock_hold_s > 0 and last_tick - first_tick >= ticking_budget_s and open_in_another_process():
             overdue.set()  # ending now, the silent copy-back would still outlast max_lock_hold
             return True
         return cancelled.is_set()  # True aborts the statement (apsw.InterruptError)

@@ -38,7 +38,7 @@ from smoosh.config.defaults import (
     DEFAULT_JOB_TIMEOUT_S, DEFAULT_MAX_JOBS, DEFAULT_INTERVAL_S, DEFAULT_MAX_CHURN, DEFAULT_RECHECK_INTERVAL_S,
     DEFAULT_EXACT_SIZE_INTERVAL_S, DEFAULT_RESCAN_INTERVAL_S, DEFAULT_WAL_MAX_SIZE_BYTES,
     DEFAULT_MAX_IO_RATE, DEFAULT_IO_PRIORITY, GLOBAL_KEYS, MIN_TOKEN_BYTES, RESTART_KEYS,
-    DEFAULT_MIN_JOBS, DEFAULT_BACKLOG_FULL_BYTES,
+    DEFAULT_MIN_JOBS, DEFAULT_BACKLOG_FULL_BYTES, DEFAULT_BATCH_MAX_SIZE_BYTES,
 )
 from smoosh.config.fidelity import dropped_builtin_warnings, ignore_warnings, shadow_warnings
 from smoosh.config.ini import ini_parser, read_sections
@@ -140,6 +140,8 @@ class Config:
     #: reclaimable bytes waiting at which all of max_jobs run.
     min_jobs: int = DEFAULT_MIN_JOBS
     backlog_full_bytes: int = DEFAULT_BACKLOG_FULL_BYTES
+    #: Databases up to this size are compacted in batches (smoosh.daemon.run.batch); 0: none.
+    batch_max_size_bytes: int = DEFAULT_BATCH_MAX_SIZE_BYTES
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
     @classmethod
@@ -271,6 +273,8 @@ class Config:
                                     DEFAULT_RESCAN_INTERVAL_S),
             wal_max_size_bytes=int(r.get("wal_max_size", parse_threshold_size(allow_infinity=False),
                                          DEFAULT_WAL_MAX_SIZE_BYTES)),
+            batch_max_size_bytes=int(r.get("batch_max_size", parse_threshold_size(allow_infinity=False),
+                                           DEFAULT_BATCH_MAX_SIZE_BYTES)),
             max_io_rate_bytes_per_s=r.get("max_io_rate", parse_io_rate, DEFAULT_MAX_IO_RATE),
             min_free_space=r.get("min_free_space", parse_min_free, DEFAULT_MIN_FREE),
             disk_pressure=r.get("disk_pressure", parse_disk_pressure, DEFAULT_DISK_PRESSURE),

@@ -50,6 +50,7 @@ __all__ = [
     "DEFAULT_EXACT_SIZE_INTERVAL_S",
     "DEFAULT_RESCAN_INTERVAL_S",
     "DEFAULT_WAL_MAX_SIZE_BYTES",
+    "DEFAULT_BATCH_MAX_SIZE_BYTES",
     "DEFAULT_MAX_IO_RATE",
     "DEFAULT_IO_PRIORITY",
     "GLOBAL_KEYS",
@@ -171,6 +172,10 @@ DEFAULT_RESCAN_INTERVAL_S = 600.0
 
 #: A ``-wal`` file past this size makes its database eligible, in bytes (64 MiB).
 DEFAULT_WAL_MAX_SIZE_BYTES = 64 * 1024 * 1024
+
+#: Databases up to this size are compacted in batches, several to one job (4 MiB): below it a
+#: job's fixed cost weighs on a compaction (bench/RESULTS.md, the drain's batch rows).
+DEFAULT_BATCH_MAX_SIZE_BYTES = 4 * 1024 * 1024
 
 #: Bytes per second all compactions of one process may write together; None = unlimited.
 DEFAULT_MAX_IO_RATE: float | None = None
@@ -309,6 +314,15 @@ GLOBAL_KEY_DEFS: tuple[Key, ...] = (
         "database's `cleanup:` key is queued, whose job restarts the log at a moment no reader pins "
         "it; a file past this size is cut. A reader that pins a log past it is named (`blocked`).",
         DEFAULT_WAL_MAX_SIZE_BYTES),
+    Key("batch_max_size", "batch_max_size_bytes", SIZE,
+        "Databases up to this size are compacted in batches: when a compaction of a channel ends and "
+        "the channel's next database is this small, the same worker slot takes it at once, without the "
+        "fixed cost of a job of its own (its start, its hand-offs, its end). Each database keeps its own "
+        "re-check, checks, result, history and line in the log; a batch ends between two databases when "
+        "the channel would not start the next (held, out of its window, another channel's turn for the "
+        "slot). Below this size that fixed cost is a large share of a compaction; above it, one job per "
+        "database costs nothing noticeable. `0`: no batches.",
+        DEFAULT_BATCH_MAX_SIZE_BYTES),
     Key("min_free_space", "min_free_space", PERCENT_OR_SIZE,
         "Room kept free on each file system for the application: a size (`1GiB`) or a percentage of "
         "the file system. A compaction reserves what it will write before it starts, and starts only "

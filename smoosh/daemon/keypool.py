@@ -74,15 +74,33 @@ class KeyPool(Generic[T]):
             if self._stopped or self._draining:
                 return False
             self._items.append(item)
-            if len(self._items) <= self._after:
-                pass  # a thread in after_item takes it next (a wake-up spared, a thread not started)
-            elif self._idle:
-                self._cond.notify()
-            elif self._running < self._n:
-                self._running += 1
-                self._serial += 1
-                threading.Thread(target=self._run, name=f"{self._name}_{self._serial}", daemon=True).start()
+            self._place_locked()
         return True
+
+    def _place_locked(self) -> None:
+        """Find a thread for the items waiting beyond those the expecting threads take (under the lock)."""
+        if len(self._items) <= self._after:
+            pass  # a thread in after_item takes it next (a wake-up spared, a thread not started)
+        elif self._idle:
+            self._cond.notify()
+        elif self._running < self._n:
+            self._running += 1
+            self._serial += 1
+            threading.Thread(target=self._run, name=f"{self._name}_{self._serial}", daemon=True).start()
+
+    def expect(self) -> None:
+        """On a pool thread inside its item: an item submitted until :meth:`unexpect` waits for this
+        thread, as one submitted during ``after_item`` does (its item may be about to end)."""
+        with self._cond:
+            self._after += 1
+
+    def unexpect(self, returning: bool) -> None:
+        """End :meth:`expect`. ``returning``: the thread's item ends now, and it takes what waits;
+        otherwise another thread is found for it."""
+        with self._cond:
+            self._after -= 1
+            if not returning and self._items:
+                self._place_locked()
 
     def set_threads(self, threads: int) -> None:
         """Change how many items are worked on at once; threads over it end as they go idle.

@@ -53,6 +53,7 @@ from smoosh.daemon.results import Result, ResultLog
 from smoosh.daemon.host.registry import ChannelRegistry
 from smoosh.daemon.host.run_audit import RunAudit
 from smoosh.daemon.intake.router import Router
+from smoosh.daemon.run.batch import small
 from smoosh.daemon.run.scheduler import JobScheduler
 from smoosh.daemon.control.slots import SlotGate
 from smoosh.daemon.watch.scan_helper import discard_helper, spawn_helper
@@ -276,6 +277,7 @@ class Server(LiveConfig):
             self._jobs, self.job_type, recheck=self.intake.recheck, post=self._loop.post,
             deliver=self._host.deliver, clock=self._clocks.monotonic, requeue=self._requeue,
             post_helped=lambda fn: self._loop.post(fn, helped=True), help=self._loop.help,
+            batchable=self._batchable,
         )
         self._scheduler.on_released = self._settle
         self._scheduler.on_opened = self._run_opened
@@ -596,6 +598,12 @@ class Server(LiveConfig):
         channel = data.get("channel")
         result = Result.of(outcome, channel if isinstance(channel, str) else None, self._clocks.wall())
         return self._results.write_for(key, result)
+
+    def _batchable(self, key: str) -> bool:
+        """Whether ``key`` may join a batch (loop thread): a database measured at most
+        ``batch_max_size`` when it was queued (:mod:`smoosh.daemon.run.batch`)."""
+        measured = self.intake.measurements.get(key)
+        return small(None if measured is None else measured.sizes.file_bytes, self._config.batch_max_size_bytes)
 
     def _live_token(self, key: str) -> int | None:
         """The token of the run that holds ``key`` now, if any (loop thread)."""

@@ -161,6 +161,12 @@ def test_a_run_frees_its_slot_before_its_end_is_told_and_counts_as_running_until
         def run_ended(self, key: str, data: dict[str, Any], outcome: Outcome) -> None:
             look("told", key)
 
+        def run_continues(self, key: str, data: dict[str, Any], outcome: Outcome, taken: Any) -> None:
+            self.run_ended(key, data, outcome)  # no batch: the end told, and no next key
+
+        def catch_up(self) -> None:
+            pass
+
     # (Two slots: its dispatcher holds one while it waits to accept a job.)
     worker = workers([SqliteCompactor(settings())], concurrency=2, signals="direct", listener=Listener())
     worker.on_released = lambda key: look("released", key)
@@ -231,6 +237,12 @@ def test_a_claimed_path_swapped_for_a_symlink_after_its_check_finishes_gone_and_
         def run_ended(self, key: str, data: dict[str, Any], outcome: Outcome) -> None:
             ended.append(outcome)
             done.set()
+
+        def run_continues(self, key: str, data: dict[str, Any], outcome: Outcome, taken: Any) -> None:
+            self.run_ended(key, data, outcome)  # no batch: the end told, and no next key
+
+        def catch_up(self) -> None:
+            pass
 
     worker = workers([SqliteCompactor(settings(), roots=[str(dbs)])], roots=lambda: [str(dbs)], concurrency=2,
                      signals="direct", listener=Listener())

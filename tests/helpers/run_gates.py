@@ -7,7 +7,8 @@ only makes its thread wait, at one of three points, until the test lets it go on
   ``claimed``, this process's worker holding a slot for it;
 * in the compaction, before the compactor opens the file (:class:`GatedCompactor`): ``running``;
 * after the compaction, as the worker tells its end (:func:`gate_end`): ``finishing``, the
-  worker's slot free and the end's news not yet given to the server's loop.
+  end's news not yet given to the server's loop (the worker's slot free, or kept for the
+  channel's next key when the run may go on with it: a batch).
 
 Every wait is bounded (``HANG_S``): a gate nobody opens fails the test instead of hanging it.
 """
@@ -105,12 +106,20 @@ class _GatedListener:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    def run_ended(self, key: str, data: dict[str, Any], outcome: Any) -> None:
+    def _pass(self, key: str) -> None:
         gate = self._gate
         if key == self._key and gate is not None:
             self._gate = None
             gate.pass_through()
+
+    def run_ended(self, key: str, data: dict[str, Any], outcome: Any) -> None:
+        self._pass(key)
         self._inner.run_ended(key, data, outcome)
+
+    def run_continues(self, key: str, data: dict[str, Any], outcome: Any, taken: Any) -> Any:
+        # A claimed run's end, told by a thread that may take its channel's next key (a batch)
+        self._pass(key)
+        return self._inner.run_continues(key, data, outcome, taken)
 
 
 def gate_end(server: Any, key: str) -> Gate:

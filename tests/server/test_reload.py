@@ -96,6 +96,7 @@ LIVE: dict[str, tuple[str, Callable[[Server], bool]]] = {
     "disk_pressure": live("80%", lambda s: s.pressure.threshold == 0.8),
     "min_jobs": live("2", lambda s: s.controller.min_jobs == 2),
     "backlog_full": live("1GiB", lambda s: s.controller.backlog_full_bytes == 1 << 30),
+    "batch_max_size": live("1MiB", lambda s: s._batchable.__self__.config.batch_max_size_bytes == 1 << 20),
     "io_priority": live("idle", lambda s: worker(s)._io_priority() == "idle"),  # read at every start
     "ignore": live("", lambda s: True),  # not a [smoosh] key in files: skipped below
 }

@@ -198,6 +198,9 @@ class Running:
     # Claimed by this process's scheduler (add_claimed): its job is removed as it finishes,
     # in the same transaction, and a halted run is reported (nobody else follows it).
     claimed: bool = False
+    # The keys its batch compacted before it, in order (smoosh.daemon.run.batch): they still
+    # count as running until the batch ends, which settles their files' last events at once.
+    batched: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:

@@ -50,14 +50,18 @@ from typing import Any, Callable
 from channels.ports import FAILED, Outcome, RunEvent
 from smoosh.daemon.control.store_health import classify
 from smoosh.daemon.keypool import KeyPool
+from smoosh.daemon.run.batch import Offer
 from smoosh.daemon.run.runs import Run, RunTable
 from smoosh.daemon.run.startup import DAEMON_WORKER, HOLDER
-from smoosh.jobs import Jobs, NotFound, Subscription
+from smoosh.jobs import Job, Jobs, NotFound, Subscription
 from smoosh.store.base import Transaction
 
 __all__ = ["JobScheduler", "JOB_REMOVED_ERROR", "Run", "already_running"]
 
 log = logging.getLogger(__name__)
+
+#: A run claimed by this process's worker: its job (already accepted) and the data it was added with.
+Claimed = tuple[Job, dict[str, Any]]
 
 #: The ``error`` of a run whose job disappeared from the job layer.
 JOB_REMOVED_ERROR = "job removed"
@@ -91,6 +95,8 @@ class JobScheduler:
             run the loop's iteration (:meth:`smoosh.loop.Loop.post` with ``helped``); None: ``post``.
         help: runs the loop's iteration on the caller's thread while the loop sleeps
             (:meth:`smoosh.loop.Loop.help`); the worker calls it through :meth:`catch_up`.
+        batchable: whether a key may join a batch (:mod:`smoosh.daemon.run.batch`: a small
+            database); loop thread. By default none does.
     """
 
     def __init__(
@@ -106,8 +112,13 @@ class JobScheduler:
         requeue: Callable[[str, str, float], None] | None = None,
         post_helped: Callable[[Callable[[], None]], None] | None = None,
         help: Callable[[], None] | None = None,
+        batchable: Callable[[str], bool] = lambda key: False,
     ) -> None:
         self.jobs = jobs
+        self._batchable = batchable
+        # The worker's thread waiting for its channel's next key while that run's end is
+        # delivered (see smoosh.daemon.run.batch): set by end() around its delivery (loop thread).
+        self._offer: Offer | None = None
         self._post_helped = post_helped or post
         self._help = help
         self.job_type = job_type
@@ -162,6 +173,13 @@ class JobScheduler:
             # One key, one run: a key another channel holds too (a routing change, two backoffs
             # ending together) is dropped here; the run that holds it goes on, and keeps its own.
             self._emit(run, "dropped", reason=already_running(holder.channel))
+            return run.token
+        offer = self._offer
+        if offer is not None and offer.channel == channel and self._batchable(key) and offer.take(run):
+            # The worker's thread whose run of this channel just ended takes it, in its slot:
+            # the run is claimed there at once (see smoosh.daemon.run.batch).
+            run.reserved = True
+            self.table.publish()
             return run.token
         local = self.local
         if local is not None and local.reserve():
@@ -249,7 +267,7 @@ class JobScheduler:
                 log.exception("Releasing %r failed.", key)
         self.elsewhere = self.elsewhere - {key}
 
-    def end(self, run: Run, event: RunEvent) -> None:
+    def end(self, run: Run, event: RunEvent, offer: Offer | None = None) -> None:
         """The one way a run ends (loop thread): its last event (``ended`` or ``dropped``) reaches
         its channel, then the run leaves the table and, for an ``ended`` run, its job is removed.
 
@@ -258,15 +276,31 @@ class JobScheduler:
         leaves the table even when the delivery fails: a channel that kept the run all the
         same holds a slot nothing is behind, which the run audit finds and frees. Idempotent:
         a second end of the same run does nothing.
+
+        ``offer``: the run's worker thread waits for its channel's next key (a batch, see
+        :mod:`smoosh.daemon.run.batch`): the key the channel starts within this delivery goes to
+        it when it is small; it is told no otherwise, before this returns.
         """
         if run.ended:
+            if offer is not None:
+                offer.decline()
             return
         also: Callable[[Transaction], None] | None = None
+        self._offer = offer
         try:
             also = self._deliver(run.channel, event)
         finally:
+            self._offer = None
+            if offer is not None:
+                offer.decline()  # a no-op when the channel's next key was handed to it
             # A dropped run was never added, or the job that runs is another's: nothing to remove.
             self._close(run, also, remove=event.kind == "ended")
+        handed = offer.handed if offer is not None else None
+        if handed is not None:
+            # Running from the hand-over: its thread runs it now, and says so no more (the claim
+            # it makes first is part of its run, as a claimed run's start is).
+            self._route(handed.key, RunEvent(handed.key, handed.token, "running", priority=handed.priority), None,
+                        local=True)
 
     def retire(self, key: str, token: int, also: Callable[[Transaction], None] | None = None) -> None:
         """Stop following an ended run, with no event to its channel, and remove its job.
@@ -344,6 +378,36 @@ class JobScheduler:
         if isinstance(token, int):
             self._post_helped(lambda: self._route(key, RunEvent(key, token, "ended", outcome=outcome), data))
 
+    def run_continues(
+        self, key: str, data: dict[str, Any], outcome: Outcome, taken: Callable[[str], None],
+    ) -> Callable[[], Claimed | None] | None:
+        """The daemon's worker finished the job of ``key`` and its thread can take the next key of
+        the run's channel in the same slot (a batch: :mod:`smoosh.daemon.run.batch`).
+
+        The end is told as :meth:`run_ended` tells it, and the loop's iteration that takes it runs
+        here while the loop sleeps (:meth:`catch_up`); the channel starts its next work within it.
+        A key handed to this thread is running from then (``taken(key)`` is told it on the loop's
+        thread as it is handed: the worker counts it as running).
+
+        Returns:
+            The next run's claim, to call on this thread (the re-check and the job added already
+            claimed: ``(job, data)``, or None when the run was dropped instead); None when the
+            channel's next key is not this thread's (none, not small, or another channel's turn).
+        """
+        token = data.get("run")
+        channel = data.get("channel")
+        if not isinstance(token, int) or not isinstance(channel, str):
+            self.run_ended(key, data, outcome)
+            return None
+        offer = Offer(channel, taken)
+        event = RunEvent(key, token, "ended", outcome=outcome, continues=True)
+        self._post_helped(lambda: self._route(key, event, data, offer=offer))
+        self.catch_up()
+        run = offer.wait()
+        if run is None:
+            return None
+        return lambda: self._claim_or_drop(run)
+
     def catch_up(self) -> None:
         """The worker's thread, holding nothing, after it told a start or an end: it runs the
         loop's iteration that takes the news while the loop sleeps (:meth:`smoosh.loop.Loop.help`).
@@ -354,7 +418,7 @@ class JobScheduler:
 
     # -- the starter thread -------------------------------------------------------------------------
 
-    def _claim_or_drop(self, run: Run) -> tuple[Any, dict[str, Any]] | None:
+    def _claim_or_drop(self, run: Run) -> Claimed | None:
         """:meth:`_claim`, ending in an event for the loop whatever happens: an exception drops the run."""
         try:
             return self._claim(run)
@@ -397,7 +461,7 @@ class JobScheduler:
         run.priority = priority
         return {"channel": run.channel, "key": run.key, "priority": float(priority), "progress": 0.0, "run": run.token}
 
-    def _claim(self, run: Run) -> tuple[Any, dict[str, Any]] | None:
+    def _claim(self, run: Run) -> Claimed | None:
         """On the compaction thread: the job added already claimed by this process's worker."""
         data = self._recheck_or_drop(run)
         if data is None:
@@ -596,15 +660,20 @@ class JobScheduler:
         event = RunEvent(run.key, run.token, kind, **fields)
         self._post(lambda: self._route(run.key, event, data if isinstance(data, dict) else None))
 
-    def _route(self, key: str, event: RunEvent, data: dict[str, Any] | None, *, local: bool = False) -> None:
-        """A run's event on the loop: noted, then delivered to its channel; a last one ends the run."""
+    def _route(
+        self, key: str, event: RunEvent, data: dict[str, Any] | None, *, local: bool = False, offer: Offer | None = None,
+    ) -> None:
+        """A run's event on the loop: noted, then delivered to its channel; a last one ends the run
+        (``offer``: its worker's thread waits for the channel's next key, see :meth:`end`)."""
         run = self.observe(event, data)
         if run is None:
+            if offer is not None:
+                offer.decline()
             return
         if local and event.kind == "running":
             run.local = True
         if event.kind in ("ended", "dropped"):
-            self.end(run, event)
+            self.end(run, event, offer)
         else:
             self._deliver(run.channel, event)
 

@@ -39,14 +39,18 @@ from smoosh.daemon.run.compaction import compact
 from smoosh.daemon.run.finishes import DeferredFinishes
 from smoosh.daemon.run.heartbeat import ERROR_PAUSE_S, LIVENESS_KEYS, Heartbeat
 from smoosh.daemon.keypool import KeyPool
+from smoosh.daemon.run.batch import BATCH_MAX_DATABASES
 from smoosh.daemon.run.job_context import STOPPING, JobContext, Running
 from smoosh.io_budget import START, IoBudget
 from smoosh.ioprio import apply_io_priority
-from smoosh.jobs import AcceptInterrupt, JobHalted, NotFound
+from smoosh.jobs import AcceptInterrupt, Job, JobHalted, NotFound
 
 __all__ = ["Worker", "JobContext", "RunListener", "DEFAULT_JOB_TIMEOUT_S", "DEFAULT_HOLD_POLL_S", "STOP_TIMEOUT_S"]
 
 log = logging.getLogger(__name__)
+
+#: A run claimed by this process's worker: its job (already accepted) and the data it was added with.
+Claimed = tuple[Job, dict[str, Any]]
 
 #: The job type's activity timeout (seconds); the heartbeat runs every third of it.
 DEFAULT_JOB_TIMEOUT_S = 30.0
@@ -65,9 +69,19 @@ class RunListener(Protocol):
     def run_ended(self, key: str, data: dict[str, Any], outcome: Outcome) -> None:
         """The job of ``key`` ended with ``outcome`` (already recorded in the job layer)."""
 
-    # Optional, looked up with getattr: ``catch_up()``, called on the compaction thread after a
-    # start or an end was told, holding no lock of the worker's: the listener may take its news
-    # there (the daemon's scheduler runs its loop's iteration, which may claim the next run).
+    def run_continues(
+        self, key: str, data: dict[str, Any], outcome: Outcome, taken: Callable[[str], None],
+    ) -> Callable[[], Claimed | None] | None:
+        """The job of ``key`` ended (as :meth:`run_ended`), and its thread, keeping its slot, can
+        take its channel's next key (a batch: :mod:`smoosh.daemon.run.batch`): that run's claim,
+        to call on this thread, or None (the batch ends; the end was told all the same). A key
+        handed over is told to ``taken`` as it is handed, on whatever thread hands it: it is
+        running from then, and its start is not told again."""
+
+    def catch_up(self) -> None:
+        """Called on the compaction thread after a start or an end was told, holding no lock of the
+        worker's: the listener may take its news there (the daemon's scheduler runs its loop's
+        iteration, which may claim the next run)."""
 
 
 class Worker:
@@ -145,6 +159,8 @@ class Worker:
         # Keys of the runs that ended and are being released (on_released): their slots are
         # free, and they still count as running. A list: one key may end twice at once. Under _cond.
         self._releasing: list[str] = []
+        # Keys handed to a batch's thread, running from then while it claims them (under _cond).
+        self._claiming: list[str] = []
         # Keys of the jobs running or being released now, for lock-free membership tests from
         # other threads.
         self._running_keys: frozenset[str] = frozenset()
@@ -173,6 +189,9 @@ class Worker:
         #: Of those, the slots reserve() promised to claims about to start (under _cond; read
         #: without it by compacting_any).
         self._claims_promised = 0
+        # Runs whose thread waits for its channel's next key (a batch) at their end: their slots
+        # count as free for a claim (reserve), which the next run takes when the batch ends there.
+        self._offering = 0
         self._stopping = False
         self._interrupt = AcceptInterrupt()
         self._dispatcher: threading.Thread | None = None
@@ -260,7 +279,8 @@ class Worker:
     def reserve(self) -> bool:
         """Promise one free slot to a job the caller is about to claim; False when none is free."""
         with self._cond:
-            if self._stopping or self._dispatcher is None or len(self._running) + self._reserved >= self.concurrency:
+            busy = len(self._running) + self._reserved - self._offering
+            if self._stopping or self._dispatcher is None or busy >= self.concurrency:
                 return False
             self._reserved += 1
             self._claims_promised += 1
@@ -419,7 +439,7 @@ class Worker:
             self._heartbeat.run_added(running)  # under the lock: see Heartbeat.run_added
         return running
 
-    def _run_thread(self, item: Running | Callable[[], tuple[Any, dict[str, Any]] | None]) -> None:
+    def _run_thread(self, item: Running | Callable[[], Claimed | None]) -> None:
         if callable(item):
             try:
                 claimed = item()
@@ -435,14 +455,15 @@ class Worker:
             # finishes) still commits them once due.
             self.finishes.flush_if_due()
             running = item
+        current = [running]  # the batch's run now: _run moves it on from one database to the next
         news: Callable[[], None] | None = None
         try:
-            news = self._run(running)
+            news = self._run(current)
         except Exception as exc:
-            log.exception("Running the job of %r failed.", running.key)
-            news = self._crashed(running, exc)
+            log.exception("Running the job of %r failed.", current[0].key)
+            news = self._crashed(current[0], exc)
         finally:
-            self._release(running, news)
+            self._release(current[0], news)
 
     def _crashed(self, running: Running, exc: Exception) -> Callable[[], None] | None:
         """The news of a run whose thread failed outside its compaction: it ended, failed.
@@ -465,9 +486,9 @@ class Worker:
 
     def _catch_up(self) -> None:
         """Let the listener take the news just told, on this thread (see :class:`RunListener`)."""
-        catch_up = getattr(self.listener, "catch_up", None)
-        if catch_up is not None:
-            self._tell(catch_up)
+        listener = self.listener
+        if listener is not None:
+            self._tell(listener.catch_up)
 
     def _release(self, running: Running, news: Callable[[], None] | None) -> None:
         """The run has ended: free its slot, tell the listener (``news``) and ``on_released``,
@@ -482,56 +503,156 @@ class Worker:
             self._running.discard(running)
             self._releasing.append(running.key)
             self._cond.notify_all()
+        keys = (*running.batched, running.key)  # a batch's files are settled together, at its end
         try:
             if news is not None:
                 self._tell(news)
             on_released = self.on_released
             if on_released is not None:
-                try:
-                    on_released(running.key)
-                except Exception:
-                    log.exception("Releasing %r failed.", running.key)
+                for key in keys:
+                    try:
+                        on_released(key)
+                    except Exception:
+                        log.exception("Releasing %r failed.", key)
         finally:
             with self._cond:
-                self._releasing.remove(running.key)
+                for key in keys:
+                    self._releasing.remove(key)
                 self._refresh_keys_locked()
                 self._cond.notify_all()  # a stop waits for the releases too
 
     def _refresh_keys_locked(self) -> None:
         """Rebuild :attr:`_running_keys` (under ``_cond``)."""
-        self._running_keys = frozenset(r.key for r in self._running).union(self._releasing)
+        self._running_keys = frozenset(r.key for r in self._running).union(self._releasing, self._claiming)
 
     # ------------------------------------------------------------------ one job
 
-    def _run(self, running: Running) -> Callable[[], None] | None:
-        """Run the job and record its end in the job layer; the news of its end for the
-        listener (told once its slot is free: see :meth:`_release`), or None."""
-        key = running.key
-        started = running.started_mono
+    def _run(self, current: list[Running]) -> Callable[[], None] | None:
+        """Run the job of ``current[0]`` and record its end in the job layer; the news of its end
+        for the listener (told once its slot is free: see :meth:`_release`), or None.
+
+        A claimed run whose channel's next key is small goes on with it in the same slot (a
+        batch, :mod:`smoosh.daemon.run.batch`): ``current[0]`` is then that run, and so on until
+        the batch ends; each run's end is told as it ends.
+        """
+        running = current[0]
         with self._cond:
             stopping = self._stopping
         if stopping:
             running.ctx.stop(STOPPING)
-        if self.listener is not None:
-            self._tell(lambda: self.listener.run_started(  # type: ignore[union-attr]
-                key, {**running.data, "run_id": running.run_id}))
-            self._catch_up()
-        outcome = self._compact(running, started)
-        if running.halted:
-            log.info("Job %r was halted (removed or re-enqueued); not finishing it.", key)
-            if running.claimed and self.listener is not None:
-                told: RunListener = self.listener
-                halted = Outcome(FAILED, "job halted: removed or re-enqueued while it ran")
-                return lambda: told.run_ended(key, dict(running.data), halted)
-            return None
-        if outcome.result == INTERRUPTED and running.ctx.stop_reason == STOPPING and self.signals == "store":
-            self._requeue(running)
-            return None
-        finished = self._finish(running, outcome)
-        if finished is not None and self.listener is not None:
+        self._tell_started(running)
+        outcome = self._compact(running, running.started_mono)
+        while True:
+            key = running.key
+            if running.halted:
+                log.info("Job %r was halted (removed or re-enqueued); not finishing it.", key)
+                if running.claimed and self.listener is not None:
+                    told: RunListener = self.listener
+                    halted = Outcome(FAILED, "job halted: removed or re-enqueued while it ran")
+                    return lambda: told.run_ended(key, dict(running.data), halted)
+                return None
+            if outcome.result == INTERRUPTED and running.ctx.stop_reason == STOPPING and self.signals == "store":
+                self._requeue(running)
+                return None
+            finished = self._finish(running, outcome)
+            if finished is None or self.listener is None:
+                return None
             listener: RunListener = self.listener
-            return lambda: listener.run_ended(key, finished, outcome)
-        return None
+            if not self._may_continue(running, outcome):
+                return lambda: listener.run_ended(key, finished, outcome)
+            handed: list[str] = []
+            claim = self._ask_next(listener, running, finished, outcome, handed)
+            if claim is None:
+                return None  # the end was told with the question
+            try:
+                claimed = claim()
+            except Exception:
+                log.exception("Claiming a job failed.")
+                claimed = None
+            if claimed is None:
+                self._unclaim(handed)
+                return None
+            running = current[0] = self._continue_into(running, *claimed, handed)
+            outcome = self._compact(running, running.started_mono)
+
+    def _tell_started(self, running: Running) -> None:
+        """Tell the listener that ``running``'s compaction starts, and let it take the news here."""
+        listener = self.listener
+        if listener is not None:
+            key, data = running.key, {**running.data, "run_id": running.run_id}
+            self._tell(lambda: listener.run_started(key, data))
+            self._catch_up()
+
+    def _may_continue(self, running: Running, outcome: Outcome) -> bool:
+        """Whether ``running``'s thread may ask for its channel's next key (a batch): a run this
+        process claimed, that ended neither interrupted nor halted, on a worker that does not stop
+        and a channel not held, short of :data:`BATCH_MAX_DATABASES`."""
+        if not running.claimed or outcome.result == INTERRUPTED or running.ctx.stop_reason is not None:
+            return False
+        if len(running.batched) + 1 >= BATCH_MAX_DATABASES:
+            return False
+        with self._cond:
+            return not self._stopping and running.channel not in self._held
+
+    def _ask_next(
+        self, listener: RunListener, running: Running, finished: dict[str, Any], outcome: Outcome, handed: list[str],
+    ) -> Callable[[], Claimed | None] | None:
+        """Tell ``running``'s end and ask for its channel's next key, its slot counted free for a
+        claim meanwhile (the next run, if it is not this thread's, takes it). A key handed over
+        counts as running from that moment (``handed`` gets it)."""
+
+        def taken(key: str) -> None:
+            with self._cond:
+                self._offering -= 1  # the slot is this thread's again, for the key it takes
+                handed.append(key)
+                self._claiming.append(key)
+                self._refresh_keys_locked()
+
+        with self._cond:
+            self._offering += 1
+        # A run started meanwhile that is not this thread's waits for it, as after any run's end:
+        # the thread that ended the last run claims the next, unwoken (see KeyPool.expect).
+        self._pool.expect()
+        try:
+            return listener.run_continues(running.key, finished, outcome, taken)
+        except Exception:
+            log.exception("A run listener failed.")
+            return None
+        finally:
+            self._pool.unexpect(returning=not handed)
+            with self._cond:
+                if not handed:
+                    self._offering -= 1
+
+    def _unclaim(self, handed: list[str]) -> None:
+        """A key handed to this thread was not claimed (dropped): it stops counting as running."""
+        with self._cond:
+            for key in handed:
+                self._claiming.remove(key)
+            self._refresh_keys_locked()
+
+    def _continue_into(self, previous: Running, job: Job, data: dict[str, Any], handed: list[str]) -> Running:
+        """The batch's next run, in ``previous``'s slot: registered as running (its heartbeats, its
+        holds), ``previous``'s key kept counting as running until the batch ends."""
+        ctx = JobContext(self.io_budget, clock=self._monotonic)
+        running = Running(
+            job=job, data=dict(data), ctx=ctx, claimed=True, started_at=self._clock(),
+            started_mono=self._monotonic(), next_update=time.monotonic() + self.job_timeout_s / 3.0,
+            batched=(*previous.batched, previous.key),
+        )
+        with self._cond:
+            if running.channel in self._held:
+                ctx.set_held(True)
+            if self._stopping:
+                ctx.stop(STOPPING)
+            self._running.discard(previous)
+            self._releasing.append(previous.key)
+            for key in handed:
+                self._claiming.remove(key)
+            self._running.add(running)
+            self._refresh_keys_locked()
+            self._heartbeat.run_added(running)
+        return running
 
     def _compact(self, running: Running, started: float) -> Outcome:
         # On the compaction thread itself: Linux keeps the I/O class per thread.

@@ -1,0 +1,127 @@
+"""Small databases in batches: a worker's run that takes its channel's next small key at its end.
+
+A fleet of small databases spends more on each compaction's fixed cost (the run's start and end
+through the channel, the scheduler and the worker, a thread hand-off, the watcher's read of the
+run's own file events) than on the compaction itself. A *batch* amortises it: when a run this
+process's worker claimed ends, its thread keeps its worker slot and asks its channel for the next
+key (:meth:`~smoosh.daemon.run.scheduler.JobScheduler.run_continues`). The end goes to the
+server's loop as any end does (its outcome recorded, its channel's slot freed), and the channel
+starts its next work within that same event (:attr:`channels.ports.RunEvent.continues`), with
+every check a start makes: its window, its holds, the global slots, its queue's order. When the
+key it starts is small (:func:`small`), the scheduler hands it to the waiting thread (this
+module's :class:`Offer`) instead of a new worker slot; the thread claims it (the priority
+re-check, the job added already claimed, in the commit that finishes the run before it) and
+compacts it. Any other key, or none, ends the batch: the thread lets its slot go.
+
+So each database keeps everything that was per run: its own run token, its own job (one key,
+one job), its re-check, roots and identity checked as it is opened, its outcome, history, backoff,
+progress and log line, and its finish recorded durably before the next database starts (the
+next claim's commit carries it). Only the run's container is shared: the worker's slot and its
+thread, and the watcher's settling of the batch's files, done once as the batch ends.
+
+A batch ends between two databases, never inside one: when its channel would not start the next
+key (suspended or held, out of its window: a strict window's hold interrupts the database being
+compacted, as without batches), when the next key is not small, when another channel waits for
+the global slot, when the worker stops, or after :data:`BATCH_MAX_DATABASES`.
+
+Owner: an :class:`Offer` is made by a worker's compaction thread and answered once on the
+server's loop (under its own lock): the one hand-off between the two.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from smoosh.daemon.run.runs import Run
+
+__all__ = ["Offer", "BATCH_MAX_DATABASES", "OFFER_WAIT_S", "small"]
+
+#: A batch ends after this many databases, and its thread goes back to its pool (its settled
+#: files are let go then: a bound on how long the watcher ignores a compacted file's events).
+BATCH_MAX_DATABASES = 100
+#: Longest a thread waits for the loop's answer (seconds): the loop answers within the iteration
+#: that takes the run's end, so this bounds only a loop that is stuck or gone.
+OFFER_WAIT_S = 10.0
+
+
+def small(file_bytes: int | None, limit_bytes: int) -> bool:
+    """Whether a database of ``file_bytes`` is compacted in a batch under ``batch_max_size = limit_bytes``.
+
+    Parameters:
+        file_bytes: its size as last measured (None: never measured here, e.g. a forced key).
+        limit_bytes: the limit (0: no batches).
+
+    Returns:
+        True for a measured database of at most ``limit_bytes``.
+    """
+    return file_bytes is not None and 0 < limit_bytes and file_bytes <= limit_bytes
+
+
+class Offer:
+    """A worker's thread waiting, at the end of its run, for its channel's next key.
+
+    Made by the thread that ran the run, answered by the server's loop: :meth:`take` hands it a
+    run (the key the channel started), :meth:`decline` says none comes. Whichever comes first of
+    an answer and the waiter giving up (:meth:`close`) wins, under the offer's lock: a run is never
+    handed to a thread that stopped waiting.
+
+    Parameters:
+        channel: the channel whose next key the thread can take.
+        taken: told the key handed over, on the loop's thread as it is handed (the worker counts it
+            as running from then: nothing sees the run started and not running).
+    """
+
+    def __init__(self, channel: str, taken: Callable[[str], None] = lambda key: None) -> None:
+        self.channel = channel
+        self._taken = taken
+        self._lock = threading.Lock()
+        self._answered = threading.Event()
+        self._run: Run | None = None
+        self._closed = False
+
+    @property
+    def open(self) -> bool:
+        """Whether a run can still be handed to it."""
+        with self._lock:
+            return not self._closed and not self._answered.is_set()
+
+    def take(self, run: Run) -> bool:
+        """Hand ``run`` to the waiting thread (the loop); False when it was answered or closed already."""
+        with self._lock:
+            if self._closed or self._answered.is_set():
+                return False
+            self._taken(run.key)
+            self._run = run
+            self._answered.set()
+            return True
+
+    @property
+    def handed(self) -> Run | None:
+        """The run handed over, if any."""
+        with self._lock:
+            return self._run
+
+    def decline(self) -> None:
+        """No key for the waiting thread (the loop; a no-op once answered)."""
+        with self._lock:
+            self._answered.set()
+
+    def wait(self, timeout_s: float = OFFER_WAIT_S) -> Run | None:
+        """On the waiting thread: the run handed to it, or None (declined, or no answer in time).
+
+        Parameters:
+            timeout_s: the longest wait; a loop that does not answer within it is taken as a no.
+
+        Returns:
+            The run to claim, or None. After it returns nothing is handed any more.
+        """
+        self._answered.wait(timeout_s)
+        return self.close()
+
+    def close(self) -> Run | None:
+        """Stop waiting; the run handed before that, if any (it must be claimed or ended)."""
+        with self._lock:
+            self._closed = True
+            return self._run

@@ -292,9 +292,16 @@ def _file_locks(path: str, proc_locks: str) -> list[tuple[str, str, str, str]] |
         # Bytes, decoded here: a text file would look its codec up at first use, which a
         # compaction that dropped its privileges (tests/compactor/test_blocked.py) cannot import.
         with open(proc_locks, "rb") as f:
-            return list(_held((line.decode("ascii", "replace") for line in f), inode, me))
+            raw = f.read()
     except OSError:
         return None
+    # The host's whole lock table is read at every look (a database host holds thousands of
+    # locks): only the lines naming this file's inode are split, found by a search in C.
+    needle = f" {inode} ".encode("ascii")
+    if needle not in raw:
+        return []
+    lines = (line.decode("ascii", "replace") for line in raw.split(b"\n") if needle in line)
+    return list(_held(lines, inode, me))
 
 
 def _held(lines: Iterator[str], inode: str, me: str) -> Iterator[tuple[str, str, str, str]]:

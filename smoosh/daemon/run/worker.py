@@ -572,7 +572,9 @@ class Worker:
             if claimed is None:
                 self._unclaim(handed)
                 return None
-            running = current[0] = self._continue_into(running, *claimed, handed)
+            previous_key, running = running.key, self._continue_into(running, *claimed, handed)
+            current[0] = running
+            log.debug("Job %r runs in the slot of %r: a batch.", running.key, previous_key)
             outcome = self._compact(running, running.started_mono)
 
     def _tell_started(self, running: Running) -> None:

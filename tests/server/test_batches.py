@@ -1,0 +1,242 @@
+"""Small databases compacted in batches: one worker slot goes from one database to the next of its
+channel, and each database reads exactly as a compaction of its own (issue 48, DESIGN §12).
+
+Real SQLite files, the real compactor and worker, an in-process server on a ``memory:`` store. A
+batch is seen from inside (the worker's thread takes the next key in its slot: the run goes on,
+the channel's next run is handed to it); everything an operator reads (``/jobs``, the log line,
+the metrics, the status) is compared with the same drain without batches.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from compactor.dbfactory import db_stats, integrity, make_bloated_db
+from helpers.clocks import FakeClock
+from helpers.daemon import HANG_S, wait_for
+from helpers.jobs_table import record_of
+from helpers.run_gates import GatedCompactor, gate_end
+from smoosh import Server
+from smoosh.compactors import SqliteCompactor
+from smoosh.config import parse_config
+from smoosh.daemon.run.worker import Worker
+
+CHANNEL = "ratio_dbs"
+#: Databases of a drain: each worth compacting, each of its own priority (the order is known).
+DELETED = (0.9, 0.85, 0.8, 0.75, 0.7)
+
+
+def config(tmp_path: Path, *, batch: str = "4MiB", channel: str = "") -> Any:
+    dbs = tmp_path / "dbs"
+    dbs.mkdir(exist_ok=True)
+    text = f"""[smoosh]
+watch =
+roots = {dbs}
+state_dir = {tmp_path / 'state'}
+store = memory:
+node = t
+wait_secs = 0
+staleness = 0
+batch_max_size = {batch}
+db_channels = {CHANNEL}
+
+[smoosh.{CHANNEL}]
+min_size = 64KiB
+{channel}
+"""
+    path = tmp_path / "smoosh.ini"
+    path.write_text(text)
+    return parse_config(text, str(path))
+
+
+def fleet(dbs: Path, journal_mode: str = "wal") -> list[str]:
+    """The drain's databases, highest priority first."""
+    keys = []
+    for i, deleted in enumerate(DELETED):
+        key = str(dbs.resolve() / f"tenant{i}.db")
+        make_bloated_db(key, rows=600, delete_fraction=deleted, journal_mode=journal_mode)
+        keys.append(key)
+    return keys
+
+
+class Batches:
+    """What the test sees of batches from inside: the runs a worker's thread went on with."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.continued: list[str] = []
+        self.threads: set[str] = set()
+        original = Worker._continue_into
+
+        def continue_into(worker: Worker, previous: Any, job: Any, data: Any, handed: Any) -> Any:
+            self.continued.append(str(job.id))
+            return original(worker, previous, job, data, handed)
+
+        monkeypatch.setattr(Worker, "_continue_into", continue_into)
+
+
+@pytest.fixture
+def batches(monkeypatch: pytest.MonkeyPatch) -> Batches:
+    return Batches(monkeypatch)
+
+
+class Recording(GatedCompactor):
+    """The real compactor (gated on demand), recording the thread each compaction ran on."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.threads: list[tuple[str, str]] = []
+
+    def compact(self, key: str, ctx: Any) -> Any:
+        self.threads.append((key, threading.current_thread().name))
+        return super().compact(key, ctx)
+
+
+def started(tmp_path: Path, cfg: Any, **kw: Any) -> tuple[Server, Recording]:
+    compactor = Recording(SqliteCompactor(cfg.sqlite, roots=cfg.roots))
+    server = Server(cfg, workers=2, compactors=[compactor], watch_config=False, **kw)
+    server.start()
+    return server, compactor
+
+
+def queue_all(server: Server, keys: list[str]) -> None:
+    """Every key queued before any starts: the channel is suspended meanwhile."""
+    server.suspend(CHANNEL)
+    for key in keys:
+        server.enqueue(key)
+    wait_for(lambda: server.status()["channels"][CHANNEL]["waiting"]["size"] == len(keys), HANG_S,
+             what="every key queued")
+
+
+def idle(server: Server) -> bool:
+    ch = server.status()["channels"][CHANNEL]
+    return not ch["active"] and not ch["starting"] and server._slots.busy == 0 and not server._scheduler.runs()
+
+
+def drained(server: Server, keys: list[str]) -> None:
+    wait_for(lambda: all(record_of(server, k).get("state") == "finished" for k in keys) and idle(server), HANG_S,
+             what="every key compacted")
+
+
+def as_read(server: Server, keys: list[str], lines: list[logging.LogRecord]) -> dict[str, Any]:
+    """What an operator reads of each key (by its file's name): its /jobs row (times left out),
+    the words of its log lines, and the metrics' counts."""
+    rows, logged = {}, {}
+    for key in keys:
+        row = dict(record_of(server, key))
+        row.pop("last_updated")
+        row.pop("key")
+        row["history"] = [(h["event"], h["reason"]) for h in row["history"]]
+        rows[Path(key).name] = row
+        logged[Path(key).name] = [r.getMessage().replace(key, "KEY").split(" in ", 1)[0]
+                                  for r in lines if getattr(r, "key", None) == key]
+    counts = {k: v for k, v in server.counters.compactions.items() if v}
+    return {"rows": rows, "log": logged, "compactions": counts}
+
+
+def test_small_databases_go_in_one_slot_and_each_reads_as_a_compaction_of_its_own(
+    tmp_path: Path, batches: Batches, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="smoosh.daemon.record.outcomes")
+    seen: dict[str, dict[str, Any]] = {}
+    for batch in ("0", "4MiB"):
+        base = tmp_path / f"batch-{batch}"
+        base.mkdir()
+        cfg = config(base, batch=batch)
+        keys = fleet(base / "dbs")
+        server, compactor = started(base, cfg)
+        try:
+            caplog.clear()
+            queue_all(server, keys)
+            server.resume(CHANNEL)
+            drained(server, keys)
+            # Each database compacted once, in the channel's order
+            assert [key for key, _ in compactor.threads] == keys
+            assert all(db_stats(k)["freelist_count"] == 0 and integrity(k) == "ok" for k in keys)
+            seen[batch] = as_read(server, keys, caplog.records)
+        finally:
+            server.stop()
+        if batch == "0":
+            # Without batches, each database has a run of its own from the worker's pool
+            assert batches.continued == []
+        else:
+            # With them, the first run's thread went on with every next database, in its slot
+            assert batches.continued == keys[1:]
+            assert len({thread for _, thread in compactor.threads}) == 1
+    # And /jobs, the log and the metrics read the same, database by database
+    assert seen["4MiB"] == seen["0"]
+    assert seen["0"]["compactions"] == {(CHANNEL, "ok"): len(DELETED)}
+    assert all(lines == ["compacted 'KEY'"] for lines in seen["0"]["log"].values())
+
+
+def test_a_database_above_batch_max_size_gets_a_job_of_its_own(tmp_path: Path, batches: Batches) -> None:
+    cfg = config(tmp_path, batch="64KiB")  # every database of the fleet is larger
+    keys = fleet(tmp_path / "dbs")
+    server, _ = started(tmp_path, cfg)
+    try:
+        queue_all(server, keys)
+        server.resume(CHANNEL)
+        drained(server, keys)
+    finally:
+        server.stop()
+    assert batches.continued == []
+
+
+def between_databases(tmp_path: Path, batches: Batches, stop: Callable[[Server], None], **kw: Any) -> tuple[Server, list[str]]:
+    """A batch whose first database's end is held back while ``stop(server)`` runs; then let go."""
+    cfg = config(tmp_path, channel=kw.pop("channel", ""))
+    keys = fleet(tmp_path / "dbs", journal_mode="delete")
+    server, _ = started(tmp_path, cfg, **kw)
+    gate = gate_end(server, keys[0])
+    queue_all(server, keys)
+    server.resume(CHANNEL)
+    gate.wait_entered()  # the first database is compacted; its end not told yet
+    stop(server)
+    gate.release()
+    wait_for(lambda: record_of(server, keys[0]).get("state") == "finished" and idle(server), HANG_S,
+             what="the first database's end, and no run after it")
+    return server, keys
+
+
+def test_a_hold_ends_a_batch_between_two_databases(tmp_path: Path, batches: Batches) -> None:
+    # Given a batch whose channel is suspended as its first database ends
+    server, keys = between_databases(tmp_path, batches, lambda s: s.suspend(CHANNEL))
+    try:
+        # Then the first database is compacted, and the batch goes on with none: they all wait
+        assert record_of(server, keys[0])["history"][0]["event"] == "finished"
+        assert [key for key, _ in server.channels()[CHANNEL].waiting()] == keys[1:]
+        assert batches.continued == [] and not server._worker.status()
+        # And once resumed, the rest is compacted
+        server.resume(CHANNEL)
+        drained(server, keys)
+    finally:
+        server.stop()
+
+
+def at(hour: int, minute: int = 0) -> float:
+    return dt.datetime(2026, 11, 23, hour, minute, tzinfo=dt.timezone.utc).timestamp()
+
+
+def test_a_strict_window_ends_a_batch_between_two_databases(tmp_path: Path, batches: Batches) -> None:
+    clock = FakeClock(at(2, 59))
+    # Given a batch in a channel whose strict window closes as its first database ends
+    server, keys = between_databases(
+        tmp_path, batches, lambda s: clock.set(at(3, 0)), clock=clock,
+        channel="from = 01:00\nto = 03:00\nstrict_window = true")
+    try:
+        # Then the batch goes on with none: they all wait for the window
+        assert server.status()["channels"][CHANNEL]["in_window"] is False
+        assert [key for key, _ in server.channels()[CHANNEL].waiting()] == keys[1:]
+        assert batches.continued == [] and not server._worker.status()
+        # And in the next window, the rest is compacted
+        clock.set(at(1, 0) + 24 * 3600)
+        for channel in server.channels().values():
+            channel.check_window(clock())
+        drained(server, keys)
+    finally:
+        server.stop()

@@ -61,6 +61,8 @@ class KeyPool(Generic[T]):
         self._running = 0  # threads alive
         self._idle = 0  # threads waiting for an item
         self._after = 0  # threads in after_item: each takes an item as it returns, unwoken
+        # Pool threads inside expect(), by ident: how many items each submitted meanwhile.
+        self._expecting: dict[int, int] = {}
         self._serial = 0
 
     def start(self) -> None:
@@ -74,7 +76,11 @@ class KeyPool(Generic[T]):
             if self._stopped or self._draining:
                 return False
             self._items.append(item)
-            self._place_locked()
+            expecting = self._expecting.get(threading.get_ident())
+            if expecting is not None:
+                self._expecting[threading.get_ident()] = expecting + 1  # its own thread takes it (expect)
+            else:
+                self._place_locked()
         return True
 
     def _place_locked(self) -> None:
@@ -89,18 +95,19 @@ class KeyPool(Generic[T]):
             threading.Thread(target=self._run, name=f"{self._name}_{self._serial}", daemon=True).start()
 
     def expect(self) -> None:
-        """On a pool thread inside its item: an item submitted until :meth:`unexpect` waits for this
-        thread, as one submitted during ``after_item`` does (its item may be about to end)."""
+        """On a pool thread inside its item: an item this thread submits until :meth:`unexpect` waits
+        for it, as one submitted during ``after_item`` does (its item may be about to end)."""
         with self._cond:
-            self._after += 1
+            self._expecting[threading.get_ident()] = 0
 
     def unexpect(self, returning: bool) -> None:
-        """End :meth:`expect`. ``returning``: the thread's item ends now, and it takes what waits;
-        otherwise another thread is found for it."""
+        """End :meth:`expect`. ``returning``: the thread's item ends now, and it takes what it
+        submitted meanwhile; otherwise other threads are found for those items."""
         with self._cond:
-            self._after -= 1
-            if not returning and self._items:
-                self._place_locked()
+            held = self._expecting.pop(threading.get_ident(), 0)
+            if not returning:
+                for _ in range(held):
+                    self._place_locked()
 
     def set_threads(self, threads: int) -> None:
         """Change how many items are worked on at once; threads over it end as they go idle.

@@ -7,7 +7,9 @@ asks what a wedged channel would fail: every channel back to ACTIVE 0 and STARTI
 The states (``helpers.run_gates``): ``starting`` (its job added for any worker: this process's
 only one is busy with another channel's run), ``claimed`` (this process's worker took it and
 re-checks its priority), ``running`` (in its compaction), ``finishing`` (compacted, its end not
-yet told to the server's loop). The ends: a finish, a crash (a corrupt database: its VACUUM
+yet told to the server's loop). Each also as a batch's second database (issue 48: handed at the
+end of the run before it to that run's thread, in its slot): in its claim, its compaction, its end
+(a batch's database is never ``starting``: it waits in its channel until it is handed over). The ends: a finish, a crash (a corrupt database: its VACUUM
 fails), a backoff (an application holds the write lock: busy), live edits (an upgrade target,
 which reconfigures the compactor; ``max_jobs``; the run's channel removed and added again), a
 reload of the edited file, a clean stop followed by a restart; and a take-over at start of what
@@ -56,6 +58,7 @@ class Case:
     gated: GatedCompactor
     servers: list[Server]
     kind: str = ""  # the kind of database the run under test compacts
+    batch: bool = False  # the run under test is a batch's second database
 
     def restart(self) -> None:
         """A new server on the same store and state_dir (the previous one stopped)."""
@@ -130,9 +133,48 @@ def back_to_idle_and_the_next_key_compacts(c: Case) -> None:
     wait_for(lambda: idle(c.server), HANG_S, what="the next key's run to end")
 
 
+def same_channel_kind(kind: str) -> str:
+    """A database of the channel a database of ``kind`` goes to, that compacts: ``ratio`` or ``slack``."""
+    return "slack" if kind == "corrupt" else kind
+
+
+def channel_of(kind: str) -> str:
+    return "slack_dbs" if kind in ("slack", "corrupt") else "ratio_dbs"
+
+
+def hold_in_batch(c: Case, key: str, state: str) -> list[Gate]:
+    """Start ``key``'s run as a batch's second database and hold it at ``state``; the gates to open.
+
+    The batch's first database ends while ``key`` waits in the channel (the channel's second
+    place taken by a blocker held in its compaction): the channel starts ``key`` within that end,
+    and the first one's thread takes it.
+    """
+    server = c.server
+    kind = same_channel_kind(c.kind)
+    first, blocker = database(c.dbs, "first.db", kind), database(c.dbs, "blocker.db", kind)
+    first_end, blocked = gate_end(server, first), c.gated.hold(blocker)
+    server.enqueue(first)
+    first_end.wait_entered()
+    server.enqueue(blocker)
+    blocked.wait_entered()
+    server.enqueue(key)
+    wait_for(lambda: key in dict(server.channels()[channel_of(c.kind)].waiting()), HANG_S, what="the key queued")
+    if state == "claimed":
+        gate = gate_recheck(server, key)
+    elif state == "running":
+        gate = c.gated.hold(key)
+    else:
+        gate = gate_end(server, key)
+    first_end.release()
+    gate.wait_entered()
+    return [gate, blocked]
+
+
 def hold(c: Case, key: str, state: str, start: Callable[[], None] | None = None) -> list[Gate]:
     """Start ``key``'s run (``start``: by enqueueing it) and hold it at ``state``; the gates to
     open to let it go on."""
+    if c.batch:
+        return hold_in_batch(c, key, state)
     server = c.server
     start = start or (lambda: server.enqueue(key))
     if state == "starting":
@@ -163,6 +205,8 @@ def hold(c: Case, key: str, state: str, start: Callable[[], None] | None = None)
 
 #: The state ``/status`` shows a run held at each of the test's states.
 SHOWN = {"starting": "starting", "claimed": "claimed", "running": "running", "finishing": "running"}
+#: The same for a batch's database: running from the moment its batch's thread takes it.
+SHOWN_IN_BATCH = {"claimed": "running", "running": "running", "finishing": "running"}
 
 
 def held(c: Case, key: str, state: str, start: Callable[[], None] | None = None) -> list[Gate]:
@@ -174,7 +218,10 @@ def held(c: Case, key: str, state: str, start: Callable[[], None] | None = None)
         return runs, c.server._slots.busy
 
     # (A second channel's start of the key, refused, gives its slot back within a loop iteration.)
-    expected = ([SHOWN[state]], 3 if state == "starting" else 1)
+    if c.batch:
+        expected = ([SHOWN_IN_BATCH[state]], 2)  # the blocker holds the other slot
+    else:
+        expected = ([SHOWN[state]], 3 if state == "starting" else 1)
     wait_for(lambda: shown() == expected, HANG_S, what=f"the run shown {expected} (now {shown()})")
     return gates
 
@@ -229,7 +276,7 @@ def end_live_edit(edit: str) -> Callable[[Case, str], None]:
     def end(c: Case, state: str) -> None:
         key = make_key(c, "ratio")
         gates = held(c, key, state)
-        assert in_flight(c.server)["ratio_dbs"] == ((0, 1) if state == "starting" else (1, 0))
+        assert in_flight(c.server)["ratio_dbs"] == ((0, 1) if state == "starting" else (1 + c.batch, 0))
         c.server.apply_config(edited(c, edit))
         if edit == "channels":
             assert "ratio_dbs" not in c.server.channels()
@@ -311,6 +358,19 @@ def test_a_run_ended_any_way_at_any_state_frees_its_slots(
     ENDS[end](case, state)
     back_to_idle_and_the_next_key_compacts(case)
     # Freed by construction: the run audit, the net under it, never had to repair anything
+    assert [r.getMessage() for r in caplog.records if r.name == "smoosh.daemon.host.run_audit"] == []
+
+
+@pytest.mark.parametrize("state", ("claimed", "running", "finishing"))
+@pytest.mark.parametrize("end", [end for end in ENDS if end != "second-channel"])
+def test_a_batchs_database_ended_any_way_at_any_state_frees_its_slots(
+    case: Case, end: str, state: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    # (A key waiting in two channels is one channel's start refused at its submit: no batch's.)
+    case.batch = True
+    ENDS[end](case, state)
+    case.batch = False  # the next key compacts on its own
+    back_to_idle_and_the_next_key_compacts(case)
     assert [r.getMessage() for r in caplog.records if r.name == "smoosh.daemon.host.run_audit"] == []
 
 

@@ -9,6 +9,7 @@ import os
 import shutil
 import sqlite3
 import sys
+import time
 from pathlib import Path
 
 #: Multiplier of the deterministic hash that picks scattered rows (Knuth's).
@@ -133,3 +134,6 @@ class NullContext:
 
     def on_cancel(self, fn: object) -> None:
         pass
+
+    def pause(self, seconds: float) -> None:
+        time.sleep(seconds)

@@ -58,6 +58,9 @@ class _Ctx:
     def on_cancel(self, fn) -> None:
         pass
 
+    def pause(self, seconds: float) -> None:
+        time.sleep(seconds)
+
 
 def _fresh(src: str, dst: str) -> None:
     for suffix in ("", "-journal", "-wal", "-shm"):

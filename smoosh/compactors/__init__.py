@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
-from typing import Any, Iterable
+from typing import Iterable
 
 from smoosh.compactors.base import (
     READ_ONLY,
@@ -24,6 +24,7 @@ from smoosh.compactors.base import (
     CompactionError,
     CompactionResult,
     Compactor,
+    CompactorBase,
     Gone,
     InsufficientSpace,
     Interrupted,
@@ -31,8 +32,11 @@ from smoosh.compactors.base import (
     Replaced,
     Shared,
     Sizes,
+    adapt,
 )
 from smoosh.compactors.sqlite import SqliteCompactor
+from smoosh.disk_room import DiskRoom
+from smoosh.io_budget import IoBudget
 
 __all__ = [
     "load_compactors",
@@ -42,6 +46,8 @@ __all__ = [
     "CompactionResult",
     "CompactionContext",
     "Compactor",
+    "CompactorBase",
+    "adapt",
     "CompactionError",
     "Busy",
     "Blocked",
@@ -61,7 +67,16 @@ log = logging.getLogger(__name__)
 ENTRY_POINT_GROUP = "smoosh.compactors"
 
 
-def load_compactors(sqlite_settings: Any = None, *, roots: Iterable[str] | None = None, **kw: Any) -> list[Compactor]:
+def load_compactors(
+    sqlite_settings: object = None,
+    *,
+    roots: Iterable[str] | None = None,
+    wal_max_size_bytes: int | None = None,
+    exact_size_interval_s: float | None = None,
+    temp_dir: str | None = None,
+    io_budget: IoBudget | None = None,
+    disk_room: DiskRoom | None = None,
+) -> list[CompactorBase]:
     """The built-in SQLite compactor followed by every loadable plugin.
 
     Parameters:
@@ -69,32 +84,38 @@ def load_compactors(sqlite_settings: Any = None, *, roots: Iterable[str] | None 
         roots: the directories every database the SQLite compactor opens must lie in (the
             config's ``roots``); None for no roots restriction. Change them live with
             :meth:`SqliteCompactor.set_roots`. Plugins are not told: they get no arguments.
-        **kw: passed to :class:`SqliteCompactor` (``wal_max_size_bytes``,
-            ``exact_size_interval_s``, ``clock``, ``temp_dir``, ``io_budget``).
+        wal_max_size_bytes, exact_size_interval_s, temp_dir, io_budget, disk_room: passed to
+            :class:`SqliteCompactor` (None: its default).
 
     Returns:
-        The compactors, built-in first, plugins in entry point order.
+        The compactors, built-in first, plugins in entry point order, each as the daemon holds
+        it (:func:`~smoosh.compactors.base.adapt`).
 
     Raises:
         ValueError: a root is not an absolute path.
     """
-    compactors: list[Compactor] = [SqliteCompactor(sqlite_settings, roots=roots, **kw)]
+    builtin = SqliteCompactor(sqlite_settings, roots=roots, temp_dir=temp_dir, io_budget=io_budget,
+                              disk_room=disk_room)
+    builtin.configure(sqlite_settings, wal_max_size_bytes=wal_max_size_bytes,
+                      exact_size_interval_s=exact_size_interval_s)
+    compactors: list[CompactorBase] = [builtin]
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         try:
             factory = ep.load()
             compactor = factory()
-            if not isinstance(compactor, Compactor):
+            if not isinstance(compactor, (Compactor, CompactorBase)):
                 raise TypeError(f"factory returned {type(compactor).__name__}, which is not a Compactor")
         except Exception:
             # One broken plugin must not keep the daemon from compacting everything else.
             log.exception("Compactor plugin %r (%s) failed to load; skipping it.", ep.name, ep.value)
             continue
-        log.info("Loaded compactor plugin %r (%s).", getattr(compactor, "name", ep.name), ep.value)
-        compactors.append(compactor)
+        adapted = adapt(compactor)
+        log.info("Loaded compactor plugin %r (%s).", adapted.name, ep.value)
+        compactors.append(adapted)
     return compactors
 
 
-def compactor_for(key: str, compactors: Iterable[Compactor]) -> Compactor | None:
+def compactor_for(key: str, compactors: Iterable[CompactorBase]) -> CompactorBase | None:
     """The first compactor that claims ``key``, or None.
 
     Parameters:

@@ -5,18 +5,37 @@ smoosh asks it three cheap questions when a key changes (:meth:`Compactor.sizes`
 :meth:`Compactor.needs_upgrade`, :meth:`Compactor.cleanup_priority`) and one expensive thing
 from a worker (:meth:`Compactor.compact`). Third-party engines register a factory under the
 entry point group ``smoosh.compactors`` (see :mod:`smoosh.compactors`).
+
+Two shapes, one seam:
+
+* :class:`Compactor`, the protocol a third-party engine writes to (DESIGN §7): those five
+  questions, and its name;
+* :class:`CompactorBase`, everything the daemon asks of a compactor, each method named, with a
+  default for what an engine need not answer (one look at a file, the cleanup key a database
+  calls for, its exact size, what it saw of the applications, its live settings and roots). The
+  daemon holds every compactor as one of these: the built-in one is one, and :func:`adapt`
+  makes one of any other (the one place a method a compactor may lack is looked up).
+
+A batch of small databases (``smoosh.daemon.run.batch``) compacts each of them through
+:meth:`CompactorBase.compact`, exactly as a compaction of its own: the seam has no batch call.
 """
 
 from __future__ import annotations
 
+import abc
 import collections
+import inspect
 import logging
 import os
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol, runtime_checkable
 
 from smoosh.errors import SmooshError
+
+if TYPE_CHECKING:
+    from smoosh.disk_room import DiskRoom
+    from smoosh.io_budget import IoBudget
 
 #: Where refusals are logged: the module that opens user databases.
 _refusals = logging.getLogger("smoosh.compactors.sqlite_open")
@@ -29,6 +48,8 @@ __all__ = [
     "CompactionResult",
     "CompactionContext",
     "Compactor",
+    "CompactorBase",
+    "adapt",
     "CompactionError",
     "Busy",
     "Blocked",
@@ -98,7 +119,7 @@ class Look:
     problem: str | None
     signature: tuple[int, ...] | None = None
     wal_bytes: int = 0
-    state: Any = None
+    state: object = None
 
 
 @dataclass(frozen=True)
@@ -131,9 +152,9 @@ class CompactionContext(Protocol):
     def on_cancel(self, fn: Callable[[], None]) -> None:
         """Register ``fn`` to run (on another thread) when the job must stop now."""
 
-    # Optional, looked up with getattr: ``pause(seconds)``, a wait between two chunks that a
-    # stop or a hold ends early (the next ``checkpoint()`` then acts on it); without it a
-    # compactor sleeps.
+    def pause(self, seconds: float) -> None:
+        """Wait up to ``seconds`` between two chunks, holding no lock; a stop or a hold ends the
+        wait early (the next :meth:`checkpoint` then acts on it)."""
 
 
 @runtime_checkable
@@ -154,15 +175,6 @@ class Compactor(Protocol):
     def cleanup_priority(self, key: str) -> float:
         """For ``cleanup:<path>`` keys: 1.0 when there is cleanup work, else 0.0."""
 
-    # Optional, looked up with getattr: ``cleanup_key(key) -> str | None``, the cleanup key a
-    # database's state calls for now (SQLite: its -wal grew past half of wal_max_size), asked cheaply
-    # whenever a database key is examined; the server then examines that key too.
-    #
-    # Optional, looked up with getattr: ``look(path, *, strict) -> Look``, one look at a
-    # database file (strict: the identity checks a compaction's start makes, for HTTP, the CLI
-    # and explain). A compactor that has it takes ``look=`` in ``sizes`` and ``cleanup_key``
-    # and answers from it instead of reading the file again.
-
     def compact(self, key: str, ctx: CompactionContext) -> CompactionResult:
         """Compact the key's database.
 
@@ -177,6 +189,159 @@ class Compactor(Protocol):
                 link (a :class:`Gone`: dropped, not retried).
             Exception: anything else means the compaction failed.
         """
+
+
+#: A reader's pinned log: ``(path, WAL bytes now, pinned since: monotonic seconds)``.
+PinnedWal = tuple[str, int, float]
+
+
+class CompactorBase(abc.ABC):
+    """Everything the daemon asks of a compactor (see the module docstring), with a default for each
+    question an engine need not answer. The five of :class:`Compactor` are abstract.
+
+    Attributes:
+        name: the compactor's name (``"sqlite"``).
+    """
+
+    name: str = "compactor"
+
+    # -- what every engine answers (the Compactor protocol) --------------------------------------
+
+    @abc.abstractmethod
+    def claims(self, key: str) -> bool:
+        """Is this key mine?  Lexical only: no I/O (it runs on the enqueue hot path)."""
+
+    @abc.abstractmethod
+    def sizes(self, key: str, *, exact: bool = False, look: Look | None = None) -> Sizes | None:
+        """Sizes of the key's database; None when it is gone or not a database of this kind.
+
+        Parameters:
+            key: a claimed key.
+            exact: measure exactly (reads every page; an engine without a cheaper estimate
+                answers the same either way).
+            look: this compactor's :meth:`look` at the file just taken, to answer from.
+        """
+
+    @abc.abstractmethod
+    def needs_upgrade(self, key: str) -> bool:
+        """Does the database need a format change (a full rewrite) to meet the configured target?"""
+
+    @abc.abstractmethod
+    def cleanup_priority(self, key: str) -> float:
+        """For ``cleanup:<path>`` keys: 1.0 when there is cleanup work, else 0.0."""
+
+    @abc.abstractmethod
+    def compact(self, key: str, ctx: CompactionContext) -> CompactionResult:
+        """Compact the key's database (see :meth:`Compactor.compact` for the errors it ends with)."""
+
+    # -- what the daemon asks when an engine can answer (defaults: it cannot) ---------------------
+
+    def look(self, path: str, *, strict: bool = True) -> Look | None:
+        """One look at a database file (strict: the identity checks a compaction's start makes, for
+        HTTP, the CLI and explain), which :meth:`sizes` and :meth:`cleanup_key` then answer from
+        instead of reading the file again; None: this compactor takes no looks."""
+        return None
+
+    def file_problem(self, path: str) -> str | None:
+        """Why ``path`` is no database this compactor would compact, in an operator's words; None
+        when it may be one (or it cannot tell). Asked only of a compactor that takes no looks."""
+        return None
+
+    def cleanup_key(self, key: str, *, look: Look | None = None) -> str | None:
+        """The cleanup key a database's state calls for now (SQLite: its ``-wal`` grew past half of
+        ``wal_max_size``), asked cheaply whenever a database key is examined; the server then
+        examines that key too. None: none (never, for an engine without cleanup keys)."""
+        return None
+
+    def exact_size_due(self, key: str) -> bool:
+        """Whether the exact size of ``key`` is due (taken on a measurer thread); never by default."""
+        return False
+
+    def pinned_wals(self) -> list[PinnedWal]:
+        """The logs a reader kept pinned at their database's last compaction, oldest first."""
+        return []
+
+    def application(self) -> dict[str, float | int]:
+        """What the compactions saw of the applications (``/status``, ``/metrics``): waits for a
+        quiet moment, their seconds, give-ups, and looks at a database with and without a lock."""
+        return {}
+
+    def configure(
+        self, settings: object, *, wal_max_size_bytes: int | None = None, exact_size_interval_s: float | None = None,
+    ) -> None:
+        """Apply settings live (the server, on every reload): ``[smoosh.sqlite]``'s, and the two
+        global sizes an engine may use. Nothing by default."""
+
+    def set_roots(
+        self, roots: Iterable[str] | None, *, allow_hard_links: Iterable[str] | None = None,
+        allow_mounts: Iterable[str] | None = None,
+    ) -> None:
+        """Replace the roots every open is checked against, live (None: unrestricted). An engine
+        that opens no file by path has nothing to check; nothing by default."""
+
+    def set_io_budget(self, budget: IoBudget | None) -> None:
+        """Charge what compactions write to the process's I/O budget. Nothing by default."""
+
+    def set_disk_room(self, room: DiskRoom) -> None:
+        """Reserve what compactions write in the process's disk reservations. Nothing by default."""
+
+
+class _Adapted(CompactorBase):
+    """A :class:`Compactor` that is no :class:`CompactorBase` (a plugin, a test's double), seen as one:
+    its own answers where it has them, the base's defaults elsewhere."""
+
+    _OPTIONAL = ("look", "file_problem", "cleanup_key", "exact_size_due", "pinned_wals", "application", "configure",
+                 "set_roots", "set_io_budget", "set_disk_room")
+
+    def __init__(self, inner: Compactor) -> None:
+        self.inner = inner
+        self.name = str(getattr(inner, "name", type(inner).__name__))
+        # Which of sizes' keywords it takes (the protocol's sizes takes only the key; a double
+        # that only compacts, a worker's, may have none).
+        try:
+            parameters = set(inspect.signature(getattr(inner, "sizes")).parameters)
+        except (AttributeError, TypeError, ValueError):
+            parameters = set()
+        self._sizes_keywords = {name for name in ("exact", "look") if name in parameters}
+        for name in self._OPTIONAL:
+            own = getattr(inner, name, None)
+            if own is not None:
+                setattr(self, name, own)
+
+    def claims(self, key: str) -> bool:
+        return self.inner.claims(key)
+
+    def sizes(self, key: str, *, exact: bool = False, look: Look | None = None) -> Sizes | None:
+        keywords: dict[str, object] = {}
+        if exact and "exact" in self._sizes_keywords:
+            keywords["exact"] = True
+        if look is not None and "look" in self._sizes_keywords:
+            keywords["look"] = look
+        return self.inner.sizes(key, **keywords) if keywords else self.inner.sizes(key)
+
+    def needs_upgrade(self, key: str) -> bool:
+        return self.inner.needs_upgrade(key)
+
+    def cleanup_priority(self, key: str) -> float:
+        return self.inner.cleanup_priority(key)
+
+    def compact(self, key: str, ctx: CompactionContext) -> CompactionResult:
+        return self.inner.compact(key, ctx)
+
+
+def adapt(compactor: Compactor | CompactorBase) -> CompactorBase:
+    """``compactor`` as the daemon holds it: itself when it is a :class:`CompactorBase`, otherwise a
+    view of it that answers the base's questions it lacks with their defaults.
+
+    Parameters:
+        compactor: a compactor (a plugin's, the built-in one, a test's double).
+
+    Returns:
+        A :class:`CompactorBase`.
+    """
+    if isinstance(compactor, CompactorBase):
+        return compactor
+    return _Adapted(compactor)
 
 
 class CompactionError(SmooshError):

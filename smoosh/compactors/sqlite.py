@@ -48,7 +48,8 @@ import smoosh.compactors.sqlite_quiet as sqlite_quiet
 import smoosh.compactors.sqlite_wal as sqlite_wal
 from smoosh.paths import CLEANUP_PREFIX
 from smoosh.compactors.base import (
-    Blocked, Busy, CompactionContext, CompactionResult, Gone, Look, Refused, Replaced, Shared, Sizes,
+    Blocked, Busy, CompactionContext, CompactionResult, CompactorBase, Gone, Look, PinnedWal, Refused, Replaced, Shared,
+    Sizes,
 )
 from smoosh.compactors.sqlite_file import (
     AUTO_VACUUM_CODES, LOOKS, DbState, changed_outside_sqlite, file_size, footprint_bytes, in_use, read_state,
@@ -88,16 +89,15 @@ DEFAULT_MAX_LOCK_HOLD_S = 1.0
 def _quiet_pause(ctx: CompactionContext) -> Callable[[float], None]:
     """The wait between two looks for a quiet moment: the context's pause, then its checkpoint (no
     lock is held while waiting, so a stop or a hold acts there)."""
-    pause = getattr(ctx, "pause", None) or time.sleep
 
     def wait(seconds: float) -> None:
-        pause(seconds)
+        ctx.pause(seconds)
         ctx.checkpoint()
 
     return wait
 
 
-class SqliteCompactor:
+class SqliteCompactor(CompactorBase):
     """Compacts SQLite database files in place; never corrupts one (SQLite's own transactions do the work).
 
     Parameters:
@@ -125,7 +125,7 @@ class SqliteCompactor:
 
     def __init__(
         self,
-        settings: Any = None,
+        settings: object = None,
         *,
         roots: Iterable[str] | None = None,
         wal_max_size_bytes: int = DEFAULT_WAL_MAX_SIZE_BYTES,
@@ -160,7 +160,7 @@ class SqliteCompactor:
         self.set_roots(roots)
 
     def configure(
-        self, settings: Any, *, wal_max_size_bytes: int | None = None, exact_size_interval_s: float | None = None
+        self, settings: object, *, wal_max_size_bytes: int | None = None, exact_size_interval_s: float | None = None,
     ) -> None:
         """Apply settings, live: compactions that start afterwards use them.
 
@@ -322,8 +322,8 @@ class SqliteCompactor:
         """
         path, cleanup = self._split(key)
         roots = self._roots
-        if look is not None and not cleanup:
-            state = look.state if look.problem is None else None
+        if look is not None and not cleanup and (look.problem is not None or isinstance(look.state, DbState)):
+            state = look.state if isinstance(look.state, DbState) else None
         else:
             try:
                 state = read_state(path, self.busy_timeout_s, roots=roots)
@@ -367,7 +367,7 @@ class SqliteCompactor:
         self._memory.remember_counter(key, state)
         return state
 
-    def pinned_wals(self) -> list[tuple[str, int, float]]:
+    def pinned_wals(self) -> list[PinnedWal]:
         """``(path, WAL bytes now, pinned since: monotonic seconds)`` of each database whose log a reader
         kept pinned at its last compaction (until one empties it), oldest first."""
         pinned = dict(self._pinned)

@@ -90,8 +90,8 @@ def incremental(
     pages = chunk_pages
     own_write_ns = time.time_ns()  # writes before this (the compaction's own checks) are not the application's
     shared = others_have_open(path) is True
-    # The worker's pause ends at once on a stop, a hold or a rotation; a plain sleep otherwise.
-    pause = getattr(ctx, "pause", None) or _pause
+    # The worker's pause ends at once on a stop, a hold or a rotation.
+    pause = ctx.pause
     ctx.progress(0.0)
     while start_free < 0 or freed < start_free:
         if shared:
@@ -174,11 +174,6 @@ def last_write_age(path: str, after_ns: int = 0) -> float | None:
     if newest <= after_ns:
         return None
     return (time.time_ns() - newest) / 1e9
-
-
-def _pause(seconds: float) -> None:
-    """Sleep between two chunks, holding no lock, where the context has no ``pause`` of its own."""
-    time.sleep(seconds)
 
 
 def _chunk(conn: apsw.Connection, path: str, chunk_pages: int, lock_max_s: float | None,

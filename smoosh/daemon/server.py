@@ -25,12 +25,12 @@ import logging
 import os
 import subprocess
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from channels import Channel
 from channels.ports import Outcome
 from smoosh.clocks import Clocks
-from smoosh.compactors import load_compactors
+from smoosh.compactors import Compactor, CompactorBase, adapt, load_compactors
 from smoosh.config import ChannelConfig, Config
 from smoosh.daemon.control.budget_gate import BudgetGate
 from smoosh.daemon.host.channel_host import ChannelHost
@@ -113,7 +113,7 @@ class Server(LiveConfig):
         dry_run: bool = False,
         clock: Callable[[], float] | Clocks = time.time,
         watch_config: bool = True,
-        compactors: list[Any] | None = None,
+        compactors: Sequence[Compactor | CompactorBase] | None = None,
         reset_store: bool = False,
     ) -> None:
         self._config = config
@@ -157,7 +157,7 @@ class Server(LiveConfig):
             busy_retries=config.busy_retries,
         )
         self._access = AccessTable(config.staleness_s, max_size=config.access_max_size, clock=time.monotonic)
-        self._compactors = compactors if compactors is not None else load_compactors(
+        self._compactors = [adapt(c) for c in compactors] if compactors is not None else load_compactors(
             config.sqlite,
             roots=config.roots,
             wal_max_size_bytes=config.wal_max_size_bytes,
@@ -169,12 +169,8 @@ class Server(LiveConfig):
         # Which file systems under the roots are fuller than disk_pressure (checked by the housekeeping).
         self.pressure = DiskPressure(config.disk_pressure, clock=clocks.wall)
         for compactor in self._compactors:
-            set_io_budget = getattr(compactor, "set_io_budget", None)
-            if set_io_budget is not None:
-                set_io_budget(self.io_budget)
-            set_disk_room = getattr(compactor, "set_disk_room", None)
-            if set_disk_room is not None:
-                set_disk_room(self.disk_room)
+            compactor.set_io_budget(self.io_budget)
+            compactor.set_disk_room(self.disk_room)
         self._router = Router(self._compactors, clock=monotonic)
         self._suspension = Suspension(config.state_dir)
         self._lock = InstanceLock(config.state_dir)
@@ -717,7 +713,7 @@ class Server(LiveConfig):
 
     # ------------------------------------------------------------------ status
 
-    def compactors(self) -> list[Any]:
+    def compactors(self) -> list[CompactorBase]:
         """The compactors in use (the metrics read what they remember, such as pinned logs)."""
         return list(self._compactors)
 
@@ -735,7 +731,7 @@ class Server(LiveConfig):
                                        "looks_lockless": 0}
         looks_seen = False
         for compactor in self._compactors:
-            seen: dict[str, float | int] = getattr(compactor, "application", lambda: {})() or {}
+            seen = compactor.application()
             for name in ("waits", "wait_seconds", "gave_up"):
                 out[name] += seen.get(name, 0)
             if not looks_seen and "looks_locked" in seen:
@@ -756,7 +752,7 @@ class Server(LiveConfig):
         since: dict[str, float] = {}
         sizes: dict[str, int] = {}
         for compactor in self._compactors:
-            for path, size, at in getattr(compactor, "pinned_wals", lambda: [])() or []:
+            for path, size, at in compactor.pinned_wals():
                 since[path] = min(at, since.get(path, at))
                 sizes[path] = size
         for key, at in self._history.pinned().items():

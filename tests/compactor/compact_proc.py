@@ -8,6 +8,7 @@ Targets are "-" for none. Prints "go" (flushed) just before compact() and "done"
 from __future__ import annotations
 
 import sys
+import time
 from types import SimpleNamespace
 
 from smoosh.compactors import SqliteCompactor
@@ -22,6 +23,9 @@ class _Ctx:
 
     def on_cancel(self, fn: object) -> None:
         pass
+
+    def pause(self, seconds: float) -> None:
+        time.sleep(seconds)
 
 
 def main(argv: list[str]) -> int:

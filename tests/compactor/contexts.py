@@ -11,7 +11,10 @@ from smoosh.compactors.base import Interrupted
 class RecordingContext:
     """Records progress; ``before_chunk(n)`` runs at the n-th checkpoint (may raise or cancel)."""
 
-    def __init__(self, before_chunk: Callable[[int], None] | None = None) -> None:
+    def __init__(
+        self, before_chunk: Callable[[int], None] | None = None, *, on_pause: Callable[[float], None] | None = None,
+    ) -> None:
+        self.on_pause = on_pause  # what a pause does instead of sleeping (a test's recorder)
         self.fractions: list[float] = []
         self.checkpoints = 0
         self.cancel_fns: list[Callable[[], None]] = []
@@ -34,6 +37,13 @@ class RecordingContext:
         self.cancel_fns.append(fn)
         if self.stop.is_set():
             fn()
+
+    def pause(self, seconds: float) -> None:
+        """A plain sleep, ended early by a stop (as the worker's is); ``on_pause`` instead when given."""
+        if self.on_pause is not None:
+            self.on_pause(seconds)
+        else:
+            self.stop.wait(seconds)
 
     def cancel(self) -> None:
         self.stop.set()

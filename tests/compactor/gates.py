@@ -37,6 +37,9 @@ class _GatedContext:
     def on_cancel(self, fn: Callable[[], None]) -> None:
         self._ctx.on_cancel(fn)
 
+    def pause(self, seconds: float) -> None:
+        self._ctx.pause(seconds)
+
 
 class GatedCompactor:
     """Delegates to ``inner``; at the ``at_checkpoint``-th chunk boundary (or the first

@@ -43,6 +43,9 @@ class _Ctx:
     def on_cancel(self, fn: object) -> None:
         pass
 
+    def pause(self, seconds: float) -> None:
+        time.sleep(seconds)
+
 
 def compactor(root: str, db: str, rounds: int) -> int:
     settings = SimpleNamespace(page_size=None, auto_vacuum=None, incremental_chunk_pages=100, busy_timeout_s=0.2)

@@ -122,12 +122,14 @@ def test_a_hard_linked_side_file_blocks_the_compaction(tmp_path: Path) -> None:
 _COMPACT = textwrap.dedent(
     """
     import sys
+    import time
     from types import SimpleNamespace
     from smoosh.compactors import Blocked, SqliteCompactor
     class Ctx:
         def progress(self, f): pass
         def checkpoint(self): pass
         def on_cancel(self, fn): pass
+        def pause(self, seconds): time.sleep(seconds)
     s = SimpleNamespace(page_size=None, auto_vacuum=None, incremental_chunk_pages=50, busy_timeout_s=1.0)
     c = SqliteCompactor(s, roots=[sys.argv[1]])
     try:
@@ -172,6 +174,7 @@ _PROBE = textwrap.dedent(
         def progress(self, f): pass
         def checkpoint(self): pass
         def on_cancel(self, fn): pass
+        def pause(self, seconds): time.sleep(seconds)
     root, key, opt_in = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
     s = SimpleNamespace(page_size=None, auto_vacuum=None, incremental_chunk_pages=50, busy_timeout_s=1.0)
     c = SqliteCompactor(s, roots=[root])

@@ -42,6 +42,9 @@ class ChunkStarts:
     def on_cancel(self, fn: Callable[[], None]) -> None:
         self.ctx.on_cancel(fn)
 
+    def pause(self, seconds: float) -> None:
+        self.ctx.pause(seconds)
+
     def checkpoint(self) -> None:
         self.ctx.checkpoint()
         self.starts.append(self.clock())

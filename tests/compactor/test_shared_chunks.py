@@ -29,8 +29,7 @@ def test_alone_the_chunks_keep_their_size_and_run_back_to_back(tmp_path, monkeyp
     path = str(tmp_path / "alone.db")
     stats = make_bloated_db(path, auto_vacuum="incremental", journal_mode="wal")
     slept: list[float] = []
-    monkeypatch.setattr(sqlite_incremental, "_pause", slept.append)
-    ctx = RecordingContext()
+    ctx = RecordingContext(on_pause=slept.append)
     SqliteCompactor(settings(incremental_chunk_pages=100)).compact(path, ctx)
     assert db_stats(path)["freelist_count"] == 0
     assert ctx.checkpoints == math.ceil(stats["freelist_count"] / 100)
@@ -45,10 +44,9 @@ def test_beside_an_application_the_chunks_shrink_to_the_lock_budget_and_leave_ga
     # A budget no chunk of 100 pages can keep, whatever the disk: chunks shrink to a page or so.
     monkeypatch.setattr(sqlite_incremental, "SHARED_CHUNK_LOCK_MAX_S", 1e-6)
     slept: list[float] = []
-    monkeypatch.setattr(sqlite_incremental, "_pause", slept.append)
     with ChildConnection(path) as app:  # the application: a WAL connection in another process
         app.execute("SELECT count(*) FROM docs")
-        ctx = RecordingContext()
+        ctx = RecordingContext(on_pause=slept.append)
         SqliteCompactor(settings(incremental_chunk_pages=100)).compact(path, ctx)
         # Its writes still go through between (and after) the chunks
         app.execute("INSERT INTO docs (key, body) VALUES ('app', x'00')")
@@ -88,12 +86,11 @@ def test_the_gap_after_a_shared_chunk_is_the_budgets_pace_times_the_chunks_hold(
             budget.set_chunk_gap_factor(1000.0)  # the controller saw harm mid-compaction
 
     monkeypatch.setattr(sqlite_incremental, "_chunk", chunk)
-    monkeypatch.setattr(sqlite_incremental, "_pause", pause)
     with ChildConnection(path) as app:
         app.execute("SELECT count(*) FROM docs")
         compactor = SqliteCompactor(settings(incremental_chunk_pages=100))
         compactor.set_io_budget(budget)
-        compactor.compact(path, RecordingContext())
+        compactor.compact(path, RecordingContext(on_pause=pause))
     assert db_stats(path)["freelist_count"] == 0
     assert len(slept) == len(held) - 1 > 3
     assert slept[:3] == pytest.approx([10.0 * h for h in held[:3]])
@@ -126,7 +123,6 @@ def test_a_chunk_that_finds_the_application_holding_the_write_lock_notes_a_lock_
         return seen
 
     monkeypatch.setattr(sqlite_quiet, "app_look", look)
-    monkeypatch.setattr(sqlite_incremental, "_pause", lambda s: None)
     budget = IoBudget()
     errors: list[BaseException] = []
     with ChildConnection(path) as app:
@@ -226,10 +222,9 @@ def test_beside_a_writer_that_never_pauses_the_compaction_yields_before_each_chu
     make_bloated_db(path, auto_vacuum="incremental", journal_mode="wal")
     monkeypatch.setattr(sqlite_incremental, "last_write_age", lambda *a: 0.0)  # a write seen just now, always
     slept: list[float] = []
-    monkeypatch.setattr(sqlite_incremental, "_pause", slept.append)
     with ChildConnection(path) as app:
         app.execute("SELECT count(*) FROM docs")
-        ctx = RecordingContext()
+        ctx = RecordingContext(on_pause=slept.append)
         SqliteCompactor(settings(incremental_chunk_pages=100)).compact(path, ctx)
     assert db_stats(path)["freelist_count"] == 0  # never starved
     # A wait before every chunk (this pause returns at once, so each wait asks again until its

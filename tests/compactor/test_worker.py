@@ -569,9 +569,11 @@ def test_worker_process_runs_jobs_and_stops_cleanly_on_sigterm(tmp_path) -> None
     path = str(tmp_path / "a.db")
     make_bloated_db(path)
     code = (
-        "import sys; from types import SimpleNamespace; from smoosh.daemon.run.worker_process import run_worker_process; "
-        f"sys.exit(run_worker_process(SimpleNamespace(node={NODE!r}, job_timeout_s=2.0, "
-        f"store={'sqlite:' + store_path!r}, sqlite=None), None, 2))"
+        "import dataclasses, sys; from smoosh.config import Config; "
+        "from smoosh.daemon.run.worker_process import run_worker_process; "
+        f"config = dataclasses.replace(Config.default(), node={NODE!r}, job_timeout_s=2.0, "
+        f"store={'sqlite:' + store_path!r}, watch=(), roots=({str(tmp_path)!r},)); "
+        "sys.exit(run_worker_process(config, None, 2))"
     )
     proc = subprocess.Popen([sys.executable, "-c", code])
     store = open_store(f"sqlite:{store_path}")

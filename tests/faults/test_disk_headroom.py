@@ -63,6 +63,7 @@ _SCRIPT = textwrap.dedent(
             refused_once.wait(60)
         def checkpoint(self): pass
         def on_cancel(self, fn): pass
+        def pause(self, seconds): time.sleep(seconds)
 
     def compact(db):
         compactor = SqliteCompactor(settings, disk_room=room)

@@ -8,6 +8,7 @@ hands the work to it, and a rejected file only records its error.
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -140,11 +141,9 @@ class LiveConfig:
         if (new.roots, new.allow_hard_links, new.allow_mounts) != (old.roots, old.allow_hard_links, old.allow_mounts):
             self._set_compactor_roots(new)
         for compactor in self._compactors:
-            configure = getattr(compactor, "configure", None)
-            if configure is not None:
-                quietly(lambda: configure(new.sqlite, wal_max_size_bytes=new.wal_max_size_bytes,
-                                          exact_size_interval_s=new.exact_size_interval_s),
-                        "applying a change to a part of the server", log)
+            quietly(functools.partial(compactor.configure, new.sqlite, wal_max_size_bytes=new.wal_max_size_bytes,
+                                      exact_size_interval_s=new.exact_size_interval_s),
+                    "applying a change to a part of the server", log)
         if new.job_timeout_s != old.job_timeout_s:
             self._set_job_timeout(new.job_timeout_s)
         if self._worker is not None and self._workers_from_config:
@@ -213,6 +212,4 @@ class LiveConfig:
         """
         roots = Roots(config.roots, allow_hard_links=config.allow_hard_links, allow_mounts=config.allow_mounts)
         for compactor in self._compactors:
-            set_roots = getattr(compactor, "set_roots", None)
-            if set_roots is not None:
-                set_roots(roots)
+            compactor.set_roots(roots)

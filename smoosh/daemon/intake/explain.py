@@ -267,8 +267,7 @@ def _sizes(intake: Any, key: str, compactor: Any, qualifies: Callable[[Any], boo
     sizes = compactor.sizes(key)
     if sizes is None or key.startswith(CLEANUP_PREFIX) or qualifies(sizes):
         return sizes, False
-    exact_due = getattr(compactor, "exact_size_due", None)
-    if exact_due is not None and exact_due(key):
+    if compactor.exact_size_due(key):
         exact = compactor.sizes(key, exact=True)
         if exact is not None:
             return exact, True

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from smoosh.clocks import Clocks
-from smoosh.compactors.base import refused
+from smoosh.compactors.base import CompactorBase, Look, refused
 from smoosh.config import Config
 from smoosh.daemon.intake.admission import AdmissionGate
 from smoosh.daemon.watch.debounce import Debouncer
@@ -76,7 +76,7 @@ class _InFlight:
     dirty: bool = False
     debounced: bool = False
     force: bool = False
-    look: Any = None
+    look: Look | None = None
 
 
 class Intake:
@@ -317,7 +317,7 @@ class Intake:
     # -- examination (pool threads) ------------------------------------------------------------
 
     def submit(
-        self, key: str, debounced: bool = False, waiter: Waiter | None = None, force: bool = False, look: Any = None,
+        self, key: str, debounced: bool = False, waiter: Waiter | None = None, force: bool = False, look: Look | None = None,
     ) -> None:
         """Examine ``key`` off this thread; a second request while it runs marks it dirty.
 
@@ -398,7 +398,7 @@ class Intake:
             except Exception:
                 log.exception("debouncer result for %r failed", key)
 
-    def _route(self, key: str, defer_exact: bool = False, force: bool = False, look: Any = None) -> Any:
+    def _route(self, key: str, defer_exact: bool = False, force: bool = False, look: Look | None = None) -> object:
         """Offer ``key`` to its channels in configured order; True when one queued it.
 
         With ``defer_exact``: :data:`EXACT_DUE` when no channel took the cheap sizes and an
@@ -418,10 +418,8 @@ class Intake:
                 self._verdicts[key] = Verdict(key, NOT_QUEUED, reason="ignored ([smoosh.ignore])")
             return False
         compactor = self.router.compactor_for(key)
-        if look is None and not key.startswith(CLEANUP_PREFIX):
-            take = getattr(compactor, "look", None)
-            if take is not None:
-                look = take(key, strict=False)
+        if look is None and compactor is not None and not key.startswith(CLEANUP_PREFIX):
+            look = compactor.look(key, strict=False)
         if defer_exact and cfg.cleanup_channels:
             self._feed_cleanup(key, look, compactor)
         before = look.signature if look is not None else signature(db_path(key))
@@ -456,7 +454,7 @@ class Intake:
             self._verdicts[key] = verdict or Verdict(key, NOT_QUEUED, reason=not_measured_reason(key))
         return False
 
-    def _feed_cleanup(self, key: str, look: Any = None, compactor: Any = None) -> None:
+    def _feed_cleanup(self, key: str, look: Look | None = None, compactor: CompactorBase | None = None) -> None:
         """Examine ``key``'s cleanup key too when its database asks for one (a ``-wal`` past half of ``wal_max_size``).
 
         Fed from the examination every event and scan leads to (one ``lstat``, on the thread
@@ -500,6 +498,8 @@ class Intake:
             refused(db_path(key), reason)  # logged: a path changed under smoosh
             return 0
         compactor = self.router.compactor_for(key)
+        if compactor is None:
+            return 0  # (validated: a compactor claims it; one gone with a reload has nothing to say)
         if self.is_forced(key):
             # Forced by an operator: thresholds do not count, but the file must still be one.
             return 0 if compactor.sizes(key) is None else math.inf

@@ -15,7 +15,8 @@ from collections import OrderedDict
 from typing import Any, Callable, Iterator, Sequence
 
 from smoosh.paths import CLEANUP_PREFIX
-from smoosh.compactors import compactor_for
+from smoosh.compactors import CompactorBase, compactor_for
+from smoosh.compactors.base import Look, Sizes
 from smoosh.config import ChannelConfig, Config
 from smoosh.priority import compute
 
@@ -44,18 +45,18 @@ class Router:
         clock: monotonic seconds (the loop's clock): how long ago a key was compacted.
     """
 
-    def __init__(self, compactors: list[Any], *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, compactors: list[CompactorBase], *, clock: Callable[[], float] = time.monotonic) -> None:
         self.compactors = compactors
         self._clock = clock
         self._lock = threading.Lock()
         # key -> (file bytes after its last successful compaction, when): see freshly_compacted.
         self._compacted: OrderedDict[str, tuple[int, float]] = OrderedDict()
 
-    def compactor_for(self, key: str) -> Any:
+    def compactor_for(self, key: str) -> CompactorBase | None:
         """The compactor that claims ``key``, or None."""
         return compactor_for(key, self.compactors)
 
-    def cleanup_key(self, key: str, look: Any = None, compactor: Any = None) -> str | None:
+    def cleanup_key(self, key: str, look: Look | None = None, compactor: CompactorBase | None = None) -> str | None:
         """The cleanup key ``key``'s database calls for now (its WAL grew past half of ``wal_max_size``), or None.
 
         Asked of the compactor that claims the key (``cleanup_key``, optional: a compactor
@@ -63,10 +64,8 @@ class Router:
         compactor's ``look`` at the file (:class:`~smoosh.compactors.base.Look`).
         ``compactor``: the one that claims it, when the caller has it already.
         """
-        ask = getattr(compactor if compactor is not None else self.compactor_for(key), "cleanup_key", None)
-        if ask is None:
-            return None
-        return ask(key) if look is None else ask(key, look=look)
+        owner = compactor if compactor is not None else self.compactor_for(key)
+        return None if owner is None else owner.cleanup_key(key, look=look)
 
     @staticmethod
     def is_ignored(key: str, cfg: Config) -> bool:
@@ -77,8 +76,8 @@ class Router:
         return any(path == pattern or fnmatch.fnmatchcase(path, pattern) for pattern in cfg.ignore)
 
     def offers(
-        self, key: str, cfg: Config, *, defer_exact: bool = False, force: bool = False, look: Any = None,
-        compactor: Any = None,
+        self, key: str, cfg: Config, *, defer_exact: bool = False, force: bool = False, look: Look | None = None,
+        compactor: CompactorBase | None = None,
     ) -> Iterator[Offer]:
         """The ways to offer ``key`` to its channels, cheapest measurement first.
 
@@ -116,8 +115,7 @@ class Router:
         yield cfg.db_channels, sizes, lambda ch: self.priority(ch, key, sizes, compactor), False
         if force:
             return
-        exact_due = getattr(compactor, "exact_size_due", None)
-        if exact_due is not None and exact_due(key):
+        if compactor.exact_size_due(key):
             if defer_exact:
                 yield EXACT_DUE
                 return
@@ -126,7 +124,7 @@ class Router:
                 yield cfg.db_channels, exact, lambda ch: self.priority(ch, key, exact, compactor), True
 
     @staticmethod
-    def priority(ch: ChannelConfig, key: str, sizes: Any, compactor: Any) -> float:
+    def priority(ch: ChannelConfig, key: str, sizes: Sizes, compactor: CompactorBase) -> float:
         """The channel's priority for a database of these sizes (not yet quantized)."""
         needs_upgrade = ch.priority == "upgrade" and compactor.needs_upgrade(key)
         return compute(

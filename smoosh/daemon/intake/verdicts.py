@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from smoosh.compactors.base import CompactorBase, Look, Sizes
 from smoosh.config import ChannelConfig
 from smoosh.daemon.intake.admission import NOT_EXAMINED, RequestDeadline
 from smoosh.errors import InvalidKey
@@ -130,12 +131,12 @@ def enqueue_and_wait(
     return [waiter.wait(wait_until - monotonic()) for waiter in waiters]
 
 
-def file_problem(path: str, compactor: Any) -> str | None:
+def file_problem(path: str, compactor: CompactorBase) -> str | None:
     """Why ``path`` cannot be a database to compact, or None when it may be one (see :func:`look_at`)."""
     return look_at(path, compactor)[0]
 
 
-def look_at(path: str, compactor: Any) -> tuple[str | None, Any]:
+def look_at(path: str, compactor: CompactorBase) -> tuple[str | None, Look | None]:
     """Why ``path`` cannot be a database to compact (or None), and the compactor's look at it.
 
     One ``lstat``: only a regular file is opened (a FIFO's writer or a device's driver would
@@ -166,12 +167,10 @@ def look_at(path: str, compactor: Any) -> tuple[str | None, Any]:
         return "a directory", None
     if not stat.S_ISREG(st.st_mode):
         return "not a regular file", None
-    take = getattr(compactor, "look", None)
-    if take is not None:
-        look = take(path)
+    look = compactor.look(path)
+    if look is not None:
         return look.problem, look
-    judge = getattr(compactor, "file_problem", None)
-    return (judge(path) if judge is not None else None), None
+    return compactor.file_problem(path), None
 
 
 def stale_reason(left_s: float, now: float) -> str:
@@ -271,7 +270,9 @@ def forced_note(holds: list[str]) -> str:
     return "forced" if not holds else "forced; held back: " + "; ".join(holds)
 
 
-def channel_phrase(ch: ChannelConfig, key: str, sizes: Any, priority: float, compactor: Any) -> str | None:
+def channel_phrase(
+    ch: ChannelConfig, key: str, sizes: Sizes | None, priority: float, compactor: CompactorBase | None,
+) -> str | None:
     """Why channel ``ch`` does not take ``key``, or None when it does (its ``priority`` is above 0).
 
     Parameters:
@@ -290,12 +291,12 @@ def channel_phrase(ch: ChannelConfig, key: str, sizes: Any, priority: float, com
         return None
     if sizes is None:
         return "nothing to clean up"
-    needs = ch.priority == "upgrade" and bool(compactor.needs_upgrade(key))
+    needs = ch.priority == "upgrade" and compactor is not None and compactor.needs_upgrade(key)
     return why_zero(ch, sizes, needs)
 
 
 def below_reason(key: str, names: Iterable[str], cfg: Any, sizes: Any, priority_of: Callable[[Any], float],
-                 compactor: Any) -> str:
+                 compactor: CompactorBase | None) -> str:
     """Why no channel took ``key``: each channel's threshold, with the numbers (``?wait=1``, ``explain``).
 
     Returns:

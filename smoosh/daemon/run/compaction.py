@@ -10,7 +10,7 @@ import logging
 from typing import Any, Callable, Sequence
 
 from channels.ports import BLOCKED, BUSY, FAILED, GONE, INTERRUPTED, OK, REPLACED, Outcome
-from smoosh.compactors import Blocked, Busy, Compactor, Gone, Interrupted, Replaced, compactor_for
+from smoosh.compactors import Blocked, Busy, CompactorBase, Gone, Interrupted, Replaced, compactor_for
 from smoosh.compactors.base import refused
 from smoosh.compactors.sqlite import CLEANUP_PREFIX
 from smoosh.daemon.run.job_context import ROTATED, STOPPING, JobContext
@@ -25,7 +25,7 @@ def compact(
     key: str,
     data: dict[str, Any],
     ctx: JobContext,
-    compactors: Sequence[Compactor],
+    compactors: Sequence[CompactorBase],
     roots: Sequence[str] | None,
     started: float,
     clock: Callable[[], float],

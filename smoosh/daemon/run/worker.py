@@ -33,7 +33,7 @@ import time
 from typing import Any, Callable, Literal, Protocol, Sequence
 
 from channels.ports import FAILED, INTERRUPTED, Outcome
-from smoosh.compactors import Compactor
+from smoosh.compactors import Compactor, CompactorBase, adapt
 from smoosh.daemon.control.store_health import log_failure
 from smoosh.daemon.run.compaction import compact
 from smoosh.daemon.run.finishes import DeferredFinishes
@@ -119,7 +119,7 @@ class Worker:
         jobs: Any,
         store: Any,
         job_type: str,
-        compactors: Sequence[Compactor],
+        compactors: Sequence[Compactor | CompactorBase],
         *,
         node: str,
         job_timeout_s: float = DEFAULT_JOB_TIMEOUT_S,
@@ -140,7 +140,7 @@ class Worker:
         self.jobs = jobs
         self.store = store
         self.job_type = job_type
-        self.compactors = list(compactors)
+        self.compactors = [adapt(c) for c in compactors]
         self.node = node
         self.job_timeout_s = job_timeout_s
         self.concurrency = concurrency

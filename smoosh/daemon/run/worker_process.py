@@ -8,17 +8,19 @@ interrupted jobs back to pending for another worker.
 from __future__ import annotations
 
 import logging
+import signal
 import threading
-from typing import Any
+from types import FrameType
 
-from smoosh.daemon.run.worker import DEFAULT_JOB_TIMEOUT_S, STOP_TIMEOUT_S, Worker
+from smoosh.config import Config
+from smoosh.daemon.run.worker import STOP_TIMEOUT_S, Worker
 
 __all__ = ["run_worker_process"]
 
 log = logging.getLogger(__name__)
 
 
-def run_worker_process(config: Any, store_url: str | None = None, concurrency: int | None = None) -> int:
+def run_worker_process(config: Config, store_url: str | None = None, concurrency: int | None = None) -> int:
     """``smoosh worker``: run jobs of the config's node until SIGTERM/SIGINT, then stop cleanly.
 
     Parameters:
@@ -31,36 +33,31 @@ def run_worker_process(config: Any, store_url: str | None = None, concurrency: i
     Returns:
         The exit code: 0 after a clean stop.
     """
-    import signal
-
     from smoosh.compactors import load_compactors
     from smoosh.daemon.control.node_claim import Identity
-    from smoosh.disk_room import DEFAULT_MIN_FREE, DiskRoom
+    from smoosh.disk_room import DiskRoom
     from smoosh.io_budget import IoBudget
     from smoosh.jobs import Jobs
     from smoosh.store import open_store
 
     node = config.node
-    job_timeout_s = float(getattr(config, "job_timeout_s", DEFAULT_JOB_TIMEOUT_S))
+    job_timeout_s = config.job_timeout_s
     store = open_store(store_url or config.store)
     jobs = Jobs(store)
     stop = threading.Event()
-    previous: dict[Any, Any] = {}
+    previous: dict[signal.Signals, object] = {}
     try:
         job_type = "smoosh:" + node
         jobs.set_type_timeout(job_type, job_timeout_s)
-        kw: dict[str, Any] = {}
-        for name in ("wal_max_size_bytes", "exact_size_interval_s"):
-            if getattr(config, name, None) is not None:
-                kw[name] = getattr(config, name)
         # This process's own budget: max_io_rate is per process (DESIGN §11).
-        io_budget = IoBudget(getattr(config, "max_io_rate_bytes_per_s", None))
-        io_priority = str(getattr(config, "io_priority", "normal"))
+        io_budget = IoBudget(config.max_io_rate_bytes_per_s)
+        io_priority = config.io_priority
         # Its own disk reservations too: what it reserves, a daemon beside it cannot see.
-        disk_room = DiskRoom(getattr(config, "min_free_space", DEFAULT_MIN_FREE))
-        compactors = load_compactors(getattr(config, "sqlite", None), roots=getattr(config, "roots", None),
-                                     io_budget=io_budget, disk_room=disk_room, **kw)
-        roots = tuple(getattr(config, "roots", ()) or ()) or None
+        disk_room = DiskRoom(config.min_free_space)
+        compactors = load_compactors(config.sqlite, roots=config.roots, io_budget=io_budget, disk_room=disk_room,
+                                     wal_max_size_bytes=config.wal_max_size_bytes,
+                                     exact_size_interval_s=config.exact_size_interval_s)
+        roots = tuple(config.roots) or None
         worker = Worker(jobs, store, job_type, compactors, node=node, job_timeout_s=job_timeout_s,
                         concurrency=concurrency or 1, signals="store", roots=lambda: roots,
                         io_budget=io_budget, io_priority=lambda: io_priority,
@@ -68,7 +65,7 @@ def run_worker_process(config: Any, store_url: str | None = None, concurrency: i
                         # (on this host: while its process does, however late its heartbeat).
                         holder=Identity.of_this_process().holder)
 
-        def on_signal(signum: int, frame: Any) -> None:
+        def on_signal(signum: int, frame: FrameType | None) -> None:
             stop.set()
 
         if threading.current_thread() is threading.main_thread():
@@ -82,6 +79,6 @@ def run_worker_process(config: Any, store_url: str | None = None, concurrency: i
         return 0
     finally:
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            signal.signal(sig, handler)  # type: ignore[arg-type]
         jobs.close()
         store.close()

@@ -73,6 +73,18 @@ class _Idle:
     def wake(self, channel: str) -> None:
         pass
 
+    def running_at_once(self, key: str, token: int) -> bool:
+        return False
+
+    def wall_time(self) -> float | None:
+        return None
+
+    def window_waived(self, channel: str) -> bool:
+        return False
+
+    def concurrency_raised(self, channel: str) -> int:
+        return 0
+
 
 def latency_during_checkpoint(d: str, n: int) -> dict[str, float]:
     from channels import Channel

@@ -378,8 +378,7 @@ class Channel(ChannelRuns, ChannelCheckpoints):
         window = settings.window
         if window is None:
             return True
-        waived = getattr(self._host, "window_waived", None)
-        if waived is not None and waived(self.name):
+        if self._host.window_waived(self.name):
             return True
         try:
             return bool(window.is_open(datetime.fromtimestamp(self._wall_time(now), timezone.utc)))

@@ -98,8 +98,7 @@ class ChannelRuns(ChannelState):
             return
         self._log.debug("Channel %s: starting %r at priority %r.", self.name, run.key, run.priority)
         # STARTING means waiting for a worker: a run a worker took at its submit is active now.
-        running_at_once = getattr(self._scheduler, "running_at_once", None)
-        if running_at_once is not None and running_at_once(run.key, run.token):
+        if self._scheduler.running_at_once(run.key, run.token):
             if self._move(run, self._starting, self._active):
                 self._log.debug("Channel %s: compaction of %r is running.", self.name, run.key)
                 return

@@ -26,6 +26,7 @@ from channels.checkpointer import Checkpointer
 from channels.ports import Host, Scheduler
 from channels.priority_queue import PriorityQueue
 from channels.waiting import Waiting
+from channels.window import Window
 
 __all__ = ["ChannelSettings", "ChannelState", "Run"]
 
@@ -38,7 +39,7 @@ class ChannelSettings(Protocol):
     @property
     def concurrency(self) -> int: ...
     @property
-    def window(self) -> Any: ...  # channels.window.Window | None
+    def window(self) -> Window | None: ...
     @property
     def strict_window(self) -> bool: ...
 
@@ -156,8 +157,8 @@ class ChannelState:
 
     def _wall_time(self, now: float) -> float:
         """Unix seconds now: the host's wall clock, or ``now`` when the host ticks in wall time."""
-        wall_time = getattr(self._host, "wall_time", None)
-        return now if wall_time is None else float(wall_time())
+        wall = self._host.wall_time()
+        return now if wall is None else float(wall)
 
     # -- under the lock ----------------------------------------------------------------------------
 
@@ -186,11 +187,10 @@ class ChannelState:
         """The runs this channel may have at once: its ``concurrency``, or more while the host
         raises it (``concurrency_raised``: smoosh under disk pressure); 0 stays 0."""
         configured = self._settings.concurrency
-        raised = getattr(self._host, "concurrency_raised", None)
-        if raised is None or configured <= 0:
+        if configured <= 0:
             return configured
         try:
-            return max(configured, int(raised(self.name)))
+            return max(configured, int(self._host.concurrency_raised(self.name)))
         except Exception:
             self._log.exception("Channel %s: concurrency_raised failed; keeping its own concurrency.", self.name)
             return configured

@@ -14,7 +14,7 @@ Results (one vocabulary everywhere: job data, ``/jobs``, metrics, logs):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 __all__ = [
     "Outcome",
@@ -72,13 +72,13 @@ class Outcome:
         """Bytes given back (never negative)."""
         return max(0, self.size_before_bytes - self.size_after_bytes)
 
-    def to_data(self) -> dict[str, Any]:
+    def to_data(self) -> dict[str, object]:
         """The outcome as job data (msgpack-encodable), ``reclaimed_bytes`` included.
 
         ``rotated`` and ``stopping`` appear only when set: most outcomes are neither.
         """
         # Field by field: dataclasses.asdict deep-copies recursively, a cost paid per compaction.
-        data: dict[str, Any] = {
+        data: dict[str, object] = {
             "result": self.result, "error": self.error, "size_before_bytes": self.size_before_bytes,
             "size_after_bytes": self.size_after_bytes, "duration_s": self.duration_s, "progress": self.progress,
         }
@@ -90,7 +90,7 @@ class Outcome:
         return data
 
     @classmethod
-    def from_data(cls, data: Any, *, default_error: str = "no outcome recorded") -> Outcome:
+    def from_data(cls, data: object, *, default_error: str = "no outcome recorded") -> Outcome:
         """Read an outcome back from job data; anything malformed is a ``failed`` outcome.
 
         Job data crosses processes and the store, so every field is checked, never trusted.
@@ -159,8 +159,9 @@ class Scheduler(Protocol):
     def adopt(self, channel: str, key: str) -> int | None:
         """Follow a run of ``key`` that already exists (found at start-up); its token, or None."""
 
-    # A scheduler may also answer ``running_at_once(key, token) -> bool``: True when a worker
-    # took the run at its submit (it waits for none), so the channel counts it active at once.
+    def running_at_once(self, key: str, token: int) -> bool:
+        """Whether a worker took run ``token`` of ``key`` at its submit (it waits for none): the
+        channel then counts it active at once. A scheduler whose runs always wait answers False."""
 
 
 class Host(Protocol):
@@ -197,19 +198,19 @@ class Host(Protocol):
     def wake(self, channel: str) -> None:
         """Tick the channel soon (it has work it may be able to start)."""
 
-    # A host may also answer ``wall_time() -> float``: Unix seconds now, when the ``now`` it
-    # ticks the channel with is not wall time (smoosh ticks on the monotonic clock, so that a
-    # wall clock set back stalls no wait). The channel reads its window, which is defined in
-    # wall time, and names a damaged checkpoint set aside by it; without it, ``now`` is taken
-    # for wall time.
-    #
-    # And ``window_waived(channel) -> bool``: True while the channel should run outside its
-    # window (smoosh: disk pressure on a channel with ``under_pressure = ignore_window``). The
-    # channel asks at every window check; the host has it check at once when the answer changes
-    # (``Channel.check_window``).
-    #
-    # And ``concurrency_raised(channel) -> int``: runs the channel may have at once beyond its
-    # own ``concurrency`` (smoosh: the backlog controller's slots while a file system is under
-    # disk pressure; 0 when nothing is raised). A ``concurrency`` of 0 is never raised. The
-    # channel asks before each start; the host has it look again (``check_window``) when the
-    # answer changes.
+    def wall_time(self) -> float | None:
+        """Unix seconds now, when the ``now`` the host ticks the channel with is not wall time
+        (smoosh ticks on the monotonic clock, so that a wall clock set back stalls no wait); None
+        when ``now`` is wall time. The channel reads its window, which is defined in wall time,
+        and names a damaged checkpoint set aside by it."""
+
+    def window_waived(self, channel: str) -> bool:
+        """Whether the channel should run outside its window now (smoosh: disk pressure on a
+        channel with ``under_pressure = ignore_window``). Asked at every window check; the host
+        has the channel check at once when the answer changes (``Channel.check_window``)."""
+
+    def concurrency_raised(self, channel: str) -> int:
+        """Runs the channel may have at once whatever its own ``concurrency`` (smoosh: the backlog
+        controller's slots while a file system is under disk pressure); 0 when nothing is raised.
+        A ``concurrency`` of 0 is never raised. Asked before each start; the host has the
+        channel look again (``check_window``) when the answer changes."""

@@ -24,7 +24,7 @@ from smoosh.store.base import Transaction, Watch
 from smoosh.store.errors import NOT_COMMITTED, StoreError
 from smoosh.jobs import model, pending, transitions
 from smoosh.jobs.codec import enc_bytes
-from smoosh.jobs.encoding import check_sched_time, decode_data, encode_data
+from smoosh.jobs.encoding import JobType, check_sched_time, decode_data, encode_data
 from smoosh.jobs.errors import NotFound
 from smoosh.jobs.model import PENDING_STATE, Job, Keys
 from smoosh.jobs.txids import TxIds
@@ -121,7 +121,7 @@ class Acceptor:
         self._closed = False
         self._watches: set[Watch] = set()
         self._lock = threading.Lock()
-        self._windows: dict[Any, pending.PickWindow] = {}
+        self._windows: dict[JobType, pending.PickWindow] = {}
         #: Pending keys this layer's accepts are taking now (picked, not yet committed or
         #: failed), and the last few they took: an accept whose snapshot is older than
         #: another's commit still sees the key that one took. Only a hint between threads
@@ -135,13 +135,13 @@ class Acceptor:
 
     def accept(
         self,
-        job_type: Any,
+        job_type: JobType,
         *,
         max_sched_time: float | None,
         no_schedule: bool,
         timeout: float | None,
         interrupt: AcceptInterrupt | None,
-        stamp: Callable[[], Mapping[str, Any]] | None = None,
+        stamp: Callable[[], Mapping[str, object]] | None = None,
     ) -> tuple[Job, bytes]:
         """Take a pending job and mark it running; ``(job, encoded data)``. See :meth:`Jobs.accept`.
 
@@ -217,7 +217,7 @@ class Acceptor:
             except IndexError:  # another thread emptied it meanwhile
                 break
 
-    def pick_window(self, job_type: Any) -> pending.PickWindow:
+    def pick_window(self, job_type: JobType) -> pending.PickWindow:
         """The type's accept window (how many pending keys an accept picks among)."""
         window = self._windows.get(job_type)
         if window is None:
@@ -238,12 +238,12 @@ class Acceptor:
     def _accept_tx(
         self,
         tr: Transaction,
-        job_type: Any,
+        job_type: JobType,
         max_s: int,
         no_schedule: bool,
         window: int = pending.PICK_RANGE_LIMIT,
         picked: set[bytes] | None = None,
-        stamp: Callable[[], Mapping[str, Any]] | None = None,
+        stamp: Callable[[], Mapping[str, object]] | None = None,
     ) -> tuple[Job, bytes] | _NoJob:
         """One attempt: take a pending job, or say why not (a :class:`_NoJob`).
 
@@ -284,7 +284,7 @@ class Acceptor:
         return _NoJob(pending.watch_pending(tr, keys, job_type), pending.earliest_scheduled_time(tr, keys, job_type))
 
     def _wait_pending(
-        self, job_type: Any, nojob: _NoJob, by_time: bool, deadline: float | None, interrupt: AcceptInterrupt | None
+        self, job_type: JobType, nojob: _NoJob, by_time: bool, deadline: float | None, interrupt: AcceptInterrupt | None
     ) -> None:
         watch = nojob.watch
         assert watch is not None

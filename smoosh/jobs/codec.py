@@ -17,7 +17,6 @@ once").
 from __future__ import annotations
 
 import struct
-from typing import Any
 
 from fdb.tuple import Versionstamp
 
@@ -98,7 +97,7 @@ def make_versionstamp(tr_version: bytes | None, user_version: int) -> Versionsta
     return stamp
 
 
-def decode_seq(seq_enc: bytes) -> Any:
+def decode_seq(seq_enc: bytes) -> int | Versionstamp | None:
     """The seq an encoded seq element holds: 0, None or a Versionstamp."""
     if seq_enc == PENDING_SEQ_ENC:
         return 0
@@ -136,7 +135,7 @@ class JobRow:
         self.data_enc = data_enc
 
     @property
-    def seq(self) -> Any:
+    def seq(self) -> int | Versionstamp | None:
         """0 while pending, None once finished, the last accept's or update's Versionstamp while running."""
         return decode_seq(self.seq_enc)
 

@@ -11,11 +11,19 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import Any
+from typing import Mapping, Union
 
 import msgpack
 
 from smoosh.jobs.errors import EncodingError
+
+#: A job type: a string, or a non-empty tuple of strings and ints (hashable: types key dicts).
+JobType = Union[str, tuple[Union[str, int], ...]]
+#: A job's data as the layer hands it back: a dict with string keys, whose values the layer does
+#: not look into (msgpack-encodable, checked before any write): a reader checks what it reads.
+JobData = dict[str, object]
+#: Job data as a caller hands it in (a dict, checked as :func:`encode_data` says).
+JobDataIn = Mapping[str, object]
 
 #: Largest encoded job data (bytes). The data row and the activity entry each carry the data
 #: plus a key or id, and a store value may hold at most 100,000 bytes.
@@ -35,7 +43,7 @@ _INT_MIN = -(2**63)
 _INT_MAX = 2**64 - 1
 
 
-def _check_value(value: Any, depth: int) -> None:
+def _check_value(value: object, depth: int) -> None:
     if isinstance(value, _SCALARS):
         return
     if isinstance(value, int):
@@ -61,7 +69,7 @@ def _check_value(value: Any, depth: int) -> None:
 _PLAIN_SCALARS = frozenset({str, float, bool, bytes, type(None)})
 
 
-def _check_map(data: dict[Any, Any]) -> None:
+def _check_map(data: Mapping[object, object]) -> None:
     """``_check_value(data, 0)`` for a job's top-level dict, with its usual flat items inline.
 
     Job data is nearly always one flat dict of strings and numbers (smoosh's own is): those
@@ -73,7 +81,7 @@ def _check_map(data: dict[Any, Any]) -> None:
         kind = item.__class__
         if kind in _PLAIN_SCALARS:
             continue
-        if kind is int and _INT_MIN <= item <= _INT_MAX:
+        if kind is int and _INT_MIN <= item <= _INT_MAX:  # type: ignore[operator]  # an int: its class says so
             continue
         _check_value(item, 1)
 
@@ -83,15 +91,16 @@ def _check_map(data: dict[Any, Any]) -> None:
 _packers = threading.local()
 
 
-def _pack(data: dict[str, Any]) -> bytes:
+def _pack(data: JobDataIn) -> bytes:
     try:
         packer = _packers.packer
     except AttributeError:
         packer = _packers.packer = msgpack.Packer(use_bin_type=True)
-    return packer.pack(data)
+    packed: bytes = packer.pack(data)
+    return packed
 
 
-def encode_data(data: Any) -> bytes:
+def encode_data(data: object) -> bytes:
     """Encode job data for storage.
 
     Parameters:
@@ -117,7 +126,7 @@ def encode_data(data: Any) -> bytes:
     return packed
 
 
-def decode_data(raw: bytes) -> dict[str, Any]:
+def decode_data(raw: bytes) -> JobData:
     """Decode stored job data, with every length capped.
 
     Parameters:
@@ -156,7 +165,7 @@ def decode_data(raw: bytes) -> dict[str, Any]:
     return value
 
 
-def check_type(job_type: Any) -> Any:
+def check_type(job_type: object) -> JobType:
     """Validate a job type: a non-empty str, or a non-empty tuple of strs and ints.
 
     Returns:
@@ -183,7 +192,7 @@ def check_type(job_type: Any) -> Any:
     return job_type
 
 
-def check_id(job_id: Any) -> str:
+def check_id(job_id: object) -> str:
     """Validate a job id: a non-empty str of at most :data:`MAX_ID_BYTES` UTF-8 bytes.
 
     Raises:
@@ -197,7 +206,7 @@ def check_id(job_id: Any) -> str:
     return job_id
 
 
-def check_sched_time(scheduled_time: Any) -> int:
+def check_sched_time(scheduled_time: object) -> int:
     """Scheduled times are integer Unix seconds; floats are floored.
 
     Floats are floored because the tuple encoding sorts every float after every int, so a

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Union
+
+#: A job type (as :data:`smoosh.jobs.encoding.JobType`; errors sit below the encoding).
+_Type = Union[str, tuple[Union[str, int], ...], None]
 
 from smoosh.errors import SmooshError
 
@@ -14,7 +17,7 @@ class JobsError(SmooshError):
 class NotFound(JobsError):
     """Raised when a job (or, for ``accept``, a pending job within the timeout) does not exist."""
 
-    def __init__(self, message: str, *, type: Any = None, job_id: str | None = None) -> None:
+    def __init__(self, message: str, *, type: _Type = None, job_id: str | None = None) -> None:
         super().__init__(message)
         self.type = type
         self.job_id = job_id
@@ -23,7 +26,7 @@ class NotFound(JobsError):
 class JobHalted(JobsError):
     """Raised when a worker's job was removed or re-enqueued since it accepted it: stop working on it."""
 
-    def __init__(self, message: str, *, type: Any = None, job_id: str | None = None) -> None:
+    def __init__(self, message: str, *, type: _Type = None, job_id: str | None = None) -> None:
         super().__init__(message)
         self.type = type
         self.job_id = job_id
@@ -32,7 +35,7 @@ class JobHalted(JobsError):
 class NoTypeTimeout(JobsError):
     """Raised when a job is added to a type that has no activity timeout (an unknown type)."""
 
-    def __init__(self, type: Any) -> None:
+    def __init__(self, type: _Type) -> None:
         super().__init__(f"job type {type!r} has no activity timeout: call set_type_timeout first")
         self.type = type
 

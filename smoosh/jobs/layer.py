@@ -20,14 +20,14 @@ import math
 import random
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, TypeVar
+from typing import Callable, Iterator, Mapping, TypeVar
 
 from smoosh.store import tuples
 from smoosh.store.base import Store, Transaction
 from smoosh.jobs import model, pending, transitions
 from smoosh.jobs.accept import AcceptInterrupt, Acceptor
 from smoosh.jobs.batching import BatchPolicy
-from smoosh.jobs.encoding import check_id, check_sched_time, check_type, decode_data, encode_data
+from smoosh.jobs.encoding import JobData, JobDataIn, JobType, check_id, check_sched_time, check_type, decode_data, encode_data
 from smoosh.jobs.errors import NotFound
 from smoosh.jobs.model import FINISHED_STATE, Job, JobRow, Keys
 from smoosh.jobs.monitor import MAX_JITTER_S
@@ -50,12 +50,12 @@ FOLD_BATCH_ROWS = 1000
 class JobInfo:
     """Everything stored about one job (for listings and debugging)."""
 
-    type: Any
+    type: JobType
     id: str
     state: str
     scheduled_time: int
     resubmit: bool
-    data: dict[str, Any]
+    data: JobData
 
 
 class Jobs:
@@ -137,7 +137,7 @@ class Jobs:
 
     # -- type timeouts -------------------------------------------------------------------------
 
-    def set_type_timeout(self, job_type: Any, timeout_s: float, *, tx: Transaction | None = None) -> None:
+    def set_type_timeout(self, job_type: JobType, timeout_s: float, *, tx: Transaction | None = None) -> None:
         """Set a type's activity timeout (registering the type); starts or re-times its monitor here.
 
         Raises:
@@ -151,28 +151,28 @@ class Jobs:
         self._run(lambda tr: tr.set(key, tuples.pack((timeout_s,))), tx)
         self._supervisor.ensure_monitor(job_type, retime=True)
 
-    def get_type_timeout(self, job_type: Any, *, tx: Transaction | None = None) -> float | None:
+    def get_type_timeout(self, job_type: JobType, *, tx: Transaction | None = None) -> float | None:
         """The type's activity timeout in seconds, or None when unset."""
         check_type(job_type)
         return self._run(lambda tr: model.read_type_timeout(tr, self.keys, job_type), tx)
 
-    def clear_type_timeout(self, job_type: Any, *, tx: Transaction | None = None) -> None:
+    def clear_type_timeout(self, job_type: JobType, *, tx: Transaction | None = None) -> None:
         """Remove a type's timeout (the type is then unknown); stops its threads in this process."""
         check_type(job_type)
         key = self.keys.activity_timeout(job_type)
         self._run(lambda tr: tr.clear(key), tx)
         self._supervisor.stop_type(job_type)
 
-    def get_types(self, *, tx: Transaction | None = None) -> list[Any]:
+    def get_types(self, *, tx: Transaction | None = None) -> list[JobType]:
         """Every type with a timeout."""
         begin, end = self.keys.activity_timeout_range()
         kvs = self._run(lambda tr: tr.get_range(begin, end), tx)
-        return [self.keys.unpack(k)[1] for k, _ in kvs]
+        return [self.keys.type_of(k) for k, _ in kvs]
 
     # -- creating jobs -------------------------------------------------------------------------
 
     def add(
-        self, job_type: Any, job_id: str, data: dict[str, Any], scheduled_time: float = 0, *, tx: Transaction | None = None
+        self, job_type: JobType, job_id: str, data: JobDataIn, scheduled_time: float = 0, *, tx: Transaction | None = None
     ) -> None:
         """Add a job, or re-add an existing one.
 
@@ -192,7 +192,7 @@ class Jobs:
         self._run(lambda tr: transitions.add(tr, self.keys, job_type, job_id, stime, encoded), tx)
 
     def add_claimed(
-        self, job_type: Any, job_id: str, data: dict[str, Any], *, tx: Transaction | None = None
+        self, job_type: JobType, job_id: str, data: JobDataIn, *, tx: Transaction | None = None
     ) -> Job:
         """Add a job already accepted by its adder: one transaction where ``add`` + ``accept`` take two.
 
@@ -214,7 +214,7 @@ class Jobs:
         encoded = encode_data(data)
         return self._run(lambda tr: transitions.add_claimed(tr, self.keys, job_type, job_id, encoded, self.rng), tx)
 
-    def remove(self, job_type: Any, job_id: str, *, tx: Transaction | None = None) -> None:
+    def remove(self, job_type: JobType, job_id: str, *, tx: Transaction | None = None) -> None:
         """Delete a job; its subscribers hear "not_found" and a running worker gets JobHalted.
 
         Raises:
@@ -224,7 +224,7 @@ class Jobs:
         check_id(job_id)
         self._run(lambda tr: transitions.remove(tr, self.keys, job_type, job_id), tx)
 
-    def get_job(self, job_type: Any, job_id: str, *, tx: Transaction | None = None) -> JobInfo:
+    def get_job(self, job_type: JobType, job_id: str, *, tx: Transaction | None = None) -> JobInfo:
         """Everything stored about a job.
 
         Raises:
@@ -237,11 +237,11 @@ class Jobs:
             raise NotFound(f"job {job_type} {job_id} not found", type=job_type, job_id=job_id)
         return JobInfo(job_type, job_id, row.state, row.scheduled_time, row.resubmit, decode_data(row.data))
 
-    def get_job_data(self, job_type: Any, job_id: str, *, tx: Transaction | None = None) -> dict[str, Any]:
+    def get_job_data(self, job_type: JobType, job_id: str, *, tx: Transaction | None = None) -> JobData:
         """A job's data. Raises NotFound."""
         return self.get_job(job_type, job_id, tx=tx).data
 
-    def get_job_state(self, job_type: Any, job_id: str, *, tx: Transaction | None = None) -> str:
+    def get_job_state(self, job_type: JobType, job_id: str, *, tx: Transaction | None = None) -> str:
         """"pending", "running" or "finished". Raises NotFound."""
         return self.get_job(job_type, job_id, tx=tx).state
 
@@ -249,14 +249,14 @@ class Jobs:
 
     def accept(
         self,
-        job_type: Any,
+        job_type: JobType,
         *,
         max_sched_time: float | None = None,
         no_schedule: bool = False,
         timeout: float | None = None,
         interrupt: AcceptInterrupt | None = None,
-        stamp: Callable[[], Mapping[str, Any]] | None = None,
-    ) -> tuple[Job, dict[str, Any]]:
+        stamp: Callable[[], JobDataIn] | None = None,
+    ) -> tuple[Job, JobData]:
         """Take a pending job and mark it running; block until one is pending.
 
         Parameters:
@@ -287,11 +287,11 @@ class Jobs:
         )
         return job, decode_data(raw)
 
-    def pick_window(self, job_type: Any) -> pending.PickWindow:
+    def pick_window(self, job_type: JobType) -> pending.PickWindow:
         """The type's accept window in this layer (how many pending keys an accept picks among)."""
         return self._acceptor.pick_window(job_type)
 
-    def update(self, job: Job, data: dict[str, Any] | None = None, *, tx: Transaction | None = None) -> Job:
+    def update(self, job: Job, data: JobDataIn | None = None, *, tx: Transaction | None = None) -> Job:
         """Heartbeat (and optionally replace the data of) a running job.
 
         Returns:
@@ -304,7 +304,7 @@ class Jobs:
         encoded = None if data is None else encode_data(data)
         return self._run(lambda tr: transitions.update(tr, self.keys, job, encoded), tx)
 
-    def finish(self, job: Job, data: dict[str, Any] | None = None, *, tx: Transaction | None = None) -> None:
+    def finish(self, job: Job, data: JobDataIn | None = None, *, tx: Transaction | None = None) -> None:
         """Mark a running job finished (or pending again, if it was resubmitted while running).
 
         Raises:
@@ -343,7 +343,7 @@ class Jobs:
     # -- subscriptions ---------------------------------------------------------------------------
 
     def subscribe(
-        self, job_type: Any, job_id: str, *, on_event: Callable[[Event], None] | None = None
+        self, job_type: JobType, job_id: str, *, on_event: Callable[[Event], None] | None = None
     ) -> Subscription:
         """Follow a job's state changes (and, while it runs, each update).
 
@@ -361,7 +361,7 @@ class Jobs:
         check_type(job_type)
         check_id(job_id)
 
-        def body(tr: Transaction) -> tuple[Any, JobRow | None]:
+        def body(tr: Transaction) -> tuple[object, JobRow | None]:
             return model.read_type_timeout(tr, self.keys, job_type), model.get_row(tr, self.keys, job_type, job_id)
 
         timeout_s, row = self.store.transact(body)
@@ -385,7 +385,7 @@ class Jobs:
 
     # -- reading many jobs -----------------------------------------------------------------------
 
-    def iter_jobs(self, job_type: Any = None) -> Iterator[JobInfo]:
+    def iter_jobs(self, job_type: JobType | None = None) -> Iterator[JobInfo]:
         """Every job (of one type, or of all), read in batches of :data:`FOLD_BATCH_ROWS` per transaction."""
         if job_type is None:
             begin, end = self.keys.data_all_range()
@@ -396,18 +396,18 @@ class Jobs:
             start = begin
             kvs = self.store.transact(lambda tr: tr.snapshot.get_range(start, end, limit=FOLD_BATCH_ROWS))
             for key, value in kvs:
-                _, row_type, row_id = self.keys.unpack(key)
+                row_type, row_id = self.keys.data_key_parts(key)
                 row = model.decode_row(value)
                 yield JobInfo(row_type, row_id, row.state, row.scheduled_time, row.resubmit, decode_data(row.data))
             if len(kvs) < FOLD_BATCH_ROWS:
                 return
             begin = kvs[-1][0] + b"\x00"
 
-    def list_jobs(self, job_type: Any = None) -> list[tuple[Any, str, str, dict[str, Any]]]:
+    def list_jobs(self, job_type: JobType | None = None) -> list[tuple[JobType, str, str, JobData]]:
         """``[(type, id, state, data)]`` of every job (of one type, or of all)."""
         return [(j.type, j.id, j.state, j.data) for j in self.iter_jobs(job_type)]
 
-    def fold_jobs(self, job_type: Any, fn: Callable[[str, str, dict[str, Any], A], A], acc: A) -> A:
+    def fold_jobs(self, job_type: JobType, fn: Callable[[str, str, JobData, A], A], acc: A) -> A:
         """Fold ``fn(id, state, data, acc) -> acc`` over every job of a type.
 
         Rows are read in batches, one transaction each, so a huge type never trips the 5 s
@@ -418,7 +418,7 @@ class Jobs:
             acc = fn(info.id, info.state, info.data, acc)
         return acc
 
-    def get_active_job_ids(self, job_type: Any, *, tx: Transaction | None = None) -> list[str]:
+    def get_active_job_ids(self, job_type: JobType, *, tx: Transaction | None = None) -> list[str]:
         """Ids of the type's running jobs (from its ACTIVITY entries)."""
         check_type(job_type)
         begin, end = self.keys.activity_range(job_type)
@@ -426,7 +426,7 @@ class Jobs:
         return [tuples.unpack(value)[0] for _, value in kvs]
 
     def pending_count(
-        self, job_type: Any, max_sched_time: float | None = None, limit: int = PENDING_COUNT_LIMIT, *, tx: Transaction | None = None
+        self, job_type: JobType, max_sched_time: float | None = None, limit: int = PENDING_COUNT_LIMIT, *, tx: Transaction | None = None
     ) -> int:
         """Pending jobs eligible at ``max_sched_time`` (None: now), counted up to ``limit``."""
         check_type(job_type)

@@ -23,12 +23,11 @@ import struct
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Any
 
 from fdb.tuple import Versionstamp
 
 from smoosh.store import tuples
-from smoosh.store.base import Transaction
+from smoosh.store.base import ReadView, Transaction
 from smoosh.jobs.codec import (
     PENDING_SEQ_ENC,
     STAMP_FIRST_TRAILER,
@@ -42,6 +41,7 @@ from smoosh.jobs.codec import (
     encode_row,
     incomplete_stamp,
 )
+from smoosh.jobs.encoding import JobType
 
 DATA = 1
 PENDING = 2
@@ -77,7 +77,7 @@ class Job:
     (it then goes back to pending when finished).
     """
 
-    type: Any
+    type: JobType
     id: str
     lock: str
     resubmitted: bool = False
@@ -95,7 +95,7 @@ class _TypeKeys:
         "activity_first", "pending_end",
     )
 
-    def __init__(self, prefix: bytes, job_type: Any) -> None:
+    def __init__(self, prefix: bytes, job_type: JobType) -> None:
         #: ``prefix + pack((section, type))`` by section number (0 unused).
         self.sections = [b""] + [tuples.pack((section, job_type), prefix) for section in range(DATA, ACTIVITY + 1)]
         self.data = self.sections[DATA]
@@ -122,11 +122,11 @@ class Keys:
         self.prefix = prefix
         # Per type, its sections' prefixes (built on first use): every job-layer transaction
         # builds several keys of one type, and one lookup by the type alone finds them all.
-        self._types: dict[Any, _TypeKeys] = {}
+        self._types: dict[JobType, _TypeKeys] = {}
         #: TX_IDS prefixes by issue time (a new one every second).
-        self._prefixes: dict[tuple[int, Any], bytes] = {}
+        self._prefixes: dict[tuple[int, JobType | int], bytes] = {}
 
-    def _of(self, job_type: Any) -> _TypeKeys:
+    def _of(self, job_type: JobType) -> _TypeKeys:
         """The type's prefixes, packed on first use."""
         t = self._types.get(job_type)
         if t is None:
@@ -135,8 +135,10 @@ class Keys:
             t = self._types[job_type] = _TypeKeys(self.prefix, job_type)
         return t
 
-    def _type_prefix(self, section: int, job_type: Any) -> bytes:
+    def _type_prefix(self, section: int, job_type: JobType | int) -> bytes:
+        """The key prefix of ``section`` for ``job_type`` (for the transaction ids, an issue time)."""
         if section <= ACTIVITY:
+            assert not isinstance(job_type, int)
             return (self._types.get(job_type) or self._of(job_type)).sections[section]
         key = (section, job_type)
         cached = self._prefixes.get(key)
@@ -146,31 +148,31 @@ class Keys:
             cached = self._prefixes[key] = tuples.pack((section, job_type), self.prefix)
         return cached
 
-    def data(self, job_type: Any, job_id: str) -> bytes:
+    def data(self, job_type: JobType, job_id: str) -> bytes:
         return (self._types.get(job_type) or self._of(job_type)).data + enc_id(job_id)
 
-    def data_type_range(self, job_type: Any) -> tuple[bytes, bytes]:
+    def data_type_range(self, job_type: JobType) -> tuple[bytes, bytes]:
         p = self._type_prefix(DATA, job_type)
         return p + b"\x00", p + b"\xff"
 
     def data_all_range(self) -> tuple[bytes, bytes]:
         return tuples.range((DATA,), self.prefix)
 
-    def pending(self, job_type: Any, scheduled_time: int, job_id: str) -> bytes:
+    def pending(self, job_type: JobType, scheduled_time: int, job_id: str) -> bytes:
         return (self._types.get(job_type) or self._of(job_type)).pending + enc_int(scheduled_time) + enc_id(job_id)
 
-    def parse_pending(self, job_type: Any, key: bytes) -> tuple[int, str]:
+    def parse_pending(self, job_type: JobType, key: bytes) -> tuple[int, str]:
         """``(scheduled_time, job_id)`` of one of the type's pending keys."""
         return decode_int_str(key, len((self._types.get(job_type) or self._of(job_type)).pending))
 
-    def pending_range(self, job_type: Any) -> tuple[bytes, bytes]:
+    def pending_range(self, job_type: JobType) -> tuple[bytes, bytes]:
         p = self._type_prefix(PENDING, job_type)
         return p + b"\x00", p + b"\xff"
 
-    def pending_prefix(self, job_type: Any, scheduled_time: int) -> bytes:
+    def pending_prefix(self, job_type: JobType, scheduled_time: int) -> bytes:
         return self._type_prefix(PENDING, job_type) + enc_int(scheduled_time)
 
-    def pending_end(self, job_type: Any, max_sched_time: int) -> bytes:
+    def pending_end(self, job_type: JobType, max_sched_time: int) -> bytes:
         """First key past every pending key with ``scheduled_time <= max_sched_time``."""
         t = self._types.get(job_type) or self._of(job_type)
         # Every accept asks, with the same time for a second on end: the last answer is kept.
@@ -181,26 +183,26 @@ class Keys:
         t.pending_end = (max_sched_time, end)
         return end
 
-    def watches_pending(self, job_type: Any) -> bytes:
+    def watches_pending(self, job_type: JobType) -> bytes:
         return (self._types.get(job_type) or self._of(job_type)).watches_pending
 
-    def watches_activity(self, job_type: Any) -> bytes:
+    def watches_activity(self, job_type: JobType) -> bytes:
         return (self._types.get(job_type) or self._of(job_type)).watches_activity
 
-    def activity_timeout(self, job_type: Any) -> bytes:
+    def activity_timeout(self, job_type: JobType) -> bytes:
         return (self._types.get(job_type) or self._of(job_type)).activity_timeout
 
     def activity_timeout_range(self) -> tuple[bytes, bytes]:
         return tuples.range((ACTIVITY_TIMEOUT,), self.prefix)
 
-    def activity(self, job_type: Any, stamp: Versionstamp) -> bytes:
+    def activity(self, job_type: JobType, stamp: Versionstamp) -> bytes:
         return self._type_prefix(ACTIVITY, job_type) + tuples.pack((stamp,))
 
-    def activity_of(self, job_type: Any, seq_enc: bytes) -> bytes:
+    def activity_of(self, job_type: JobType, seq_enc: bytes) -> bytes:
         """The ACTIVITY key a running row's encoded seq names."""
         return (self._types.get(job_type) or self._of(job_type)).activity + seq_enc
 
-    def activity_stamped(self, job_type: Any, user_version: int) -> bytes:
+    def activity_stamped(self, job_type: JobType, user_version: int) -> bytes:
         """An ACTIVITY key with an incomplete stamp, for ``set_versionstamped_key``."""
         t = self._types.get(job_type) or self._of(job_type)
         if user_version == 0:  # the only stamped key of nearly every transaction
@@ -208,7 +210,7 @@ class Keys:
         prefix = t.activity
         return prefix + incomplete_stamp(user_version) + struct.pack("<L", len(prefix) + 1)
 
-    def activity_range(self, job_type: Any) -> tuple[bytes, bytes]:
+    def activity_range(self, job_type: JobType) -> tuple[bytes, bytes]:
         p = self._type_prefix(ACTIVITY, job_type)
         return p + b"\x00", p + b"\xff"
 
@@ -224,13 +226,32 @@ class Keys:
         """First key past every transaction id issued before ``issued_at_s``."""
         return self._type_prefix(TX_IDS, issued_at_s)
 
-    def unpack(self, key: bytes) -> tuple[Any, ...]:
+    def unpack(self, key: bytes) -> tuple[object, ...]:
+        """A key of this layer's, as its tuple (without the prefix)."""
         return tuples.unpack(key, len(self.prefix))
+
+    # The parts of this layer's own keys, as it packed them (its keys are read, never trusted
+    # from elsewhere: the types below are what it wrote).
+
+    def type_of(self, key: bytes) -> JobType:
+        """The job type of a per-type key (``(SECTION, type, ...)``)."""
+        job_type: JobType = tuples.unpack(key, len(self.prefix))[1]
+        return job_type
+
+    def data_key_parts(self, key: bytes) -> tuple[JobType, str]:
+        """``(type, id)`` of a job's DATA key."""
+        _, job_type, job_id = tuples.unpack(key, len(self.prefix))
+        return job_type, job_id
+
+    def pending_key_parts(self, key: bytes) -> tuple[int, str]:
+        """``(scheduled time, id)`` of a PENDING key."""
+        _, _, scheduled_time, job_id = tuples.unpack(key, len(self.prefix))
+        return scheduled_time, job_id
 
 
 # -- per-transaction user versions --------------------------------------------------------
 
-_counters: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+_counters: weakref.WeakKeyDictionary[object, int] = weakref.WeakKeyDictionary()
 _counters_lock = threading.Lock()
 _fallback_counter = [0]
 
@@ -244,7 +265,7 @@ def next_user_version(tr: Transaction) -> int:
     writes could repeat one; no job-layer call comes near that.
     """
     try:
-        n = tr.__dict__.get("_job_user_version", 0)
+        n: int = tr.__dict__.get("_job_user_version", 0)
         tr.__dict__["_job_user_version"] = n + 1
     except AttributeError:  # a transaction class without a __dict__
         with _counters_lock:
@@ -260,7 +281,7 @@ def next_user_version(tr: Transaction) -> int:
 # -- row reads and writes ---------------------------------------------------------------------
 
 
-def get_row(tr: Any, keys: Keys, job_type: Any, job_id: str) -> JobRow | None:
+def get_row(tr: ReadView, keys: Keys, job_type: JobType, job_id: str) -> JobRow | None:
     """Read a job row (a conflicting read unless ``tr`` is a snapshot view)."""
     raw = tr.get(keys.data(job_type, job_id))
     return None if raw is None else decode_row(raw)
@@ -279,14 +300,14 @@ def set_row_running(
     tr.set_versionstamped_value(key, value)
 
 
-def enqueue(tr: Transaction, keys: Keys, job_type: Any, job_id: str, scheduled_time: int) -> None:
+def enqueue(tr: Transaction, keys: Keys, job_type: JobType, job_id: str, scheduled_time: int) -> None:
     """Add the pending key and bump the pending counter, which wakes blocked ``accept`` calls."""
     tr.set(keys.pending(job_type, scheduled_time, job_id), b"")
     tr.add(keys.watches_pending(job_type), _ONE)
 
 
 def write_pending(
-    tr: Transaction, keys: Keys, job_type: Any, job_id: str, scheduled_time: int, data_enc: bytes, key: bytes | None = None
+    tr: Transaction, keys: Keys, job_type: JobType, job_id: str, scheduled_time: int, data_enc: bytes, key: bytes | None = None
 ) -> None:
     """Make the job pending: row (0, None, time, False, data), pending key, counter bump.
 
@@ -298,13 +319,13 @@ def write_pending(
     enqueue(tr, keys, job_type, job_id, scheduled_time)
 
 
-def bump_activity_watch(tr: Transaction, keys: Keys, job_type: Any) -> None:
+def bump_activity_watch(tr: Transaction, keys: Keys, job_type: JobType) -> None:
     """Rewrite ``(WATCHES_ACTIVITY, type)`` with this commit's stamp: wakes the type monitors."""
     tr.set_versionstamped_value(keys.watches_activity(job_type), WATCH_STAMP_VALUE)
 
 
 def write_activity(
-    tr: Transaction, keys: Keys, job_type: Any, job_id: str, old_seq_enc: bytes | None, data_enc: bytes, user_version: int
+    tr: Transaction, keys: Keys, job_type: JobType, job_id: str, old_seq_enc: bytes | None, data_enc: bytes, user_version: int
 ) -> None:
     """Replace the job's ACTIVITY entry with one stamped by this commit, and bump the watch."""
     if old_seq_enc is not None:
@@ -313,13 +334,13 @@ def write_activity(
     bump_activity_watch(tr, keys, job_type)
 
 
-def clear_activity(tr: Transaction, keys: Keys, job_type: Any, seq_enc: bytes) -> None:
+def clear_activity(tr: Transaction, keys: Keys, job_type: JobType, seq_enc: bytes) -> None:
     """Clear the ACTIVITY entry a row's seq names (none unless it is a versionstamp)."""
     if seq_enc[0] == VERSIONSTAMP_CODE:
         tr.clear(keys.activity_of(job_type, seq_enc))
 
 
-def read_activity_stamp(tr: Any, keys: Keys, job_type: Any) -> Versionstamp | None:
+def read_activity_stamp(tr: ReadView, keys: Keys, job_type: JobType) -> Versionstamp | None:
     """The versionstamp in ``(WATCHES_ACTIVITY, type)``, or None if nothing ever bumped it."""
     raw = tr.get(keys.watches_activity(job_type))
     if raw is None:
@@ -328,9 +349,9 @@ def read_activity_stamp(tr: Any, keys: Keys, job_type: Any) -> Versionstamp | No
     return stamp
 
 
-def read_type_timeout(tr: Any, keys: Keys, job_type: Any) -> float | None:
+def read_type_timeout(tr: ReadView, keys: Keys, job_type: JobType) -> float | None:
     raw = tr.get(keys.activity_timeout(job_type))
     if raw is None:
         return None
-    (timeout_s,) = tuples.unpack(raw)
+    timeout_s: float = tuples.unpack(raw)[0]
     return timeout_s

@@ -30,6 +30,7 @@ from smoosh.jobs import model
 from smoosh.jobs.batching import BATCH_RETRY_LIMIT, MAX_CONSECUTIVE_FAILURES, BatchPolicy, is_batch_error
 from smoosh.jobs.model import Keys
 from smoosh.jobs.txids import TxIds, sweep_expired
+from smoosh.jobs.encoding import JobType
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ class ActivityMonitor:
         self,
         store: Store,
         keys: Keys,
-        job_type: Any,
+        job_type: JobType,
         *,
         clock: Callable[[], float],
         monotonic: Callable[[], float] = time.monotonic,

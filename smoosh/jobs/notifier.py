@@ -21,7 +21,7 @@ from smoosh.store.base import Store, Transaction, Watch
 from smoosh.store.errors import StoreError
 from smoosh.jobs import model
 from smoosh.jobs.batching import BATCH_RETRY_LIMIT, MAX_CONSECUTIVE_FAILURES, BatchPolicy, is_batch_error
-from smoosh.jobs.encoding import decode_data
+from smoosh.jobs.encoding import JobType, decode_data
 from smoosh.jobs.model import NOT_FOUND_STATE, RUNNING_STATE, Keys
 from smoosh.jobs.subscription import FINAL_STATES, Hub, Subscription
 
@@ -52,7 +52,7 @@ class _Registered:
 class Notifier:
     """Delivers events to the subscriptions of one type; :meth:`step` does one pass."""
 
-    def __init__(self, store: Store, keys: Keys, job_type: Any, hub: Hub, *, batch: BatchPolicy | None = None) -> None:
+    def __init__(self, store: Store, keys: Keys, job_type: JobType, hub: Hub, *, batch: BatchPolicy | None = None) -> None:
         self.store = store
         self.keys = keys
         self.job_type = job_type
@@ -208,7 +208,7 @@ class TypeMonitor:
         self,
         store: Store,
         keys: Keys,
-        job_type: Any,
+        job_type: JobType,
         on_change: Callable[[], None],
         *,
         holdoff_s: float = HOLDOFF_S,

@@ -10,6 +10,7 @@ from typing import Any
 from smoosh.store import tuples
 from smoosh.store.base import KeySelector, Transaction, Watch
 from smoosh.jobs.model import Keys
+from smoosh.jobs.encoding import JobType
 
 #: Most pending keys read to pick one at random (couch_jobs' RANGE_LIMIT).
 PICK_RANGE_LIMIT = 1024
@@ -50,7 +51,7 @@ class PickWindow:
 def dequeue(
     tr: Transaction,
     keys: Keys,
-    job_type: Any,
+    job_type: JobType,
     max_sched_time: int,
     rng: random.Random,
     window: int = PICK_RANGE_LIMIT,
@@ -101,7 +102,7 @@ def dequeue(
     return job_id, scheduled_time
 
 
-def dequeue_no_schedule(tr: Transaction, keys: Keys, job_type: Any, rng: random.Random) -> tuple[str, int] | None:
+def dequeue_no_schedule(tr: Transaction, keys: Keys, job_type: JobType, rng: random.Random) -> tuple[str, int] | None:
     """Take a scheduled-time-0 pending key next to a random id (couch_jobs' ``no_schedule``).
 
     Without reading a range first: a random UUID is placed among the ids and the key just
@@ -118,30 +119,30 @@ def dequeue_no_schedule(tr: Transaction, keys: Keys, job_type: Any, rng: random.
         if key.startswith(prefix) and len(key) > len(prefix):
             tr.add_read_conflict_key(key)
             tr.clear(key)
-            _, _, scheduled_time, job_id = keys.unpack(key)
+            scheduled_time, job_id = keys.pending_key_parts(key)
             return job_id, scheduled_time
     return None
 
 
-def remove(tr: Transaction, keys: Keys, job_type: Any, scheduled_time: int, job_id: str) -> None:
+def remove(tr: Transaction, keys: Keys, job_type: JobType, scheduled_time: int, job_id: str) -> None:
     tr.clear(keys.pending(job_type, scheduled_time, job_id))
 
 
-def earliest_scheduled_time(tr: Transaction, keys: Keys, job_type: Any) -> int | None:
+def earliest_scheduled_time(tr: Transaction, keys: Keys, job_type: JobType) -> int | None:
     """The smallest scheduled time in the queue (snapshot read), or None if it is empty."""
     begin, end = keys.pending_range(job_type)
     kvs = tr.snapshot.get_range(begin, end, limit=1)
     if not kvs:
         return None
-    return keys.unpack(kvs[0][0])[2]
+    return keys.pending_key_parts(kvs[0][0])[0]
 
 
-def watch_pending(tr: Transaction, keys: Keys, job_type: Any) -> Watch:
+def watch_pending(tr: Transaction, keys: Keys, job_type: JobType) -> Watch:
     """A watch on the type's pending counter: it fires when any job of the type is enqueued."""
     return tr.watch(keys.watches_pending(job_type))
 
 
-def count(tr: Transaction, keys: Keys, job_type: Any, max_sched_time: int, limit: int) -> int:
+def count(tr: Transaction, keys: Keys, job_type: JobType, max_sched_time: int, limit: int) -> int:
     """Pending keys with scheduled time <= ``max_sched_time``, at most ``limit`` (snapshot read)."""
     begin, _ = keys.pending_range(job_type)
     end = keys.pending_end(job_type, max_sched_time)

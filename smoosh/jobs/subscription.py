@@ -12,14 +12,15 @@ import itertools
 import logging
 import threading
 import time
-from typing import Any, Callable, Iterable, Protocol
+from typing import Callable, Iterable, Protocol
 
 from smoosh.jobs.model import FINISHED_STATE, NOT_FOUND_STATE
+from smoosh.jobs.encoding import JobType
 
 log = logging.getLogger(__name__)
 
 #: An event: (type, id, state, data); data is None for "not_found".
-Event = tuple[Any, str, str, Any]
+Event = tuple[JobType, str, str, object]
 
 #: States after which a subscription ends (no further events).
 FINAL_STATES = frozenset({FINISHED_STATE, NOT_FOUND_STATE})
@@ -101,10 +102,10 @@ class Subscription:
         self,
         hub: Hub,
         notifier: Registry | None,
-        job_type: Any,
+        job_type: JobType,
         job_id: str,
         state: str,
-        data: Any,
+        data: object,
         on_event: Callable[[Event], None] | None = None,
     ) -> None:
         self.type = job_type

@@ -22,6 +22,7 @@ from smoosh.jobs.monitor import MAX_JITTER_S, ActivityMonitor
 from smoosh.jobs.notifier import Notifier, TypeMonitor
 from smoosh.jobs.subscription import Hub
 from smoosh.jobs.threads import Roles, Runner
+from smoosh.jobs.encoding import JobType
 
 log = logging.getLogger(__name__)
 
@@ -31,11 +32,11 @@ TYPE_SCAN_PERIOD_S = 10.0
 TYPE_SCAN_MAX_JITTER_S = 5.0
 
 
-def list_types(store: Store, keys: Keys) -> list[Any]:
+def list_types(store: Store, keys: Keys) -> list[JobType]:
     """Every type with an activity timeout (the registry of types)."""
     begin, end = keys.activity_timeout_range()
     kvs = store.transact(lambda tr: tr.snapshot.get_range(begin, end))
-    return [tuples.unpack(k, len(keys.prefix))[1] for k, _ in kvs]
+    return [keys.type_of(k) for k, _ in kvs]
 
 
 class _TypeScanner:
@@ -85,8 +86,8 @@ class Supervisor:
         self.max_jitter_s = max_jitter_s
         self._lock = threading.RLock()
         self._closed = False
-        self.monitors: dict[Any, Runner] = {}
-        self.notifiers: dict[Any, tuple[Runner, Runner]] = {}
+        self.monitors: dict[JobType, Runner] = {}
+        self.notifiers: dict[JobType, tuple[Runner, Runner]] = {}
         self.scanner: Runner | None = None
         #: The one thread every role of this layer is stepped on.
         self.roles = Roles()
@@ -104,7 +105,7 @@ class Supervisor:
 
     # -- activity monitors ------------------------------------------------------------------
 
-    def ensure_monitor(self, job_type: Any, *, retime: bool = False) -> None:
+    def ensure_monitor(self, job_type: JobType, *, retime: bool = False) -> None:
         """Start the type's activity monitor, or (``retime``) make it re-read its timeout now."""
         if not self.monitors_enabled:
             return
@@ -130,7 +131,7 @@ class Supervisor:
 
     # -- notifiers ---------------------------------------------------------------------------
 
-    def notifier(self, job_type: Any) -> Notifier | None:
+    def notifier(self, job_type: JobType) -> Notifier | None:
         """The type's notifier, started on first use; None once the layer is closed."""
         with self._lock:
             if self._closed:
@@ -154,7 +155,7 @@ class Supervisor:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def stop_type(self, job_type: Any) -> None:
+    def stop_type(self, job_type: JobType) -> None:
         """Stop every thread of ``job_type`` (its timeout was cleared)."""
         with self._lock:
             runners = []
@@ -217,5 +218,5 @@ def _stop_all(runners: list[Runner]) -> None:
         runner.join()
 
 
-def _name(job_type: Any) -> str:
+def _name(job_type: JobType) -> str:
     return str(job_type)[:40]

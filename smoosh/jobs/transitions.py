@@ -17,9 +17,10 @@ from smoosh.jobs import model, pending
 from smoosh.jobs.codec import NONE_ENC, enc_bytes
 from smoosh.jobs.errors import JobHalted, NotFound, NoTypeTimeout
 from smoosh.jobs.model import FINISHED_STATE, PENDING_STATE, RUNNING_STATE, Job, JobRow, Keys
+from smoosh.jobs.encoding import JobType
 
 
-def add(tr: Transaction, keys: Keys, job_type: Any, job_id: str, stime: int, data: bytes) -> None:
+def add(tr: Transaction, keys: Keys, job_type: JobType, job_id: str, stime: int, data: bytes) -> None:
     """Add a job pending at ``stime``, or re-add an existing one (see :meth:`Jobs.add`).
 
     Raises:
@@ -35,7 +36,7 @@ def add(tr: Transaction, keys: Keys, job_type: Any, job_id: str, stime: int, dat
         resubmit_row(tr, keys, job_type, job_id, model.decode_row(raw), stime, data, key)
 
 
-def add_claimed(tr: Transaction, keys: Keys, job_type: Any, job_id: str, data: bytes, rng: random.Random) -> Job:
+def add_claimed(tr: Transaction, keys: Keys, job_type: JobType, job_id: str, data: bytes, rng: random.Random) -> Job:
     """Add a job already running for its adder (see :meth:`Jobs.add_claimed`).
 
     Raises:
@@ -56,7 +57,7 @@ def add_claimed(tr: Transaction, keys: Keys, job_type: Any, job_id: str, data: b
 
 
 def start_run(
-    tr: Transaction, keys: Keys, job_type: Any, job_id: str, stime: int, data_enc: bytes, rng: random.Random,
+    tr: Transaction, keys: Keys, job_type: JobType, job_id: str, stime: int, data_enc: bytes, rng: random.Random,
     key: bytes | None = None,
 ) -> Job:
     """Mark a job running under a new lock, with its activity entry; the caller took it off the queue.
@@ -76,7 +77,7 @@ def start_run(
 
 
 def resubmit_row(
-    tr: Transaction, keys: Keys, job_type: Any, job_id: str, row: JobRow, stime: int | None, data: bytes | None,
+    tr: Transaction, keys: Keys, job_type: JobType, job_id: str, row: JobRow, stime: int | None, data: bytes | None,
     key: bytes | None = None,
 ) -> bool:
     """Re-enqueue an existing row; None for ``stime``/``data`` keeps the old value.
@@ -105,7 +106,7 @@ def resubmit_row(
     return True
 
 
-def remove(tr: Transaction, keys: Keys, job_type: Any, job_id: str) -> None:
+def remove(tr: Transaction, keys: Keys, job_type: JobType, job_id: str) -> None:
     """Delete a job: its subscribers hear "not_found", a running worker gets JobHalted at its next write.
 
     Raises:

@@ -340,10 +340,11 @@ class Store(abc.ABC):
     @property
     def retry_stats(self) -> RetryStats:
         """Counts of what this handle's retry loops retried (see :class:`~smoosh.store.retry.RetryStats`)."""
-        stats = self.__dict__.get("_retry_stats")
+        stats: RetryStats | None = self.__dict__.get("_retry_stats")
         if stats is None:
             with _STATS_LOCK:
                 stats = self.__dict__.setdefault("_retry_stats", RetryStats())
+                assert stats is not None
         return stats
 
     def transact(

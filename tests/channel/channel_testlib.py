@@ -93,6 +93,9 @@ class ScriptedScheduler:
             self.tokens[key] = token
         return token
 
+    def running_at_once(self, key: str, token: int) -> bool:
+        return False  # its runs wait for their "running" event
+
     def started(self) -> list[str]:
         """The keys submitted, in order."""
         return [key for _, key, _ in self.submits]
@@ -158,6 +161,15 @@ class RecordingHost:
 
     def wake(self, channel: str) -> None:
         self.journal.append(("wake",))
+
+    def wall_time(self) -> float | None:
+        return None  # the channel is ticked in wall time
+
+    def window_waived(self, channel: str) -> bool:
+        return False
+
+    def concurrency_raised(self, channel: str) -> int:
+        return 0
 
     def results(self) -> dict[str, str]:
         return {key: outcome.result for _, key, outcome, _ in self.outcomes}

@@ -222,7 +222,9 @@ class JobScheduler:
         run_token = data.get("run")
         token = run_token if isinstance(run_token, int) else self._token()
         # (A store read on the caller's thread: adopt runs at start-up, before the loop does.)
-        run = Run(channel, key, token, float(data.get("priority") or 0) or 1.0, opened_at=self._clock())
+        stored = data.get("priority")
+        priority = float(stored) if isinstance(stored, (int, float)) and not isinstance(stored, bool) else 0.0
+        run = Run(channel, key, token, priority or 1.0, opened_at=self._clock())
         if self._open(run) is not None:
             self.table.close(run)
             return None
@@ -545,8 +547,9 @@ class JobScheduler:
             return None
         owner = info.data.get("channel")
         owner = owner if isinstance(owner, str) else run.channel
-        if owner == run.channel and isinstance(info.data.get("run"), int):
-            run.job_run = info.data["run"]
+        job_run = info.data.get("run")
+        if owner == run.channel and isinstance(job_run, int):
+            run.job_run = job_run
         return owner
 
     def _add(self, tr: Transaction, run: Run, data: dict[str, Any]) -> str | None:

@@ -139,7 +139,8 @@ def take_over_jobs(
             found.crashing[rec.key] = rec
     for info in list(jobs.iter_jobs(job_type)):
         key, data = info.id, info.data
-        channel = data.get("channel") if isinstance(data.get("channel"), str) else None
+        named = data.get("channel")
+        channel = named if isinstance(named, str) else None
         if info.state == "finished":
             _remove(jobs, job_type, key)  # its channel never saw it end; the key's next event queues it
             continue

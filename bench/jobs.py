@@ -10,9 +10,9 @@ processes sharing one store file.
 Beside it, with equal durability (WAL, ``synchronous=FULL``, read back and shown): huey's
 ``SqliteHuey`` storage API with 1, 2, 4 and 8 threads, persist-queue's ``SQLiteAckQueue``
 (both from the bench-only venv ``.venv-bench``, as subprocesses) and a bare stdlib sqlite3
-loop doing three durable commits per job (``bench/_peers.py``). Budgets: memory >= 20,000/s;
-SQLite one worker >= 0.9x the bare loop; SQLite 4 workers >= 2x huey (one thread); on every
-store, N workers never slower than one. Beside each store's curve, its floor: N threads that
+loop doing three durable commits per job (``bench/_peers.py``). Budgets (DESIGN §9, restated by
+issue 48 at the floors the lean-path issue measured): memory >= 10,000/s; SQLite one worker
+>= 0.6x the bare loop; on every store, N workers never slower than one. Beside each store's curve, its floor: N threads that
 share nothing (a store and job layer each: a memory store, or a SQLite file of its own), which
 is what CPython leaves of N threads' Python work on this machine.
 
@@ -23,7 +23,7 @@ store, measured as the memory store's round trip in the same run, so ``1 / (1/ba
 its own share: the round trip's three transactions with the job layer's reads and writes but
 no job layer (``store_round_trips``), the floor under the job layer's rate on that store;
 on SQLite also with 4 threads sharing the store (a job type each, so only the store and its
-group commits are shared), the floor under the 4-worker budget.
+group commits are shared), which 4 workers cannot beat.
 
 Backlog runs (DESIGN §9, "accept cost does not grow with the backlog"): the same round trip
 by one worker while 10, 1,000 or 10,000 other jobs are pending (eligible, scheduled time 0,
@@ -360,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     res["floor1"] = [1 / (1 / b + 1 / m) for b, m in zip(res["bare3"], res["mem1"])]
     floor = sorted(res["floor1"])[len(res["floor1"]) // 2]
     metrics = [
-        Metric("memory store, 1 worker thread", "/s", res["mem1"], budget=20_000, reference=med["memfloor"],
+        Metric("memory store, 1 worker thread", "/s", res["mem1"], budget=10_000, reference=med["memfloor"],
                reference_name="the store alone"),
         Metric("memory store alone: the round trip's 3 transactions, no job layer", "/s", res["memfloor"],
                note="the same reads and writes as add, accept and finish, keys and values built beforehand: "
@@ -377,8 +377,8 @@ def main(argv: list[str] | None = None) -> int:
                                    "(one runs at a time; each switch of cores finds the caches cold), the floor under "
                                    "N worker threads of any design" if w == WORKERS[1] else ""))
     metrics += [
-        Metric("SQLite store, 1 worker", "/s", res["sql1"], budget=0.9 * bare,
-               budget_text=f">= 0.9x bare loop ({0.9 * bare:,.0f}/s)", reference=bare, reference_name="bare 3-commit loop"),
+        Metric("SQLite store, 1 worker", "/s", res["sql1"], budget=0.6 * bare,
+               budget_text=f">= 0.6x bare loop ({0.6 * bare:,.0f}/s)", reference=bare, reference_name="bare 3-commit loop"),
         Metric("SQLite store alone: the round trip's 3 transactions, no job layer", "/s", res["sqlfloor"], reference=bare,
                reference_name="bare 3-commit loop"),
         Metric("floor of any SQLite store under this job layer, 1 worker", "/s", res["floor1"], reference=bare,
@@ -387,14 +387,15 @@ def main(argv: list[str] | None = None) -> int:
                     "1 / (1/bare + 1/memory)"),
     ]
     for w in WORKERS[1:]:
-        budget = 2 * huey if (w == 4 and huey) else med["sql1"]
-        text = f">= 2x huey ({2 * huey:,.0f}/s)" if (w == 4 and huey) else f">= 1 worker ({med['sql1']:,.0f}/s)"
-        metrics.append(Metric(f"SQLite store, {w} worker threads (group commit)", "/s", res[f"sql{w}"], budget=budget,
-                              budget_text=text, reference=med.get(f"huey{w}"), reference_name=f"huey, {w} threads"))
+        # DESIGN §9 as restated (issue 48, at the floors the lean-path issue measured): N workers
+        # never slower than one, on every store.
+        metrics.append(Metric(f"SQLite store, {w} worker threads (group commit)", "/s", res[f"sql{w}"],
+                              budget=med["sql1"], budget_text=f">= 1 worker ({med['sql1']:,.0f}/s)",
+                              reference=med.get(f"huey{w}"), reference_name=f"huey, {w} threads"))
     metrics.append(Metric(
         "SQLite store alone, 4 threads (a job type each, group commit): the round trip's 3 transactions, no job layer",
         "/s", res["sqlfloor4"], reference=2 * huey if huey else None, reference_name="2x huey",
-        note="the floor under the 4-worker budget: a job layer's 4 threads share the store as these do, and more"))
+        note="the floor under 4 workers: a job layer's 4 threads share the store as these do, and more"))
     for w in WORKERS[1:]:
         metrics.append(Metric(f"{w} threads sharing nothing: a SQLite store file and job layer each", "/s",
                               res[f"sqlown{w}"], reference=med["sql1"], reference_name="1 worker",

@@ -51,7 +51,9 @@ class ChannelRuns(ChannelState):
             if event.continues:
                 # Its worker waits for this channel's next key (a batch): started now, with
                 # every check a tick's start makes (the window, holds, slots, the head's order).
+                # That start is the one a wake would have had the next tick make: none follows.
                 self._start_work(now)
+                return
         if event.kind in ("ended", "dropped"):
             # A run that ends frees its place: the next may start. One that moves between
             # starting and active changes nothing a tick acts on (both count against the

@@ -563,7 +563,10 @@ class Worker:
             handed: list[str] = []
             claim = self._ask_next(listener, running, finished, outcome, handed)
             if claim is None:
-                return None  # the end was told with the question
+                # The end was told with the question. (A key handed over all the same, had the
+                # listener failed after, stops counting as running: the run audit ends its run.)
+                self._unclaim(handed)
+                return None
             try:
                 claimed = claim()
             except Exception:

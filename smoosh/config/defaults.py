@@ -316,12 +316,12 @@ GLOBAL_KEY_DEFS: tuple[Key, ...] = (
         DEFAULT_WAL_MAX_SIZE_BYTES),
     Key("batch_max_size", "batch_max_size_bytes", SIZE,
         "Databases up to this size are compacted in batches: when a compaction of a channel ends and "
-        "the channel's next database is this small, the same worker slot takes it at once, without the "
-        "fixed cost of a job of its own (its start, its hand-offs, its end). Each database keeps its own "
-        "re-check, checks, result, history and line in the log; a batch ends between two databases when "
-        "the channel would not start the next (held, out of its window, another channel's turn for the "
-        "slot). Below this size that fixed cost is a large share of a compaction; above it, one job per "
-        "database costs nothing noticeable. `0`: no batches.",
+        "the channel's next database is this small, the same worker slot and thread take it at once "
+        "(no new slot, no hand-off to another thread). Each database keeps its own re-check, checks, "
+        "job, result, history and line in the log; a batch ends between two databases when the "
+        "channel would not start the next (held, out of its window, another channel's turn for the "
+        "slot). Below this size a job's cost around the compaction is a large share of it; above it, "
+        "the compaction dwarfs it. `0`: no batches.",
         DEFAULT_BATCH_MAX_SIZE_BYTES),
     Key("min_free_space", "min_free_space", PERCENT_OR_SIZE,
         "Room kept free on each file system for the application: a size (`1GiB`) or a percentage of "

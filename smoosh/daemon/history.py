@@ -214,6 +214,9 @@ class HistoryTable:
         # Keys whose state is "crashing", so counting them per channel (at every scrape of
         # /metrics) reads a few records instead of every key queued on the node.
         self._crashing: set[str] = set()
+        # key -> since when (monotonic) a reader pins its log: what pinned() answers for every
+        # scrape, kept as records change rather than found among all of them each time.
+        self._pinned: dict[str, float] = {}
         # Starved keys -> their channel: the status table counts them every few seconds, and
         # walking every record of a large queue for that would cost it milliseconds each time.
         self._starved: dict[str, str | None] = {}
@@ -331,16 +334,22 @@ class HistoryTable:
                 oldest, _ = self._finished.popitem(last=False)
                 del self._records[oldest]
                 self._starved.pop(oldest, None)
+                self._pinned.pop(oldest, None)
         else:
             self._finished.pop(key, None)
         return rec
 
     def _count_backoff(self, rec: KeyRecord) -> None:
-        """Keep ``rec`` in the keys ``smoosh_crashing_jobs`` counts while it is crashing or blocked."""
+        """Keep ``rec`` in the keys ``smoosh_crashing_jobs`` counts while it is crashing or blocked,
+        and in :meth:`pinned`'s keys while a reader pins its log."""
         if rec.state == "crashing" or (rec.state == PENDING and rec.last_end == BLOCKED):
             self._crashing.add(rec.key)
         else:
             self._crashing.discard(rec.key)
+        if rec.pinned_mono is not None:
+            self._pinned[rec.key] = rec.pinned_mono
+        else:
+            self._pinned.pop(rec.key, None)
 
     def _waiting_state(self, rec: KeyRecord, at: float) -> str:
         """``starved`` past ``busy_retries`` busy results in a row (0: never), else ``pending``."""
@@ -394,7 +403,7 @@ class HistoryTable:
         """Keys whose WAL a reader was pinning at their last run -> since when (monotonic seconds):
         what this table remembers, across a restart too (``smoosh_wal_pinned_*``)."""
         with self._lock:
-            return {k: r.pinned_mono for k, r in self._records.items() if r.pinned_mono is not None}
+            return dict(self._pinned)
 
     def forget(self, key: str) -> None:
         """Drop ``key``'s record."""
@@ -403,6 +412,7 @@ class HistoryTable:
             self._finished.pop(key, None)
             self._crashing.discard(key)
             self._starved.pop(key, None)
+            self._pinned.pop(key, None)
 
     def records(self) -> list[KeyRecord]:
         """Every record, most recently updated first."""
@@ -449,6 +459,7 @@ class HistoryTable:
                     oldest, _ = self._finished.popitem(last=False)
                     del self._records[oldest]
                     self._starved.pop(oldest, None)
+                    self._pinned.pop(oldest, None)
             if record.state == "crashing" and record.last_end == BLOCKED:
                 record.state = PENDING  # stored by an earlier smoosh, which called a blocked key crashing
             self._count_backoff(record)

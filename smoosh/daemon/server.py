@@ -184,6 +184,7 @@ class Server(LiveConfig):
         self._state_dir_ok = False
         # channel -> (reclaimable bytes, would-run list) last computed: shown while it is busy.
         self._last_estimates: dict[str, tuple[int, list[list[Any]]]] = {}
+        self._estimated_at: dict[str, float] = {}  # channel -> when its estimate was last taken (monotonic)
         self._offers = Offers(
             channels=lambda: self._registry.current, config_of=lambda: self._config,
             scheduler_of=lambda: self._scheduler, history=self._history, slots=self._slots,

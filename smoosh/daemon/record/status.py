@@ -31,6 +31,10 @@ log = logging.getLogger(__name__)
 
 #: A record older than this many seconds marks its node stale: three missed records.
 STALE_AFTER_S = 3 * STATUS_INTERVAL_S
+#: A channel holding more keys than this has its reclaimable bytes (and would-run list) summed
+#: again at most once per status interval: summing them reads every key's measurement, and a
+#: scraper asking every second must not make a fleet's queue cost the daemon that each time.
+ESTIMATE_EVERY_READ_KEYS = 10_000
 #: Largest record decoded, in bytes (a record is a few hundred bytes per channel).
 MAX_RECORD_BYTES = 100_000
 
@@ -49,13 +53,17 @@ def build_status(server: Any) -> dict[str, Any]:
     channels: dict[str, Any] = {}
     total = 0
     estimates: dict[str, tuple[int, list[list[Any]]]] = server._last_estimates
+    estimated_at: dict[str, float] = server._estimated_at
+    now = time.monotonic()
     config = server.config
     starved = server._history.starved()
     runs = runs_by_channel(server)
     for name, channel in list(server.channels().items()):
         entry = dict(channel.status())
         entry.update(run_ages(runs.get(name, [])))
-        snapshot = channel.try_snapshot()
+        large = entry["waiting"]["size"] + entry.get("deferred", 0) > ESTIMATE_EVERY_READ_KEYS
+        fresh = name in estimates and now - estimated_at.get(name, 0.0) < STATUS_INTERVAL_S
+        snapshot = None if (large and fresh) else channel.try_snapshot()
         if snapshot is None:
             reclaimable, would_run = estimates.get(name, (0, []))
         else:
@@ -63,6 +71,7 @@ def build_status(server: Any) -> dict[str, Any]:
             reclaimable = server.intake.reclaimable(keys)
             would_run = [[k, p] for k, p in waiting[:100]]
             estimates[name] = (reclaimable, would_run)
+            estimated_at[name] = now
         entry["reclaimable_bytes"] = reclaimable
         entry["starved"] = starved.get(name, 0)  # keys busy more than busy_retries times in a row
         ch_cfg = config.channels.get(name)

@@ -78,8 +78,8 @@ apps-env: $(APPS_STAMP)
 
 # The application beside smoosh (bench/apps/, docs/guides/the-application-beside-smoosh.md):
 # Django and SQLAlchemy at their defaults on a bloated tenant fleet, runs with and without
-# smoosh alternated in one sitting. Never part of `make test` or `make bench`; about an hour
-# as given, `APPS_ARGS=--quick` for a few minutes.
+# smoosh alternated in one sitting. Never part of `make test` or `make bench`: two to three hours
+# as given, `APPS_ARGS="--quick --modes none,compact"` for about ten minutes.
 APPS_ARGS ?=
 bench-apps: $(STAMP) $(APPS_STAMP)
 	$(BIN)/python -m bench.apps $(APPS_ARGS)

@@ -38,7 +38,7 @@ from typing import Any, Callable, Sequence
 from bench._daemon import free_port
 from bench.apps.fleet import Template, copy_fleet, footprint
 from bench.apps.ledger import TenantCheck, check_tenant, merge_ledgers
-from bench.apps.windows import Window, windows_from_log
+from bench.apps.windows import Window, widen_with_history, windows_from_log
 
 __all__ = ["MODES", "RunSpec", "RunOutcome", "smoosh_config", "Smoosh", "run_one", "cpu_seconds"]
 
@@ -87,6 +87,8 @@ class RunOutcome:
     smoosh_reclaimed_metric: int | None = None
     config_keys: dict[str, str] = field(default_factory=dict)
     kept: str | None = None
+    #: Per window matched with its ``started`` event in /jobs: the log's start minus that event's time (s).
+    start_gaps_s: list[float] = field(default_factory=list)
 
     @property
     def violations(self) -> list[str]:
@@ -188,6 +190,14 @@ class Smoosh:
                 total += float(line.rsplit(" ", 1)[1])
         return int(total)
 
+    def jobs(self) -> list[dict[str, Any]]:
+        """``GET /jobs``'s rows, every key (empty when unreadable)."""
+        try:
+            status, body = self.get("/jobs")
+        except OSError:
+            return []
+        return list(json.loads(body).get("jobs", [])) if status == 200 else []
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -283,9 +293,11 @@ def run_one(spec: RunSpec, template: Template, *, work: str, smoosh_command: str
             raise RuntimeError(f"the application exited with {app.returncode}")
         cpu1 = smoosh.cpu_s() if smoosh else None
         reclaimed = smoosh.reclaimed_bytes() if smoosh else None
+        jobs = smoosh.jobs() if smoosh else []
         if smoosh:
             smoosh.stop()
         windows = windows_from_log(smoosh.log_lines(), spec.margin_s) if smoosh else []
+        windows, gaps = widen_with_history(windows, jobs)
         with open(out, encoding="utf-8") as f:
             record = json.load(f)
         after = [footprint(p) for p in paths]
@@ -297,7 +309,7 @@ def run_one(spec: RunSpec, template: Template, *, work: str, smoosh_command: str
             spec=spec, paths=paths, record=record, windows=windows, before_bytes=before, after_bytes=after,
             checks=checks, config_keys=keys,
             smoosh_cpu_run_s=None if cpu0 is None or cpu1 is None else cpu1 - cpu0,
-            smoosh_cpu_total_s=cpu1, smoosh_reclaimed_metric=reclaimed,
+            smoosh_cpu_total_s=cpu1, smoosh_reclaimed_metric=reclaimed, start_gaps_s=gaps,
         )
         return outcome
     finally:

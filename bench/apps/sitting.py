@@ -31,7 +31,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from bench._harness import REPO_ROOT, machine_info, machine_line, write_section  # noqa: E402
+from bench._harness import REPO_ROOT, machine_info, write_section  # noqa: E402
 from bench.apps.fleet import MIN_DEAD_RATIO, build_template  # noqa: E402
 from bench.apps.runs import MODES, RunSpec, run_one  # noqa: E402
 from bench.apps.summary import APP_NAMES, MODE_NAMES, group_table, run_figures  # noqa: E402
@@ -105,6 +105,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--keep", action="store_true", help="keep every run's files (a failed run's are always kept)")
     ap.add_argument("--write-results", action="store_true",
                     help=f"rewrite bench/RESULTS.md's '{RESULTS_SECTION}' section with the tables")
+    ap.add_argument("--tables-from", metavar="JSON",
+                    help="run nothing: print the tables of a sitting's JSON (and write them with --write-results)")
     args = ap.parse_args(argv)
     args.pairs = args.pairs if args.pairs is not None else (1 if args.quick else DEFAULT_PAIRS)
     args.duration_s = args.duration_s if args.duration_s is not None else (
@@ -144,8 +146,31 @@ def _run_line(f: dict[str, Any]) -> str:
     return text
 
 
+def tables_from(path: str, args: argparse.Namespace) -> int:
+    """Print (and with ``--write-results`` write) the tables of the sitting saved in ``path``."""
+    with open(path, encoding="utf-8") as f:
+        sitting = json.load(f)
+    saved = argparse.Namespace(**{**vars(args), **sitting["args"]})
+    saved.write_results = args.write_results
+    tables = []
+    for g in sitting["groups"]:
+        runs = [r for r in sitting["runs"] if r["app"] == g["app"] and r["journal_mode"] == g["journal_mode"]]
+        if runs:
+            tables.append(group_table(runs, saved.modes, g["dead_bytes"]))
+    versions = {k: v for r in sitting["runs"] for k, v in r["versions"].items()}
+    text = section_text(tables, versions, saved, sitting.get("command", "python -m bench.apps"),
+                        sitting["machine"])
+    print(text, flush=True)
+    if args.write_results:
+        write_section(RESULTS_SECTION, text)
+        _say(f"(bench/RESULTS.md's '{RESULTS_SECTION}' section rewritten)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.tables_from:
+        return tables_from(args.tables_from, args)
     for path, what in ((args.apps_python, "the applications' environment: `make apps-env`"),
                        (args.smoosh, "smoosh: `make install`")):
         if not os.path.exists(path):
@@ -165,8 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     _say("  smoosh config keys set (everything else smoosh's defaults): watch, state_dir, store, http, log_format = "
          "json; mode watch also concurrency = 0 in " + ", ".join(f"[smoosh.{c}]" for c in args.channels))
     load = _cpu_load(args.cpu_load)
+    command = ("python -m bench.apps " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
     sitting: dict[str, Any] = {
-        "started": started.isoformat(), "machine": machine_info(), "args": {
+        "started": started.isoformat(), "machine": machine_info(), "command": command, "args": {
             k: v for k, v in vars(args).items() if k not in ("channels",)}, "order": order,
         "smoosh": {"command": args.smoosh, "channels": args.channels, "wait_secs": args.wait_s},
         "groups": [], "runs": [],
@@ -221,8 +247,7 @@ def main(argv: list[str] | None = None) -> int:
             json.dump(sitting, fh, indent=1)
         _say(f"the sitting's JSON: {os.path.relpath(out_path)}")
     versions = {k: v for r in sitting["runs"] for k, v in r["versions"].items()}
-    command = "python -m bench.apps " + " ".join(argv if argv is not None else sys.argv[1:])
-    text = section_text(tables, versions, args, command.strip())
+    text = section_text(tables, versions, args, command, sitting["machine"])
     print(text, flush=True)
     if args.write_results:
         write_section(RESULTS_SECTION, text)
@@ -230,11 +255,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def section_text(tables: list[str], versions: dict[str, str], args: argparse.Namespace, command: str) -> str:
-    """The sitting's Markdown: a heading, how it was measured, the tables."""
+def section_text(tables: list[str], versions: dict[str, str], args: argparse.Namespace, command: str,
+                 machine: dict[str, str]) -> str:
+    """The sitting's Markdown: a heading, how it was measured (on ``machine``, :func:`machine_info`), the tables."""
+    where = (f"{machine['date']}; {machine['nproc']} CPU ({machine['cpu']}), {machine['ram']} RAM; Python "
+             f"{machine['python']}, SQLite {machine['sqlite']} (stdlib), {machine['apsw_sqlite']} (apsw, user databases)")
     body = [
         "### The application beside smoosh: Django and SQLAlchemy at their defaults (issue 46)", "",
-        f"Measured {machine_line()}; `{command}`; "
+        f"Measured {where}; `{command}`; "
         + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())) + ".",
         "",
         f"{args.tenants} tenants of {args.min_mb:g}-{args.max_mb:g} MB (a scattered 70% of the rows deleted: file/live "

@@ -118,6 +118,9 @@ def run_figures(o: RunOutcome) -> dict[str, Any]:
             "during_app_run": len(in_run), "before_app_run": sum(1 for w in compactions if w.end < start),
             "window_s_max": round(max((w.duration_s for w in compactions), default=0.0), 3),
             "cleanup_runs": len(cleanups),
+            # How the log's start of a run compared with its 'started' event in /jobs (seconds).
+            "start_gap_s": {"matched": len(o.start_gaps_s), "min": min(o.start_gaps_s, default=None),
+                            "max": max(o.start_gaps_s, default=None)},
         },
         "reclaimed": {
             "smoosh_log_bytes": sum(w.reclaimed_bytes for w in ok),
@@ -159,6 +162,21 @@ def _num(x: float | None, digits: int = 0) -> str:
     return f"{x:,.{digits}f}"
 
 
+def _slowest(entry: dict[str, Any] | None) -> str:
+    """``191 (read_modify_write)``; ``-`` when there was none."""
+    if not entry:
+        return "-"
+    return f"{_num(entry['latency_ms'])} ({entry['op']})"
+
+
+def _compactions(r: dict[str, Any]) -> str:
+    c = r["compactions"]
+    others = [f"{k} {v}" for k, v in c["results"].items() if k != "ok"]
+    if c["cleanup_runs"]:
+        others.append(f"{c['cleanup_runs']} cleanup")
+    return f"{c['ok']}" + (f" ({', '.join(others)})" if others else "")
+
+
 def group_table(runs: Sequence[dict[str, Any]], modes: Sequence[str], dead_bytes: int) -> str:
     """The runs of one (application, journal mode) as a Markdown table: a column per mode, the runs
     of each in the sitting's order, separated by commas.
@@ -181,7 +199,8 @@ def group_table(runs: Sequence[dict[str, Any]], modes: Sequence[str], dead_bytes
         rows.append((name, cells))
 
     row("runs (place in the sitting)", lambda r: f"#{r['number']}")
-    row("operations per second", lambda r: _num(r["ops_per_s"]))
+    row("operations per second (slots dropped behind schedule)",
+        lambda r: _num(r["ops_per_s"]) + (f" ({r['skipped_slots']})" if r["skipped_slots"] else ""))
     row("**errors**", lambda r: f"**{r['errors']}**")
     types = Counter[str]()
     op_names = Counter[str]()
@@ -199,11 +218,10 @@ def group_table(runs: Sequence[dict[str, Any]], modes: Sequence[str], dead_bytes
     row("latency p50 / p99, ms",
         lambda r: f"{_num(r['latency_ms']['all']['p50'], 1)} / {_num(r['latency_ms']['all']['p99'], 0)}")
     row("slowest operation, ms", lambda r: _num(r["latency_ms"]["all"]["max"]))
-    row("slowest operation on a tenant during smoosh's run on it, ms",
-        lambda r: _num((r["slowest_inside_compaction"] or {}).get("latency_ms")), with_smoosh)
-    row("compactions ok (other results)", lambda r: f"{r['compactions']['ok']}"
-        + (f" ({', '.join(f'{k} {v}' for k, v in r['compactions']['results'].items() if k != 'ok')})"
-           if len(r["compactions"]["results"]) > int("ok" in r["compactions"]["results"]) else ""), with_smoosh)
+    row("slowest operation on a tenant during smoosh's run on it, ms", lambda r: _slowest(r["slowest_inside_compaction"]),
+        with_smoosh)
+    row("slowest operation elsewhere, ms", lambda r: _slowest(r["slowest_outside_compaction"]), with_smoosh)
+    row("compactions ok (other results; cleanup runs)", _compactions, with_smoosh)
     row("reclaimed, MB: smoosh's figure / the files' drop",
         lambda r: f"{r['reclaimed']['smoosh_log_bytes'] / MB:,.0f} / {r['reclaimed']['files_drop_bytes'] / MB:,.0f}",
         with_smoosh)

@@ -27,7 +27,7 @@ if REPO_ROOT not in sys.path:
 
 from bench.apps.fleet import MIN_DEAD_RATIO, build_template, fill_and_hollow  # noqa: E402
 from bench.apps.ledger import check_tenant, digest, merge_ledgers, template_key  # noqa: E402
-from bench.apps.windows import index_windows, inside, windows_from_log  # noqa: E402
+from bench.apps.windows import index_windows, inside, widen_with_history, windows_from_log  # noqa: E402
 from channels.ports import Outcome  # noqa: E402
 from smoosh.config.sections import DEFAULT_MIN_PRIORITY  # noqa: E402
 from smoosh.daemon.record.outcomes import log_fields  # noqa: E402
@@ -160,6 +160,16 @@ def test_compaction_windows_from_smoosh_json_log_and_which_operations_fall_insid
     assert inside(1000.6, 0.1, per_tenant[0]) is None                # after
     assert inside(999.0, 0.001, per_tenant[1]) is None               # the same moment on another tenant
     assert inside(1999.8, 0.01, per_tenant[1]) is per_tenant[1][0]   # the cleanup's window, on b
+
+    # And /jobs' 'started' event of the run moves its window's start back when it is earlier;
+    # an older run's start, and the compaction's start for the cleanup key, do not
+    jobs = [{"key": a, "history": [{"event": "finished", "at": 1000.5}, {"event": "started", "at": 998.0},
+                                   {"event": "started", "at": 900.0}]},
+            {"key": b, "history": [{"event": "started", "at": 1999.0}]}]
+    widened, gaps = widen_with_history(windows, jobs)
+    assert widened[0].start == pytest.approx(998.0) and widened[1] == windows[1]
+    assert gaps == [pytest.approx(0.5, abs=1e-3)]
+    assert inside(997.9, 0.15, index_windows(widened, [a, b])[0]) is widened[0]
 
 
 @pytest.mark.skipif(not os.path.exists(APPS_PYTHON),

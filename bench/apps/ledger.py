@@ -3,11 +3,14 @@
 Stdlib only: the application processes (``.venv-apps``) write the ledger, the harness
 (``.venv``) checks it, and ``tests/`` checks the check.
 
-What the ledger holds, per tenant: for every row the workload committed a change to, its last
-committed value (``[key, counter, payload digest]``), or ``None`` once its delete committed. A
-row the workload never touched must still be in the tenant exactly as it is in the fleet's
-template (the run's tenant is a fresh copy of it). So after a run every row of every tenant is
-accounted for:
+What the ledger holds, per tenant: for every row the workload committed a change to, keyed by
+the row's unique ``key``, its last committed value (``[id, counter, payload digest]``), or
+``None`` once its delete committed. Rows are named by ``key``, not ``id``: a table whose
+``INTEGER PRIMARY KEY`` has no ``AUTOINCREMENT`` (SQLAlchemy's default) gives a new row the id
+of the highest row deleted, so one id can name two rows in a run, while a key is written once
+(the template's, or a new one per create). A row the workload never touched must still be in
+the tenant exactly as it is in the fleet's template (the run's tenant is a fresh copy of it).
+So after a run every row of every tenant is accounted for:
 
 * a template row not in the ledger: present and unchanged;
 * a ledger row with a value: present with that value;
@@ -17,7 +20,7 @@ accounted for:
 An operation whose commit failed is not in the ledger (SQLite's commit is atomic: a failed
 ``COMMIT`` left nothing; Django and SQLAlchemy roll back after it). Rows are owned by one
 workload thread each (see :mod:`bench.apps.workload`), so a row's ledger entries are in the
-order its commits happened.
+order its commits happened; a key in two threads' ledgers is refused.
 """
 
 from __future__ import annotations
@@ -26,12 +29,12 @@ import hashlib
 import sqlite3
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 __all__ = ["Value", "digest", "template_key", "TenantCheck", "check_tenant", "merge_ledgers"]
 
-#: A row's committed value: ``[key, counter, payload digest]``; None: its delete committed.
-Value = Optional[Sequence[object]]
+#: A row's committed value: ``[id, counter, payload digest]``; None: its delete committed.
+Value = Optional[Sequence[Any]]
 
 #: Ids listed per kind of violation in a report (the counts are always complete).
 MAX_LISTED_IDS = 50
@@ -47,19 +50,18 @@ def template_key(row_id: int) -> str:
     return f"tmpl-{row_id:09d}"
 
 
-def merge_ledgers(parts: Sequence[Mapping[str, Value]]) -> dict[int, Value]:
-    """One tenant's ledger from its threads' parts (each thread owns its rows: no id is in two).
+def merge_ledgers(parts: Sequence[Mapping[str, Value]]) -> dict[str, Value]:
+    """One tenant's ledger from its threads' parts (each thread owns its rows: no key is in two).
 
     Raises:
-        ValueError: an id in two parts (two threads wrote one row: the ledger's order is lost).
+        ValueError: a key in two parts (two threads wrote one row: the ledger's order is lost).
     """
-    out: dict[int, Value] = {}
+    out: dict[str, Value] = {}
     for part in parts:
         for key, value in part.items():
-            row_id = int(key)
-            if row_id in out:
-                raise ValueError(f"row {row_id} is in two threads' ledgers")
-            out[row_id] = value
+            if key in out:
+                raise ValueError(f"row {key!r} is in two threads' ledgers")
+            out[key] = value
     return out
 
 
@@ -71,10 +73,11 @@ class TenantCheck:
         path: the tenant's database.
         integrity: ``PRAGMA integrity_check``'s first lines (``["ok"]`` when sound).
         rows: rows present after the run.
-        lost: ids that should be present and are not (template rows and committed rows).
-        changed: ids present with another value than the template's or the ledger's last.
-        resurrected: ids whose delete committed and which are present.
-        unexpected: ids present that neither the template nor the ledger knows.
+        lost: ids of rows that should be present and are not (template rows and committed rows;
+            a committed row's id as its commit left it).
+        changed: ids of rows present with another value than the template's or the ledger's last.
+        resurrected: ids of rows present whose delete committed.
+        unexpected: ids of rows present that neither the template nor the ledger knows.
     """
 
     path: str
@@ -106,18 +109,19 @@ class TenantCheck:
         return out
 
 
-def check_tenant(path: str, template: str, table: str, ledger: Mapping[int, Value]) -> TenantCheck:
+def check_tenant(path: str, template: str, table: str, ledger: Mapping[str, Value]) -> TenantCheck:
     """Check ``path`` after a run: sound, and every row as ``template`` and ``ledger`` say.
 
     Opens ``path`` read-write (nothing else may have it open: the application and smoosh have
-    stopped) and attaches ``template`` read-only. Untouched rows are compared inside SQLite
-    (payloads and all); the ledger's rows are fetched and compared by digest.
+    stopped) and attaches ``template`` read-only. Rows are matched by their unique ``key``.
+    Untouched rows are compared inside SQLite (id, counter and payload); the ledger's rows are
+    fetched and compared by id, counter and payload digest.
 
     Parameters:
         path: the tenant database after the run.
         template: the template it was copied from (or the template of its compacted copy: a
             VACUUM keeps every rowid of a table with an ``INTEGER PRIMARY KEY``).
-        table: the application's table (``id``, ``key``, ``counter``, ``payload``).
+        table: the application's table (``id``, ``key``, ``counter``, ``payload``; ``key`` unique).
         ledger: the workload's ledger of this tenant (:func:`merge_ledgers`).
 
     Returns:
@@ -132,31 +136,31 @@ def check_tenant(path: str, template: str, table: str, ledger: Mapping[int, Valu
         if check.damaged:
             return check  # the rows of a damaged file say nothing more
         conn.execute("ATTACH DATABASE ? AS tmpl", (_uri(template, "?mode=ro"),))
-        conn.execute("CREATE TEMP TABLE touched(id INTEGER PRIMARY KEY)")
-        conn.executemany("INSERT INTO temp.touched(id) VALUES (?)", ((i,) for i in ledger))
+        conn.execute("CREATE TEMP TABLE touched(key TEXT PRIMARY KEY)")
+        conn.executemany("INSERT INTO temp.touched(key) VALUES (?)", ((k,) for k in ledger))
         t = f'"{table}"'
         check.rows = conn.execute(f"SELECT count(*) FROM main.{t}").fetchone()[0]
         check.lost += [r[0] for r in conn.execute(
-            f"SELECT id FROM tmpl.{t} WHERE id NOT IN (SELECT id FROM temp.touched) "
-            f"AND id NOT IN (SELECT id FROM main.{t})")]
+            f"SELECT p.id FROM tmpl.{t} p WHERE p.key NOT IN (SELECT key FROM temp.touched) "
+            f"AND p.key NOT IN (SELECT key FROM main.{t})")]
         check.changed += [r[0] for r in conn.execute(
-            f"SELECT m.id FROM main.{t} m JOIN tmpl.{t} p ON p.id = m.id "
-            "WHERE m.id NOT IN (SELECT id FROM temp.touched) "
-            "AND (m.key IS NOT p.key OR m.counter IS NOT p.counter OR m.payload IS NOT p.payload)")]
+            f"SELECT m.id FROM main.{t} m JOIN tmpl.{t} p ON p.key = m.key "
+            "WHERE m.key NOT IN (SELECT key FROM temp.touched) "
+            "AND (m.id IS NOT p.id OR m.counter IS NOT p.counter OR m.payload IS NOT p.payload)")]
         check.unexpected += [r[0] for r in conn.execute(
-            f"SELECT id FROM main.{t} WHERE id NOT IN (SELECT id FROM tmpl.{t}) "
-            "AND id NOT IN (SELECT id FROM temp.touched)")]
+            f"SELECT id FROM main.{t} WHERE key NOT IN (SELECT key FROM tmpl.{t}) "
+            "AND key NOT IN (SELECT key FROM temp.touched)")]
         present = {r[0]: (r[1], r[2], digest(r[3])) for r in conn.execute(
-            f"SELECT m.id, m.key, m.counter, m.payload FROM main.{t} m JOIN temp.touched USING (id)")}
-        for row_id, value in ledger.items():
-            row = present.get(row_id)
+            f"SELECT m.key, m.id, m.counter, m.payload FROM main.{t} m JOIN temp.touched USING (key)")}
+        for key, value in ledger.items():
+            row = present.get(key)
             if value is None:
                 if row is not None:
-                    check.resurrected.append(row_id)
+                    check.resurrected.append(row[0])
             elif row is None:
-                check.lost.append(row_id)
+                check.lost.append(int(value[0]))
             elif tuple(row) != (value[0], value[1], value[2]):
-                check.changed.append(row_id)
+                check.changed.append(row[0])
         return check
     finally:
         conn.close()

@@ -89,6 +89,9 @@ class RunOutcome:
     kept: str | None = None
     #: Per window matched with its ``started`` event in /jobs: the log's start minus that event's time (s).
     start_gaps_s: list[float] = field(default_factory=list)
+    #: The machine's 1-minute load average as the application started and as it ended (other
+    #: users of a shared machine show here, and explain a noisy run).
+    load_avg: tuple[float, float] = (0.0, 0.0)
 
     @property
     def violations(self) -> list[str]:
@@ -284,6 +287,7 @@ def run_one(spec: RunSpec, template: Template, *, work: str, smoosh_command: str
         _expect(app, "ready", START_TIMEOUT_S)
         time.sleep(max(0.0, launched + spec.lead_s - time.monotonic()))
         cpu0 = smoosh.cpu_s() if smoosh else None
+        load0 = os.getloadavg()[0]
         assert app.stdin is not None
         app.stdin.write("go\n")
         app.stdin.flush()
@@ -292,6 +296,7 @@ def run_one(spec: RunSpec, template: Template, *, work: str, smoosh_command: str
         if app.returncode != 0:
             raise RuntimeError(f"the application exited with {app.returncode}")
         cpu1 = smoosh.cpu_s() if smoosh else None
+        load1 = os.getloadavg()[0]
         reclaimed = smoosh.reclaimed_bytes() if smoosh else None
         jobs = smoosh.jobs() if smoosh else []
         if smoosh:
@@ -303,13 +308,14 @@ def run_one(spec: RunSpec, template: Template, *, work: str, smoosh_command: str
         after = [footprint(p) for p in paths]
         say(f"  checking {len(paths)} tenants (integrity_check, every row against the template and the ledger)")
         originals = template.paths()
-        checks = [check_tenant(p, originals[i], template.table, merge_ledgers([record["ledger"][i]]))
+        checks = [check_tenant(p, originals[i], template.table, merge_ledgers(record["ledger"][i]))
                   for i, p in enumerate(paths)]
         outcome = RunOutcome(
             spec=spec, paths=paths, record=record, windows=windows, before_bytes=before, after_bytes=after,
             checks=checks, config_keys=keys,
             smoosh_cpu_run_s=None if cpu0 is None or cpu1 is None else cpu1 - cpu0,
             smoosh_cpu_total_s=cpu1, smoosh_reclaimed_metric=reclaimed, start_gaps_s=gaps,
+            load_avg=(load0, load1),
         )
         return outcome
     finally:

@@ -142,6 +142,7 @@ def run_figures(o: RunOutcome) -> dict[str, Any]:
             "rows_checked": sum(c.rows for c in o.checks),
             "failed": [c.summary() for c in bad],
         },
+        "load_avg": [round(x, 2) for x in o.load_avg],
         "anomalies": rec.get("anomalies", []),
         "versions": rec.get("versions", {}),
         "error_list": error_list,
@@ -229,6 +230,8 @@ def group_table(runs: Sequence[dict[str, Any]], modes: Sequence[str], dead_bytes
         lambda r: f"{100 * r['reclaimed']['smoosh_log_bytes'] / max(1, dead_bytes):.0f}%", with_smoosh)
     row("smoosh's CPU during the run, % of a core",
         lambda r: "-" if r["smoosh_cpu_share"] is None else f"{100 * r['smoosh_cpu_share']:.1f}", with_smoosh)
+    row("the machine's load average (1 min) at the start / end", lambda r: "/".join(
+        f"{x:.1f}" for x in r.get("load_avg") or []) or "-")
     row("tenants damaged / rows lost (of rows checked)",
         lambda r: f"{r['checks']['damaged']} / {r['checks']['lost']} ({r['checks']['rows_checked']:,})")
     head = f"| {title} | " + " | ".join(MODE_NAMES.get(m, m) for m in present) + " |"

@@ -136,7 +136,7 @@ class TenantRows:
     template: IdPool
     known: dict[int, list[Any]] = field(default_factory=dict)  # id -> [key, counter, digest]
     known_ids: IdPool = field(default_factory=IdPool)
-    ledger: dict[int, Value] = field(default_factory=dict)
+    ledger: dict[str, Value] = field(default_factory=dict)  # key -> [id, counter, digest] | None
 
     def alive(self) -> int:
         return len(self.template) + len(self.known_ids)
@@ -153,7 +153,7 @@ class TenantRows:
             self.template.remove(row_id)
         self.known[row_id] = [key, counter, payload_digest]
         self.known_ids.add(row_id)
-        self.ledger[row_id] = [key, counter, payload_digest]
+        self.ledger[key] = [row_id, counter, payload_digest]
 
     def forget(self, row_id: int) -> None:
         """No longer pick ``row_id`` (its ledger entry, if any, stays as it was)."""
@@ -164,8 +164,9 @@ class TenantRows:
             del self.known[row_id]
 
     def deleted(self, row_id: int) -> None:
+        key = self.known[row_id][0] if row_id in self.known else template_key(row_id)
         self.forget(row_id)
-        self.ledger[row_id] = None
+        self.ledger[key] = None
 
 
 @dataclass
@@ -330,7 +331,8 @@ def run_workload(app: App, ids: Sequence[Sequence[int]], *, threads: int, rate_p
             ops.append(rec)
     errors = sorted(index, key=index.__getitem__)
     ops.sort(key=lambda r: r[0])
-    ledger = [{str(k): v for st in states for k, v in st.tenants[t].ledger.items()} for t in range(n_tenants)]
+    # Per tenant, each thread's part (merged by the checker, which refuses a key in two parts).
+    ledger = [[st.tenants[t].ledger for st in states] for t in range(n_tenants)]
     return {
         "start": start_wall,
         "end": end_wall,
@@ -356,8 +358,8 @@ def main(argv: Sequence[str], make_app: Callable[[list[str]], App], schema: Call
     framework configured, every tenant's ids read), wait for a line on stdin, run the workload,
     write its record to ``OUT`` as JSON (``start``, ``end``, ``ops``: ``[start, latency_s, op,
     tenant, error]`` with ``op`` an index into ``ops_names`` and ``error`` an index into
-    ``errors`` or -1, ``anomalies``, ``skipped_slots``, ``ledger``: per tenant ``{id: value}``,
-    and ``versions``), print ``done``.
+    ``errors`` or -1, ``anomalies``, ``skipped_slots``, ``ledger``: per tenant, per thread
+    ``{key: [id, counter, digest] | null}``, and ``versions``), print ``done``.
     """
     cmd = argv[0] if argv else ""
     if cmd == "schema" and len(argv) == 2:

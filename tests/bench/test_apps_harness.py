@@ -85,8 +85,8 @@ def test_ledger_check_passes_a_run_as_committed_and_names_a_missing_row(tmp_path
                            ("w1-0-1", "made")).lastrowid
     conn.close()
     ledger = merge_ledgers([
-        {str(updated): [template_key(updated), 41, digest("new")], str(deleted): None},
-        {str(created): ["w1-0-1", 0, digest("made")]},
+        {template_key(updated): [updated, 41, digest("new")], template_key(deleted): None},
+        {"w1-0-1": [created, 0, digest("made")]},
     ])
     assert check_tenant(run, template, TABLE, ledger).ok
 
@@ -113,13 +113,30 @@ def test_ledger_check_names_a_changed_row_a_resurrected_one_and_a_stranger(tmp_p
     stranger = conn.execute(f'INSERT INTO "{TABLE}"(key, counter, payload) VALUES (?, 0, ?)',
                             ("nobody", "x")).lastrowid
     conn.close()
-    check = check_tenant(run, template, TABLE, {deleted: None})  # its delete "committed"; the row is there
+    check = check_tenant(run, template, TABLE, {template_key(deleted): None})  # its delete "committed"; it is there
     assert (check.changed, check.resurrected, check.unexpected, check.lost) == ([changed], [deleted], [stranger], [])
 
 
+def test_ledger_check_follows_rows_by_key_when_sqlite_gives_a_deleted_rows_id_to_a_new_one(tmp_path: Path) -> None:
+    # Given a table without AUTOINCREMENT (SQLAlchemy's default): one thread creates a row and
+    # deletes it, another creates a row, which gets the same id
+    template = _tenant(tmp_path / "template.sqlite")
+    run = str(tmp_path / "run.sqlite")
+    shutil.copyfile(template, run)
+    conn = sqlite3.connect(run, isolation_level=None)
+    first = conn.execute(f'INSERT INTO "{TABLE}"(key, counter, payload) VALUES (?, 0, ?)', ("w1-0-1", "a")).lastrowid
+    conn.execute(f'DELETE FROM "{TABLE}" WHERE id = ?', (first,))
+    second = conn.execute(f'INSERT INTO "{TABLE}"(key, counter, payload) VALUES (?, 0, ?)', ("w1-1-1", "b")).lastrowid
+    conn.close()
+    assert first == second
+    ledger = merge_ledgers([{"w1-0-1": None}, {"w1-1-1": [second, 0, digest("b")]}])
+    # Then both threads' rows are as they committed them: nothing lost, nothing come back
+    assert check_tenant(run, template, TABLE, ledger).ok
+
+
 def test_a_row_in_two_threads_ledgers_is_refused() -> None:
-    with pytest.raises(ValueError, match="row 7 is in two threads' ledgers"):
-        merge_ledgers([{"7": None}, {"7": ["k", 1, "d"]}])
+    with pytest.raises(ValueError, match="row 'w1-0-7' is in two threads' ledgers"):
+        merge_ledgers([{"w1-0-7": None}, {"w1-0-7": [7, 1, "d"]}])
 
 
 def _log_line(key: str, duration_s: float, created: float, result: str = "ok", channel: str = "ratio_dbs") -> str:
@@ -193,7 +210,7 @@ def test_the_real_application_commits_only_what_its_ledger_says(tmp_path: Path, 
     # Then it did every kind of operation, and the tenant holds exactly what its ledger says
     assert {record["ops_names"][r[2]] for r in record["ops"]} == set(record["ops_names"])
     assert record["anomalies"] == []
-    ledger = merge_ledgers([record["ledger"][0]])
+    ledger = merge_ledgers(record["ledger"][0])
     assert ledger, "the workload committed nothing"
     check = check_tenant(run, template.paths()[0], template.table, ledger)
     assert check.ok, check.summary()

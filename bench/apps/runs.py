@@ -40,11 +40,20 @@ from bench.apps.fleet import Template, copy_fleet, footprint
 from bench.apps.ledger import TenantCheck, check_tenant, merge_ledgers
 from bench.apps.windows import Window, widen_with_history, windows_from_log
 
-__all__ = ["MODES", "RunSpec", "RunOutcome", "smoosh_config", "Smoosh", "run_one", "cpu_seconds"]
+__all__ = ["MODES", "DEFAULT_MODES", "uses_smoosh", "RunSpec", "RunOutcome", "smoosh_config", "Smoosh", "run_one", "cpu_seconds"]
 
 #: The modes of a run: no smoosh; smoosh with its default config; smoosh watching only
-#: (every channel at concurrency 0); no smoosh on the fleet already compacted (the control).
-MODES = ("none", "compact", "watch", "compacted")
+#: (every channel at concurrency 0); no smoosh on the fleet already compacted (the control);
+#: and the first two again with a second smoosh (``--smoosh-b``: another tree, for an A/B in
+#: one sitting).
+MODES = ("none", "compact", "watch", "compacted", "compact-b", "watch-b")
+#: The modes that run the default modes' defaults: those :data:`MODES` a sitting runs unasked.
+DEFAULT_MODES = ("none", "compact", "watch", "compacted")
+
+
+def uses_smoosh(mode: str) -> bool:
+    """Whether a run in ``mode`` has smoosh beside the application."""
+    return mode in ("compact", "watch", "compact-b", "watch-b")
 #: Seconds to wait for smoosh to answer on its port, and for the application to set up.
 START_TIMEOUT_S = 120.0
 #: Seconds past the run's length the application may take to finish and write its record.
@@ -246,7 +255,8 @@ def _expect(proc: subprocess.Popen[str], word: str, timeout_s: float) -> None:
 
 
 def run_one(spec: RunSpec, template: Template, *, work: str, smoosh_command: str, apps_python: str, repo_root: str,
-            channels: Sequence[str], keep: bool = False, say: Callable[[str], None] = print) -> RunOutcome:
+            channels: Sequence[str], keep: bool = False, say: Callable[[str], None] = print,
+            smoosh_b_command: str | None = None) -> RunOutcome:
     """Run ``spec`` on a fresh copy of ``template`` and check every tenant afterwards.
 
     Parameters:
@@ -254,6 +264,7 @@ def run_one(spec: RunSpec, template: Template, *, work: str, smoosh_command: str
         template: the fleet's template (its compacted twin is used in mode ``compacted``).
         work: a directory for the run's files (a subdirectory named for the run is made).
         smoosh_command: the ``smoosh`` executable.
+        smoosh_b_command: the second one, for modes ``compact-b`` and ``watch-b``.
         apps_python: the applications' interpreter.
         repo_root: the checkout (the application imports ``bench.apps`` from it).
         channels: smoosh's default channels (for mode ``watch``).
@@ -277,11 +288,14 @@ def run_one(spec: RunSpec, template: Template, *, work: str, smoosh_command: str
     outcome: RunOutcome | None = None
     try:
         launched = time.monotonic()
-        if spec.mode in ("compact", "watch"):
+        if uses_smoosh(spec.mode):
             port = free_port()
-            config, keys = smoosh_config(base, os.path.realpath(fleet_dir), port, watch_only=spec.mode == "watch",
-                                         channels=channels)
-            smoosh = Smoosh(smoosh_command, config, port)
+            config, keys = smoosh_config(base, os.path.realpath(fleet_dir), port,
+                                         watch_only=spec.mode.startswith("watch"), channels=channels)
+            command = smoosh_b_command if spec.mode.endswith("-b") else smoosh_command
+            if not command:
+                raise ValueError(f"mode {spec.mode} needs a second smoosh (--smoosh-b)")
+            smoosh = Smoosh(command, config, port)
             smoosh.wait_ready()
         app = _start_app(spec, apps_python, repo_root, out, paths)
         _expect(app, "ready", START_TIMEOUT_S)

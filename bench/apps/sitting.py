@@ -33,7 +33,7 @@ if __package__ in (None, ""):
 
 from bench._harness import REPO_ROOT, machine_info, write_section  # noqa: E402
 from bench.apps.fleet import MIN_DEAD_RATIO, build_template  # noqa: E402
-from bench.apps.runs import MODES, RunSpec, run_one  # noqa: E402
+from bench.apps.runs import DEFAULT_MODES, MODES, RunSpec, run_one, uses_smoosh  # noqa: E402
 from bench.apps.summary import APP_NAMES, MODE_NAMES, group_table, run_figures  # noqa: E402
 from bench.apps.windows import DEFAULT_MARGIN_S  # noqa: E402
 
@@ -78,8 +78,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--apps", type=_csv(APPS), default=list(APPS), help="default: django,sqlalchemy")
     ap.add_argument("--journal", type=_csv(JOURNAL_MODES), default=list(JOURNAL_MODES), help="default: delete,wal")
-    ap.add_argument("--modes", type=_csv(MODES), default=list(MODES),
-                    help="the modes of each round, in the first round's order (default: none,compact,watch,compacted)")
+    ap.add_argument("--modes", type=_csv(MODES), default=list(DEFAULT_MODES),
+                    help="the modes of each round, in the first round's order (default: none,compact,watch,compacted; "
+                         "compact-b and watch-b run --smoosh-b)")
     ap.add_argument("--pairs", type=int, default=None, help=f"rounds of the modes (default {DEFAULT_PAIRS}; --quick 1)")
     ap.add_argument("--duration-s", type=float, default=None,
                     help=f"the application's run (default {DEFAULT_DURATION_S:g}; --quick {QUICK_DURATION_S:g})")
@@ -98,6 +99,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--cpu-load", type=int, default=0, help="busy-loop processes running beside the whole sitting")
     ap.add_argument("--smoosh", default=os.path.join(REPO_ROOT, ".venv", "bin", "smoosh"),
                     help="the smoosh executable (another checkout's, to compare trees)")
+    ap.add_argument("--smoosh-b", default=None,
+                    help="a second smoosh executable (another checkout's .venv/bin/smoosh) for modes compact-b and "
+                         "watch-b: before and after in one sitting")
     ap.add_argument("--apps-python", default=os.path.join(REPO_ROOT, ".venv-apps", "bin", "python"))
     ap.add_argument("--templates", default=os.path.join(REPO_ROOT, "var", "bench-apps", "templates"))
     ap.add_argument("--work", default=os.path.join(REPO_ROOT, "var", "bench-apps", "runs"))
@@ -112,7 +116,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.duration_s = args.duration_s if args.duration_s is not None else (
         QUICK_DURATION_S if args.quick else DEFAULT_DURATION_S)
     args.channels, args.wait_s = channels, wait_s
+    if any(m.endswith("-b") for m in args.modes) and not args.smoosh_b and not args.tables_from:
+        ap.error("modes compact-b and watch-b need --smoosh-b")
     return args
+
+
+def tree_of(command: str | None) -> str:
+    """``PATH (commit abc1234, +local changes)`` of a checkout's ``.venv/bin/smoosh`` (its editable install)."""
+    if not command:
+        return "-"
+    tree = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(command))))
+    try:
+        head = subprocess.run(["git", "-C", tree, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              timeout=30).stdout.strip()
+        dirty = subprocess.run(["git", "-C", tree, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return command
+    if not head:
+        return command
+    return f"{command} (commit {head}{', with local changes' if dirty else ''})"
 
 
 def schedule(modes: list[str], pairs: int) -> list[str]:
@@ -135,7 +158,7 @@ def _run_line(f: dict[str, Any]) -> str:
     lat = f["latency_ms"]["all"]
     text = (f"  #{f['number']} {f['mode']}: {f['ops']} ops ({f['ops_per_s']}/s), {f['errors']} errors, "
             f"p50 {lat['p50']} ms, p99 {lat['p99']} ms, max {lat['max']} ms")
-    if f["mode"] in ("compact", "watch"):
+    if uses_smoosh(f["mode"]):
         c = f["compactions"]
         text += (f"; smoosh: {c['ok']} compactions ok {c['results']}, {f['errors_inside_compaction']} errors inside "
                  f"(by chance {f['errors_inside_by_chance']}), slowest inside "
@@ -159,7 +182,7 @@ def tables_from(path: str, args: argparse.Namespace) -> int:
             tables.append(group_table(runs, saved.modes, g["dead_bytes"]))
     versions = {k: v for r in sitting["runs"] for k, v in r["versions"].items()}
     text = section_text(tables, versions, saved, sitting.get("command", "python -m bench.apps"),
-                        sitting["machine"])
+                        sitting["machine"], sitting.get("smoosh", {}))
     print(text, flush=True)
     if args.write_results:
         write_section(RESULTS_SECTION, text)
@@ -194,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     sitting: dict[str, Any] = {
         "started": started.isoformat(), "machine": machine_info(), "command": command, "args": {
             k: v for k, v in vars(args).items() if k not in ("channels",)}, "order": order,
-        "smoosh": {"command": args.smoosh, "channels": args.channels, "wait_secs": args.wait_s},
+        "smoosh": {"command": args.smoosh, "tree": tree_of(args.smoosh), "channels": args.channels,
+                   "wait_secs": args.wait_s, "b": {"command": args.smoosh_b, "tree": tree_of(args.smoosh_b)}},
         "groups": [], "runs": [],
     }
     os.makedirs(args.results, exist_ok=True)
@@ -222,8 +246,8 @@ def main(argv: list[str] | None = None) -> int:
                 _say(f"  #{number} {mode} ({MODE_NAMES[mode]}): starting")
                 t0 = time.monotonic()
                 outcome = run_one(spec, template, work=args.work, smoosh_command=args.smoosh,
-                                  apps_python=args.apps_python, repo_root=REPO_ROOT, channels=args.channels,
-                                  keep=args.keep, say=_say)
+                                  smoosh_b_command=args.smoosh_b, apps_python=args.apps_python, repo_root=REPO_ROOT,
+                                  channels=args.channels, keep=args.keep, say=_say)
                 f = run_figures(outcome)
                 f["config_keys"] = outcome.config_keys
                 f["wall_s"] = round(time.monotonic() - t0, 1)
@@ -247,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
             json.dump(sitting, fh, indent=1)
         _say(f"the sitting's JSON: {os.path.relpath(out_path)}")
     versions = {k: v for r in sitting["runs"] for k, v in r["versions"].items()}
-    text = section_text(tables, versions, args, command, sitting["machine"])
+    text = section_text(tables, versions, args, command, sitting["machine"], sitting["smoosh"])
     print(text, flush=True)
     if args.write_results:
         write_section(RESULTS_SECTION, text)
@@ -256,8 +280,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def section_text(tables: list[str], versions: dict[str, str], args: argparse.Namespace, command: str,
-                 machine: dict[str, str]) -> str:
-    """The sitting's Markdown: a heading, how it was measured (on ``machine``, :func:`machine_info`), the tables."""
+                 machine: dict[str, str], smoosh: dict[str, Any]) -> str:
+    """The sitting's Markdown: a heading, how it was measured (on ``machine``, :func:`machine_info`; the
+    smoosh trees, ``smoosh``), the tables."""
     where = (f"{machine['date']}; {machine['nproc']} CPU ({machine['cpu']}), {machine['ram']} RAM; Python "
              f"{machine['python']}, SQLite {machine['sqlite']} (stdlib), {machine['apsw_sqlite']} (apsw, user databases)")
     body = [
@@ -267,7 +292,9 @@ def section_text(tables: list[str], versions: dict[str, str], args: argparse.Nam
         "",
         f"{args.tenants} tenants of {args.min_mb:g}-{args.max_mb:g} MB (a scattered 70% of the rows deleted: file/live "
         f"> {MIN_DEAD_RATIO:g}), each run on a fresh copy; {args.threads} application threads, {args.rate:g} "
-        f"operations/s over {args.duration_s:g} s runs; smoosh launched {args.lead_s:g} s before the application "
+        f"operations/s over {args.duration_s:g} s runs; smoosh: {smoosh.get('tree') or smoosh.get('command')}"
+        + (f"; smoosh B: {smoosh['b']['tree']}" if (smoosh.get("b") or {}).get("command") else "")
+        + f"; smoosh launched {args.lead_s:g} s before the application "
         f"(its default wait_secs of {args.wait_s:g} s opens its channels "
         f"{args.wait_s - args.lead_s:g} s into the run), with its default config but for watch, state_dir, store, "
         "http and log_format (json); 'watching only' sets every channel's concurrency to 0. Runs alternate in rounds, "

@@ -18,7 +18,7 @@ from collections import Counter
 from typing import Any, Sequence
 
 from bench._harness import percentile
-from bench.apps.runs import RunOutcome
+from bench.apps.runs import RunOutcome, uses_smoosh
 from bench.apps.windows import index_windows, inside
 
 __all__ = ["run_figures", "group_table", "JOURNAL_NAMES", "APP_NAMES", "MODE_NAMES"]
@@ -30,6 +30,8 @@ MODE_NAMES = {
     "compact": "smoosh, default config",
     "watch": "smoosh watching only (concurrency 0)",
     "compacted": "without smoosh, fleet already compacted",
+    "compact-b": "smoosh B, default config",
+    "watch-b": "smoosh B watching only (concurrency 0)",
 }
 MB = 1_000_000
 
@@ -213,7 +215,7 @@ def group_table(runs: Sequence[dict[str, Any]], modes: Sequence[str], dead_bytes
         row(f"- {text}", lambda r, t=text: str(r["errors_by_type"].get(t, 0)))
     for op, _ in op_names.most_common():
         row(f"- in {op}", lambda r, o=op: str(sum(r["errors_by_op"].get(o, {}).values())))
-    with_smoosh = [m for m in present if m in ("compact", "watch")]
+    with_smoosh = [m for m in present if uses_smoosh(m)]
     row("errors inside a run of smoosh on that tenant (by chance)",
         lambda r: f"{r['errors_inside_compaction']} ({r['errors_inside_by_chance']:.1f})", with_smoosh)
     row("latency p50 / p99, ms",

@@ -364,12 +364,15 @@ def vacuum(
     # One VACUUM statement holds the write lock from its start to its end: an application
     # writer meanwhile waits in its busy handler, invisible to smoosh, and fails after its busy
     # timeout. Where another process has the database open, smoosh gives up first.
-    limited = max_lock_hold_s > 0 and (others_have_open(path) is True if state.wal else open_elsewhere(path) is not False)
+    # In rollback mode whether another process has the file open takes a read of every process's
+    # descriptors: asked only once the VACUUM has run long enough for the answer to matter (most
+    # end well before), from the progress handler.
+    limited: bool | None = max_lock_hold_s > 0 and (others_have_open(path) is True if state.wal else None)
     ticking_budget_s = max_lock_hold_s / (1.0 + rate.copy_back_ratio)
     first_tick = last_tick = 0.0
 
     def on_progress() -> bool:
-        nonlocal ticks, first_tick, last_tick, stalled_s
+        nonlocal ticks, first_tick, last_tick, stalled_s, limited
         ticks += 1
         previous, last_tick = last_tick, clock()
         if ticks == 1:
@@ -381,6 +384,8 @@ def vacuum(
         if identity is not None and ticks % REPLACEMENT_CHECK_TICKS == 0 and not identity.same():
             replaced.set()
             return True
+        if limited is None and last_tick - first_tick >= ticking_budget_s:
+            limited = open_elsewhere(path) is not False
         if limited and last_tick - first_tick >= ticking_budget_s:
             overdue.set()  # ending now, the silent copy-back would still outlast max_lock_hold
             return True

@@ -298,6 +298,22 @@ def test_events_of_one_database_within_the_coalescing_window_are_considered_once
     assert seen.paths == [str(db), str(other), str(db)]
 
 
+def test_an_event_not_handed_on_drops_none_after_it(watched: Path) -> None:
+    # A database being written: its first event found it too small to be one, so it was not
+    # handed on; the event that finds it whole, a moment later, must be.
+    clock = FakeClock(100.0)
+    seen = Seen()
+    w = Watcher([str(watched)], seen, clock=clock)
+    growing = watched / "growing.db"
+    growing.write_bytes(b"SQLite format 3\x00")
+    w._consider(str(growing))
+    assert seen.paths == []
+    growing.unlink()
+    make_db(growing)
+    w._consider(f"{growing}-journal")
+    assert seen.paths == [str(growing)]
+
+
 def test_missing_directory_is_reported_once_and_picked_up_when_it_appears(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

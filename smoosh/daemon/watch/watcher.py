@@ -564,10 +564,15 @@ class Watcher:
             return  # deleted meanwhile: a missing database is nothing to compact
         if stat.S_ISREG(st.st_mode) and st.st_size >= MIN_DB_SIZE_BYTES and not self._refused(real):
             self._emit(real)
+            if len(self._considered) >= COALESCE_MAX_PATHS:
+                self._considered.clear()
+            self._considered[db] = self._clock()
 
     def _coalesced(self, db: str) -> bool:
-        """Whether ``db`` was considered less than :data:`COALESCE_S` ago: then this event says
-        nothing new (the debounce waits for a second without events in any case).
+        """Whether ``db`` was handed on less than :data:`COALESCE_S` ago: then this event says
+        nothing new. The key's debounce waits for a second without events after the one handed
+        on, so it looks at the file well after the writes of the events dropped here; an event
+        that was not handed on (a file too small yet, say) drops none after it.
 
         An application committing a few times a second makes several events a commit (its
         journal created, written, deleted; the database written), and each cost a canonical
@@ -575,14 +580,8 @@ class Watcher:
         was part of what an application noticed of smoosh watching (issue 46). Called on the
         observer's thread only; the memory is bounded by clearing it whole.
         """
-        now = self._clock()
         seen = self._considered.get(db)
-        if seen is not None and now - seen < COALESCE_S:
-            return True
-        if len(self._considered) >= COALESCE_MAX_PATHS:
-            self._considered.clear()
-        self._considered[db] = now
-        return False
+        return seen is not None and self._clock() - seen < COALESCE_S
 
     @staticmethod
     def _refused(path: str) -> bool:

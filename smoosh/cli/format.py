@@ -52,6 +52,9 @@ def status_summary(status: dict[str, Any]) -> str:
 def format_status(body: dict[str, Any]) -> str:
     """A readable status table: channel, active, starting, waiting, min, max, deferred, window, paused.
 
+    Under it, a line per compaction in flight (its age, progress and time since its last
+    progress) and, when compactions had to wait for an application's transaction, how often.
+
     WAITING (with its MIN and MAX priority) counts the keys that could start; DEFERRED the keys
     waiting out a crash backoff or a busy database's retry, which cannot start before their
     time. PAUSED says ``suspended`` (this daemon's own suspension), ``held`` (a cluster hold in
@@ -84,6 +87,12 @@ def format_status(body: dict[str, Any]) -> str:
         lines.append(f"starved (busy more than busy_retries times in a row; see smoosh status --jobs): "
                      f"{', '.join(starved)}")
     for name, ch in body.get("channels", {}).items():
+        for run in ch.get("runs") or []:
+            lines.append(_run_line(name, run))
+    application = _application_line(body.get("application"))
+    if application is not None:
+        lines.append(application)
+    for name, ch in body.get("channels", {}).items():
         held = ch.get("held")
         if isinstance(held, dict):
             lines.append(f"{name} held by the cluster: {_held_scope(held)}, by {held.get('by')} since "
@@ -100,6 +109,27 @@ def format_status(body: dict[str, Any]) -> str:
     if body.get("restart_required"):
         lines.append(f"restart required for: {', '.join(body['restart_required'])}")
     return "\n".join(lines)
+
+
+def _run_line(channel: str, run: dict[str, Any]) -> str:
+    """A compaction in flight: ``running in ratio_dbs: /srv/t1.db, 2 min 5 s, 40%, last progress 3 s ago``."""
+    state = run.get("state", "running")
+    parts = [f"{fmt_age(float(run.get('age_s') or 0))}"]
+    if state == "running":
+        parts.append(f"{float(run.get('progress') or 0):.0%}")
+        parts.append(f"last progress {fmt_age(float(run.get('since_progress_s') or 0))} ago")
+    return f"{state} in {channel}: {run.get('key')}, {', '.join(parts)}"
+
+
+def _application_line(seen: Any) -> str | None:
+    """What the compactions saw of the applications, when they had to wait for one (else None)."""
+    if not isinstance(seen, dict) or not seen.get("waits"):
+        return None
+    line = (f"applications in a transaction: waited {seen['waits']} time(s), "
+            f"{float(seen.get('wait_seconds') or 0):.1f} s in all, for a moment with none open")
+    if seen.get("gave_up"):
+        line += f"; found none {seen['gave_up']} time(s) (busy, retried later)"
+    return line
 
 
 def store_line(store: Any, *, short: bool = False) -> str | None:

@@ -137,6 +137,33 @@ class ResultLog:
         with self._lock:
             return {key: list(results) for key, results in self._rows.items()}
 
+    def recent(
+        self, *, results: frozenset[str] | None = None, channel: str | None = None, offset: int = 0, limit: int = 50,
+    ) -> tuple[list[tuple[str, Result, bool]], int]:
+        """A page of every result held, newest first (``GET /history``).
+
+        Bounded by what is held (``max_keys`` keys of ``max_per_key`` results), whatever the fleet.
+
+        Parameters:
+            results: only these results (None: all).
+            channel: only this channel's (None: all).
+            offset: results of the matching list to skip first.
+            limit: at most this many.
+
+        Returns:
+            ``([(key, result, latest)], total)``: the page, ``latest`` telling whether that is the
+            key's newest result, and how many results match in all.
+        """
+        with self._lock:
+            matching = [
+                (result.at, key, result, i == 0)
+                for key, held in self._rows.items()
+                for i, result in enumerate(held)
+                if (results is None or result.result in results) and (channel is None or result.channel == channel)
+            ]
+        matching.sort(key=lambda item: item[0], reverse=True)
+        return [(key, result, latest) for _at, key, result, latest in matching[offset:offset + limit]], len(matching)
+
     def write_for(self, key: str, result: Result) -> Write:
         """Note ``key``'s new result; the write that stores it, to make in the transaction that ends its job.
 

@@ -10,7 +10,7 @@ BENCH_VENV := .venv-bench
 # Renamed when the list below grows, so an older .venv-bench is topped up.
 BENCH_STAMP := $(BENCH_VENV)/.installed-with-matplotlib
 
-.PHONY: run test test-under-load soak bench docs clean install
+.PHONY: run test test-under-load soak bench docs screenshots clean install
 
 install: $(STAMP)
 
@@ -42,6 +42,11 @@ test: $(STAMP)
 docs: $(STAMP)
 	$(BIN)/sphinx-build -E -W --keep-going -q -b html docs build/docs
 	@echo "built build/docs/index.html"
+
+# The operators' page's screenshots in the docs (docs/images/page-*.png), taken by its browser
+# tests (tests/browser: Debian's chromium and chromium-driver).
+screenshots: $(STAMP)
+	SMOOSH_SCREENSHOTS=docs/images $(BIN)/python -m pytest -q -p no:cacheprovider tests/browser
 
 # `make test` LOAD_RUNS times in a row while other processes load the disk (a loop of writes,
 # each followed by fsync, in the tests' temporary directory) and one core (issue 30); the

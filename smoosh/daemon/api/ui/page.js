@@ -165,13 +165,14 @@ async function post(path, body, retried) {
 
 // ---------------------------------------------------------------- dialogs
 
-function ask(text, okLabel) {
+function ask(text, okLabel, danger) {
   const dialog = $("confirm");
   const ok = $("confirm-ok");
   const cancel = $("confirm-cancel");
   const before = document.activeElement;
   $("confirm-text").textContent = text;
   ok.textContent = okLabel;
+  ok.className = danger ? "danger" : "";
   return new Promise((resolve) => {
     const done = (answer) => {
       ok.onclick = cancel.onclick = dialog.oncancel = null;
@@ -196,8 +197,7 @@ function askToken(why) {
   input.value = "";
   return new Promise((resolve) => {
     const done = (answer) => {
-      $("token-save").onclick = $("token-cancel").onclick = $("token-forget").onclick = dialog.oncancel = null;
-      input.onkeydown = null;
+      $("token-form").onsubmit = $("token-cancel").onclick = $("token-forget").onclick = dialog.oncancel = null;
       if (dialog.open) dialog.close();
       if (before && before.isConnected) before.focus();
       resolve(answer);
@@ -209,8 +209,7 @@ function askToken(why) {
       announce("The token is kept in this tab.");
       done(true);
     };
-    $("token-save").onclick = save;
-    input.onkeydown = (event) => { if (event.key === "Enter") { event.preventDefault(); save(); } };
+    $("token-form").onsubmit = (event) => { event.preventDefault(); save(); };
     $("token-cancel").onclick = () => done(false);
     $("token-forget").onclick = () => {
       try { sessionStorage.removeItem(TOKEN_KEY); } catch (e) { /* nothing kept */ }
@@ -242,7 +241,7 @@ const ACTIONS = {
 async function act(action, channel) {
   const spec = ACTIONS[action];
   const what = channel ? `channel ${channel}` : "every channel";
-  if (!await ask(spec.text(what), spec.label)) return;
+  if (!await ask(spec.text(what), spec.label, action !== "resume")) return;
   const answer = await post(`/${action}`, channel ? { channel } : {});
   if (answer.ok) {
     const dropped = action === "flush" ? ` (${plural(answer.body.dropped || 0, "database", "databases")} dropped)` : "";
@@ -261,7 +260,7 @@ async function enqueue(event) {
   const out = $("enqueue-result");
   if (!key) { out.textContent = "Type the path of a database."; $("enqueue-key").focus(); return; }
   const how = force ? " with force (its thresholds, staleness and crash backoff skipped)" : "";
-  if (!await ask(`Enqueue ${key}${how}?`, "Enqueue")) return;
+  if (!await ask(`Enqueue ${key}${how}?`, "Enqueue", force)) return;
   out.textContent = "Asking the daemon…";
   const answer = await post("/enqueue?wait=1", { keys: [key], force });
   if (!answer.ok) { out.textContent = `Not enqueued: ${answer.body.error || answer.status}`; return; }

@@ -58,6 +58,11 @@ def reconfigure(site: Daemon, *, extra_global: str = "", channels: str = "") -> 
     until(lambda: site.post("/resume", {"channel": "nosuch"})[0] == refused, f"a POST without a token answered {refused}")
 
 
+def press(driver: Any, css: str, what: str) -> None:
+    """Click the element ``css`` names, found afresh until the click lands (a reading may redraw its table)."""
+    until(lambda: driver.find_element(*by(css)).click() or True, what)
+
+
 def rows(driver: Any, table: str) -> list[Any]:
     return driver.find_elements(*by(f"#{table} tbody tr"))
 
@@ -130,11 +135,11 @@ def test_suspend_from_the_page_asks_then_stops_the_channel_and_a_page_elsewhere_
     from selenium.webdriver.common.keys import Keys
 
     open_page(browser, site)
-    button = until(lambda: browser.find_element(*by('#channels button[data-action="suspend"][data-channel="slack_dbs"]')),
-                   "the Suspend button of slack_dbs")
-    assert button.get_attribute("aria-label") == "Suspend slack_dbs"
+    suspend = '#channels button[data-action="suspend"][data-channel="slack_dbs"]'
+    assert until(lambda: browser.find_element(*by(suspend)).get_attribute("aria-label"), "the Suspend button of slack_dbs") \
+        == "Suspend slack_dbs"
     # When the operator presses it from the keyboard, the page asks first, the safe answer focused
-    button.send_keys(Keys.ENTER)
+    until(lambda: browser.find_element(*by(suspend)).send_keys(Keys.ENTER) or True, "Enter on Suspend")
     dialog = browser.find_element(*by("#confirm"))
     until(lambda: dialog.get_attribute("open") is not None, "the question")
     assert browser.switch_to.active_element.get_attribute("id") == "confirm-cancel"
@@ -145,8 +150,7 @@ def test_suspend_from_the_page_asks_then_stops_the_channel_and_a_page_elsewhere_
     until(lambda: dialog.get_attribute("open") is None, "the question closed")
     assert site.get("/status")["channels"]["slack_dbs"]["suspended"] is False
     # While Tab to the action and Enter suspends the channel
-    button = browser.find_element(*by('#channels button[data-action="suspend"][data-channel="slack_dbs"]'))
-    button.send_keys(Keys.ENTER)
+    until(lambda: browser.find_element(*by(suspend)).send_keys(Keys.ENTER) or True, "Enter on Suspend again")
     until(lambda: dialog.get_attribute("open") is not None, "the question again")
     ActionChains(browser).send_keys(Keys.TAB).send_keys(Keys.ENTER).perform()
     until(lambda: site.get("/status")["channels"]["slack_dbs"]["suspended"] is True, "slack_dbs suspended")
@@ -169,8 +173,7 @@ def test_suspend_from_the_page_asks_then_stops_the_channel_and_a_page_elsewhere_
 
     # And the page itself resumes it, with a click this time
     open_page(browser, site)
-    until(lambda: browser.find_element(*by('#channels button[data-action="resume"][data-channel="slack_dbs"]')),
-          "the Resume button of slack_dbs").click()
+    press(browser, '#channels button[data-action="resume"][data-channel="slack_dbs"]', "the Resume button of slack_dbs")
     dialog = browser.find_element(*by("#confirm"))
     until(lambda: dialog.get_attribute("open") is not None, "the question")
     browser.find_element(*by("#confirm-ok")).click()
@@ -200,7 +203,7 @@ def test_a_queue_is_paged_and_explained_and_the_page_reads_in_a_narrow_window_an
         first = rows(browser, "queue")[0]
         key = first.get_attribute("data-key")
         assert key in keys and first.find_elements(*by("td"))[0].text == "1"
-        first.find_element(*by("button[data-explain]")).click()
+        press(browser, "#queue tbody tr:first-child button[data-explain]", "Why? of the first database")
         # Then the answer of explain is shown, and the keyboard lands on it
         until(lambda: "queued" in browser.find_element(*by("#explain-body dl")).text, "the explanation")
         assert browser.find_element(*by("#explain-h")).text == f"Why: {key}"
@@ -224,7 +227,7 @@ def test_a_queue_is_paged_and_explained_and_the_page_reads_in_a_narrow_window_an
         browser.set_window_size(400, 900)
         try:
             settled(browser)
-            browser.execute_script("document.getElementById('channels').scrollIntoView()")
+            browser.execute_script("document.getElementById('channels-h').scrollIntoView()")
             width = browser.execute_script("return [document.documentElement.scrollWidth, window.innerWidth]")
             assert width[0] <= width[1], width
             shoot(browser, shots, "page-narrow.png")
@@ -247,6 +250,41 @@ def test_a_queue_is_paged_and_explained_and_the_page_reads_in_a_narrow_window_an
     until(lambda: site.get("/queue?channel=ratio_dbs")["total"] == 0, "the queue drained")
 
 
+def test_enqueue_with_force_and_flush_from_the_page(site: Daemon, browser: Any) -> None:
+    # Given a suspended channel with two databases waiting
+    assert site.post("/suspend", {"channel": "ratio_dbs"})[0] == 200
+    dbs = site.config.parent / "dbs"
+    keys = [str(dbs / f"tenant-{n}.db") for n in ("x", "y")]
+    for key in keys:
+        make_bloated_db(key, rows=400, delete_fraction=0.8)
+    until(lambda: site.get("/queue?channel=ratio_dbs")["total"] == 2, "two databases queued")
+    try:
+        open_page(browser, site)
+        # When the operator enqueues the last of them with force, and says yes
+        browser.find_element(*by("#enqueue-key")).send_keys(keys[1])
+        browser.find_element(*by("#enqueue-force")).click()
+        browser.find_element(*by('#enqueue button[type="submit"]')).click()
+        until(lambda: browser.find_element(*by("#confirm")).get_attribute("open") is not None, "the question")
+        assert browser.find_element(*by("#confirm-text")).text == (
+            f"Enqueue {keys[1]} with force (its thresholds, staleness and crash backoff skipped)?")
+        browser.find_element(*by("#confirm-ok")).click()
+        # Then the page says where it went, and the queue puts it first (the suspension still holds it)
+        until(lambda: browser.find_element(*by("#enqueue-result")).text.startswith("Queued in ratio_dbs at priority ∞"),
+              "the enqueue's verdict")
+        assert site.get("/queue?channel=ratio_dbs&limit=1")["keys"][0] == {
+            "key": keys[1], "priority": "infinity", "place": "queue", "position": 1, "forced": True}
+        # When the operator flushes the channel from the page
+        press(browser, '#channels button[data-action="flush"][data-channel="ratio_dbs"]', "the Flush button of ratio_dbs")
+        browser.find_element(*by("#confirm-ok")).click()
+        # Then its waiting databases are gone, and the page says how many
+        until(lambda: site.get("/queue?channel=ratio_dbs")["total"] == 0, "the queue flushed")
+        until(lambda: browser.find_element(*by("#announce")).text == "Flush: done for channel ratio_dbs (2 databases dropped).",
+              "the page saying so")
+        assert severe(browser) == []
+    finally:
+        assert site.post("/resume", {"channel": "ratio_dbs"})[0] == 200
+
+
 def test_once_a_token_is_set_the_page_asks_for_it_once_and_keeps_it_in_the_tab(site: Daemon, browser: Any) -> None:
     from selenium.webdriver.common.keys import Keys
 
@@ -255,8 +293,7 @@ def test_once_a_token_is_set_the_page_asks_for_it_once_and_keeps_it_in_the_tab(s
     try:
         open_page(browser, site)
         # When the operator suspends a channel, the daemon wants the token: the page asks for it
-        until(lambda: browser.find_element(*by('#channels button[data-action="suspend"][data-channel="upgrade_dbs"]')),
-              "the Suspend button of upgrade_dbs").click()
+        press(browser, '#channels button[data-action="suspend"][data-channel="upgrade_dbs"]', "the Suspend button of upgrade_dbs")
         browser.find_element(*by("#confirm-ok")).click()
         asked = browser.find_element(*by("#token"))
         until(lambda: asked.get_attribute("open") is not None, "the page asking for the token")
@@ -267,8 +304,7 @@ def test_once_a_token_is_set_the_page_asks_for_it_once_and_keeps_it_in_the_tab(s
         until(lambda: site.get("/status")["channels"]["upgrade_dbs"]["suspended"] is True, "upgrade_dbs suspended")
         assert browser.execute_script("return sessionStorage.getItem('smoosh-token')") == token
         # And the next change sends it without asking
-        until(lambda: browser.find_element(*by('#channels button[data-action="resume"][data-channel="upgrade_dbs"]')),
-              "the Resume button of upgrade_dbs").click()
+        press(browser, '#channels button[data-action="resume"][data-channel="upgrade_dbs"]', "the Resume button of upgrade_dbs")
         browser.find_element(*by("#confirm-ok")).click()
         until(lambda: site.get("/status")["channels"]["upgrade_dbs"]["suspended"] is False, "upgrade_dbs resumed")
         assert asked.get_attribute("open") is None

@@ -161,7 +161,7 @@ ROUTES: tuple[Route, ...] = (
           "as the status table last summed it in that minute (`null` if it did not). Kept in memory by "
           "the daemon (it starts empty), fed by what it counts anyway: no timer of its own."),
     Route("GET", "/", "_page", "The operators' page: the status table, running compactions, queues, history, charts.",
-          "An HTML page for a browser (the guide: *The operators' page*), served with the API on the same "
+          "An HTML page for a browser ([the operators' page](../guides/operator-page.md)), served with the API on the same "
           "address; it reads the endpoints above and acts through the POST ones below, under their rules. "
           "It is served with a Content-Security-Policy that lets it load only its own files and talk only "
           "to this daemon, and that forbids framing it."),

@@ -165,11 +165,21 @@ async function post(path, body, retried) {
 
 // ---------------------------------------------------------------- dialogs
 
+// Back to the control that opened a dialog, or to its redrawn twin when a reading replaced it meanwhile.
+function refocus(before, focusKey) {
+  if (before && before.isConnected) { before.focus(); return; }
+  if (!focusKey) return;
+  for (const candidate of document.querySelectorAll("[data-focus]")) {
+    if (candidate.getAttribute("data-focus") === focusKey) { candidate.focus(); return; }
+  }
+}
+
 function ask(text, okLabel, danger) {
   const dialog = $("confirm");
   const ok = $("confirm-ok");
   const cancel = $("confirm-cancel");
   const before = document.activeElement;
+  const focusKey = before ? before.getAttribute("data-focus") : null;
   $("confirm-text").textContent = text;
   ok.textContent = okLabel;
   ok.className = danger ? "danger" : "";
@@ -177,7 +187,7 @@ function ask(text, okLabel, danger) {
     const done = (answer) => {
       ok.onclick = cancel.onclick = dialog.oncancel = null;
       if (dialog.open) dialog.close();
-      if (before && before.isConnected) before.focus();
+      refocus(before, focusKey);
       resolve(answer);
     };
     ok.onclick = () => done(true);
@@ -192,6 +202,7 @@ function askToken(why) {
   const dialog = $("token");
   const input = $("token-input");
   const before = document.activeElement;
+  const focusKey = before ? before.getAttribute("data-focus") : null;
   $("token-why").textContent = why || "This daemon takes changes only with its token (token in its config). "
     + "It is kept in this tab only, and sent only to this daemon.";
   input.value = "";
@@ -199,7 +210,7 @@ function askToken(why) {
     const done = (answer) => {
       $("token-form").onsubmit = $("token-cancel").onclick = $("token-forget").onclick = dialog.oncancel = null;
       if (dialog.open) dialog.close();
-      if (before && before.isConnected) before.focus();
+      refocus(before, focusKey);
       resolve(answer);
     };
     const save = () => {

@@ -24,10 +24,12 @@ jobs list`` (:func:`read_all`).
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import msgpack
 
@@ -155,14 +157,23 @@ class ResultLog:
             key's newest result, and how many results match in all.
         """
         with self._lock:
-            matching = [
-                (result.at, key, result, i == 0)
-                for key, held in self._rows.items()
-                for i, result in enumerate(held)
-                if (results is None or result.result in results) and (channel is None or result.channel == channel)
-            ]
-        matching.sort(key=lambda item: item[0], reverse=True)
-        return [(key, result, latest) for _at, key, result, latest in matching[offset:offset + limit]], len(matching)
+            rows = [(key, list(held)) for key, held in self._rows.items()]
+
+        def wanted(result: Result) -> bool:
+            return (results is None or result.result in results) and (channel is None or result.channel == channel)
+
+        if results is None and channel is None:
+            total = sum(len(held) for _key, held in rows)
+        else:
+            total = sum(1 for _key, held in rows for result in held if wanted(result))
+        def ordered(key: str, held: list[Result]) -> Iterator[tuple[float, str, int, Result]]:
+            return ((-result.at, key, i, result) for i, result in enumerate(held) if wanted(result))
+
+        # Each key's results are newest first: merged lazily, a page costs the keys plus the page,
+        # not a sort of every result held. (-at, key, i) orders them and never reaches a Result.
+        merged = heapq.merge(*(ordered(key, held) for key, held in rows))
+        page = itertools.islice(merged, offset, offset + limit)
+        return [(key, result, i == 0) for _at, key, i, result in page], total
 
     def write_for(self, key: str, result: Result) -> Write:
         """Note ``key``'s new result; the write that stores it, to make in the transaction that ends its job.

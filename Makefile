@@ -16,7 +16,7 @@ APPS_VENV := .venv-apps
 APPS_REQUIREMENTS := bench/apps/requirements.txt
 APPS_STAMP := $(APPS_VENV)/.installed
 
-.PHONY: run test test-under-load soak bench bench-apps apps-env docs clean install
+.PHONY: run test test-under-load soak bench bench-apps apps-env docs screenshots clean install
 
 install: $(STAMP)
 
@@ -48,6 +48,11 @@ test: $(STAMP)
 docs: $(STAMP)
 	$(BIN)/sphinx-build -E -W --keep-going -q -b html docs build/docs
 	@echo "built build/docs/index.html"
+
+# The operators' page's screenshots in the docs (docs/images/page-*.png), taken by its browser
+# tests (tests/browser: Debian's chromium and chromium-driver).
+screenshots: $(STAMP)
+	SMOOSH_SCREENSHOTS=docs/images $(BIN)/python -m pytest -q -p no:cacheprovider tests/browser
 
 # `make test` LOAD_RUNS times in a row while other processes load the disk (a loop of writes,
 # each followed by fsync, in the tests' temporary directory) and one core (issue 30); the

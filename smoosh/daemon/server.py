@@ -788,6 +788,51 @@ class Server(LiveConfig):
         return jobs_table(self._history, self._worker, states=states, limit=limit, offset=offset,
                           held=self._store_health.holding())
 
+    def queue_page(self, channel: str, *, offset: int = 0, limit: int = 50) -> tuple[list[dict[str, Any]], int] | None:
+        """A page of ``channel``'s waiting keys in the order they would start (``GET /queue``); any thread.
+
+        Returns:
+            ``(rows, total)`` (see :meth:`channels.Channel.head`; a deferred key's ``not_before``
+            in wall time), or None when the channel stayed busy past a moment.
+
+        Raises:
+            UnknownChannel: ``channel`` is not configured.
+        """
+        found = self._registry.current.get(channel)
+        if found is None:
+            raise UnknownChannel(channel)
+        page = found.head(offset, limit)
+        if page is None:
+            return None
+        rows, total = page
+        for row in rows:
+            if "not_before" in row:
+                row["not_before"] = round(self._clocks.wall_at(row["not_before"]), 3)
+        return rows, total
+
+    def history_page(
+        self, *, results: frozenset[str] | None = None, channel: str | None = None, offset: int = 0, limit: int = 50,
+    ) -> tuple[list[dict[str, Any]], int]:
+        """A page of the finished compactions held, newest first (``GET /history``); any thread.
+
+        Each row is a result (:meth:`smoosh.daemon.results.Result.to_json`) with its ``key``, its
+        ``reclaimed_bytes`` and, for a key's newest result when the key now waits for a retry (a
+        crash's backoff, a busy database), ``retry_at`` (Unix seconds; else None).
+        """
+        page, total = self._results.recent(results=results, channel=channel, offset=offset, limit=limit)
+        rows = []
+        for key, result, latest in page:
+            row: dict[str, Any] = {"key": key, **result.to_json()}
+            row["reclaimed_bytes"] = max(0, result.size_before_bytes - result.size_after_bytes) if result.result == "ok" else 0
+            record = self._history.get(key) if latest else None
+            row["retry_at"] = record.retry_at if record is not None else None
+            rows.append(row)
+        return rows, total
+
+    def series(self) -> dict[str, Any]:
+        """The last hour per minute for the operators' page (``GET /series``; :mod:`smoosh.daemon.record.series`)."""
+        return self.counters.series.read(self._clocks.wall())
+
     def crashing_jobs(self) -> dict[str, int]:
         """Keys in crash backoff now, per channel (``smoosh_crashing_jobs``); any thread."""
         return self._history.crashing(self._clocks.monotonic())

@@ -285,10 +285,13 @@ class Housekeeping:
             if parts.pressure.check(parts.config_of().roots):
                 parts.on_pressure_change(now)
             status = parts.status()
+            wall = parts.clocks.wall()
+            # The page's chart of the fleet's reclaimable bytes: this sum, made here anyway.
+            parts.counters.series.note_reclaimable(int(status.get("reclaimable_bytes") or 0), wall)
             busy = sum(n for (_channel, result), n in parts.counters.compactions.items() if result == "busy")
             backlog = int(status.get("reclaimable_bytes") or 0) + parts.running_reclaimable()
             parts.on_decision(parts.controller.step(backlog, busy, parts.lock_waits()))
-            self._write_status(parts.clocks.wall(), status)
+            self._write_status(wall, status)
         dues.append(self._next_status_write)
         if any(ch.window is not None for ch in parts.config_of().channels.values()):
             dues.append(now + STEP_CHECK_INTERVAL_S)

@@ -1,0 +1,102 @@
+"""Fifty nodes on one store (issue 50): ``smoosh run`` processes sharing one ``sqlite:`` store file.
+
+Fifty real daemons on this machine, each its own ``node``, directory, ``state_dir`` and admin
+port, share one store (``bench/_fleet.py``; ``tests/e2e/test_fleet.py`` proves the same
+behaviour), every one with ``cluster_max_jobs = 8``. Measured, in this order:
+
+* a cluster hold (``smoosh suspend --store``) reaching every node: from the command's end (the
+  hold committed) to the last node whose ``/status`` shows its channel held. Budget: 2 s;
+* two bloated databases dropped into every node's directory, compacted by the fleet under the
+  cap: the time to drain them, and the most compactions that ran at once across all fifty
+  nodes, from their histories. Budget: no more than the cap;
+* ``kill -9`` of ten nodes at random while a second batch arrives: the forty others drain it
+  (nothing stuck behind the dead nodes' slots), and the fleet view shows the ten stale: from
+  the kill to the moment ``smoosh status --store`` shows them all so (a node is stale once its
+  record is older than three status intervals, 15 s);
+* ``smoosh status --store --json`` with 1,000 more nodes' records in the store: the command's
+  wall time, its process's start included. Budget: 1 s.
+
+On two cores fifty Python daemons are mostly waiting on each other for CPU: the figures say
+what a crowded host does, not what fifty hosts would. The FoundationDB figures for the same
+steps are measured by hand on a real cluster (its section in RESULTS.md).
+
+Usage: python -m bench.fleet [--quick] [--runs N] [--nodes N]
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import tempfile
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench._fleet import Fleet  # noqa: E402
+from bench._harness import Metric, parse_args, repeat, report  # noqa: E402
+
+#: The fleet's nodes, the ones killed, its cap, the databases per node per batch, the records read.
+NODES = 50
+KILLED = 10
+CAP = 8
+PER_NODE = 2
+RECORDS = 1000
+#: Bound of every wait of a run (a hang's, not a speed's).
+HANG_S = 900.0
+
+
+def one(nodes: int, killed: int, records: int) -> dict[str, float]:
+    """One fleet, start to stop: the figures of the module docstring."""
+    with tempfile.TemporaryDirectory(prefix="smoosh-bench-fleet-") as d:
+        fleet = Fleet(Path(d), nodes, cap=CAP, hang_s=HANG_S, log_level="WARNING")
+        try:
+            fleet.start()
+            hold_s = fleet.hold_all()
+            fleet.add_databases(PER_NODE)
+            fleet.resume_all()
+            drain_s, most = fleet.drain()
+            fleet.add_databases(PER_NODE)
+            victims = fleet.kill(killed, random.Random())
+            drain2_s, most2 = fleet.drain()
+            stale_s = fleet.wait_stale(victims)
+            status_s, listed = fleet.status_of_many(records)
+            assert listed == nodes + records
+        finally:
+            fleet.stop()
+    return {"hold": hold_s, "drain": drain_s, "most": float(max(most, most2)), "drain_killed": drain2_s,
+            "stale": stale_s, "status": status_s}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(__doc__, argv, extra=lambda ap: ap.add_argument(
+        "--nodes", type=int, default=None, help=f"nodes of the fleet (default {NODES}; --quick: 5)"))
+    nodes = args.nodes or (5 if args.quick else NODES)
+    killed = max(1, nodes * KILLED // NODES)
+    res = repeat(lambda: one(nodes, killed, RECORDS), args.runs)
+    metrics = [
+        Metric(f"a cluster hold reaching all {nodes} nodes", "s", res["hold"], higher_is_better=False, budget=2.0,
+               note="from `smoosh suspend --store` committing to the last node's /status showing it held"),
+        Metric(f"{nodes} nodes x {PER_NODE} databases compacted under cluster_max_jobs = {CAP}", "s", res["drain"],
+               higher_is_better=False),
+        Metric(f"most compactions at once across the fleet (cluster_max_jobs = {CAP})", "", res["most"],
+               higher_is_better=False, budget=float(CAP),
+               note="from every node's history: a compaction's start follows the commit that took its slot, its "
+                    "end precedes the one that gives it back"),
+        Metric(f"the next batch drained by the {nodes - killed} nodes left after kill -9 of {killed}", "s",
+               res["drain_killed"], higher_is_better=False,
+               note="nothing stuck: a killed node's slots stop counting once its lease ends (15 s)"),
+        Metric(f"kill -9 of {killed} nodes to `status --store` showing them all stale", "s", res["stale"],
+               higher_is_better=False, note="a record is stale once 15 s old: the floor of this figure"),
+        Metric(f"`smoosh status --store --json` with {nodes + RECORDS} nodes' records", "s", res["status"],
+               higher_is_better=False, budget=1.0, note="the command's wall time, its Python process's start included"),
+    ]
+    notes = [f"{nodes} `smoosh run` processes on one `sqlite:` store file on this machine (2 cores), "
+             f"cluster_max_jobs = {CAP} on every node; {args.runs} run(s)."]
+    report("fleet", "Fifty nodes on one store", metrics, args, notes)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

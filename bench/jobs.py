@@ -425,13 +425,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(__doc__, argv, extra=lambda ap: ap.add_argument(
         "--store", metavar="URL", help="run one worker's round trips (serial, pipelined, threaded) against this store "
         "(fdb:CLUSTER_FILE, or fdb-standin:MS) under a prefix of their own, cleared afterwards, and print them; "
-        "bench/RESULTS.md is left alone"))
+        "bench/RESULTS.md is left alone") and ap.add_argument(
+        "--latency-only", action="store_true", help="only the jobs_latency section (one worker, serial and pipelined, "
+        "on the stand-in with a round trip's latency, beside the SQLite store)"))
     if args.store:
         return _on_store(args)
+    if args.latency_only:
+        return latency_report(args)
     n_mem = 2000 if args.quick else 10_000
     n_sql = 400 if args.quick else 3000
     have_venv = os.path.exists(BENCH_VENV_PYTHON)
-    standin = f"{STANDIN_SCHEME}{STANDIN_LATENCY_MS:g}"
 
     def one() -> dict[str, float]:
         # Each configuration right after the others, store by store, so that a change in the
@@ -456,10 +459,6 @@ def main(argv: list[str] | None = None) -> int:
         r.update(backlog_runs(n_mem // 3, n_sql))
         if have_venv:
             r["pq_ack"] = peer("pq_ack", n_sql)["per_s"]
-        r["mem_pipe"] = pipelined_round_trips("memory:", n_mem)
-        r["sql_pipe"] = _on_fresh_sqlite(lambda url: pipelined_round_trips(url, n_sql))
-        r["standin1"] = round_trips(standin, n_sql // 10, 1)
-        r["standin_pipe"] = pipelined_round_trips(standin, n_sql)
         return r
 
     res = repeat(one, args.runs)
@@ -525,21 +524,6 @@ def main(argv: list[str] | None = None) -> int:
                 budget_text=f">= 0.8x the rate with 10 pending ({0.8 * base:,.0f}/s)" if pending == BACKLOGS[-1] else "",
                 reference=base if pending != BACKLOGS[0] else None, reference_name="10 pending",
             ))
-    metrics += [
-        Metric(f"memory store, 1 worker, pipelined ({PIPELINE_DEPTH} claims in flight)", "/s", res["mem_pipe"],
-               reference=med["mem1"], reference_name="1 worker, serial",
-               note="smoosh.jobs.pipeline: accepts overlapped, finishes committed behind the worker, adds ahead of it; "
-                    "on a store that waits for nothing, the threads only cost"),
-        Metric(f"SQLite store, 1 worker, pipelined ({PIPELINE_DEPTH} claims in flight)", "/s", res["sql_pipe"],
-               reference=med["sql1"], reference_name="1 worker, serial"),
-        Metric(f"FoundationDB stand-in ({STANDIN_LATENCY_MS:g} ms round trip), 1 worker", "/s", res["standin1"],
-               note="each transaction's read version, reads and commit wait in turn: a real cluster's latency-bound "
-                    "rate, as measured by hand (below)"),
-        Metric(f"FoundationDB stand-in ({STANDIN_LATENCY_MS:g} ms round trip), 1 worker, pipelined "
-               f"({PIPELINE_DEPTH} claims in flight)", "/s", res["standin_pipe"], budget=med["sql1"],
-               budget_text=f">= SQLite store, 1 worker ({med['sql1']:,.0f}/s)", reference=med["standin1"],
-               reference_name="1 worker, serial"),
-    ]
     if huey:
         metrics.append(Metric("huey SqliteHuey storage (enqueue+dequeue), 1 thread", "/s", res["huey1"],
                               note="2 commits/job; dequeue deletes the task"))
@@ -553,6 +537,51 @@ def main(argv: list[str] | None = None) -> int:
     if not have_venv:
         notes.append("huey/persist-queue skipped: .venv-bench missing (see bench/README.md).")
     report("jobs", "Job layer: add + accept + finish round trips", metrics, args, notes)
+    return latency_report(args)
+
+
+def latency_report(args: Any) -> int:
+    """One worker's round trips where each transaction waits on a network: the ``jobs_latency`` section.
+
+    Side by side in one run: one worker on the embedded SQLite store (the budget), and one
+    worker on the stand-in for FoundationDB with its round trip set, serial and pipelined.
+    """
+    n = 300 if args.quick else 2000
+    standin = f"{STANDIN_SCHEME}{STANDIN_LATENCY_MS:g}"
+
+    def one() -> dict[str, float]:
+        return {
+            "sql1": sqlite_round_trips(n, 1),
+            "sql_pipe": _on_fresh_sqlite(lambda url: pipelined_round_trips(url, n)),
+            "mem_pipe": pipelined_round_trips("memory:", n),
+            "standin1": round_trips(standin, max(50, n // 10), 1),
+            "standin_pipe": pipelined_round_trips(standin, n),
+            "standin_pipe16": pipelined_round_trips(standin, n, 2 * PIPELINE_DEPTH),
+        }
+
+    res = repeat(one, args.runs)
+    sql1 = sorted(res["sql1"])[len(res["sql1"]) // 2]
+    serial = sorted(res["standin1"])[len(res["standin1"]) // 2]
+    on = f"FoundationDB stand-in ({STANDIN_LATENCY_MS:g} ms round trip)"
+    metrics = [
+        Metric("SQLite store, 1 worker", "/s", res["sql1"]),
+        Metric(f"SQLite store, 1 worker, pipelined ({PIPELINE_DEPTH} claims in flight)", "/s", res["sql_pipe"],
+               reference=sql1, reference_name="1 worker, serial"),
+        Metric(f"memory store, 1 worker, pipelined ({PIPELINE_DEPTH} claims in flight)", "/s", res["mem_pipe"],
+               note="on a store that waits for nothing, the pipeline's threads only cost: CPython runs one at a time"),
+        Metric(f"{on}, 1 worker", "/s", res["standin1"],
+               note="each transaction's read version, reads and commit wait in turn: a cluster's latency-bound rate"),
+        Metric(f"{on}, 1 worker, pipelined ({PIPELINE_DEPTH} claims in flight)", "/s", res["standin_pipe"],
+               budget=sql1, budget_text=f">= SQLite store, 1 worker ({sql1:,.0f}/s)", reference=serial,
+               reference_name="1 worker, serial"),
+        Metric(f"{on}, 1 worker, pipelined ({2 * PIPELINE_DEPTH} claims in flight)", "/s", res["standin_pipe16"],
+               reference=serial, reference_name="1 worker, serial"),
+    ]
+    notes = [f"{n} round trips per run (the serial worker on the stand-in: {max(50, n // 10)}); the stand-in is "
+             "tests/helpers/fdb_standin.py under the fdb: adapter. A real cluster, by hand: "
+             "`python -m bench.jobs --store fdb:CLUSTER_FILE`."]
+    report("jobs_latency", "Job layer on a store with latency: one worker's claims overlapped", metrics, args, notes,
+           command="python -m bench.jobs --latency-only")
     return 0
 
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import pytest
 from jobs_testlib import T1
 
 from helpers.daemon import HANG_S, wait_for
 from helpers.fdb_standin import Binding
-from smoosh.jobs import Jobs
+from smoosh.jobs import JobHalted, Jobs
 from smoosh.jobs.pipeline import ClaimPipeline
 from smoosh.store.fdb import FdbStore
 
@@ -77,6 +78,21 @@ def test_a_job_claimed_but_never_taken_is_pending_again_after_a_close(jobs: Jobs
     pipe.close()
     assert sorted(state for _t, _i, state, _d in jobs.list_jobs(T1)) == ["pending", "pending"]
     assert pipe.take(timeout=0) is None
+
+
+def test_a_job_removed_while_it_ran_fails_its_own_finish_and_no_other(jobs: Jobs) -> None:
+    add(jobs, 3)
+    with ClaimPipeline(jobs, T1, depth=3) as pipe:
+        taken = [pipe.take(timeout=HANG_S) for _ in range(3)]
+        assert all(t is not None for t in taken)
+        gone = taken[1][0]  # type: ignore[index]
+        jobs.remove(T1, gone.id)
+        futures = [pipe.finish(job, data) for job, data in taken]  # type: ignore[misc]
+        with pytest.raises(JobHalted):
+            pipe.flush(timeout=HANG_S)
+        assert isinstance(futures[1].exception(), JobHalted)
+        assert futures[0].exception() is None and futures[2].exception() is None
+    assert sorted(state for _t, _i, state, _d in jobs.list_jobs(T1)) == ["finished", "finished"]
 
 
 def run_on_standin(latency_s: float, work: Callable[[Jobs], None]) -> int:

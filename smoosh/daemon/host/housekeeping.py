@@ -21,9 +21,13 @@ stale from any daemon of the fleet that still runs.
 
 The cluster holds (:mod:`smoosh.daemon.control.cluster_holds`) ride on the status record: the
 transaction that writes it also reads the holds and, when none is armed, watches them.
-The watch firing brings the next write forward, so a hold set by ``smoosh suspend --store``
-is obeyed as soon as the store delivers the watch, and within one status interval even if
-a watch is lost; nothing polls for it.
+The watch firing has them read again at once, in a read-only transaction of their own (which
+arms the next watch), so a hold set by ``smoosh suspend --store`` is obeyed as soon as the store
+delivers the watch, and within one status interval even if a watch is lost; nothing polls for
+it. Not with a status record: where the store's writes take turns (fifty daemons on one SQLite
+file), their records queue behind each other and the last daemon would obey seconds after the
+first; reads do not wait for them. The record shows the hold right after (a hold applied is an
+operator's act: the record is written at once).
 
 Every chore is due on the loop's monotonic clock; the status record carries wall time (a
 person reads ``updated_at``). Each tick also looks whether the wall clock stepped
@@ -428,8 +432,24 @@ class Housekeeping:
             # status write arms a new one; re-reading at once could spin on a broken store.
             log.debug("the watch on the cluster holds failed (%s); re-armed at the next status write", e)
             return
-        self._next_status_write = self.parts.clock()
-        self._wake()
+        self._read_holds()
+
+    def _read_holds(self) -> None:
+        """Read the cluster holds and watch them anew, in one read-only transaction on the starter (see the
+        module docstring); a failure leaves it to the next status write, which arms a watch again."""
+        parts = self.parts
+        store, cluster = parts.store, parts.cluster
+
+        def read() -> None:
+            try:
+                holds, watch = store.transact(lambda tr: (cluster.read(tr), cluster.watch(tr)),
+                                              timeout_s=2 * STATUS_INTERVAL_S)
+            except SmooshError as e:
+                log.debug("could not read the cluster holds: %s; read again at the next status write", e)
+                return
+            parts.post(lambda: self._holds_read(holds, watch))
+
+        parts.scheduler.background(read)
 
     def _rotate(self, now: float) -> None:
         """Rotation (DESIGN §5.6): make way for work waiting on ``max_jobs``."""

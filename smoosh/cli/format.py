@@ -357,7 +357,10 @@ def _who(record: dict[str, Any]) -> str:
         words.append(f"config {record['config_digest']}")
     slots = record.get("cluster_slots") or {}
     if record.get("cluster_max_jobs") is not None or slots.get("slots"):
-        words.append(f"{slots.get('slots', 0)} slot(s) of cluster_max_jobs = {record.get('cluster_max_jobs')}")
+        held = f"{slots.get('slots', 0)} slot(s) of cluster_max_jobs = {record.get('cluster_max_jobs')}"
+        if slots.get("slots") and not slots.get("counted"):
+            held += " (not counted: its lease ran out)"
+        words.append(held)
         if slots.get("wanting_since") is not None:
             words.append(f"waiting for one since {_fmt_time(slots['wanting_since'])}")
     return "; ".join(words)

@@ -102,3 +102,43 @@ def test_a_store_back_in_time_answers_the_next_command(capsys: pytest.CaptureFix
     standin.cluster.answer_again()
     code, out, _ = run(capsys, COMMANDS["status"])
     assert code == 0 and "== n1 (stale: last record 1 min " in out and "== n2, updated " in out
+
+
+def test_since_when_is_this_hosts_daemons_word_for_it_when_it_uses_that_store(
+    capsys: pytest.CaptureFixture[str], standin: Binding, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import datetime
+    import http.server
+    import json
+
+    cluster_file = tmp_path / "fdb.cluster"
+    since = time.time() - 3600
+
+    class Daemon(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+            body = json.dumps({"store": {"state": "unreachable", "since": since, "error": "no answer"}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Daemon)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        config = tmp_path / "smoosh.ini"
+        config.write_text(f"[smoosh]\nhttp = 127.0.0.1:{server.server_port}\nstore = fdb:{cluster_file}\n")
+        monkeypatch.setenv("SMOOSH_CONFIG", str(config))
+        monkeypatch.setattr("smoosh.cli.store_deadline.open_store", lambda url, create=True: FdbStore(
+            None, url=url, binding=standin))
+        standin.cluster.stop_answering()
+        code, out, err = run(capsys, ["status", "--store", f"fdb:{cluster_file}"])
+    finally:
+        server.shutdown()
+    when = datetime.datetime.fromtimestamp(since).strftime("%Y-%m-%d %H:%M:%S")
+    assert (code, out) == (1, "")
+    assert err == (f"smoosh: the store fdb:{cluster_file} is unreachable since {when} (as the daemon at "
+                   f"http://127.0.0.1:{server.server_port} reports; no answer within 0.5 s)\n")

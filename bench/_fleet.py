@@ -22,6 +22,7 @@ Every wait is for an event, bounded by a hang's timeout; none is a guess at a sp
 
 from __future__ import annotations
 
+import datetime
 import functools
 import json
 import random
@@ -45,6 +46,16 @@ CHANNEL = "ratio_dbs"
 DB_ROWS = 300
 #: Seconds between two looks at what the fleet shows while a step waits for it.
 POLL_S = 0.05
+#: What a daemon logs as it applies a change of the cluster holds.
+HOLD_LINE = "cluster holds changed for"
+#: A log line's time is cut to the millisecond: a line of the same millisecond as the hold counts.
+LOG_STAMP_S = 0.001
+#: Ports a node is given before its start fails for good (see :meth:`Fleet.start`).
+PORT_TRIES = 5
+
+
+class PortTaken(Exception):
+    """Raised when a node exited at start because its admin port was taken meanwhile."""
 
 
 @dataclass
@@ -90,22 +101,34 @@ class Fleet:
         self.hang_s = hang_s
         self._log_level = log_level
         self.nodes = [Node(f"n{i:02d}", base / f"n{i:02d}", free_port()) for i in range(count)]
+        self.killed_at = 0.0
 
     # -- the daemons ---------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start every node (one after the other: each creates or opens the store), then wait until every one answers."""
+        """Start every node, then wait until every one answers."""
         for node in self.nodes:
-            node.base.mkdir(parents=True, exist_ok=True)
-            config = node.base / "smoosh.ini"
-            config.write_text(self._config(node))
-            node.log_path = node.base / "daemon.log"
-            env = dict(smoosh_env(), SMOOSH_LOG_LEVEL=self._log_level)
-            with open(node.log_path, "wb") as log:
-                node.proc = subprocess.Popen([sys.executable, "-m", "smoosh", "run", "--config", str(config)],
-                                             stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(node.base))
+            self._spawn(node)
         for node in self.nodes:
-            self._wait(functools.partial(self._answers, node), f"node {node.name} answering")
+            for _ in range(PORT_TRIES):
+                try:
+                    self._wait(functools.partial(self._answers, node), f"node {node.name} answering")
+                    break
+                except PortTaken:
+                    # Its port, free when it was chosen, was taken since by another process's
+                    # connection (fifty daemons and their clients use many): another port.
+                    node.port = free_port()
+                    self._spawn(node)
+
+    def _spawn(self, node: Node) -> None:
+        node.base.mkdir(parents=True, exist_ok=True)
+        config = node.base / "smoosh.ini"
+        config.write_text(self._config(node))
+        node.log_path = node.base / "daemon.log"
+        env = dict(smoosh_env(), SMOOSH_LOG_LEVEL=self._log_level)
+        with open(node.log_path, "wb") as log:
+            node.proc = subprocess.Popen([sys.executable, "-m", "smoosh", "run", "--config", str(config)],
+                                         stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(node.base))
 
     def _config(self, node: Node) -> str:
         (node.base / "dbs").mkdir(exist_ok=True)
@@ -130,6 +153,8 @@ min_size = 16KiB
     def _answers(self, node: Node) -> bool:
         assert node.proc is not None
         if node.proc.poll() is not None:
+            if "Address already in use" in node.log():
+                raise PortTaken(node.name)
             raise AssertionError(f"node {node.name} exited with {node.proc.returncode}:\n{node.log()[-4000:]}")
         try:
             node.get("/status", timeout_s=5)
@@ -142,8 +167,9 @@ min_size = 16KiB
         return [n for n in self.nodes if not n.killed]
 
     def kill(self, count: int, rng: random.Random) -> list[Node]:
-        """``kill -9`` of ``count`` nodes chosen at random; the nodes killed."""
+        """``kill -9`` of ``count`` nodes chosen at random; the nodes killed (:attr:`killed_at`: when)."""
         victims = rng.sample(self.live(), count)
+        self.killed_at = time.monotonic()
         for node in victims:
             assert node.proc is not None
             node.proc.send_signal(signal.SIGKILL)
@@ -173,8 +199,12 @@ min_size = 16KiB
                               timeout=self.hang_s, env=smoosh_env(), cwd=str(self.base))
 
     def fleet_view(self) -> dict[str, Any]:
-        """``smoosh status --store URL --json``: every node's record, from the store."""
-        out = self.cli("status", "--store", self.store_url, "--json")
+        """``smoosh status --store URL --json``: every node's record, from the store.
+
+        With the hang's bound as its deadline: fifty daemons on two cores can starve a command
+        of CPU past the default's few seconds (what a silent store does to it is proven apart).
+        """
+        out = self.cli("status", "--store", self.store_url, "--json", "--store-timeout", str(self.hang_s))
         assert out.returncode == 0, out.stderr
         nodes: dict[str, Any] = json.loads(out.stdout)["nodes"]
         return nodes
@@ -182,21 +212,31 @@ min_size = 16KiB
     # -- the steps -----------------------------------------------------------------------------
 
     def hold_all(self) -> float:
-        """``smoosh suspend --store``; seconds from its commit (the command's end) until every live
-        node shows its channel held (the last one seen)."""
-        out = self.cli("suspend", "--store", self.store_url)
+        """``smoosh suspend --store``, then wait until every live node shows its channel held.
+
+        Returns:
+            Seconds from the hold's time (the command takes it just before its commit) to the
+            last node's applying it, as its own log line says (``cluster holds changed``, written
+            on its loop as it holds its channels: to the millisecond, whatever the time this
+            process takes to look at fifty nodes). Needs the daemons' log at INFO.
+        """
+        out = self.cli("suspend", "--store", self.store_url, "--json")
         assert out.returncode == 0, out.stderr
-        committed = time.monotonic()
-        seen: dict[str, float] = {}
+        at = float(json.loads(out.stdout)["hold"]["at"])
+        self._wait(lambda: all(node.get("/status")["channels"][CHANNEL]["held"] for node in self.live()),
+                   "every node holding its channel")
+        applied = [self._logged_after(node, HOLD_LINE, at) for node in self.live()]
+        return max(applied) - at
 
-        def all_held() -> bool:
-            for node in self.live():
-                if node.name not in seen and node.get("/status")["channels"][CHANNEL]["held"]:
-                    seen[node.name] = time.monotonic()
-            return len(seen) == len(self.live())
-
-        self._wait(all_held, "every node holding its channel")
-        return max(seen.values()) - committed
+    def _logged_after(self, node: Node, text: str, at: float) -> float:
+        """The wall time of ``node``'s first log line holding ``text`` at or after ``at`` (Unix seconds)."""
+        for line in node.log().splitlines():
+            if text not in line:
+                continue
+            stamp = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            if stamp >= at - LOG_STAMP_S:
+                return stamp
+        raise AssertionError(f"node {node.name} logged no {text!r} after {at}:\n{node.log()[-3000:]}")
 
     def resume_all(self) -> None:
         """``smoosh resume --store``: every hold gone."""
@@ -217,26 +257,32 @@ min_size = 16KiB
                 if any(e["event"] == "finished" for e in j.get("history", []))}
         return all(path in done for path in node.dbs)
 
-    def drain(self) -> tuple[float, int]:
+    def drain(self, since: float | None = None) -> tuple[float, int]:
         """Wait until every live node has compacted its databases.
+
+        Parameters:
+            since: the moment the time is counted from (monotonic; None: now).
 
         Returns:
             ``(seconds, most)``: how long it took, and the most compactions that ran at once across
             the live nodes (from their histories).
         """
-        t0 = time.monotonic()
+        t0 = time.monotonic() if since is None else since
         for node in self.live():
             self._wait(functools.partial(self.compacted, node), f"node {node.name}'s databases compacted", node=node)
         took = time.monotonic() - t0
         return took, overlap([span for node in self.live() for span in spans(node.get("/jobs")["jobs"])])
 
+    def refusals(self) -> int:
+        """Claims the fleet-wide cap refused, summed over the live nodes (how much they contended)."""
+        return sum(int(node.get("/status")["cluster"]["refusals"]) for node in self.live())
+
     def wait_stale(self, victims: list[Node]) -> float:
-        """Seconds until ``smoosh status --store`` shows every one of ``victims`` stale (counted from now)."""
-        t0 = time.monotonic()
+        """Seconds from their kill until ``smoosh status --store`` shows every one of ``victims`` stale."""
         names = {n.name for n in victims}
         self._wait(lambda: all(self.fleet_view()[name]["state"] == "stale" for name in names),
                    "the killed nodes shown stale")
-        return time.monotonic() - t0
+        return time.monotonic() - self.killed_at
 
     def status_of_many(self, records: int) -> tuple[float, int]:
         """``records`` more nodes' records written into the store, then one ``smoosh status --store``.

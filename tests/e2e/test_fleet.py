@@ -27,7 +27,7 @@ from bench._fleet import Fleet
 
 @pytest.mark.parametrize(("nodes", "kill", "cap", "per_node", "records", "hang_s"), [
     pytest.param(3, 1, 2, 3, 200, 120.0, id="3-nodes"),
-    pytest.param(50, 10, 8, 2, 1000, 900.0, id="50-nodes", marks=pytest.mark.slow),
+    pytest.param(50, 10, 4, 2, 1000, 900.0, id="50-nodes", marks=pytest.mark.slow),
 ])
 def test_a_fleet_on_one_store_obeys_holds_and_its_cap_survives_kills_and_shows_each_nodes_life(
     tmp_path: Path, nodes: int, kill: int, cap: int, per_node: int, records: int, hang_s: float

@@ -132,7 +132,7 @@ def forget_node(store: Store, node: str, now: float, *, timeout_s: float | None 
         def rest(tr: Transaction) -> int:
             if node_state(read_node_record(tr, node) or {"stopped": True}, now) == LIVE:
                 raise NodeLive(node, 0.0, None, None)  # it came back meanwhile: keep it
-            jobs.clear_type_timeout(job_type, tx=tr)
+            jobs.drop_type(job_type, tx=tr)  # its timeout, and what its removed jobs left (watch keys)
             for space in NODE_KEY_SPACES:
                 tr.clear_range(*tuples.range((space, node)))
                 tr.clear(tuples.pack((space, node)))  # the pace is a key of its own, not a range

@@ -91,12 +91,14 @@ class Fleet:
         cap: ``cluster_max_jobs`` of every node (None: no cap).
         hang_s: the bound of every wait (a hang's, never a speed's).
         log_level: the daemons' log level.
+        store_url: the store they share (None: ``sqlite:`` a file in ``base``); one of a cluster of
+            its own, never a live deployment's: :meth:`clean` takes the fleet out of it afterwards.
     """
 
     def __init__(self, base: Path, count: int, *, cap: int | None = None, hang_s: float = 600.0,
-                 log_level: str = "INFO") -> None:
+                 log_level: str = "INFO", store_url: str | None = None) -> None:
         self.base = base
-        self.store_url = f"sqlite:{base / 'shared.db'}"
+        self.store_url = store_url or f"sqlite:{base / 'shared.db'}"
         self.cap = cap
         self.hang_s = hang_s
         self._log_level = log_level
@@ -297,6 +299,29 @@ min_size = 16KiB
         took = time.monotonic() - t0
         assert out.returncode == 0, out.stderr
         return took, len(json.loads(out.stdout)["nodes"])
+
+    def clean(self, records: int = 0) -> None:
+        """Take the fleet out of its store once it has stopped: every node forgotten (its record, jobs,
+        holds, slots), and the ``records`` :meth:`status_of_many` wrote cleared. For a store that
+        outlives the run (``--store fdb:...``)."""
+        from smoosh.daemon.record.forget import NodeUnknown, forget_node
+        from smoosh.daemon.record.status import forget_node_status
+        from smoosh.store import open_store
+
+        with open_store(self.store_url) as store:
+            for node in self.nodes:
+                try:
+                    forget_node(store, node.name, time.time() + 3600)  # stopped or killed: none is live
+                except NodeUnknown:
+                    pass
+            for start in range(0, records, 200):
+                names = [f"many{i:05d}" for i in range(start, min(records, start + 200))]
+
+                def body(tr: Any, names: list[str] = names) -> None:
+                    for name in names:
+                        forget_node_status(tr, name)
+
+                store.transact(body)
 
     def _wait(self, cond: Callable[[], Any], what: str, *, node: Node | None = None) -> Any:
         deadline = time.monotonic() + self.hang_s

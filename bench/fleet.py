@@ -20,9 +20,11 @@ behaviour), every one with ``cluster_max_jobs = 4``. Measured, in this order:
 
 On two cores fifty Python daemons are mostly waiting on each other for CPU: the figures say
 what a crowded host does, not what fifty hosts would. The FoundationDB figures for the same
-steps are measured by hand on a real cluster (its section in RESULTS.md).
+steps are measured by hand on a cluster of its own (never a live deployment's): ``--store
+fdb:CLUSTER_FILE`` runs the fleet on it, prints the figures (RESULTS.md is left alone) and
+takes the fleet out of it afterwards (every node forgotten, the extra records cleared).
 
-Usage: python -m bench.fleet [--quick] [--runs N] [--nodes N]
+Usage: python -m bench.fleet [--quick] [--runs N] [--nodes N] [--store URL]
 """
 
 from __future__ import annotations
@@ -49,10 +51,11 @@ RECORDS = 1000
 HANG_S = 900.0
 
 
-def one(nodes: int, killed: int, records: int) -> dict[str, float]:
+def one(nodes: int, killed: int, records: int, store_url: str | None = None) -> dict[str, float]:
     """One fleet, start to stop: the figures of the module docstring."""
     with tempfile.TemporaryDirectory(prefix="smoosh-bench-fleet-") as d:
-        fleet = Fleet(Path(d), nodes, cap=CAP, hang_s=HANG_S)  # the log at INFO: the hold's lines
+        # The log at INFO: the hold's lines.
+        fleet = Fleet(Path(d), nodes, cap=CAP, hang_s=HANG_S, store_url=store_url)
         try:
             fleet.start()
             hold_s = fleet.hold_all()
@@ -68,16 +71,22 @@ def one(nodes: int, killed: int, records: int) -> dict[str, float]:
             assert listed == nodes + records
         finally:
             fleet.stop()
+            if store_url is not None:
+                fleet.clean(records)
     return {"hold": hold_s, "drain": drain_s, "refused": float(refused), "most": float(max(most, most2)),
             "drain_killed": drain2_s, "stale": stale_s, "status": status_s}
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(__doc__, argv, extra=lambda ap: ap.add_argument(
-        "--nodes", type=int, default=None, help=f"nodes of the fleet (default {NODES}; --quick: 5)"))
+    args = parse_args(__doc__, argv, extra=lambda ap: (
+        ap.add_argument("--nodes", type=int, default=None, help=f"nodes of the fleet (default {NODES}; --quick: 5)"),
+        ap.add_argument("--store", metavar="URL", help="the store the fleet shares (a FoundationDB cluster of its "
+                        "own, by hand): the figures are printed, RESULTS.md left alone, the fleet taken out after")))
     nodes = args.nodes or (5 if args.quick else NODES)
     killed = max(1, nodes * KILLED // NODES)
-    res = repeat(lambda: one(nodes, killed, RECORDS), args.runs)
+    if args.store:
+        args.no_write = True
+    res = repeat(lambda: one(nodes, killed, RECORDS, args.store), args.runs)
     metrics = [
         Metric(f"a cluster hold reaching all {nodes} nodes", "s", res["hold"], higher_is_better=False, budget=2.0,
                note="from the hold's time (the command takes it just before its commit) to the last node's log line "
@@ -99,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         Metric(f"`smoosh status --store --json` with {nodes + RECORDS} nodes' records", "s", res["status"],
                higher_is_better=False, budget=1.0, note="the command's wall time, its Python process's start included"),
     ]
-    notes = [f"{nodes} `smoosh run` processes on one `sqlite:` store file on this machine (2 cores), "
+    where = f"the store {args.store}" if args.store else "one `sqlite:` store file"
+    notes = [f"{nodes} `smoosh run` processes on {where}, on this machine (2 cores), "
              f"cluster_max_jobs = {CAP} on every node; {args.runs} run(s)."]
     report("fleet", "Fifty nodes on one store", metrics, args, notes)
     return 0

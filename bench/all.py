@@ -35,6 +35,7 @@ BENCHMARKS = [
     ("wal_bound", ["--runs", "1"]),
     ("wal_cut", ["--runs", "3"]),
     ("writer", ["--runs", "3"]),
+    ("fleet", ["--runs", "1"]),
 ]
 
 

@@ -140,6 +140,9 @@ class Config:
     #: reclaimable bytes waiting at which all of max_jobs run.
     min_jobs: int = DEFAULT_MIN_JOBS
     backlog_full_bytes: int = DEFAULT_BACKLOG_FULL_BYTES
+    #: Compactions running at once on all the nodes of the store together (None: no such cap;
+    #: smoosh.daemon.control.cluster_cap).
+    cluster_max_jobs: int | None = None
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
     @classmethod
@@ -260,6 +263,7 @@ class Config:
             job_timeout_s=r.get("job_timeout", parse_duration_at_least(1.0, 0.0, strict=True), DEFAULT_JOB_TIMEOUT_S),
             max_jobs=r.get("max_jobs", parse_int(1), DEFAULT_MAX_JOBS),
             min_jobs=r.get("min_jobs", parse_int(1), DEFAULT_MIN_JOBS),
+            cluster_max_jobs=r.get("cluster_max_jobs", parse_int(1), None),
             backlog_full_bytes=int(r.get("backlog_full", parse_threshold_size(allow_infinity=False),
                                          DEFAULT_BACKLOG_FULL_BYTES)),
             interval_s=r.get("interval", parse_duration_at_least(1.0, 0.0, strict=True), DEFAULT_INTERVAL_S),

@@ -135,7 +135,8 @@ ROUTES: tuple[Route, ...] = (
           "\"evicted\", \"checkpoint_errors\", \"reclaimable_bytes\", \"starved\", \"runs\": [{\"key\", \"state\", "
           "\"started_at\", \"age_s\", \"progress\", \"progress_at\", \"since_progress_s\"}], \"oldest_run_s\", "
           "\"since_progress_s\"}}, \"reclaimable_bytes\", \"dry_run\", \"config_error\", "
-          "\"restart_required\", \"io_budget\", \"scan\", \"store\", \"disk\", \"controller\", \"application\"}`: CouchDB's "
+          "\"restart_required\", \"io_budget\", \"scan\", \"store\", \"disk\", \"controller\", \"application\", "
+          "\"version\", \"config_digest\", \"cluster\", \"fleet\"}`: CouchDB's "
           "`_smoosh/status` shape plus smoosh's fields. `suspended` is this daemon's own suspension, `held` a "
           "cluster hold (`null`, or `{\"node\", \"channel\", \"by\", \"at\"}`: its scope, `null` meaning every node "
           "or channel, who set it and when), `holding` whether running work holds (suspended, held, or "
@@ -151,7 +152,13 @@ ROUTES: tuple[Route, ...] = (
           "compactions saw of the applications beside their databases: `waits` for a moment with no "
           "application transaction open and their `wait_seconds`, `gave_up` (such waits that found none: "
           "the compaction ended `busy`), and `looks_locked` / `looks_lockless`, the looks at a database "
-          "that took a SQLite lock or read the file without one."),
+          "that took a SQLite lock or read the file without one. `version` is the smoosh this daemon runs and "
+          "`config_digest` the digest of its config (what decides how it compacts, not its name, directories or "
+          "address: nodes given one file share it), both written in its status record for the fleet view. "
+          "`cluster` is the fleet-wide cap as this node sees it (`max_jobs`: its `cluster_max_jobs`, `null` "
+          "when unset; `slots` its runs hold; `waiting_since`: since when its starts wait for a slot, `null` "
+          "when they do not; `refusals`; `waiting_channels`); `fleet` how many nodes of its store are `live`, "
+          "`stale` and `stopped`, as it last read their records (`read_at`), `null` before the first read."),
     Route("GET", "/jobs", "_jobs", "Current and recent compactions, per database, paged.",
           "`{\"jobs\": [{\"key\", \"channel\", \"state\", \"progress\", \"error_count\", \"last_error\", "
           "\"last_updated\", \"retry_at\", \"busy_count\", \"starved_since\", \"result\", \"history\": [{\"event\", "

@@ -76,6 +76,8 @@ class Run:
     # Refused at its start (its key's live run is another): followed only until its refusal
     # reaches its channel, and never shown.
     refused: bool = False
+    # Holds a slot of the fleet-wide cap (its claim took one: smoosh.daemon.control.cluster_cap).
+    cap_slot: bool = False
 
     @property
     def state(self) -> str:

@@ -28,14 +28,13 @@ import http.client
 import json
 import os
 import shutil
-import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from bench._daemon import free_port
+from bench._daemon import free_port, stop_gently
 from bench.apps.fleet import Template, copy_fleet, footprint
 from bench.apps.ledger import TenantCheck, check_tenant, merge_ledgers
 from bench.apps.windows import Window, widen_with_history, windows_from_log
@@ -211,13 +210,7 @@ class Smoosh:
         return list(json.loads(body).get("jobs", [])) if status == 200 else []
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        stop_gently(self.proc, 60.0)
         self._log.close()
 
     def log_lines(self) -> list[str]:

@@ -9,8 +9,14 @@ STAMP := $(VENV)/.installed
 BENCH_VENV := .venv-bench
 # Renamed when the list below grows, so an older .venv-bench is topped up.
 BENCH_STAMP := $(BENCH_VENV)/.installed-with-matplotlib
+# The real applications of the application-beside-smoosh harness (bench/apps/, issue 46): Django
+# and SQLAlchemy as shipped, in an environment of their own (the application's process, never
+# smoosh's). The minor versions are pinned so that sittings on different days compare.
+APPS_VENV := .venv-apps
+APPS_REQUIREMENTS := bench/apps/requirements.txt
+APPS_STAMP := $(APPS_VENV)/.installed
 
-.PHONY: run test test-under-load soak bench docs clean install
+.PHONY: run test test-under-load soak bench bench-apps apps-env docs screenshots clean install
 
 install: $(STAMP)
 
@@ -43,6 +49,11 @@ docs: $(STAMP)
 	$(BIN)/sphinx-build -E -W --keep-going -q -b html docs build/docs
 	@echo "built build/docs/index.html"
 
+# The operators' page's screenshots in the docs (docs/images/page-*.png), taken by its browser
+# tests (tests/browser: Debian's chromium and chromium-driver).
+screenshots: $(STAMP)
+	SMOOSH_SCREENSHOTS=docs/images $(BIN)/python -m pytest -q -p no:cacheprovider tests/browser
+
 # `make test` LOAD_RUNS times in a row while other processes load the disk (a loop of writes,
 # each followed by fsync, in the tests' temporary directory) and one core (issue 30); the
 # loaders stop whatever happens. On this project's 2-core VM (virtio disk, fsync about 0.5 ms)
@@ -71,5 +82,21 @@ $(BENCH_STAMP):
 bench: $(STAMP) $(BENCH_STAMP)
 	$(BIN)/python -m bench.all
 
+$(APPS_STAMP): $(APPS_REQUIREMENTS)
+	@test -x $(APPS_VENV)/bin/python || $(PY) -m venv $(APPS_VENV)
+	@echo "setting up $(APPS_VENV) (the applications: $$(grep -v '^#' $(APPS_REQUIREMENTS) | tr '\n' ' '))"
+	@$(APPS_VENV)/bin/python -m pip install -q --disable-pip-version-check -r $(APPS_REQUIREMENTS)
+	@touch $(APPS_STAMP)
+
+apps-env: $(APPS_STAMP)
+
+# The application beside smoosh (bench/apps/, docs/guides/the-application-beside-smoosh.md):
+# Django and SQLAlchemy at their defaults on a bloated tenant fleet, runs with and without
+# smoosh alternated in one sitting. Never part of `make test` or `make bench`: two to three hours
+# as given, `APPS_ARGS="--quick --modes none,compact"` for about ten minutes.
+APPS_ARGS ?=
+bench-apps: $(STAMP) $(APPS_STAMP)
+	$(BIN)/python -m bench.apps $(APPS_ARGS)
+
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) build *.egg-info var
+	rm -rf $(VENV) $(BENCH_VENV) $(APPS_VENV) build *.egg-info var

@@ -35,6 +35,17 @@ def smoosh_env(name_threads: bool = False) -> dict[str, str]:
     return env
 
 
+def stop_gently(proc: "subprocess.Popen[Any]", timeout_s: float = 30.0) -> None:
+    """SIGTERM (smoosh's clean stop), then SIGKILL if it has not ended within ``timeout_s``."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
 class Workers:
     """``python -m smoosh worker --config PATH`` processes, one job at a time each; ``stop()`` ends them."""
 
@@ -102,11 +113,5 @@ class Daemon:
         return sum(ch["waiting"]["size"] for ch in status["channels"].values())
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        stop_gently(self.proc)
         self._log.close()

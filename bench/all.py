@@ -25,6 +25,7 @@ BENCHMARKS = [
     ("queue", ["--runs", "3"]),
     ("checkpoint", ["--runs", "3"]),
     ("compaction", ["--runs", "3"]),
+    ("open_check", ["--runs", "5"]),
     ("rename_window", ["--runs", "3"]),
     ("jobs", ["--runs", "3"]),
     ("http_enqueue", ["--runs", "3"]),
@@ -35,6 +36,7 @@ BENCHMARKS = [
     ("wal_bound", ["--runs", "1"]),
     ("wal_cut", ["--runs", "3"]),
     ("writer", ["--runs", "3"]),
+    ("fleet", ["--runs", "1"]),
 ]
 
 

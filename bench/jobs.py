@@ -29,24 +29,51 @@ Backlog runs (DESIGN §9, "accept cost does not grow with the backlog"): the sam
 by one worker while 10, 1,000 or 10,000 other jobs are pending (eligible, scheduled time 0,
 so every accept may pick one of them: the backlog stays the same size). Budget: the rate
 with 10,000 pending >= 0.8x the rate with 10 pending, on both embedded stores.
+
+Pipelined runs (issue 50): one worker whose claims overlap (``smoosh.jobs.pipeline``: up to
+``depth`` accepts in flight, finishes committed behind it, adds kept ahead of it). On a
+FoundationDB cluster every transaction waits on the network, and one worker claiming one job
+after the other is a few round trips' worth; the stand-in for the binding
+(``tests/helpers/fdb_standin.py``) with its round trip set to :data:`STANDIN_LATENCY_MS` shows
+that wait here, and the budget is the issue's: one worker on it, pipelined, no slower than one
+worker on the embedded SQLite store.
+
+By hand, against a real store: ``python -m bench.jobs --store fdb:/etc/foundationdb/fdb.cluster``
+runs the one-worker, pipelined and threaded round trips there and prints them (``bench/RESULTS.md``
+is left alone); ``--store fdb-standin:MS`` does the same on the stand-in with an MS ms round
+trip. Every run of this benchmark works under a key prefix of its own, ``("smoosh-bench",
+<random>)``, and clears it afterwards: nothing is left under the job layer's default prefix.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
+import uuid
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench._harness import REPO_ROOT, Metric, parse_args, repeat, report  # noqa: E402
+
+#: The stand-in's round trip in the recorded runs, in ms: with it, one worker's serial rate on
+#: the stand-in is about what one worker measured by hand on a single-process 7.3 cluster (its
+#: figure is in bench/RESULTS.md), each transaction's read version, reads and commit waiting
+#: in turn.
+STANDIN_LATENCY_MS = 0.5
+#: Claims in flight of the pipelined worker in the recorded runs.
+PIPELINE_DEPTH = 8
+#: URL scheme of the stand-in for FoundationDB (``fdb-standin:MS``): this benchmark's own.
+STANDIN_SCHEME = "fdb-standin:"
 
 #: Job type used by the benchmark (smoosh's own shape: "smoosh:" + node).
 JOB_TYPE = "smoosh:bench"
@@ -80,24 +107,101 @@ def _timed_round_trips(layers: list[Any], share: int) -> float:
     return share * len(layers) / (time.perf_counter() - t0)
 
 
-def _open_layer(store_url: str) -> tuple[Any, Any]:
-    from smoosh.jobs import Jobs
+def open_bench_store(store_url: str) -> Any:
+    """A store by URL, or the stand-in for FoundationDB with a round trip of MS ms (``fdb-standin:MS``)."""
     from smoosh.store import open_store
 
-    store = open_store(store_url)
-    jobs = Jobs(store)
-    jobs.set_type_timeout(JOB_TYPE, 30)
-    return store, jobs
+    if not store_url.startswith(STANDIN_SCHEME):
+        return open_store(store_url)
+    tests = os.path.join(REPO_ROOT, "tests")
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+    from smoosh.store.fdb import FdbStore
+
+    # The test suite's stand-in (a dev tool, not part of the package), found on its path.
+    binding = importlib.import_module("helpers.fdb_standin").Binding()
+    binding.cluster.latency_s = float(store_url[len(STANDIN_SCHEME):]) / 1000.0
+    return FdbStore(None, url=store_url, binding=binding)
+
+
+class Layer:
+    """A job layer over a store, under a key prefix of this run's own, cleared when it closes.
+
+    So a run against a shared store (``--store fdb:...``) leaves no key behind, and never
+    writes under the job layer's default prefix.
+    """
+
+    def __init__(self, store_url: str, *, monitors: bool = True) -> None:
+        from smoosh.jobs import Jobs
+        from smoosh.store import tuples
+
+        self.store = open_bench_store(store_url)
+        self.prefix = tuples.pack(("smoosh-bench", uuid.uuid4().hex))
+        self.jobs = Jobs(self.store, prefix=self.prefix, monitors=monitors)
+        self.jobs.set_type_timeout(JOB_TYPE, 30)
+
+    def close(self) -> None:
+        """Close the layer, clear the run's prefix, close the store."""
+        self.jobs.close()
+        try:
+            prefix = self.prefix
+            self.store.transact(lambda tr: tr.clear_range_startswith(prefix))
+        finally:
+            self.store.close()
+
+
+def _open_layer(store_url: str) -> tuple[Any, Any]:
+    layer = Layer(store_url)
+    return layer, layer.jobs
 
 
 def round_trips(store_url: str, n: int, workers: int) -> float:
     """``n`` add+accept+finish round trips by ``workers`` threads on a fresh store; jobs/s."""
-    store, jobs = _open_layer(store_url)
+    layer, jobs = _open_layer(store_url)
     try:
         return _timed_round_trips([jobs] * workers, n // workers)
     finally:
-        jobs.close()
-        store.close()
+        layer.close()
+
+
+def pipelined_round_trips(store_url: str, n: int, depth: int = PIPELINE_DEPTH) -> float:
+    """``n`` round trips by one worker whose claims overlap (``ClaimPipeline``, ``depth`` in flight); jobs/s.
+
+    The worker's adds run ahead of its claims on ``depth`` threads of their own, at most
+    ``2 * depth`` jobs ahead of its finishes (so the backlog stays small, as the serial
+    worker's); the clock stops when the last finish has committed.
+    """
+    from smoosh.jobs.pipeline import ClaimPipeline
+
+    layer, jobs = _open_layer(store_url)
+    ahead = threading.Semaphore(2 * depth)
+    adders = ThreadPoolExecutor(max_workers=depth, thread_name_prefix="bench-add")
+
+    def add_all() -> None:
+        for i in range(n):
+            ahead.acquire()
+            data = _data(i)
+            adders.submit(jobs.add, JOB_TYPE, data["key"], data)
+
+    try:
+        with ClaimPipeline(jobs, JOB_TYPE, depth=depth) as pipe:
+            t0 = time.perf_counter()
+            feeder = threading.Thread(target=add_all)
+            feeder.start()
+            for _ in range(n):
+                got = pipe.take()
+                assert got is not None
+                job, data = got
+                data.update(result="ok", error=None, size_before_bytes=2_000_000, size_after_bytes=800_000,
+                            reclaimed_bytes=1_200_000, duration_s=0.1)
+                pipe.finish(job, data).add_done_callback(lambda _f: ahead.release())
+            pipe.flush()
+            dt = time.perf_counter() - t0
+            feeder.join()
+        return n / dt
+    finally:
+        adders.shutdown(wait=True)
+        layer.close()
 
 
 def private_round_trips(n: int, workers: int) -> float:
@@ -131,9 +235,8 @@ def _private(urls: list[str], n: int) -> float:
     try:
         return _timed_round_trips([jobs for _, jobs in pairs], n // len(urls))
     finally:
-        for store, jobs in pairs:
-            jobs.close()
-            store.close()
+        for layer, _jobs in pairs:
+            layer.close()
 
 
 #: Worker threads of the scaling curve (the job layer's and huey's).
@@ -231,12 +334,10 @@ BACKLOGS = (10, 1_000, 10_000)
 
 def backlog_round_trips(store_url: str, pending: int, n: int) -> float:
     """``n`` add+accept+finish round trips by one worker while ``pending`` jobs wait; jobs/s."""
-    from smoosh.jobs import Jobs
-    from smoosh.store import Transaction, open_store
+    from smoosh.store import Transaction
 
-    store = open_store(store_url)
-    jobs = Jobs(store)
-    jobs.set_type_timeout(JOB_TYPE, 30)
+    layer = Layer(store_url)
+    jobs = layer.jobs
     for start in range(0, pending, 1000):  # the backlog, 1,000 jobs per transaction
 
         def add_batch(tr: Transaction, start: int = start) -> None:
@@ -251,8 +352,7 @@ def backlog_round_trips(store_url: str, pending: int, n: int) -> float:
         job, got = jobs.accept(JOB_TYPE)
         jobs.finish(job, {**got, "result": "ok"})
     dt = time.perf_counter() - t0
-    jobs.close()
-    store.close()
+    layer.close()
     return n / dt
 
 
@@ -322,7 +422,16 @@ def main(argv: list[str] | None = None) -> int:
         n_mem, n_sql = (int(a) for a in argv[1:3]) if len(argv) >= 3 else (3000, 600)
         print(json.dumps(backlog_runs(n_mem, n_sql)))
         return 0
-    args = parse_args(__doc__, argv)
+    args = parse_args(__doc__, argv, extra=lambda ap: ap.add_argument(
+        "--store", metavar="URL", help="run one worker's round trips (serial, pipelined, threaded) against this store "
+        "(fdb:CLUSTER_FILE, or fdb-standin:MS) under a prefix of their own, cleared afterwards, and print them; "
+        "bench/RESULTS.md is left alone") and ap.add_argument(
+        "--latency-only", action="store_true", help="only the jobs_latency section (one worker, serial and pipelined, "
+        "on the stand-in with a round trip's latency, beside the SQLite store)"))
+    if args.store:
+        return _on_store(args)
+    if args.latency_only:
+        return latency_report(args)
     n_mem = 2000 if args.quick else 10_000
     n_sql = 400 if args.quick else 3000
     have_venv = os.path.exists(BENCH_VENV_PYTHON)
@@ -429,6 +538,80 @@ def main(argv: list[str] | None = None) -> int:
     if not have_venv:
         notes.append("huey/persist-queue skipped: .venv-bench missing (see bench/README.md).")
     report("jobs", "Job layer: add + accept + finish round trips", metrics, args, notes)
+    return latency_report(args)
+
+
+def latency_report(args: Any) -> int:
+    """One worker's round trips where each transaction waits on a network: the ``jobs_latency`` section.
+
+    Side by side in one run: one worker on the embedded SQLite store (the budget), and one
+    worker on the stand-in for FoundationDB with its round trip set, serial and pipelined.
+    """
+    n = 300 if args.quick else 2000
+    standin = f"{STANDIN_SCHEME}{STANDIN_LATENCY_MS:g}"
+
+    def one() -> dict[str, float]:
+        return {
+            "sql1": sqlite_round_trips(n, 1),
+            "sql_pipe": _on_fresh_sqlite(lambda url: pipelined_round_trips(url, n)),
+            "mem_pipe": pipelined_round_trips("memory:", n),
+            "standin1": round_trips(standin, max(50, n // 10), 1),
+            "standin_pipe": pipelined_round_trips(standin, n),
+            "standin_pipe16": pipelined_round_trips(standin, n, 2 * PIPELINE_DEPTH),
+        }
+
+    res = repeat(one, args.runs)
+    sql1 = sorted(res["sql1"])[len(res["sql1"]) // 2]
+    serial = sorted(res["standin1"])[len(res["standin1"]) // 2]
+    on = f"FoundationDB stand-in ({STANDIN_LATENCY_MS:g} ms round trip)"
+    metrics = [
+        Metric("SQLite store, 1 worker", "/s", res["sql1"]),
+        Metric(f"SQLite store, 1 worker, pipelined ({PIPELINE_DEPTH} claims in flight)", "/s", res["sql_pipe"],
+               reference=sql1, reference_name="1 worker, serial"),
+        Metric(f"memory store, 1 worker, pipelined ({PIPELINE_DEPTH} claims in flight)", "/s", res["mem_pipe"],
+               note="on a store that waits for nothing, the pipeline's threads only cost: CPython runs one at a time"),
+        Metric(f"{on}, 1 worker", "/s", res["standin1"],
+               note="each transaction's read version, reads and commit wait in turn: a cluster's latency-bound rate"),
+        Metric(f"{on}, 1 worker, pipelined ({PIPELINE_DEPTH} claims in flight)", "/s", res["standin_pipe"],
+               budget=sql1, budget_text=f">= SQLite store, 1 worker ({sql1:,.0f}/s)", reference=serial,
+               reference_name="1 worker, serial"),
+        Metric(f"{on}, 1 worker, pipelined ({2 * PIPELINE_DEPTH} claims in flight)", "/s", res["standin_pipe16"],
+               reference=serial, reference_name="1 worker, serial"),
+    ]
+    notes = [f"{n} round trips per run (the serial worker on the stand-in: {max(50, n // 10)}); the stand-in is "
+             "tests/helpers/fdb_standin.py under the fdb: adapter. A real cluster, by hand: "
+             "`python -m bench.jobs --store fdb:CLUSTER_FILE`."]
+    report("jobs_latency", "Job layer on a store with latency: one worker's claims overlapped", metrics, args, notes,
+           command="python -m bench.jobs --latency-only")
+    return 0
+
+
+def _on_store(args: Any) -> int:
+    """``--store URL``: one worker's round trips there (serial, pipelined, 4 threads), printed only."""
+    n = 200 if args.quick else 2000
+
+    def one() -> dict[str, float]:
+        return {
+            "serial": round_trips(args.store, max(50, n // 10), 1),
+            "pipe": pipelined_round_trips(args.store, n, PIPELINE_DEPTH),
+            "pipe16": pipelined_round_trips(args.store, n, 2 * PIPELINE_DEPTH),
+            "threads4": round_trips(args.store, n, 4),
+        }
+
+    res = repeat(one, args.runs)
+    serial = sorted(res["serial"])[len(res["serial"]) // 2]
+    metrics = [
+        Metric(f"{args.store}, 1 worker", "/s", res["serial"]),
+        Metric(f"{args.store}, 1 worker, pipelined ({PIPELINE_DEPTH} claims in flight)", "/s", res["pipe"],
+               reference=serial, reference_name="1 worker, serial"),
+        Metric(f"{args.store}, 1 worker, pipelined ({2 * PIPELINE_DEPTH} claims in flight)", "/s", res["pipe16"],
+               reference=serial, reference_name="1 worker, serial"),
+        Metric(f"{args.store}, 4 worker threads", "/s", res["threads4"], reference=serial,
+               reference_name="1 worker, serial"),
+    ]
+    args.no_write = True  # a store of the operator's: figures for a person to copy, not the recorded run's
+    report("jobs", f"Job layer round trips on {args.store}", metrics, args,
+           ["every run under a key prefix of its own, cleared afterwards"])
     return 0
 
 

@@ -22,7 +22,7 @@ is written, what a restore takes).
 
 Ownership: the owner's loop thread makes every call except :meth:`enqueue` (any thread: the
 intake routes keys from its own threads) and the readers :meth:`status`, :meth:`keys`,
-:meth:`waiting` and :meth:`try_snapshot` (any thread). What ``_lock`` guards for them, and
+:meth:`waiting`, :meth:`try_snapshot` and :meth:`head` (any thread). What ``_lock`` guards for them, and
 why :meth:`status` needs no lock, is told in :mod:`channels.channel_state`.
 """
 

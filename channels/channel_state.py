@@ -116,6 +116,34 @@ class ChannelState:
         finally:
             self._lock.release()
 
+    def head(self, offset: int, limit: int, timeout_s: float = 0.5) -> tuple[list[dict[str, Any]], int] | None:
+        """One page of the waiting keys in the order they would start, or None if the channel stays
+        busy past ``timeout_s`` (any thread; a reader never waits on a stuck channel).
+
+        The forced keys first (they start before the rest, oldest first), then the queue, highest
+        first, then the keys set aside by rotation, then the deferred ones, earliest first (see
+        :meth:`channels.waiting.Waiting.page`). Bounded by the page, whatever the queue's length.
+
+        Returns:
+            ``(rows, total)``: per key ``{"key", "priority", "place", "position"}`` (``position``:
+            1 for the next to start; ``forced`` true for a forced key; a deferred key's
+            ``not_before`` on the owner's clock), and how many keys wait in all.
+        """
+        if not self._lock.acquire(timeout=timeout_s):
+            return None
+        try:
+            forced = [key for key in self._forced if key in self._queue]
+            rows = self._waiting.page(offset, limit, forced)
+            total = len(self._waiting)
+        finally:
+            self._lock.release()
+        forced_set = set(forced)
+        for i, row in enumerate(rows):
+            row["position"] = offset + i + 1
+            if row["key"] in forced_set:
+                row["forced"] = True
+        return rows, total
+
     def locate(self, key: str) -> dict[str, Any] | None:
         """Where ``key`` is in this channel, or None when it is not here (any thread).
 

@@ -133,6 +133,70 @@ class Waiting:
             return {"place": "deferred", "priority": priority, "not_before": not_before}
         return None
 
+    def page(self, offset: int, limit: int, first: list[str] | None = None) -> list[dict[str, Any]]:
+        """One page of every waiting key, in the order they would start: ``first`` (queued keys that
+        start before the rest, in their order: the channel's forced keys), then the queue, highest
+        first, then the keys rotation set aside, then the deferred keys, earliest first.
+
+        Costs the queue's chunks plus the page (and a sort of the deferred keys, for a page that
+        reaches them): never a copy of the whole queue.
+
+        Parameters:
+            offset: how many keys of that order to skip (>= 0).
+            limit: at most this many keys.
+            first: keys waiting in the queue that start before the rest (each must be in it).
+
+        Returns:
+            ``{"key", "priority", "place"}`` per key, ``place`` being ``queue``, ``benched`` or
+            ``deferred`` (with ``not_before``, on the owner's clock).
+        """
+        first = first or []
+        out: list[dict[str, Any]] = []
+        end = offset + limit
+        pos = offset
+        # The keys that start first.
+        for key in first[pos:min(end, len(first))]:
+            out.append({"key": key, "priority": self.queue.get(key), "place": "queue"})
+        pos = max(pos, len(first))
+        # The rest of the queue: rank r among the queue minus ``first`` is the queue's rank r
+        # plus the keys of ``first`` ranked at or before it.
+        queued = len(self.queue) - len(first)
+        if pos < end and pos - len(first) < queued:
+            skip = pos - len(first)
+            ranks = sorted(r for r in (self.queue.rank(k) for k in first) if r is not None)
+            rank = skip
+            for r in ranks:
+                if r <= rank:
+                    rank += 1
+                else:
+                    break
+            firsts = set(first)
+            want = min(end - pos, queued - skip)
+            got = 0
+            # A page of the queue, plus room for keys of ``first`` that fall inside it.
+            for queued_key, priority in self.queue.ranked(rank, rank + want + len(firsts)):
+                if queued_key in firsts:
+                    continue
+                out.append({"key": str(queued_key), "priority": priority, "place": "queue"})
+                got += 1
+                if got == want:
+                    break
+            pos += got
+        pos = max(pos, len(self.queue))
+        # Set aside by rotation, then deferred.
+        if pos < end and self._benched:
+            start = pos - len(self.queue)
+            benched = list(self._benched.items())[start:start + (end - pos)]
+            out.extend({"key": key, "priority": p, "place": "benched"} for key, p in benched)
+            pos += len(benched)
+        pos = max(pos, len(self.queue) + len(self._benched))
+        if pos < end and self._deferred:
+            start = pos - len(self.queue) - len(self._benched)
+            deferred = sorted(self._deferred.items(), key=lambda item: item[1][1])[start:start + (end - pos)]
+            out.extend({"key": key, "priority": p, "place": "deferred", "not_before": nb}
+                       for key, (p, nb) in deferred)
+        return out
+
     def clear(self) -> list[str]:
         """Drop every waiting key; returns them."""
         dropped = list(self.keys())

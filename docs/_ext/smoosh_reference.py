@@ -187,7 +187,7 @@ def http_reference() -> Generated:
             problems.append(f"endpoint {where} has no summary or doc (its Route in smoosh/daemon/api/http.py)")
         if not callable(getattr(_Handler, route.handler, None)):
             problems.append(f"endpoint {where}: no handler method {route.handler!r}")
-        anchor = f"{route.method.lower()}-{route.path.strip('/').replace('/', '-')}"
+        anchor = f"{route.method.lower()}-{route.path.strip('/').replace('/', '-') or 'page'}"
         out.append(f"| [`{where}`](#{anchor}) | {_cell(route.summary)} |")
         body += [f"({anchor})=", f"## `{where}`", "", route.summary.strip(), "", route.doc.strip(), ""]
     return "\n".join([*out, "", *body]), problems

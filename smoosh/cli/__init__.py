@@ -13,6 +13,7 @@ from smoosh.cli.config_cmd import cmd_config_check, cmd_config_sample
 from smoosh.cli.messages import print_config_error, print_error
 from smoosh.cli.pipes import quiet_pipes
 from smoosh.cli.run import cmd_run, cmd_worker
+from smoosh.cli.store_deadline import add_deadline_option
 from smoosh import __version__
 from smoosh.errors import ConfigError, SmooshError
 
@@ -113,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     where = p.add_mutually_exclusive_group()
     where.add_argument("--store", metavar="URL", help="read every node's status record from the store")
     where.add_argument("--url", metavar="URL", type=daemon_url, help=URL_HELP)
+    add_deadline_option(p)
     p.add_argument("--json", action="store_true", help="print JSON as served")
     p.add_argument("--jobs", action="store_true", help="per-key state, progress and history (GET /jobs)")
     p.add_argument("--state", metavar="STATE", action="append",
@@ -160,6 +162,17 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("channel", nargs="?", metavar="CHANNEL", help="one channel (default: every channel)")
         p.set_defaults(func=cmd_control, action=action)
 
+    p = sub.add_parser("forget", help="forget a decommissioned node: its status record, jobs and records in the store",
+                       description="Forget a node that will not come back: clear its status record, its jobs, its "
+                                   "crash records and last results, the holds naming it and its part of the "
+                                   "fleet-wide cap from the store the nodes share. A live node is refused (stop it "
+                                   "first); a stale one is forgotten, and lists again if its daemon comes back.")
+    p.add_argument("node", metavar="NODE", type=node_name, help="the node's name, as `smoosh status --store` lists it")
+    p.add_argument("--store", metavar="URL", required=True, help="the store the nodes share")
+    add_deadline_option(p)
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
+    p.set_defaults(func=_cmd_forget)
+
     p = sub.add_parser("config", help="configuration tools")
     config_sub = p.add_subparsers(metavar="ACTION")
     c = config_sub.add_parser("check", help="validate the config; exit 1 on errors")
@@ -205,6 +218,12 @@ def _know_their_parsers(parser: argparse.ArgumentParser) -> None:
                 _know_their_parsers(sub)
 
 
+def _cmd_forget(args: argparse.Namespace) -> int:
+    from smoosh.cli.cluster import cmd_forget
+
+    return cmd_forget(args)
+
+
 def _cmd_doctor(args: argparse.Namespace) -> int:
     from smoosh.cli.doctor import cmd_doctor  # its checks import what they check only when run
 
@@ -220,4 +239,5 @@ def _add_cluster_options(p: argparse.ArgumentParser, action: str) -> None:
                             "(separate from each daemon's own suspension)")
     p.add_argument("--node", metavar="NODE", type=node_name,
                    help="with --store: only this node (default: every node, including nodes that join later)")
+    add_deadline_option(p)
 

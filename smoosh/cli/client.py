@@ -78,8 +78,9 @@ def absolute_key(key: str) -> str:
     return os.path.abspath(key)
 
 
-def http_request(method: str, url: str, payload: Any = None, *, token: str | None = None) -> Any:
-    """One request to the daemon's admin API; its JSON answer.
+def http_request(method: str, url: str, payload: Any = None, *, token: str | None = None,
+                 timeout_s: float = HTTP_TIMEOUT_S) -> Any:
+    """One request to the daemon's admin API; its JSON answer (``timeout_s``: how long to wait for it).
 
     Raises:
         CliError: the daemon answered with an error status (``status`` and ``detail`` say which), or
@@ -91,7 +92,7 @@ def http_request(method: str, url: str, payload: Any = None, *, token: str | Non
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     try:
-        with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as response:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
             return json.loads(response.read() or b"null")
     except urllib.error.HTTPError as e:
         try:

@@ -6,7 +6,7 @@ import datetime
 from typing import Any
 
 __all__ = ["format_status", "format_io_budget", "store_line", "format_jobs", "format_no_jobs", "format_page", "format_cluster",
-           "format_explain", "status_summary", "fmt_bytes", "fmt_age"]
+           "format_explain", "status_summary", "fmt_bytes", "fmt_age", "fleet_summary", "cluster_line"]
 
 
 def status_summary(status: dict[str, Any]) -> str:
@@ -41,6 +41,9 @@ def status_summary(status: dict[str, Any]) -> str:
     held = sum(1 for c in channels if c.get("held"))
     if held:
         parts.append(f"{held} channel(s) held by the cluster")
+    cluster = status.get("cluster")
+    if isinstance(cluster, dict) and cluster.get("waiting_since") is not None:
+        parts.append("waiting for a slot of cluster_max_jobs")
     if status.get("dry_run"):
         parts.append("dry run")
     if status.get("config_error"):
@@ -51,6 +54,9 @@ def status_summary(status: dict[str, Any]) -> str:
 
 def format_status(body: dict[str, Any]) -> str:
     """A readable status table: channel, active, starting, waiting, min, max, deferred, window, paused.
+
+    Under it, a line per compaction in flight (its age, progress and time since its last
+    progress) and, when compactions had to wait for an application's transaction, how often.
 
     WAITING (with its MIN and MAX priority) counts the keys that could start; DEFERRED the keys
     waiting out a crash backoff or a busy database's retry, which cannot start before their
@@ -84,6 +90,12 @@ def format_status(body: dict[str, Any]) -> str:
         lines.append(f"starved (busy more than busy_retries times in a row; see smoosh status --jobs): "
                      f"{', '.join(starved)}")
     for name, ch in body.get("channels", {}).items():
+        for run in ch.get("runs") or []:
+            lines.append(_run_line(name, run))
+    application = _application_line(body.get("application"))
+    if application is not None:
+        lines.append(application)
+    for name, ch in body.get("channels", {}).items():
         held = ch.get("held")
         if isinstance(held, dict):
             lines.append(f"{name} held by the cluster: {_held_scope(held)}, by {held.get('by')} since "
@@ -92,6 +104,9 @@ def format_status(body: dict[str, Any]) -> str:
         for name, ch in body.get("channels", {}).items():
             for position, (key, priority) in enumerate(ch.get("would_run") or [], 1):
                 lines.append(f"would run in {name} #{position}: {key} (priority {format_priority(priority)})")
+    cluster = cluster_line(body.get("cluster"))
+    if cluster is not None:
+        lines.append(cluster)
     store = store_line(body.get("store"))
     if store is not None:
         lines.append(store)
@@ -100,6 +115,41 @@ def format_status(body: dict[str, Any]) -> str:
     if body.get("restart_required"):
         lines.append(f"restart required for: {', '.join(body['restart_required'])}")
     return "\n".join(lines)
+
+
+def _run_line(channel: str, run: dict[str, Any]) -> str:
+    """A compaction in flight: ``running in ratio_dbs: /srv/t1.db, 2 min 5 s, 40%, last progress 3 s ago``."""
+    state = run.get("state", "running")
+    parts = [f"{fmt_age(float(run.get('age_s') or 0))}"]
+    if state == "running":
+        parts.append(f"{float(run.get('progress') or 0):.0%}")
+        parts.append(f"last progress {fmt_age(float(run.get('since_progress_s') or 0))} ago")
+    return f"{state} in {channel}: {run.get('key')}, {', '.join(parts)}"
+
+
+def _application_line(seen: Any) -> str | None:
+    """What the compactions saw of the applications, when they had to wait for one (else None)."""
+    if not isinstance(seen, dict) or not seen.get("waits"):
+        return None
+    line = (f"applications in a transaction: waited {seen['waits']} time(s), "
+            f"{float(seen.get('wait_seconds') or 0):.1f} s in all, for a moment with none open")
+    if seen.get("gave_up"):
+        line += f"; found none {seen['gave_up']} time(s) (busy, retried later)"
+    return line
+
+
+def cluster_line(cluster: Any) -> str | None:
+    """This node's part of the fleet-wide cap in words, or None (no ``cluster_max_jobs`` set, and none held).
+
+    Parameters:
+        cluster: the ``cluster`` field of ``/status``: ``{"max_jobs", "slots", "waiting_since", ...}``.
+    """
+    if not isinstance(cluster, dict) or (cluster.get("max_jobs") is None and not cluster.get("slots")):
+        return None
+    line = f"cluster_max_jobs = {cluster.get('max_jobs')}: this node's runs hold {cluster.get('slots', 0)} slot(s)"
+    if cluster.get("waiting_since") is not None:
+        line += f"; its starts wait for a slot since {_fmt_time(cluster['waiting_since'])}"
+    return line
 
 
 def store_line(store: Any, *, short: bool = False) -> str | None:
@@ -273,19 +323,77 @@ def _utc(at: Any) -> str:
 
 
 def format_cluster(nodes: dict[str, Any]) -> str:
-    """Every node's status record, stale ones marked with the age of their last record."""
+    """Every node's status record: its state (stale ones with the age of their last record, stopped
+    ones with when they stopped), who runs it (host, PID, version, config digest, its part of the
+    fleet-wide cap), then its table; a summary of the fleet first."""
     if not nodes:
         return "no node has written a status record to this store"
-    parts = []
+    parts = fleet_summary(nodes)
     for node, record in sorted(nodes.items()):
-        stale = ""
-        if record.get("stale"):
+        state = ""
+        if record.get("state") == "stopped":
+            at = record.get("stopped_at")
+            state = f" (stopped {_fmt_time(at)})" if isinstance(at, (int, float)) else " (stopped)"
+        elif record.get("stale"):
             age_s = record.get("age_s")
-            stale = f" (stale: last record {fmt_age(age_s)} old)" if isinstance(age_s, (int, float)) else " (stale)"
-        parts.append(f"== {node}{stale}, updated {_fmt_time(record.get('updated_at'))}")
+            state = f" (stale: last record {fmt_age(age_s)} old)" if isinstance(age_s, (int, float)) else " (stale)"
+        parts.append(f"== {node}{state}, updated {_fmt_time(record.get('updated_at'))}")
+        who = _who(record)
+        if who:
+            parts.append(who)
         parts.append(format_status({"node": node, "channels": record.get("channels", {}),
                                     "reclaimable_bytes": record.get("reclaimable_bytes", 0)}))
     return "\n".join(parts)
+
+
+def fleet_summary(nodes: dict[str, Any]) -> list[str]:
+    """The fleet in a few lines: how many nodes in each state; the versions and configs when they
+    differ between nodes; the fleet-wide cap, when one is set (the values when nodes disagree),
+    its slots held and the nodes waiting for one."""
+    states = {state: sum(1 for r in nodes.values() if r.get("state") == state) for state in ("live", "stale", "stopped")}
+    lines = [f"{len(nodes)} node(s): " + ", ".join(f"{n} {state}" for state, n in states.items())]
+    for field, what in (("version", "versions"), ("config_digest", "configs")):
+        seen: dict[str, int] = {}
+        for record in nodes.values():
+            value = record.get(field)
+            if isinstance(value, str):
+                seen[value] = seen.get(value, 0) + 1
+        if len(seen) > 1:
+            listed = ", ".join(f"{value} on {n}" for value, n in sorted(seen.items(), key=lambda kv: (-kv[1], kv[0])))
+            lines.append(f"mixed {what}: {listed}")
+    caps = {r.get("cluster_max_jobs") for r in nodes.values() if r.get("state") != "stopped"}
+    caps.discard(None)
+    if caps:
+        held = sum(int((r.get("cluster_slots") or {}).get("slots") or 0) for r in nodes.values()
+                   if (r.get("cluster_slots") or {}).get("counted"))
+        waiting = sorted(n for n, r in nodes.items() if (r.get("cluster_slots") or {}).get("wanting_since") is not None)
+        cap = str(caps.pop()) if len(caps) == 1 else "mixed (" + ", ".join(str(c) for c in sorted(caps)) + ")"
+        line = f"cluster_max_jobs = {cap}: {held} slot(s) held"
+        if waiting:
+            line += f"; waiting for a slot: {', '.join(waiting)}"
+        lines.append(line)
+    return lines
+
+
+def _who(record: dict[str, Any]) -> str:
+    """Who serves a node, as its record says: host, PID, version, config digest, its cluster slots."""
+    words = []
+    process = record.get("process")
+    if isinstance(process, dict) and process.get("host"):
+        words.append(f"host {process['host']}, pid {process.get('pid')}")
+    if record.get("version"):
+        words.append(f"smoosh {record['version']}")
+    if record.get("config_digest"):
+        words.append(f"config {record['config_digest']}")
+    slots = record.get("cluster_slots") or {}
+    if record.get("cluster_max_jobs") is not None or slots.get("slots"):
+        held = f"{slots.get('slots', 0)} slot(s) of cluster_max_jobs = {record.get('cluster_max_jobs')}"
+        if slots.get("slots") and not slots.get("counted"):
+            held += " (not counted: its lease ran out)"
+        words.append(held)
+        if slots.get("wanting_since") is not None:
+            words.append(f"waiting for one since {_fmt_time(slots['wanting_since'])}")
+    return "; ".join(words)
 
 
 def _fmt_time(at: Any) -> str:

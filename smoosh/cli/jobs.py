@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import io
 import json
 import math
 import sys
@@ -23,6 +24,7 @@ from typing import Any, TextIO
 
 from smoosh.cli.argtypes import positive_int
 from smoosh.cli.messages import print_error
+from smoosh.cli.store_deadline import add_deadline_option, answer_within, deadline_of
 from smoosh.daemon.results import Result, read_all
 from smoosh.errors import SmooshError
 from smoosh.jobs.errors import NotFound
@@ -52,6 +54,7 @@ def add_jobs_parser(subparsers: Any) -> argparse.ArgumentParser:
     """
     parser = subparsers.add_parser("jobs", help="list or show jobs in the store", description="List or show jobs in the store.")
     parser.add_argument("--store", metavar="URL", help="store URL (default: the config's store)")
+    add_deadline_option(parser)
     commands = parser.add_subparsers(dest="jobs_command", metavar="{list,show}")
     commands.required = True
     list_parser = commands.add_parser("list", help="list jobs: type, id, state, scheduled time")
@@ -79,7 +82,7 @@ def jobs_command(args: argparse.Namespace, *, stdout: TextIO | None = None, stde
     Returns:
         0 on success, 1 on an operational error (unopenable store, job not found).
     """
-    from smoosh.store import open_store  # lazily: a parser-only import stays cheap
+    from smoosh.store import Store, open_store  # lazily: a parser-only import stays cheap
 
     out = stdout or sys.stdout
     err = stderr or sys.stderr
@@ -89,25 +92,39 @@ def jobs_command(args: argparse.Namespace, *, stdout: TextIO | None = None, stde
     if not url:
         print_error("jobs: no store: pass --store URL or set store in the config", stream=err)
         return 1
-    try:
-        store = open_store(url, create=False)  # a mistyped path is an error, not a new store
-    except SmooshError as e:
-        print_error(f"jobs: cannot open store {url}: {e}", stream=err)
-        return 1
-    try:
+    deadline_s = deadline_of(args)
+
+    def opener(url: str, *, create: bool) -> Store:
+        try:
+            return open_store(url, create=create)  # create=False: a mistyped path is an error, not a new store
+        except SmooshError as e:
+            raise _CannotOpen(f"cannot open store {url}: {e}") from e
+
+    def work(store: Store) -> tuple[int, str, str]:
+        # Printed once the answer is in, all of it: a store that stops answering halfway leaves
+        # no half a listing behind the error.
+        buf_out, buf_err = io.StringIO(), io.StringIO()
         with Jobs(store, monitors=False) as jobs:
+            kept = store.transact(lambda tr: read_all(tr.snapshot), timeout_s=deadline_s)
             if args.jobs_command == "list":
-                kept = store.transact(lambda tr: read_all(tr.snapshot))
-                return _list(jobs, getattr(args, "job_type", None), out, states=getattr(args, "state", None),
-                             limit=getattr(args, "limit", None), as_json=bool(getattr(args, "json", False)),
-                             kept=kept)
-            kept = store.transact(lambda tr: read_all(tr.snapshot))
-            return _show(jobs, args.job_type, args.job_id, out, err, kept=kept)
+                rc = _list(jobs, getattr(args, "job_type", None), buf_out, states=getattr(args, "state", None),
+                           limit=getattr(args, "limit", None), as_json=bool(getattr(args, "json", False)), kept=kept)
+            else:
+                rc = _show(jobs, args.job_type, args.job_id, buf_out, buf_err, kept=kept)
+        return rc, buf_out.getvalue(), buf_err.getvalue()
+
+    try:
+        rc, printed, said = answer_within(url, work, deadline_s, args=args, opener=opener)
     except SmooshError as e:
         print_error(f"jobs: {e}", stream=err)
         return 1
-    finally:
-        store.close()
+    out.write(printed)
+    err.write(said)
+    return rc
+
+
+class _CannotOpen(SmooshError):
+    """Raised when ``jobs`` cannot open its store (said as such: the store never answered anything)."""
 
 
 def _store_from_config(args: argparse.Namespace, err: TextIO) -> str | None:

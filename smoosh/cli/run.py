@@ -65,6 +65,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if admin is not None:
             admin.start()
             log.info("admin API on http://%s", admin.address)
+            # The address a new user opens (the page is served whenever the API is).
+            log.info("the operators' page: open http://%s/ in a browser", admin.address)
         log.info("effective config: %s", config.describe() if hasattr(config, "describe") else config.path)
         if not sqlite_guard.installed():
             log.warning("%s.", sqlite_guard.NOT_BUILT)

@@ -41,6 +41,7 @@ from typing import Any, Callable
 import apsw
 
 from smoosh.compactors.base import Blocked, Busy, CompactionContext, Interrupted
+import smoosh.compactors.sqlite_quiet as sqlite_quiet
 from smoosh.compactors.sqlite_compact import interrupt_quietly, raise_mapped
 from smoosh.compactors.sqlite_open import pragma, run
 from smoosh.compactors.sqlite_openers import PinningReaders, Reader, others_have_open, wal_readers
@@ -69,6 +70,9 @@ READERS_POLL_S = 0.05
 #: it. A shorter wait ends that sooner, but also gives up on a writer's ordinary commit (its
 #: fsync) and lets the log grow until the next try (bench/HISTORY.md: 20 ms, tried).
 RESET_BUSY_TIMEOUT_S = 0.1
+#: The longest a checkpoint or a cut step waits for a moment with no application transaction
+#: open before it takes the log's write lock anyway (seconds; see :func:`_quiet_moment`).
+QUIET_BEFORE_LOCK_S = 0.1
 #: Bytes of a ``-wal`` file cut per hold of the application's writers (see :func:`cut_wal`):
 #: freeing a file's blocks takes time in proportion to them where the file system discards
 #: what it frees, ext4 mounted with ``discard`` (bench/HISTORY.md has the figures).
@@ -180,11 +184,27 @@ def _checkpoint_after_passive(
         apsw.Error: the second checkpoint failed.
     """
     copy_back(conn, path)
+    _quiet_moment(path)
     conn.set_busy_timeout(int(wait_s * 1000))
     try:
         return run(conn, f"PRAGMA wal_checkpoint({mode})")
     finally:
         conn.set_busy_timeout(int(busy_timeout_s * 1000))
+
+
+def _quiet_moment(path: str) -> None:
+    """Wait, briefly, for a moment with no application transaction open, before taking the log's write lock.
+
+    A ``RESTART`` or ``TRUNCATE`` checkpoint holds the write lock while it waits for readers, and
+    a cut step holds it while it cuts: an application transaction that read and then wants to
+    write fails at once meanwhile (see :mod:`~smoosh.compactors.sqlite_quiet`). Taken from a
+    quiet moment, none is caught. Past :data:`QUIET_BEFORE_LOCK_S` the step goes on as before
+    (what it holds is short); the wait holds no lock.
+    """
+    try:
+        sqlite_quiet.wait_for_quiet(path, True, QUIET_BEFORE_LOCK_S)
+    except Busy:
+        pass
 
 
 def restart_wal(conn: apsw.Connection, path: str, *, busy_timeout_s: float) -> None:
@@ -305,6 +325,7 @@ def _cut_step(conn: apsw.Connection, path: str, busy_timeout_s: float, old_salts
         old_salts: the salts of a log that has not started over since the RESTART, to be
             started over with a commit of our own when the header still has them; None: never.
     """
+    _quiet_moment(path)
     conn.set_busy_timeout(int(RESET_BUSY_TIMEOUT_S * 1000))
     try:
         run(conn, "BEGIN IMMEDIATE")

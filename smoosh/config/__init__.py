@@ -142,6 +142,9 @@ class Config:
     backlog_full_bytes: int = DEFAULT_BACKLOG_FULL_BYTES
     #: Databases up to this size are compacted in batches (smoosh.daemon.run.batch); 0: none.
     batch_max_size_bytes: int = DEFAULT_BATCH_MAX_SIZE_BYTES
+    #: Compactions running at once on all the nodes of the store together (None: no such cap;
+    #: smoosh.daemon.control.cluster_cap).
+    cluster_max_jobs: int | None = None
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
     @classmethod
@@ -262,6 +265,7 @@ class Config:
             job_timeout_s=r.get("job_timeout", parse_duration_at_least(1.0, 0.0, strict=True), DEFAULT_JOB_TIMEOUT_S),
             max_jobs=r.get("max_jobs", parse_int(1), DEFAULT_MAX_JOBS),
             min_jobs=r.get("min_jobs", parse_int(1), DEFAULT_MIN_JOBS),
+            cluster_max_jobs=r.get("cluster_max_jobs", parse_int(1), None),
             backlog_full_bytes=int(r.get("backlog_full", parse_threshold_size(allow_infinity=False),
                                          DEFAULT_BACKLOG_FULL_BYTES)),
             interval_s=r.get("interval", parse_duration_at_least(1.0, 0.0, strict=True), DEFAULT_INTERVAL_S),

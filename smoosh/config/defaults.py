@@ -263,6 +263,14 @@ GLOBAL_KEY_DEFS: tuple[Key, ...] = (
         "in-process workers). When channels compete for the last slots, the one that has waited "
         "longest goes first.",
         DEFAULT_MAX_JOBS),
+    Key("cluster_max_jobs", "cluster_max_jobs", INTEGER,
+        "Compactions running at once on all the nodes sharing this node's store together, at most: one "
+        "limit for nodes that share a storage backend (a SAN, one cloud volume's throughput). Checked "
+        "in the transaction that starts each compaction, so it holds across nodes with no overshoot, "
+        "and shared fairly: while another node waits for a slot, a node already running its share "
+        "starts nothing more. Set the same value on every node of the store (`smoosh status --store` "
+        "shows each node's). Unset: no limit across nodes (each node's `max_jobs` still holds).",
+        default_text="unset: no limit across nodes"),
     Key("min_jobs", "min_jobs", INTEGER,
         "The fewest compactions the backlog controller lets run at once while work waits. Every "
         "status interval it lets `min_jobs` run plus a share of the rest of `max_jobs` that follows "

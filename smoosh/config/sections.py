@@ -197,8 +197,9 @@ SQLITE_KEY_DEFS: tuple[Key, ...] = (
         "Pages an incremental compaction frees per chunk, at most; between chunks it holds no lock.",
         DEFAULT_INCREMENTAL_CHUNK_PAGES),
     Key("busy_timeout", "busy_timeout_s", DURATION,
-        "How long a compaction waits for a database's lock before it reports the database busy "
-        "(retried later, not a failure).",
+        "How long a compaction waits for a database's lock, or for a moment when no application "
+        "transaction is open on it (what it waits for before taking a lock), before it reports the "
+        "database busy (retried later, not a failure).",
         DEFAULT_BUSY_TIMEOUT_S),
     Key("analyze", "analyze", BOOLEAN,
         "After each successful compaction, refresh the query planner's statistics with "
@@ -206,8 +207,9 @@ SQLITE_KEY_DEFS: tuple[Key, ...] = (
         "the compaction still counts as `ok`.",
         DEFAULT_ANALYZE),
     Key("max_lock_hold", "max_lock_hold_s", DURATION,
-        "The longest a full VACUUM may hold the write lock of a database another process has open "
-        "(seen in WAL mode); 0: no limit. A VACUUM that could no longer end within it is rolled back "
+        "The longest a full VACUUM may hold the lock of a database another process has open (WAL "
+        "mode: its `-shm` locks say so; rollback mode: the processes' open files, or when that cannot "
+        "be told); 0: no limit. A VACUUM that could no longer end within it is rolled back "
         "and the database reported busy, before the application's writers reach their own busy "
         "timeout: keep it below theirs.",
         DEFAULT_MAX_LOCK_HOLD_S),

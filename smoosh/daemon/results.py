@@ -24,10 +24,12 @@ jobs list`` (:func:`read_all`).
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import msgpack
 
@@ -136,6 +138,42 @@ class ResultLog:
         """A copy of every key's results (newest first)."""
         with self._lock:
             return {key: list(results) for key, results in self._rows.items()}
+
+    def recent(
+        self, *, results: frozenset[str] | None = None, channel: str | None = None, offset: int = 0, limit: int = 50,
+    ) -> tuple[list[tuple[str, Result, bool]], int]:
+        """A page of every result held, newest first (``GET /history``).
+
+        Bounded by what is held (``max_keys`` keys of ``max_per_key`` results), whatever the fleet.
+
+        Parameters:
+            results: only these results (None: all).
+            channel: only this channel's (None: all).
+            offset: results of the matching list to skip first.
+            limit: at most this many.
+
+        Returns:
+            ``([(key, result, latest)], total)``: the page, ``latest`` telling whether that is the
+            key's newest result, and how many results match in all.
+        """
+        with self._lock:
+            rows = [(key, list(held)) for key, held in self._rows.items()]
+
+        def wanted(result: Result) -> bool:
+            return (results is None or result.result in results) and (channel is None or result.channel == channel)
+
+        if results is None and channel is None:
+            total = sum(len(held) for _key, held in rows)
+        else:
+            total = sum(1 for _key, held in rows for result in held if wanted(result))
+        def ordered(key: str, held: list[Result]) -> Iterator[tuple[float, str, int, Result]]:
+            return ((-result.at, key, i, result) for i, result in enumerate(held) if wanted(result))
+
+        # Each key's results are newest first: merged lazily, a page costs the keys plus the page,
+        # not a sort of every result held. (-at, key, i) orders them and never reaches a Result.
+        merged = heapq.merge(*(ordered(key, held) for key, held in rows))
+        page = itertools.islice(merged, offset, offset + limit)
+        return [(key, result, i == 0) for _at, key, i, result in page], total
 
     def write_for(self, key: str, result: Result) -> Write:
         """Note ``key``'s new result; the write that stores it, to make in the transaction that ends its job.

@@ -29,12 +29,15 @@ from typing import Any, Callable, Sequence
 
 from channels import Channel
 from channels.ports import Outcome
+from smoosh import __version__
 from smoosh.clocks import Clocks
 from smoosh.compactors import Compactor, CompactorBase, adapt, load_compactors
 from smoosh.config import ChannelConfig, Config
 from smoosh.daemon.control.budget_gate import BudgetGate
 from smoosh.daemon.host.channel_host import ChannelHost
+from smoosh.daemon.control.cluster_cap import CapGate, ClusterCap, NodeCap
 from smoosh.daemon.control.cluster_holds import ClusterHolds
+from smoosh.config.digest import config_digest
 from smoosh.daemon.intake.explain import Sources, explain as explain_key
 from smoosh.daemon.history import ADDED, HistoryTable
 from smoosh.daemon.host.housekeeping import Housekeeping, Parts
@@ -150,6 +153,13 @@ class Server(LiveConfig):
         self.io_budget.set_chunk_gap_factor(self.controller.last.chunk_gap_factor)
         self._budget_gate = BudgetGate(self.io_budget, wake_channel=self.wake,
                                        rearm=lambda: self._loop.wake(self._budget_gate))
+        # The fleet-wide cap (cluster_max_jobs): its slots in the store, taken by each claim, and
+        # the gate that holds this node's starts while the cap refuses them.
+        self._cap = NodeCap(ClusterCap(), config.node, limit_of=lambda: self._config.cluster_max_jobs,
+                            wall=clocks.wall)
+        self._cap_gate = CapGate(wake_channel=self.wake, rearm=lambda: self._loop.wake(self._cap_gate),
+                                 clock=monotonic, wall=clocks.wall)
+        self._config_digest: tuple[Config, str] | None = None
         self._history = HistoryTable(
             max_history=config.max_history,
             health_threshold_s=config.health_threshold_s,
@@ -215,7 +225,7 @@ class Server(LiveConfig):
             intake=self.intake, outcomes=self._outcomes, suspension=self._suspension,
             worker_of=lambda: self._worker, scheduler_of=lambda: self._scheduler, store_of=lambda: self._store,
             acted=self._operator_acted, wall_time=clocks.wall, config_of=lambda: self._config, pressure=self.pressure,
-            store_health=self._store_health,
+            store_health=self._store_health, cap_gate=self._cap_gate,
         )
         self._housekeeping: Housekeeping | None = None
         # Every slot held has a live run behind it, or it is said once and freed.
@@ -278,6 +288,8 @@ class Server(LiveConfig):
         )
         self._scheduler.on_released = self._settle
         self._scheduler.on_opened = self._run_opened
+        self._scheduler.cap = self._cap
+        self._scheduler.on_cap = self._on_cap
         self._suspension.load()
         # Before any channel opens: a channel the cluster holds never starts a run first.
         cluster = ClusterHolds(self._store)
@@ -301,6 +313,7 @@ class Server(LiveConfig):
         for name, ch_cfg in cfg.channels.items():
             self._registry.open(name, ch_cfg, now)
         found.apply(self._registry.current, now)
+        self._reconcile_cap_slots()
         self.intake.start()
         if self._workers_n > 0 and not self.dry_run:
             from smoosh.daemon.run.worker import Worker
@@ -315,6 +328,7 @@ class Server(LiveConfig):
             )
             self._worker.on_released = self._settle
             self._worker.on_finished = self._history_row
+            self._worker.release_slot = self._cap.release_write
             self._worker.start()
             self._scheduler.local = self._worker
         self._housekeeping = Housekeeping(Parts(
@@ -328,12 +342,14 @@ class Server(LiveConfig):
             on_decision=self._apply_decision, lock_waits=lambda: self.io_budget.lock_waits,
             running_reclaimable=self._running_reclaimable,
             process=self._process, store_health=self._store_health, compacting_any=self._compacting_any,
-            scan_helper=scan_helper,
+            scan_helper=scan_helper, cap=self._cap,
+            live_runs=lambda: [run.token for run in self._scheduler.runs()] if self._scheduler is not None else [],
         ), watch_config=self._watch_config)
         self.intake.wake = lambda: self._loop.wake(self.intake)
         self._loop.add(self.intake, "the intake")
         self._loop.add(self._housekeeping, "housekeeping")
         self._loop.add(self._budget_gate, "the I/O budget gate", due=None)
+        self._loop.add(self._cap_gate, "the cluster cap's gate", due=None)
         self._loop.add(self._audit, "the run audit")
         self._housekeeping.start()
         self._loop.start()
@@ -351,6 +367,7 @@ class Server(LiveConfig):
         self._host.stopping = True
         if self._housekeeping is not None:
             quietly(self._housekeeping.stop, "stopping", log)
+        self._cap_gate.close()
         self.intake.stop()
         if self._worker is not None:
             # Its runs end as "interrupted (stopping)": their events reach the loop, which
@@ -410,7 +427,9 @@ class Server(LiveConfig):
                 inner = self._given_store or open_job_store(self._config.store, reset=self._reset_store)
                 self._store = WatchedStore(inner, self._store_health, owns_inner=self._owns_store)
             running_here.add(process.instance)
-            self._dead_holders = claim_node(self._store, self.node, process, self._clocks.wall())
+            facts = {"version": self.version, "config_digest": self.config_digest,
+                     "cluster": {"max_jobs": self._config.cluster_max_jobs}}
+            self._dead_holders = claim_node(self._store, self.node, process, self._clocks.wall(), facts=facts)
         except BaseException:
             running_here.discard(process.instance)
             self._close_store()
@@ -438,6 +457,65 @@ class Server(LiveConfig):
         self._store_health.unquiet_store_logs()
         if store is not None and self._owns_store:
             quietly(store.close, "stopping", log)
+
+    def _reconcile_cap_slots(self) -> None:
+        """At start, after the take-over: the node's slots of the fleet-wide cap are its followed runs'.
+
+        Those its previous life left (a kill -9, a finish that never committed) are given back;
+        a run adopted from a ``smoosh worker`` that held one keeps it. Before any claim of
+        this daemon: nothing it starts is given back here.
+        """
+        scheduler, store = self._scheduler, self._store
+        if scheduler is None or store is None:
+            return
+        runs = scheduler.runs()
+        cap, node, now = self._cap.cap, self.node, self._clocks.wall()
+
+        def body(tr: Transaction) -> None:
+            for run in runs:
+                if run.cap_slot:
+                    cap.adopt(tr, node, run.token, now)
+            cap.reconcile(tr, node, [run.token for run in runs])
+
+        try:
+            store.transact(body)
+        except Exception as e:
+            # The status record's reconcile gives them back a few seconds later.
+            log.warning("could not give back the cluster cap's slots this node left: %s", e)
+
+    def _on_cap(self, taken: bool, watch: Any) -> None:
+        """A claim took a slot of the fleet-wide cap, or was refused one (loop thread)."""
+        if taken:
+            self._cap_gate.admitted()
+        else:
+            self._cap_gate.refused(watch, self._loop.post)
+
+    def cluster_status(self) -> dict[str, Any]:
+        """The fleet-wide cap as this node sees it (``/status``'s ``cluster``; any thread).
+
+        Returns:
+            ``{"max_jobs"``: this node's ``cluster_max_jobs`` (None: no cap), ``"slots"``: the
+            slots its runs hold, ``"waiting_since"``: since when its starts wait for a slot
+            (None: they do not), ``"refusals"``: claims the cap refused since the start,
+            ``"waiting_channels"``: the channels waiting for a slot now``}``.
+        """
+        scheduler = self._scheduler
+        slots = sum(1 for run in scheduler.runs() if run.cap_slot) if scheduler is not None else 0
+        gate = self._cap_gate
+        return {"max_jobs": self._config.cluster_max_jobs, "slots": slots, "waiting_since": gate.waiting_since,
+                "refusals": gate.refusals, "waiting_channels": gate.waiting()}
+
+    #: The version of smoosh this daemon runs (its status record says it, for a fleet's mixed versions).
+    version = __version__
+
+    @property
+    def config_digest(self) -> str:
+        """The digest of the config in force (:func:`smoosh.config.digest.config_digest`; any thread)."""
+        cached = self._config_digest
+        config = self._config
+        if cached is None or cached[0] is not config:
+            cached = self._config_digest = (config, config_digest(config))
+        return cached[1]
 
     def _requeue(self, channel: str, key: str, priority: float) -> None:
         """The store failed to add the job of ``key`` (loop thread): it waits in its channel again.
@@ -792,6 +870,51 @@ class Server(LiveConfig):
         """A page of :meth:`jobs_table`: only ``states``, ``limit`` rows after ``offset``; with the matching total."""
         return jobs_table(self._history, self._worker, states=states, limit=limit, offset=offset,
                           held=self._store_health.holding())
+
+    def queue_page(self, channel: str, *, offset: int = 0, limit: int = 50) -> tuple[list[dict[str, Any]], int] | None:
+        """A page of ``channel``'s waiting keys in the order they would start (``GET /queue``); any thread.
+
+        Returns:
+            ``(rows, total)`` (see :meth:`channels.Channel.head`; a deferred key's ``not_before``
+            in wall time), or None when the channel stayed busy past a moment.
+
+        Raises:
+            UnknownChannel: ``channel`` is not configured.
+        """
+        found = self._registry.current.get(channel)
+        if found is None:
+            raise UnknownChannel(channel)
+        page = found.head(offset, limit)
+        if page is None:
+            return None
+        rows, total = page
+        for row in rows:
+            if "not_before" in row:
+                row["not_before"] = round(self._clocks.wall_at(row["not_before"]), 3)
+        return rows, total
+
+    def history_page(
+        self, *, results: frozenset[str] | None = None, channel: str | None = None, offset: int = 0, limit: int = 50,
+    ) -> tuple[list[dict[str, Any]], int]:
+        """A page of the finished compactions held, newest first (``GET /history``); any thread.
+
+        Each row is a result (:meth:`smoosh.daemon.results.Result.to_json`) with its ``key``, its
+        ``reclaimed_bytes`` and, for a key's newest result when the key now waits for a retry (a
+        crash's backoff, a busy database), ``retry_at`` (Unix seconds; else None).
+        """
+        page, total = self._results.recent(results=results, channel=channel, offset=offset, limit=limit)
+        rows = []
+        for key, result, latest in page:
+            row: dict[str, Any] = {"key": key, **result.to_json()}
+            row["reclaimed_bytes"] = max(0, result.size_before_bytes - result.size_after_bytes) if result.result == "ok" else 0
+            record = self._history.get(key) if latest else None
+            row["retry_at"] = record.retry_at if record is not None else None
+            rows.append(row)
+        return rows, total
+
+    def series(self) -> dict[str, Any]:
+        """The last hour per minute for the operators' page (``GET /series``; :mod:`smoosh.daemon.record.series`)."""
+        return self.counters.series.read(self._clocks.wall())
 
     def crashing_jobs(self) -> dict[str, int]:
         """Keys in crash backoff now, per channel (``smoosh_crashing_jobs``); any thread."""

@@ -163,6 +163,25 @@ class Jobs:
         self._run(lambda tr: tr.clear(key), tx)
         self._supervisor.stop_type(job_type)
 
+    def drop_type(self, job_type: JobType, *, tx: Transaction | None = None) -> None:
+        """Clear every key of a type: its jobs' rows and pending and activity entries, its timeout (the
+        type is then unknown) and its watch keys; stops its threads in this process.
+
+        For a type nobody will use again (``smoosh forget`` of a decommissioned node): a worker
+        still running one of its jobs gets ``JobHalted`` at its next update, as after ``remove``,
+        but subscribers hear nothing; remove the jobs first where that matters.
+        """
+        check_type(job_type)
+        prefix = self.keys.prefix
+
+        def body(tr: Transaction) -> None:
+            for section in range(model.DATA, model.ACTIVITY + 1):
+                tr.clear(tuples.pack((section, job_type), prefix))
+                tr.clear_range(*tuples.range((section, job_type), prefix))
+
+        self._run(body, tx)
+        self._supervisor.stop_type(job_type)
+
     def get_types(self, *, tx: Transaction | None = None) -> list[JobType]:
         """Every type with a timeout."""
         begin, end = self.keys.activity_timeout_range()

@@ -76,3 +76,26 @@ def test_locate_says_where_a_key_is_and_its_place_in_line(make_channel: MakeChan
     assert h.channel.paused_until == h.now + 3600
     h.tick(3600)
     assert h.channel.paused_until is None
+
+
+def test_the_head_pages_every_waiting_key_in_the_order_they_would_start(make_channel: MakeChannel) -> None:
+    # Given a queue, a forced key from the middle of it, and a deferred key
+    h = make_channel(wait_s=3600)
+    for i, priority in enumerate([5.0, 9.0, 1.0, 7.0, 3.0]):
+        h.channel.enqueue(f"/db/{i}", priority)
+    h.channel.force("/db/2")
+    h.channel.defer("/db/late", 4.0, h.now + 600)
+    h.channel.defer("/db/soon", 8.0, h.now + 60)
+    # Then the head lists the forced key first, the queue highest first, then the deferred, earliest first
+    rows, total = h.channel.head(0, 100)
+    assert total == 7
+    assert [(r["position"], r["key"], r["place"]) for r in rows] == [
+        (1, "/db/2", "queue"), (2, "/db/1", "queue"), (3, "/db/3", "queue"), (4, "/db/0", "queue"),
+        (5, "/db/4", "queue"), (6, "/db/soon", "deferred"), (7, "/db/late", "deferred")]
+    assert rows[0] == {"key": "/db/2", "priority": math.inf, "place": "queue", "position": 1, "forced": True}
+    assert rows[5] == {"key": "/db/soon", "priority": 8.0, "place": "deferred", "not_before": h.now + 60, "position": 6}
+    # And every page of it is that list's slice, whatever its size
+    for offset in range(8):
+        for limit in (1, 2, 3):
+            page, page_total = h.channel.head(offset, limit)
+            assert (page, page_total) == (rows[offset:offset + limit], 7), (offset, limit)

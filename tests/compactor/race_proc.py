@@ -27,24 +27,11 @@ from types import SimpleNamespace
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from compactor.contexts import RecordingContext  # noqa: E402
 from helpers.exchange import exchange  # noqa: E402
 from smoosh.compactors import SqliteCompactor  # noqa: E402
 from smoosh.compactors.base import CompactionError  # noqa: E402
 from smoosh.compactors.sqlite_open import canonical_roots  # noqa: E402
-
-
-class _Ctx:
-    def progress(self, fraction: float) -> None:
-        pass
-
-    def checkpoint(self) -> None:
-        pass
-
-    def on_cancel(self, fn: object) -> None:
-        pass
-
-    def pause(self, seconds: float) -> None:
-        time.sleep(seconds)
 
 
 def compactor(root: str, db: str, rounds: int) -> int:
@@ -53,7 +40,7 @@ def compactor(root: str, db: str, rounds: int) -> int:
     outcomes: collections.Counter[str] = collections.Counter()
     for _ in range(rounds):
         try:
-            compactor.compact(db, _Ctx())
+            compactor.compact(db, RecordingContext())
             outcomes["ok"] += 1
         except CompactionError as exc:
             outcomes[f"{type(exc).__name__}: {exc}"] += 1

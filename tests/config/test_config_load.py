@@ -366,7 +366,7 @@ def test_the_shipped_config_names_the_keys_that_need_a_restart_as_the_code_does(
 #: Channel keys that have no effect on an upgrade channel.
 UPGRADE_IGNORES = {"min_priority", "max_priority", "min_size", "max_size"}
 #: Commented-out lines of the shipped file that show an example, not the default.
-EXAMPLES = {"page_size", "auto_vacuum", "token"}
+EXAMPLES = {"page_size", "auto_vacuum", "token", "cluster_max_jobs"}
 
 
 def test_every_default_the_shipped_config_shows_is_the_codes_default(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,11 +1,12 @@
-"""A real in-process smoosh Server (no workers) shared by the HTTP and key fuzz suites."""
+"""A real in-process smoosh Server (no workers) shared by the HTTP and key fuzz suites, and an
+idle server with admin APIs made by the tests themselves (the abuse and time-bound suites)."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -54,3 +55,34 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     finally:
         admin.stop()
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """An idle server (no workers, channels paused an hour) for the admin APIs of a module's tests."""
+    base = tmp_path_factory.mktemp("http")
+    config = load_config(str(write_config(base, port=0, extra_global="wait_secs = 3600")), cwd=str(base))
+    s = Server(config, workers=0, watch_config=False)
+    s.start()
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture
+def admin_factory(server: Server) -> Iterator[Any]:
+    """``make(**kw) -> (AdminServer, (host, port))``: an admin API over ``server`` on a free port,
+    started with the options the test gives; stopped at teardown."""
+    started: list[AdminServer] = []
+
+    def make(**kw: Any) -> tuple[AdminServer, tuple[str, int]]:
+        admin = AdminServer(server, "127.0.0.1:0", **kw)
+        admin.start()
+        started.append(admin)
+        host, port = admin.address.rsplit(":", 1)
+        return admin, (host, int(port))
+
+    yield make
+    for admin in started:
+        admin.stop()

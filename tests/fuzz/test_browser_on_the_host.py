@@ -89,7 +89,7 @@ def test_a_page_s_simple_request_cannot_force_an_enqueue(api: tuple[Server, int,
                           Origin=EVIL, Sec_Fetch_Site="cross-site", Sec_Fetch_Mode="no-cors")
     assert status == 403
     assert answer == {"error": f"a request from a web page (Origin: {EVIL}) may not change anything; use the "
-                               "smoosh command or a client without Origin"}
+                               "smoosh command, a client without Origin, or this daemon's own page"}
     # Even a page that sends JSON with a preflight it will never pass: Origin alone is refused.
     assert send(port, "POST", "/suspend", {}, Content_Type="application/json", Origin=EVIL)[0] == 403
     assert server.explain(str(db))["state"] == "not_queued"
@@ -187,3 +187,50 @@ def test_shed_connections_are_counted_and_logged_once_per_interval(
     conn.close()
     assert 'smoosh_http_connections_shed_total{reason="evicted"} 2.0' in text
     assert 'smoosh_http_connections_shed_total{reason="full"} 0.0' in text
+
+
+# ------------------------------------------------------------------ the daemon's own page (issue 49)
+
+
+def test_the_daemon_s_own_page_may_act_and_a_page_anywhere_else_may_not(api: tuple[Server, int, Path]) -> None:
+    # What Chromium sends for the page's fetch("/suspend", {method: "POST", ...}): its own origin,
+    # which is exactly the address the request goes to.
+    server, port, _base = api
+    own = {"Content_Type": "application/json", "Sec_Fetch_Site": "same-origin", "Sec_Fetch_Mode": "cors"}
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}"):
+        status, answer = send(port, "POST", "/suspend", {"channel": "ratio_dbs"}, Host=host, Origin=f"http://{host}", **own)
+        assert (status, answer) == (200, {"ok": True, "action": "suspend", "channel": "ratio_dbs"}), host
+        assert server.status()["channels"]["ratio_dbs"]["suspended"] is True
+        assert send(port, "POST", "/resume", {}, Host=host, Origin=f"http://{host}", **own)[0] == 200
+    # A browser that sends no Sec-Fetch-Site (an older one) is judged by Origin alone
+    assert send(port, "POST", "/flush", {}, Content_Type="application/json", Origin=f"http://127.0.0.1:{port}")[0] == 200
+    # Every other origin is refused, and changes nothing: another site, another port of this host,
+    # the other scheme's default port, a sandboxed page or a file, and the page's own origin
+    # sent cross-site (a form or a redirect from elsewhere)
+    foreign = [
+        {"Origin": EVIL, "Sec_Fetch_Site": "cross-site"},
+        {"Origin": f"http://127.0.0.1:{port + 1}", "Sec_Fetch_Site": "same-site"},
+        {"Origin": "http://127.0.0.1", "Sec_Fetch_Site": "same-site"},
+        {"Origin": "null", "Sec_Fetch_Site": "cross-site"},
+        {"Origin": f"http://localhost:{port}"},  # Host says 127.0.0.1: loaded from another address
+        {"Origin": f"http://127.0.0.1:{port}", "Sec_Fetch_Site": "cross-site"},
+        {"Origin": f"http://127.0.0.1:{port}.evil.example"},
+    ]
+    for headers in foreign:
+        status, answer = send(port, "POST", "/suspend", {}, Content_Type="application/json", **headers)
+        assert status == 403, headers
+        assert answer["error"].startswith(f"a request from a web page (Origin: {headers['Origin']}) may not change anything")
+    # And a rebound name whose Origin and Host agree is stopped by the Host rule first
+    rebound = f"rebind.evil.example:{port}"
+    assert send(port, "POST", "/suspend", {}, Content_Type="application/json", Host=rebound, Origin=f"http://{rebound}",
+                Sec_Fetch_Site="same-origin")[0] == 403
+    assert not any(ch["suspended"] for ch in server.status()["channels"].values())
+
+
+@pytest.mark.parametrize("api", [TOKEN], indirect=True)
+def test_the_daemon_s_own_page_still_needs_the_token_once_one_is_set(api: tuple[Server, int, Path]) -> None:
+    server, port, _base = api
+    own = {"Content_Type": "application/json", "Origin": f"http://127.0.0.1:{port}", "Sec_Fetch_Site": "same-origin"}
+    assert send(port, "POST", "/suspend", {}, **own) == (401, {"error": "missing or wrong bearer token"})
+    assert send(port, "POST", "/suspend", {}, Authorization=f"Bearer {TOKEN}", **own)[0] == 200
+    assert all(ch["suspended"] for ch in server.status()["channels"].values())

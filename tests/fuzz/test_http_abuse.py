@@ -13,45 +13,19 @@ import json
 import socket
 import threading
 import time
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 from helpers.clocks import FakeClock
-from helpers.daemon import HANG_S, wait_for, write_config
-from smoosh import Server, load_config
+from helpers.daemon import HANG_S, wait_for
+from smoosh import Server
 from smoosh.daemon.api.http import AdminServer
 
 #: The request timeout these tests give the API, in seconds of its (stepped) clock.
 SHORT_TIMEOUT_S = 1.0
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    base = tmp_path_factory.mktemp("http-abuse")
-    config = load_config(str(write_config(base, port=0, extra_global="wait_secs = 3600")), cwd=str(base))
-    s = Server(config, workers=0, watch_config=False)
-    s.start()
-    try:
-        yield s
-    finally:
-        s.stop()
-
-
-@pytest.fixture
-def admin_factory(server: Server) -> Iterator[Any]:
-    started: list[AdminServer] = []
-
-    def make(**kw: Any) -> tuple[AdminServer, tuple[str, int]]:
-        admin = AdminServer(server, "127.0.0.1:0", **kw)
-        admin.start()
-        started.append(admin)
-        host, port = admin.address.rsplit(":", 1)
-        return admin, (host, int(port))
-
-    yield make
-    for admin in started:
-        admin.stop()
 
 
 def get_status(address: tuple[str, int], timeout_s: float = HANG_S) -> int:

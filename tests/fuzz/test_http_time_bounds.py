@@ -17,48 +17,21 @@ import logging
 import os
 import threading
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
-from smoosh.paths import SQLITE_MAX_PATH_BYTES
-
 from helpers.clocks import FakeClock
 from helpers.daemon import HANG_S, Daemon, free_port, wait_for, write_config
-from smoosh import Server, load_config
-from smoosh.daemon.api.http import RETRY_AFTER_S, AdminServer
+from smoosh import Server
+from smoosh.daemon.api.http import RETRY_AFTER_S
 from smoosh.daemon.intake.admission import NOT_EXAMINED
 from smoosh.errors import InvalidKey
+from smoosh.paths import SQLITE_MAX_PATH_BYTES
 
 HTTP_LOGGER = "smoosh.daemon.api.http"
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    base = tmp_path_factory.mktemp("http-time")
-    config = load_config(str(write_config(base, port=0, extra_global="wait_secs = 3600")), cwd=str(base))
-    s = Server(config, workers=0, watch_config=False)
-    s.start()
-    try:
-        yield s
-    finally:
-        s.stop()
-
-
-@pytest.fixture
-def admin_factory(server: Server) -> Iterator[Any]:
-    started: list[AdminServer] = []
-
-    def make(**kw: Any) -> tuple[AdminServer, tuple[str, int]]:
-        admin = AdminServer(server, "127.0.0.1:0", **kw)
-        admin.start()
-        started.append(admin)
-        host, port = admin.address.rsplit(":", 1)
-        return admin, (host, int(port))
-
-    yield make
-    for admin in started:
-        admin.stop()
 
 
 def call(address: tuple[str, int], method: str, path: str, body: Any = None,

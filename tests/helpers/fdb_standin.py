@@ -39,12 +39,23 @@ the client's behaviour around them is modelled here from libfdb_c 7.3 and the 7.
   jittered, slept with the cluster's ``sleep``.
 * **``FDBError``**: ``description`` is ``bytes`` (the binding hands back the C library's
   ``char*``) and ``str()`` ends in the code, as the 7.1 binding's does.
+* **The network** (issue 50): a read's future and a commit's settle only once the cluster has
+  answered. :attr:`Cluster.latency_s` is each round trip's time (a transaction's first read or
+  commit also waits for its read version, one round trip more, as ``getReadVersion`` does), so a
+  test or a benchmark can show what overlapping transactions buys on a real cluster; the
+  futures of several transactions wait at once, as the client's network thread lets them.
+  :meth:`Cluster.stop_answering` models a cluster that is down: a client is not refused, its
+  futures just never settle, until :meth:`Cluster.answer_again`, or until the transaction's
+  ``timeout`` option has passed (then 1031, as the client gives up by itself). ``fdb.open``
+  and ``create_transaction`` never wait (the client connects lazily). A command that blocks
+  on a silent cluster blocks here too.
 """
 
 from __future__ import annotations
 
 import random
 import struct
+import threading
 import time
 import types
 from typing import Any, Callable, Iterator
@@ -116,6 +127,8 @@ class KeyValue:
 class Future:
     """A settled future: ``value`` / ``wait()`` give its value or raise its error."""
 
+    _error: int
+
     def __init__(self, value: Any = None, error: int = 0) -> None:
         self._value = value
         self._error = error
@@ -137,6 +150,39 @@ class Future:
 
     def cancel(self) -> None:
         pass
+
+
+class RoundTripFuture(Future):
+    """A future that settles once the cluster answers its round trip (:meth:`Cluster.round_trip`),
+    then runs ``work`` (the read, or the commit) unless the wait ended in an error."""
+
+    def __init__(self, tr: Transaction, work: Callable[[], Future]) -> None:
+        super().__init__()
+        self._tr = tr
+        self._work = work
+        self._settled: Future | None = None
+        self._lock = threading.Lock()
+
+    def _settle(self) -> Future:
+        with self._lock:
+            if self._settled is None:
+                code = self._tr._wait_for_cluster()
+                self._settled = Future(error=code) if code else self._work()
+            return self._settled
+
+    @property
+    def value(self) -> Any:
+        return self._settle().value
+
+    def wait(self) -> Any:
+        return self.value
+
+    def is_ready(self) -> bool:
+        return self._settled is not None
+
+    def on_ready(self, callback: Callable[[Any], None]) -> None:
+        self._settle()
+        callback(self)
 
 
 class LazyFuture(Future):
@@ -174,16 +220,14 @@ class WatchFuture:
 
 
 class RangeResult:
-    """What ``get_range`` returns: its error is raised when it is iterated, as the binding's is."""
+    """What ``get_range`` returns: its error is raised when it is iterated, as the binding's is
+    (after its round trip: iterating it waits for the cluster)."""
 
-    def __init__(self, pairs: list[tuple[bytes, bytes]], error: int = 0) -> None:
-        self._pairs = pairs
-        self._error = error
+    def __init__(self, future: Future) -> None:
+        self._future = future
 
     def __iter__(self) -> Iterator[KeyValue]:
-        if self._error:
-            raise FDBError(self._error)
-        return iter([KeyValue(k, v) for k, v in self._pairs])
+        return iter([KeyValue(k, v) for k, v in self._future.value])
 
 
 def _seam(selector: bytes | KeySelector) -> bytes | SeamSelector:
@@ -219,8 +263,54 @@ class Cluster:
         self.rng = rng or random.Random(0)
         #: Seconds slept by every ``on_error`` backoff, in order.
         self.backoffs: list[float] = []
+        #: Seconds each round trip to the cluster takes (0: none; see the module docstring).
+        self.latency_s = 0.0
+        #: Set while the cluster answers; cleared by :meth:`stop_answering`.
+        self._answering = threading.Event()
+        self._answering.set()
+        #: Round trips waiting for the cluster now (any thread), and the most at once.
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self._count_lock = threading.Lock()
+
+    def stop_answering(self) -> None:
+        """The cluster goes silent: every future waits (see the module docstring)."""
+        self._answering.clear()
+
+    def answer_again(self) -> None:
+        """The cluster is back: the futures waiting settle."""
+        self._answering.set()
+
+    @property
+    def answering(self) -> bool:
+        """Whether the cluster answers now."""
+        return self._answering.is_set()
+
+    def round_trip(self, tr: Transaction) -> int:
+        """Wait as a future of ``tr`` does for the cluster's answer: 0 once it answered, or the
+        error its wait ended with (1031 once ``tr``'s timeout has passed while the cluster is silent)."""
+        with self._count_lock:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            if self.latency_s:
+                time.sleep(self.latency_s)
+            while not self._answering.is_set():
+                if tr._timeout_s is None:
+                    self._answering.wait()
+                    continue
+                remaining_s = tr._timeout_s - (self.clock() - tr._created_at)
+                if remaining_s <= 0:
+                    tr._cancel(TRANSACTION_TIMED_OUT)
+                    return TRANSACTION_TIMED_OUT
+                self._answering.wait(remaining_s)
+            return 0
+        finally:
+            with self._count_lock:
+                self.in_flight -= 1
 
     def close(self) -> None:
+        self._answering.set()  # nothing stays blocked on a closed stand-in
         self.store.close()
 
 
@@ -253,10 +343,8 @@ class Reads:
 
     def get_range(self, begin: bytes | KeySelector, end: bytes | KeySelector, limit: int = 0, reverse: bool = False,
                   streaming_mode: int = StreamingMode.iterator) -> RangeResult:
-        future = self._tr._read(lambda view: view.get_range(_seam(begin), _seam(end), limit, reverse), self._is_snapshot)
-        if future._error:
-            return RangeResult([], future._error)
-        return RangeResult(future._value)
+        return RangeResult(self._tr._read(lambda view: view.get_range(_seam(begin), _seam(end), limit, reverse),
+                                          self._is_snapshot))
 
 
 class Transaction(Reads):
@@ -278,6 +366,16 @@ class Transaction(Reads):
         self._backoff_s = INITIAL_BACKOFF_S
         self._deferred = 0
         self._cancelled = 0
+        self._has_read_version = False
+
+    def _wait_for_cluster(self) -> int:
+        """A round trip to the cluster (its read version first, once per transaction); 0 or an error code."""
+        if not self._has_read_version:
+            code = self._cluster.round_trip(self)
+            if code:
+                return code
+            self._has_read_version = True
+        return self._cluster.round_trip(self)
 
     # -- the reset promise and the deferred error ---------------------------------------------
     def _cancel(self, code: int) -> None:
@@ -300,10 +398,14 @@ class Transaction(Reads):
         code = self._gate()
         if code:
             return Future(error=code)
-        try:
-            return Future(fn(self._inner.snapshot if snapshot else self._inner))
-        except StoreError as e:
-            return Future(error=e.code)
+
+        def read() -> Future:
+            try:
+                return Future(fn(self._inner.snapshot if snapshot else self._inner))
+            except StoreError as e:
+                return Future(error=e.code)
+
+        return RoundTripFuture(self, read)
 
     def _void(self, error: int, apply: Callable[[], None]) -> None:
         """A void call: skipped once an error is deferred, else checked and applied, its error deferred."""
@@ -373,11 +475,17 @@ class Transaction(Reads):
         code = self._gate()
         if code:
             return Future(error=code)
-        try:
-            self._inner.commit()
-        except StoreError as e:
-            return Future(error=e.code)
-        return Future()
+
+        def commit() -> Future:
+            try:
+                self._inner.commit()
+            except StoreError as e:
+                return Future(error=e.code)
+            return Future()
+
+        if not self._inner.has_writes:
+            return commit()  # a read-only transaction's commit is the client's alone: no round trip
+        return RoundTripFuture(self, commit)
 
     def get_versionstamp(self) -> LazyFuture:
         def stamp() -> bytes:
@@ -405,6 +513,7 @@ class Transaction(Reads):
         # resetRyow: writes, reads and the deferred error go; options and the clock stay.
         self._inner.reset()
         self._deferred = 0
+        self._has_read_version = False
         return Future()
 
     def reset(self) -> None:

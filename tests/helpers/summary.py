@@ -27,7 +27,7 @@ def merge_fault_totals(other: dict[str, int]) -> None:
 
 
 def summary_lines(skipped_reports: list[Any]) -> list[str]:
-    """The lines to print at the end of the run: fault totals, FoundationDB variants skipped."""
+    """The lines to print at the end of the run: fault totals, FoundationDB variants and browser tests skipped."""
     lines = []
     t = FAULT_TOTALS
     if t["tests"]:
@@ -41,7 +41,18 @@ def summary_lines(skipped_reports: list[Any]) -> list[str]:
             n = sum(1 for r in skipped_reports if folder in r.nodeid and _wants_a_cluster(r))
             if n:
                 lines.append(f"{label}: {n} FoundationDB variants skipped (set {FDB_CLUSTER_ENV} to a cluster file to run them)")
+    browser = [_reason(r) for r in skipped_reports if "tests/browser/" in r.nodeid]
+    if browser:
+        # Said plainly: the operators' page was not tried in a browser on this machine.
+        lines.append(f"the operators' page: {len(browser)} browser tests skipped: "
+                     f"{browser[0].split('browser tests skipped: ', 1)[-1]}")
     return lines
+
+
+def _reason(report: Any) -> str:
+    """A skipped test's reason."""
+    longrepr = report.longrepr
+    return str(longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else longrepr)
 
 
 def _wants_a_cluster(report: Any) -> bool:

@@ -150,3 +150,20 @@ def test_starved_keys_show_under_the_status_table_and_in_the_jobs_lines() -> Non
     assert format_jobs(jobs).splitlines()[0] == "/db/a  [ratio_dbs] starved 0%  errors=0  busy=11 in a row"
     starved_none = dict(body, channels={"slack_dbs": body["channels"]["slack_dbs"]})
     assert "starved" not in format_status(starved_none) and "starved" not in status_summary(starved_none)
+
+
+def test_status_names_each_compaction_in_flight_and_the_waits_for_an_application() -> None:
+    from smoosh.cli.format import format_status
+
+    body = {"node": "n", "reclaimable_bytes": 0,
+            "channels": {"ratio_dbs": {"waiting": {"size": 0, "min": 0, "max": 0}, "active": 1, "runs": [
+                {"key": "/db/a", "state": "running", "age_s": 125.0, "progress": 0.4, "since_progress_s": 3.2},
+                {"key": "/db/b", "state": "starting", "age_s": 1.0, "progress": 0.0, "since_progress_s": 1.0}]}},
+            "application": {"waits": 3, "wait_seconds": 0.42, "gave_up": 1, "looks_locked": 0, "looks_lockless": 9}}
+    lines = format_status(body).splitlines()
+    assert "running in ratio_dbs: /db/a, 2 min 5 s, 40%, last progress 3 s ago" in lines
+    assert "starting in ratio_dbs: /db/b, 1 s" in lines
+    assert ("applications in a transaction: waited 3 time(s), 0.4 s in all, for a moment with none open; "
+            "found none 1 time(s) (busy, retried later)") in lines
+    quiet = dict(body, application={"waits": 0, "wait_seconds": 0.0, "gave_up": 0})
+    assert not any(line.startswith("applications") for line in format_status(quiet).splitlines())

@@ -83,10 +83,15 @@ def test_a_stale_nodes_heading_gives_the_age_of_its_last_record() -> None:
     at = 1_700_000_000.0
     local = datetime.datetime.fromtimestamp(at).strftime("%Y-%m-%d %H:%M:%S")
     for age_s, said in [(16.4, "16 s"), (75, "1 min 15 s"), (3 * 3600 + 240, "3 h 4 min"), (2 * 86400 + 3 * 3600, "2 d 3 h")]:
-        text = format_cluster({"n1": {"updated_at": at, "stale": True, "age_s": age_s, "channels": {}}})
-        assert text.splitlines()[0] == f"== n1 (stale: last record {said} old), updated {local}"
-    fresh = format_cluster({"n1": {"updated_at": at, "stale": False, "age_s": 3.0, "channels": {}}})
-    assert fresh.splitlines()[0] == f"== n1, updated {local}"
+        text = format_cluster({"n1": {"updated_at": at, "state": "stale", "stale": True, "age_s": age_s, "channels": {}}})
+        assert heading(text) == f"== n1 (stale: last record {said} old), updated {local}"
+    fresh = format_cluster({"n1": {"updated_at": at, "state": "live", "stale": False, "age_s": 3.0, "channels": {}}})
+    assert heading(fresh) == f"== n1, updated {local}"
+
+
+def heading(text: str) -> str:
+    """The first node's heading line (after the fleet's summary)."""
+    return next(line for line in text.splitlines() if line.startswith("== "))
 
 
 def test_an_empty_store_says_so(tmp_path: Path) -> None:

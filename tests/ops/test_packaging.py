@@ -118,6 +118,25 @@ def test_the_unit_installs_the_distribution_not_the_unrelated_smoosh() -> None:
     assert "cp conf/" not in unit
 
 
+def _page_files() -> list[str]:
+    """Every file of the operators' page in the checkout (smoosh/daemon/api/ui/)."""
+    return sorted(p.name for p in (ROOT / "smoosh" / "daemon" / "api" / "ui").iterdir() if p.is_file())
+
+
+def test_every_file_of_the_operators_page_is_package_data_and_served() -> None:
+    from smoosh.daemon.api import page
+
+    # Every file of ui/ is named by a package-data pattern, so none is left out of the wheel
+    patterns = _pyproject()["tool"]["setuptools"]["package-data"]["smoosh"]
+    for name in _page_files():
+        assert any(fnmatch.fnmatch(f"daemon/api/ui/{name}", p) for p in patterns), name
+    # And the page serves exactly those files, read through importlib.resources as an install reads them
+    assert sorted(page.FILES) == _page_files()
+    for name in page.FILES:
+        found = page.page_file(name)
+        assert found is not None and found.body == (ROOT / "smoosh" / "daemon" / "api" / "ui" / name).read_bytes()
+
+
 @pytest.mark.slow
 def test_a_built_wheel_installed_in_a_fresh_venv_carries_the_conf(tmp_path: Path) -> None:
     # Given the wheel pip builds from this tree, as a user's `pip install` would
@@ -128,6 +147,7 @@ def test_a_built_wheel_installed_in_a_fresh_venv_carries_the_conf(tmp_path: Path
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
     assert {f"smoosh/conf_files/{name}" for name in _conf_files()} <= names
+    assert {f"smoosh/daemon/api/ui/{name}" for name in _page_files()} <= names
     # When it is installed into a fresh venv and run from a directory outside the checkout
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)

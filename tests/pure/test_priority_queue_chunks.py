@@ -117,3 +117,17 @@ def test_memory_per_entry_stays_under_the_budget() -> None:
         tracemalloc.stop()
     assert len(q) == n
     assert used / n <= 120
+
+
+def test_a_page_of_ranks_is_that_slice_of_items_across_chunks(small_load: int) -> None:
+    # Given a queue spread over many chunks, with runs of ties
+    rng = random.Random(small_load)
+    q = PriorityQueue(capacity=500)
+    for i in range(200):
+        q.push(f"k{i}", rng.choice([1, 2, 2, 3, 5.5, math.inf]))
+    everything = q.items()
+    # Then every page, at every depth, is the matching slice of items() (highest first)
+    for start in range(0, 205, 7):
+        for size in (0, 1, 3, 50, 400):
+            assert q.ranked(start, start + size) == everything[start:start + size], (start, size)
+    assert PriorityQueue().ranked(0, 10) == []

@@ -85,6 +85,7 @@ LIVE: dict[str, tuple[str, Callable[[Server], bool]]] = {
     "busy_retries": live("4", lambda s: s._history.busy_retries == 4),
     "job_timeout": live("11s", lambda s: worker(s).job_timeout_s == 11 and s.jobs.get_type_timeout(s.job_type) == 11),
     "max_jobs": live("3", lambda s: s._slots.limit == 3 and s.controller.max_jobs == 3),
+    "cluster_max_jobs": live("5", lambda s: s._cap.limit == 5 and s.status()["cluster"]["max_jobs"] == 5),
     "interval": live("5s", lambda s: s._housekeeping._next_rotation <= s._clocks.monotonic() + 5),
     "max_churn": live("2", lambda s: s.config.max_churn == 2),  # read at every rotation
     "recheck_interval": live("3s", lambda s: s.intake.debouncer._recheck_interval_s == 3),

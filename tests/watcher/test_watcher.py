@@ -277,6 +277,43 @@ def test_periodic_rescan_is_stepped_by_tick(watched: Path) -> None:
     assert seen.paths == [str(db), str(db)]
 
 
+def test_events_of_one_database_within_the_coalescing_window_are_considered_once(watched: Path) -> None:
+    # An application's commit makes several events (its journal created, written, deleted; the
+    # database written): one look per database per burst, stepped with the watcher's own clock.
+    from smoosh.daemon.watch.watcher import COALESCE_S
+
+    clock = FakeClock(100.0)
+    seen = Seen()
+    w = Watcher([str(watched)], seen, clock=clock)
+    db, other = make_db(watched / "busy.db"), make_db(watched / "other.db")
+    for side in ("-journal", "", "-journal", ""):
+        w._consider(f"{db}{side}")
+    w._consider(str(other))
+    assert seen.paths == [str(db), str(other)]
+    clock.advance(COALESCE_S / 2)
+    w._consider(str(db))
+    assert seen.paths == [str(db), str(other)]
+    clock.advance(COALESCE_S)
+    w._consider(f"{db}-journal")
+    assert seen.paths == [str(db), str(other), str(db)]
+
+
+def test_an_event_not_handed_on_drops_none_after_it(watched: Path) -> None:
+    # A database being written: its first event found it too small to be one, so it was not
+    # handed on; the event that finds it whole, a moment later, must be.
+    clock = FakeClock(100.0)
+    seen = Seen()
+    w = Watcher([str(watched)], seen, clock=clock)
+    growing = watched / "growing.db"
+    growing.write_bytes(b"SQLite format 3\x00")
+    w._consider(str(growing))
+    assert seen.paths == []
+    growing.unlink()
+    make_db(growing)
+    w._consider(f"{growing}-journal")
+    assert seen.paths == [str(growing)]
+
+
 def test_missing_directory_is_reported_once_and_picked_up_when_it_appears(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -1,4 +1,5 @@
-"""The admin HTTP API (DESIGN §4.2): status, jobs, explain, enqueue, suspend/resume/flush, metrics.
+"""The admin HTTP API (DESIGN §4.2): status, jobs, explain, enqueue, suspend/resume/flush, metrics,
+and the operators' page, which reads the same endpoints (DESIGN §12).
 
 The API is for the operator, not for whatever runs in a browser on the same host
 (the threat model of docs/guides/security.md). So:
@@ -9,9 +10,11 @@ The API is for the operator, not for whatever runs in a browser on the same host
 * a request whose ``Host`` names neither an IP address, ``localhost``, this machine, nor the
   configured host is refused, whatever its method: a page whose domain was re-pointed at
   127.0.0.1 (DNS rebinding) cannot read ``/status``;
-* a POST that carries ``Origin`` (a browser's mark; the CLI never sends it) is refused, and
-  a POST body must be ``application/json``: the content types a page may send without a
-  CORS preflight (``text/plain``, forms) never reach a handler.
+* a POST that carries ``Origin`` (a browser's mark; the CLI never sends it) is refused,
+  unless it names the very address the request goes to (the page this daemon served, and no
+  other: :func:`~smoosh.daemon.api.requests.own_page`), and a POST body must be
+  ``application/json``: the content types a page may send without a CORS preflight
+  (``text/plain``, forms) never reach a handler.
 
 Handlers only read published snapshots, so a slow or stuck channel never delays
 ``/status``. Connections are gathered by one loop thread and answered by a bounded few
@@ -46,10 +49,13 @@ from typing import TYPE_CHECKING, Any, Callable, cast
 
 import smoosh.jsonutil as jsonutil
 from smoosh.config.address import is_loopback_host, split_host_port
+from smoosh.daemon.api import page
 from smoosh.daemon.api.http_conns import (
     MAX_HANDLER_THREADS, MAX_OPEN_CONNECTIONS, RESERVED_LIGHT_THREADS, ConnectionLoop, RequestReader,
 )
-from smoosh.daemon.api.requests import host_allowed, parse_jobs_query
+from smoosh.daemon.api.requests import (
+    MAX_PAGE, host_allowed, own_page, parse_history_query, parse_jobs_query, parse_queue_query,
+)
 from smoosh.daemon.intake.admission import NOT_EXAMINED, REQUEST_WORK_S, RequestDeadline
 from smoosh.errors import InvalidKey, SmooshError, UnknownChannel
 
@@ -129,7 +135,8 @@ ROUTES: tuple[Route, ...] = (
           "\"evicted\", \"checkpoint_errors\", \"reclaimable_bytes\", \"starved\", \"runs\": [{\"key\", \"state\", "
           "\"started_at\", \"age_s\", \"progress\", \"progress_at\", \"since_progress_s\"}], \"oldest_run_s\", "
           "\"since_progress_s\"}}, \"reclaimable_bytes\", \"dry_run\", \"config_error\", "
-          "\"restart_required\", \"io_budget\", \"scan\", \"store\", \"disk\", \"controller\", \"application\"}`: CouchDB's "
+          "\"restart_required\", \"io_budget\", \"scan\", \"store\", \"disk\", \"controller\", \"application\", "
+          "\"version\", \"config_digest\", \"cluster\", \"fleet\"}`: CouchDB's "
           "`_smoosh/status` shape plus smoosh's fields. `suspended` is this daemon's own suspension, `held` a "
           "cluster hold (`null`, or `{\"node\", \"channel\", \"by\", \"at\"}`: its scope, `null` meaning every node "
           "or channel, who set it and when), `holding` whether running work holds (suspended, held, or "
@@ -145,7 +152,13 @@ ROUTES: tuple[Route, ...] = (
           "compactions saw of the applications beside their databases: `waits` for a moment with no "
           "application transaction open and their `wait_seconds`, `gave_up` (such waits that found none: "
           "the compaction ended `busy`), and `looks_locked` / `looks_lockless`, the looks at a database "
-          "that took a SQLite lock or read the file without one."),
+          "that took a SQLite lock or read the file without one. `version` is the smoosh this daemon runs and "
+          "`config_digest` the digest of its config (what decides how it compacts, not its name, directories or "
+          "address: nodes given one file share it), both written in its status record for the fleet view. "
+          "`cluster` is the fleet-wide cap as this node sees it (`max_jobs`: its `cluster_max_jobs`, `null` "
+          "when unset; `slots` its runs hold; `waiting_since`: since when its starts wait for a slot, `null` "
+          "when they do not; `refusals`; `waiting_channels`); `fleet` how many nodes of its store are `live`, "
+          "`stale` and `stopped`, as it last read their records (`read_at`), `null` before the first read."),
     Route("GET", "/jobs", "_jobs", "Current and recent compactions, per database, paged.",
           "`{\"jobs\": [{\"key\", \"channel\", \"state\", \"progress\", \"error_count\", \"last_error\", "
           "\"last_updated\", \"retry_at\", \"busy_count\", \"starved_since\", \"result\", \"history\": [{\"event\", "
@@ -165,6 +178,42 @@ ROUTES: tuple[Route, ...] = (
           "\"paused_until\", \"not_before\", \"holds\"}}}`; `state` is `queued`, `running`, `crashing`, `starved`, "
           "`not_queued` or `rejected`; `result` is how its last run ended, or `null`; times are Unix seconds. "
           "Without exactly one `key=`: `400`."),
+    Route("GET", "/queue", "_queue", "A page of one channel's waiting keys, in the order they would start.",
+          f"`?channel=NAME` (required), `&offset=N` and `&limit=N` (1 to {MAX_PAGE}, default 50). Answers "
+          "`{\"channel\", \"keys\": [{\"key\", \"priority\", \"place\", \"position\"}], \"total\", \"offset\", "
+          "\"next_offset\"}`: the keys an operator forced first (`\"forced\": true`), then the queue, highest "
+          "priority first (oldest first among equals), then the keys rotation set aside (`place` `benched`), then "
+          "the keys waiting out a crash's backoff or a busy database's retry (`place` `deferred`, with "
+          "`not_before`, Unix seconds), earliest first. `position` is 1 for the next key to start; `total` "
+          "counts every waiting key; `next_offset` is the next page's offset or `null`. Costs the page, not "
+          "the queue's length. An unknown channel is `404`; a missing channel, an unknown parameter, or an "
+          "offset or limit out of range is `400 {\"error\": ...}` naming it; a channel busy past half a "
+          "second is `503`."),
+    Route("GET", "/history", "_history", "The finished compactions this node remembers, newest first, paged.",
+          "`{\"history\": [{\"key\", \"at\", \"channel\", \"result\", \"duration_s\", \"size_before_bytes\", "
+          "\"size_after_bytes\", \"reclaimed_bytes\", \"error\", \"retry_at\"}], \"total\", \"offset\", "
+          "\"next_offset\"}`: each compaction's end (`at`, Unix seconds) and result, from the durable history "
+          "(`max_history` results per database, for the last 1000 databases that finished; an interrupted "
+          "run is not a finished one). `retry_at` is set on a database's newest result while it waits for "
+          "its retry (a crash's backoff, a busy database), else `null`. `?result=failed,busy` (any of the "
+          "results; also repeatable), `&channel=NAME`, `&offset=N` and `&limit=N` (1 to "
+          f"{MAX_PAGE}, default 50) filter and page it. An unknown parameter or result, or an offset or "
+          "limit out of range, is `400 {\"error\": ...}` naming it."),
+    Route("GET", "/series", "_series", "The last hour, per minute: bytes reclaimed, compactions by result, reclaimable bytes.",
+          "`{\"bucket_s\": 60, \"now\", \"buckets\": [{\"at\", \"reclaimed_bytes\", \"compactions\": {RESULT: n}, "
+          "\"reclaimable_bytes\"}]}`: sixty buckets, oldest first, the current minute last (`at`: its start, "
+          "Unix seconds; `now`: the daemon's clock). `reclaimed_bytes` and `compactions` (every result, 0 "
+          "included) count the compactions that ended in that minute; `reclaimable_bytes` is the fleet's, "
+          "as the status table last summed it in that minute (`null` if it did not). Kept in memory by "
+          "the daemon (it starts empty), fed by what it counts anyway: no timer of its own."),
+    Route("GET", "/", "_page", "The operators' page: the status table, running compactions, queues, history, charts.",
+          "An HTML page for a browser ([the operators' page](../guides/operator-page.md)), served with the API on the same "
+          "address; it reads the endpoints above and acts through the POST ones below, under their rules. "
+          "It is served with a Content-Security-Policy that lets it load only its own files and talk only "
+          "to this daemon, and that forbids framing it."),
+    Route("GET", page.PREFIX, "_page_file", "The page's own files: `/ui/page.js`, `/ui/page.css`.",
+          "Shipped in the package; any other name under `/ui/` is `404`. Sent with an `ETag` and "
+          "`Cache-Control: no-cache` (a request with the same `If-None-Match` gets `304`)."),
     Route("GET", "/metrics", "_send_metrics", "Prometheus metrics, in the text exposition format.",
           "Every metric of the metrics reference, each labelled series at 0 from the daemon's start, and "
           "the process's and the interpreter's as Prometheus's Python client reports them."),
@@ -191,6 +240,14 @@ ROUTES: tuple[Route, ...] = (
 
 _GET = {r.path: r for r in ROUTES if r.method == "GET"}
 _POST = {r.path: r for r in ROUTES if r.method == "POST"}
+
+
+def _get_route(path: str) -> Route | None:
+    """The GET route of ``path``: its own, or the page's files' for a path under their prefix."""
+    route = _GET.get(path)
+    if route is None and path.startswith(page.PREFIX):
+        route = _GET.get(page.PREFIX)
+    return route
 
 
 #: ``AdminServer(token=...)`` default: the token of the server's config in force (a reload applies).
@@ -396,7 +453,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not self._host_checked():
             return
         path = self.path.split("?", 1)[0]
-        route = _GET.get(path)
+        route = _get_route(path)
         if route is not None:
             getattr(self, route.handler)()
         elif path in _POST:
@@ -409,7 +466,7 @@ class _Handler(BaseHTTPRequestHandler):
         route = _POST.get(path)
         if route is None:
             self._drain()
-            if path in _GET:
+            if _get_route(path) is not None:
                 self._send(HTTPStatus.METHOD_NOT_ALLOWED, {"error": f"{path} takes GET"})
             else:
                 self._send(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint: {path}"})
@@ -417,10 +474,11 @@ class _Handler(BaseHTTPRequestHandler):
         if not self._host_checked():
             return
         origin = self.headers.get("Origin")
-        if origin is not None:
+        if origin is not None and not own_page(origin, self.headers.get("Host"), self.headers.get("Sec-Fetch-Site")):
             self._drain()
             self._send(HTTPStatus.FORBIDDEN, {"error": f"a request from a web page (Origin: {origin[:200]}) may not "
-                                                       "change anything; use the smoosh command or a client without Origin"})
+                                                       "change anything; use the smoosh command, a client without Origin, "
+                                                       "or this daemon's own page"})
             return
         if not self._authorised():
             self._drain()
@@ -547,6 +605,72 @@ class _Handler(BaseHTTPRequestHandler):
         end = offset + len(rows)
         self._send(HTTPStatus.OK, {"jobs": rows, "total": total, "offset": offset,
                                    "next_offset": end if end < total else None})
+
+    def _queue(self) -> None:
+        """``GET /queue?channel=NAME[&offset=N&limit=N]``: a page of the channel's waiting keys, in start order."""
+        try:
+            channel, offset, limit = parse_queue_query(self._query())
+        except ValueError as e:
+            self._send(HTTPStatus.BAD_REQUEST, {"error": str(e)})
+            return
+        try:
+            found = self.admin.smoosh.queue_page(channel, offset=offset, limit=limit)
+        except UnknownChannel as e:
+            self._send(HTTPStatus.NOT_FOUND, {"error": str(e)})
+            return
+        if found is None:
+            self._send(HTTPStatus.SERVICE_UNAVAILABLE, {"error": f"channel {channel!r} is busy; ask again"},
+                       headers={"Retry-After": "1"})
+            return
+        rows, total = found
+        end = offset + len(rows)
+        self._send(HTTPStatus.OK, {"channel": channel, "keys": rows, "total": total, "offset": offset,
+                                   "next_offset": end if end < total else None})
+
+    def _history(self) -> None:
+        """``GET /history[?result=R[,R...]&channel=NAME&offset=N&limit=N]``: finished compactions, newest first."""
+        try:
+            results, channel, offset, limit = parse_history_query(self._query())
+        except ValueError as e:
+            self._send(HTTPStatus.BAD_REQUEST, {"error": str(e)})
+            return
+        rows, total = self.admin.smoosh.history_page(results=results, channel=channel, offset=offset, limit=limit)
+        end = offset + len(rows)
+        self._send(HTTPStatus.OK, {"history": rows, "total": total, "offset": offset,
+                                   "next_offset": end if end < total else None})
+
+    def _series(self) -> None:
+        """``GET /series``: the last hour per minute, for the page's charts."""
+        self._send(HTTPStatus.OK, self.admin.smoosh.series())
+
+    def _page(self) -> None:
+        """``GET /``: the operators' page."""
+        self._send_page_file(page.PAGE)
+
+    def _page_file(self) -> None:
+        """``GET /ui/NAME``: one of the page's files."""
+        name = self.path.split("?", 1)[0][len(page.PREFIX):]
+        if name == page.PAGE:
+            name = ""  # the page itself is at /
+        self._send_page_file(name)
+
+    def _send_page_file(self, name: str) -> None:
+        found = page.page_file(name) if name else None
+        if found is None:
+            self._send(HTTPStatus.NOT_FOUND, {"error": f"no such file of the page: {self.path[:200]}"})
+            return
+        fresh = self.headers.get("If-None-Match") == found.etag
+        self.send_response(HTTPStatus.NOT_MODIFIED if fresh else HTTPStatus.OK)
+        for name_, value in page.HEADERS.items():
+            self.send_header(name_, value)
+        self.send_header("ETag", found.etag)
+        if fresh:
+            self.end_headers()
+            return
+        self.send_header("Content-Type", found.content_type)
+        self.send_header("Content-Length", str(len(found.body)))
+        self.end_headers()
+        self.wfile.write(found.body)
 
     def _explain(self) -> None:
         """``GET /explain?key=KEY``: why the key is or is not queued, per channel (changes nothing)."""

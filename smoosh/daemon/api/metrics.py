@@ -30,7 +30,8 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from channels.ports import RESULTS
-from smoosh.daemon.control.store_health import STATES as STORE_STATES
+from smoosh.daemon.control.store_health import STATES as STORE_STATES, UNREACHABLE
+from smoosh.daemon.record.status import NODE_STATES
 from smoosh.daemon.record.histogram import Histogram
 from smoosh import __version__
 
@@ -138,6 +139,20 @@ METRICS: tuple[MetricDef, ...] = (
               "1 while the last config edit was rejected (the previous config is in force)."),
     MetricDef("smoosh_store_state", "gauge", "1 for the job store's state now (" + ", ".join(STORE_STATES) + "), 0 for "
               "the others; while it is not ok no new compaction starts.", ("state",), (("state", tuple(STORE_STATES)),)),
+    MetricDef("smoosh_store_up", "gauge", "1 while the job store answers (its state ok or full), 0 while it is "
+              "unreachable: a transaction gave up on it, or has had no answer for 10 s."),
+    MetricDef("smoosh_fleet_nodes", "gauge", "The nodes of this node's store, by state, as this node last read "
+              "every node's status record: live (its record rewritten in the last 15 s), stale (not: killed, "
+              "stopped or cut off from the store), stopped (stopped cleanly). A forgotten node (smoosh forget) is "
+              "in none. All 0 until the first read.", ("state",), (("state", ("live", "stale", "stopped")),)),
+    MetricDef("smoosh_cluster_max_jobs", "gauge",
+              "This node's cluster_max_jobs: compactions running on all the nodes of its store together, at most; "
+              "+Inf when unset."),
+    MetricDef("smoosh_cluster_slots", "gauge", "Slots of the fleet-wide cap (cluster_max_jobs) this node's runs hold."),
+    MetricDef("smoosh_cluster_waiting", "gauge",
+              "1 while this node's starts wait for a slot of the fleet-wide cap (the cap refused its last claim)."),
+    MetricDef("smoosh_cluster_refusals_total", "counter",
+              "Claims of this node the fleet-wide cap refused (the key waited in its channel for a slot)."),
     MetricDef("smoosh_build_info", "gauge", "Always 1; the version of smoosh running.", ("version",)),
     MetricDef("smoosh_io_budget_bytes_per_second", "gauge", "The I/O budget in force (max_io_rate); +Inf when unlimited."),
     MetricDef("smoosh_io_charged_bytes_total", "counter",
@@ -292,6 +307,11 @@ class SmooshCollector(Collector):
         for state in STORE_STATES:
             store_state.add_metric([state], 1 if store.get("state") == state else 0)
         yield store_state
+        store_up = family("smoosh_store_up")
+        store_up.add_metric([], 0 if store.get("state") == UNREACHABLE else 1)
+        yield store_up
+
+        yield from _fleet_families(status)
 
         # The version's one home, as `smoosh --version` prints it.
         build = family("smoosh_build_info")
@@ -377,6 +397,29 @@ def _compaction_families(server: Server, counters: Counters, channels: list[str]
     for channel in sorted(set(channels) | set(crashing)):
         crashing_jobs.add_metric([channel], crashing.get(channel, 0))
     yield crashing_jobs
+
+
+def _fleet_families(status: dict[str, Any]) -> Iterator[Metric]:
+    """The fleet as this node last read it from the store, and this node's part of the fleet-wide cap."""
+    fleet = status.get("fleet") or {}
+    nodes = family("smoosh_fleet_nodes")
+    for state in NODE_STATES:
+        nodes.add_metric([state], _number(fleet.get(state)))
+    yield nodes
+    cluster = status.get("cluster") or {}
+    limit = cluster.get("max_jobs")
+    cap = family("smoosh_cluster_max_jobs")
+    cap.add_metric([], float("inf") if limit is None else _number(limit))
+    yield cap
+    slots = family("smoosh_cluster_slots")
+    slots.add_metric([], _number(cluster.get("slots")))
+    yield slots
+    waiting = family("smoosh_cluster_waiting")
+    waiting.add_metric([], 0 if cluster.get("waiting_since") is None else 1)
+    yield waiting
+    refusals = family("smoosh_cluster_refusals_total")
+    refusals.add_metric([], _number(cluster.get("refusals")))
+    yield refusals
 
 
 def _application_families(server: Server) -> Iterator[Metric]:

@@ -28,6 +28,7 @@ from smoosh.daemon.control.cluster_holds import Hold, covering
 if TYPE_CHECKING:
     from smoosh.config import Config
     from smoosh.daemon.control.budget_gate import BudgetGate
+    from smoosh.daemon.control.cluster_cap import CapGate
     from smoosh.daemon.control.pressure import DiskPressure
     from smoosh.daemon.control.store_health import StoreHealth
     from smoosh.daemon.intake.intake import Intake
@@ -63,6 +64,7 @@ class ChannelHost:
         config_of: the config in force (a channel's ``under_pressure``).
         pressure: the file systems under disk pressure (:meth:`window_waived`).
         store_health: the job store's health: no start while the store is full or unreachable.
+        cap_gate: the starts waiting for a slot of the fleet-wide cap (``cluster_max_jobs``).
 
     Attributes:
         stopping: set once by the server's ``stop`` (on its caller's thread; a plain flag,
@@ -78,7 +80,7 @@ class ChannelHost:
         scheduler_of: Callable[[], JobScheduler | None], store_of: Callable[[], Store | None],
         acted: Callable[[], None], wall_time: Callable[[], float] = time.time,
         config_of: Callable[[], Config] | None = None, pressure: DiskPressure | None = None,
-        store_health: StoreHealth | None = None,
+        store_health: StoreHealth | None = None, cap_gate: CapGate | None = None,
     ) -> None:
         self.node = node
         self._registry = registry
@@ -95,6 +97,7 @@ class ChannelHost:
         self._config_of = config_of
         self._pressure = pressure
         self._store_health = store_health
+        self._cap_gate = cap_gate
         self._cores = os.cpu_count() or 1
         self.stopping = False
         self.cluster_holds: list[Hold] = []
@@ -107,7 +110,9 @@ class ChannelHost:
         None either while the I/O budget is in debt: the channel is woken when it is paid
         (:class:`~smoosh.daemon.control.budget_gate.BudgetGate`); nor while the job store is full
         or unreachable: the channel is woken when it is back
-        (:class:`~smoosh.daemon.control.store_health.StoreHealth`). ``force`` (a run that runs
+        (:class:`~smoosh.daemon.control.store_health.StoreHealth`); nor while the fleet-wide cap
+        refused this node's last claim: the channel is woken when a slot is given back
+        (:class:`~smoosh.daemon.control.cluster_cap.CapGate`). ``force`` (a run that runs
         already) skips them all; ``forced`` (an operator's forced key is next) passes the backlog
         controller's limit, not ``max_jobs``.
         """
@@ -116,6 +121,8 @@ class ChannelHost:
         if not force and not self._budget_gate.admits(channel):
             return False
         if not force and self._store_health is not None and not self._store_health.admits(channel):
+            return False
+        if not force and self._cap_gate is not None and not self._cap_gate.admits(channel):
             return False
         return self._slots.acquire(channel, force=force, forced=forced)
 

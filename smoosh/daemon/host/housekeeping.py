@@ -14,11 +14,20 @@ transaction that has had no answer for too long
 and the same transaction reads the record it replaces: a record another live daemon wrote
 (two daemons given one ``node``) is logged once, as an ERROR.
 
+The fleet view rides on it too: every :data:`FLEET_VIEW_INTERVAL_S` the same transaction reads
+every node's record (a snapshot read, no conflict) and counts the nodes live, stale and
+stopped (``/status``'s ``fleet``, ``smoosh_fleet_nodes``), so an alert can name a node gone
+stale from any daemon of the fleet that still runs.
+
 The cluster holds (:mod:`smoosh.daemon.control.cluster_holds`) ride on the status record: the
 transaction that writes it also reads the holds and, when none is armed, watches them.
-The watch firing brings the next write forward, so a hold set by ``smoosh suspend --store``
-is obeyed as soon as the store delivers the watch, and within one status interval even if
-a watch is lost; nothing polls for it.
+The watch firing has them read again at once, in a read-only transaction of their own (which
+arms the next watch), so a hold set by ``smoosh suspend --store`` is obeyed as soon as the store
+delivers the watch, and within one status interval even if a watch is lost; nothing polls for
+it. Not with a status record: where the store's writes take turns (fifty daemons on one SQLite
+file), their records queue behind each other and the last daemon would obey seconds after the
+first; reads do not wait for them. The record shows the hold right after (a hold applied is an
+operator's act: the record is written at once).
 
 Every chore is due on the loop's monotonic clock; the status record carries wall time (a
 person reads ``updated_at``). Each tick also looks whether the wall clock stepped
@@ -44,7 +53,10 @@ from smoosh.daemon.control import control
 from smoosh.daemon.run import rotation
 from smoosh.daemon.control.cluster_holds import ClusterHolds, Hold
 from smoosh.daemon.control.store_health import FULL, classify
-from smoosh.daemon.record.status import STATUS_INTERVAL_S, other_live_daemon, put_node_status, read_node_record
+from smoosh.daemon.record.status import (
+    STALE_AFTER_S, STATUS_INTERVAL_S, fleet_counts, other_live_daemon, put_node_status, read_node_record, read_records,
+    status_key,
+)
 from smoosh.errors import ConfigError, SmooshError
 
 if TYPE_CHECKING:
@@ -52,6 +64,7 @@ if TYPE_CHECKING:
 
     from channels import Channel
     from smoosh.daemon.control.backlog import BacklogController, Decision
+    from smoosh.daemon.control.cluster_cap import NodeCap
     from smoosh.daemon.control.pressure import DiskPressure
     from smoosh.daemon.control.node_claim import Identity
     from smoosh.daemon.control.store_health import StoreHealth
@@ -70,6 +83,9 @@ log = logging.getLogger(__name__)
 #: Seconds between two looks at the wall clock while a channel has a window (DESIGN §10:
 #: windows are re-evaluated within a second of a step).
 STEP_CHECK_INTERVAL_S = 1.0
+#: Seconds between two reads of every node's record for the fleet view: as often as a node can
+#: go stale, and no more (each read is every node's record, for every node of the fleet).
+FLEET_VIEW_INTERVAL_S = STALE_AFTER_S
 
 
 @dataclass(frozen=True)
@@ -128,6 +144,11 @@ class Parts:
     #: A scan helper process the server started ahead for the start-up scan (None: the scan
     #: starts its own); the housekeeping owns it, then the watcher it hands it to.
     scan_helper: subprocess.Popen[bytes] | None = None
+    #: This node's side of the fleet-wide cap: the status record renews its lease and gives
+    #: back the slots no run of the node holds any more (None: none).
+    cap: NodeCap | None = None
+    #: The tokens of the runs the scheduler follows now (any thread).
+    live_runs: Callable[[], list[int]] = lambda: []
 
 
 class Housekeeping:
@@ -149,6 +170,10 @@ class Housekeeping:
         #: The instance of another live daemon last found writing this node's record (the
         #: starter thread's alone: the status write runs there).
         self._other_daemon: str | None = None
+        #: The fleet view last read (see :meth:`fleet`): replaced whole by the starter thread.
+        self._fleet: dict[str, Any] | None = None
+        #: When the fleet view is read next (the loop's monotonic clock; the loop's alone).
+        self._next_fleet_read = now
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -285,10 +310,16 @@ class Housekeeping:
             if parts.pressure.check(parts.config_of().roots):
                 parts.on_pressure_change(now)
             status = parts.status()
+            wall = parts.clocks.wall()
+            # The page's chart of the fleet's reclaimable bytes: this sum, made here anyway.
+            parts.counters.series.note_reclaimable(int(status.get("reclaimable_bytes") or 0), wall)
             busy = sum(n for (_channel, result), n in parts.counters.compactions.items() if result == "busy")
             backlog = int(status.get("reclaimable_bytes") or 0) + parts.running_reclaimable()
             parts.on_decision(parts.controller.step(backlog, busy, parts.lock_waits()))
-            self._write_status(parts.clocks.wall(), status)
+            read_fleet = now >= self._next_fleet_read
+            if read_fleet:
+                self._next_fleet_read = now + FLEET_VIEW_INTERVAL_S
+            self._write_status(wall, status, read_fleet=read_fleet)
         dues.append(self._next_status_write)
         if any(ch.window is not None for ch in parts.config_of().channels.values()):
             dues.append(now + STEP_CHECK_INTERVAL_S)
@@ -310,10 +341,11 @@ class Housekeeping:
             self.watcher.wall_stepped(step_s)  # rescans compare file times, which are wall time
         self.parts.on_clock_step(now)
 
-    def _write_status(self, now: float, status: dict[str, Any] | None = None) -> None:
+    def _write_status(self, now: float, status: dict[str, Any] | None = None, *, read_fleet: bool = False) -> None:
         """Write the node's record (``now``: wall time) and read the cluster holds, in one transaction on the starter.
 
-        ``status``: the status table just built for this interval (None: build it).
+        ``status``: the status table just built for this interval (None: build it);
+        ``read_fleet``: read every node's record too, for the fleet view.
         """
         parts = self.parts
         store, scheduler, node, cluster = parts.store, parts.scheduler, parts.node, parts.cluster
@@ -322,28 +354,42 @@ class Housekeeping:
         arm = self._holds_watch is None
 
         process = parts.process
+        cap = parts.cap
+        own_key = status_key(node)
         # The controller's newest decision (the status table was built before it looked)
         pace = parts.controller.last.chunk_gap_factor
 
-        def body(tr: Transaction) -> tuple[list[Hold], Watch | None, dict[str, Any] | None]:
+        def body(tr: Transaction) -> tuple[list[Hold], Watch | None, dict[str, Any] | None, list[Any] | None]:
             previous = read_node_record(tr.snapshot, node) if process is not None else None
+            # Before this node's own write: the fleet as the others left it, this node's
+            # previous record included (its new one is live by definition).
+            fleet = read_records(tr) if read_fleet else None
             put_node_status(tr, node, status, now, process=process)
+            if cap is not None:
+                if cap.limit is not None:
+                    cap.cap.renew(tr, node, now)  # this node's slots count while it lives
+                cap.cap.reconcile(tr, node, parts.live_runs())
             # For this node's `smoosh worker` processes (their heartbeat reads it): stamped with
             # the record's time, so a pace this daemon stops writing ages out of use.
             control.put_pace(tr, node, pace, now)
             # Snapshot reads: the write stays conflict-free. The watch is armed at this
             # commit against what this read saw, so no change can slip between the two.
-            return cluster.read(tr), (cluster.watch(tr) if arm else None), previous
+            return cluster.read(tr), (cluster.watch(tr) if arm else None), previous, fleet
 
         def write() -> None:
             try:
                 # No longer than the interval: this write is how the store's health is known,
                 # and a store that does not answer must not hold the starter for a minute.
-                holds, watch, previous = store.transact(body, timeout_s=2 * STATUS_INTERVAL_S, on_retry=_give_up_if_full)
+                holds, watch, previous, fleet = store.transact(body, timeout_s=2 * STATUS_INTERVAL_S,
+                                                               on_retry=_give_up_if_full)
             except SmooshError as e:
                 # The store's health says it once per change (and the state is in /status).
                 log.debug("could not write this node's status record: %s", e)
                 return
+            if fleet is not None:
+                counts = fleet_counts([(k, v) for k, v in fleet if k != own_key], now)
+                counts["live"] += 1  # this node: its record was just written
+                self._fleet = {**counts, "read_at": now}
             if process is not None:
                 self._check_other_daemon(previous, process, now)
             parts.post(lambda: self._holds_read(holds, watch))
@@ -389,8 +435,24 @@ class Housekeeping:
             # status write arms a new one; re-reading at once could spin on a broken store.
             log.debug("the watch on the cluster holds failed (%s); re-armed at the next status write", e)
             return
-        self._next_status_write = self.parts.clock()
-        self._wake()
+        self._read_holds()
+
+    def _read_holds(self) -> None:
+        """Read the cluster holds and watch them anew, in one read-only transaction on the starter (see the
+        module docstring); a failure leaves it to the next status write, which arms a watch again."""
+        parts = self.parts
+        store, cluster = parts.store, parts.cluster
+
+        def read() -> None:
+            try:
+                holds, watch = store.transact(lambda tr: (cluster.read(tr), cluster.watch(tr)),
+                                              timeout_s=2 * STATUS_INTERVAL_S)
+            except SmooshError as e:
+                log.debug("could not read the cluster holds: %s; read again at the next status write", e)
+                return
+            parts.post(lambda: self._holds_read(holds, watch))
+
+        parts.scheduler.background(read)
 
     def _rotate(self, now: float) -> None:
         """Rotation (DESIGN §5.6): make way for work waiting on ``max_jobs``."""
@@ -424,6 +486,11 @@ class Housekeeping:
                      run.key, now - run.running_since, ", ".join(waiting))
 
     # -- status --------------------------------------------------------------------------------
+
+    def fleet(self) -> dict[str, Any] | None:
+        """The fleet view as last read from the store (any thread): how many nodes are ``live``,
+        ``stale`` and ``stopped``, and ``read_at`` (Unix seconds); None until the first read."""
+        return self._fleet
 
     def scan_status(self) -> dict[str, Any]:
         """Progress of finding and examining the fleet (start-up of a large fleet takes a while)."""

@@ -26,6 +26,7 @@ from smoosh.daemon.history import (
     STARTED, STARVED, HistoryTable, encode_record, longest_backoff_s,
 )
 from smoosh.daemon.record.histogram import Histogram
+from smoosh.daemon.record.series import Series
 from smoosh.daemon.results import Result, ResultLog
 from smoosh.daemon.run.startup import crash_record_key
 from smoosh.store.base import Transaction
@@ -83,6 +84,9 @@ class Counters:
     #: how -> ``POST /enqueue`` requests cut at their deadline (``"cut"``) or refused unexamined
     #: after waiting too long for a handler (``"shed"``); the admin API's handler threads.
     http_cut: dict[str, int] = field(default_factory=lambda: {"cut": 0, "shed": 0})
+    #: The last hour per minute, for the operators' page (``GET /series``): fed here, with each
+    #: compaction counted, and by the status record with the fleet's reclaimable bytes.
+    series: Series = field(default_factory=Series)
 
     @property
     def compactions(self) -> dict[tuple[str, str], int]:
@@ -95,7 +99,7 @@ class Counters:
         return {channel: before - after for channel, (before, after) in dict(self.compacted_bytes).items()}
 
     def count(self, channel: str, outcome: Outcome, now: float) -> None:
-        """Count one finished compaction of ``channel`` (loop thread only).
+        """Count one finished compaction of ``channel`` at ``now`` (wall time; loop thread only).
 
         A database that grew while it was compacted (writes during the run) reclaimed nothing:
         its bytes after are counted as its bytes before, so ``before - after`` stays the
@@ -103,12 +107,15 @@ class Counters:
         """
         key = (channel, outcome.result)
         self.durations[key] = self.durations.get(key, EMPTY_DURATIONS).observed(outcome.duration_s)
+        reclaimed = 0
         if outcome.result == OK:
             before, after = self.compacted_bytes.get(channel, (0, 0))
             size_before = max(0, outcome.size_before_bytes)
             size_after = min(size_before, max(0, outcome.size_after_bytes))
             self.compacted_bytes[channel] = (before + size_before, after + size_after)
             self.last_success_s[channel] = now
+            reclaimed = size_before - size_after
+        self.series.count(outcome.result, reclaimed, now)
 
     def count_reclaimed(self, channel: str, size_before_bytes: int, size_after_bytes: int, now: float) -> None:
         """Count bytes a compaction gave back after it ended (loop thread only): its bytes before and after.
@@ -121,6 +128,7 @@ class Counters:
         size_after = min(size_before_bytes, max(0, size_after_bytes))
         self.compacted_bytes[channel] = (before + size_before_bytes, after + size_after)
         self.last_success_s[channel] = now
+        self.series.add_reclaimed(size_before_bytes - size_after, now)
 
 
 def log_fields(channel: str, key: str, outcome: Outcome) -> dict[str, object]:

@@ -9,6 +9,20 @@ FoundationDB cluster (or of one shared SQLite store) without contacting any daem
 The record also names the process that wrote it (:class:`~smoosh.daemon.control.node_claim.Identity`)
 and says when it stopped cleanly: a daemon starting on a node name claims it here
 (:func:`claim_node`), and refuses to start while another live process serves it (DESIGN §10).
+
+A node's life, as the fleet view reads it from its record (:func:`node_state`, issue 50):
+
+* ``live``: its record was rewritten within :data:`STALE_AFTER_S`;
+* ``stale``: it was not (the heartbeat is past its deadline): the daemon was killed, is
+  stopped or stalled, or cannot reach the store;
+* ``stopped``: its daemon stopped cleanly and said so in its last record (:func:`mark_stopped`),
+  at once, however old that record grows;
+* forgotten: its records are gone (``smoosh forget NODE --store URL``,
+  :mod:`smoosh.daemon.record.forget`): it is no longer part of the fleet.
+
+The record carries the node's version of smoosh and its config's digest
+(:func:`smoosh.config.digest.config_digest`), so a fleet running mixed versions or configs
+shows it, and its ``cluster_max_jobs``.
 """
 
 from __future__ import annotations
@@ -21,6 +35,7 @@ import msgpack
 
 # Seconds between two status records of one node: the control layer's (below this one), since
 # the pace written with each record is aged by it; named here too for the record's readers.
+from smoosh.daemon.control.cluster_cap import ClusterCap
 from smoosh.daemon.control.control import STATUS_INTERVAL_S, clear_pace
 from smoosh.daemon.control.node_claim import Identity, NodeInUse, provably_dead
 from smoosh.jsonutil import jsonable
@@ -38,10 +53,17 @@ ESTIMATE_EVERY_READ_KEYS = 10_000
 #: Largest record decoded, in bytes (a record is a few hundred bytes per channel).
 MAX_RECORD_BYTES = 100_000
 
+#: A node's states in the fleet view (see the module docstring), in the order they are listed.
+LIVE = "live"
+STALE = "stale"
+STOPPED = "stopped"
+NODE_STATES = (LIVE, STALE, STOPPED)
+
 _PREFIX = ("status",)
 
 
-def _key(node: str) -> bytes:
+def status_key(node: str) -> bytes:
+    """The store key of ``node``'s status record."""
     return tuples.pack(_PREFIX + (node,))
 
 
@@ -58,8 +80,11 @@ def build_status(server: Any) -> dict[str, Any]:
     config = server.config
     starved = server._history.starved()
     runs = runs_by_channel(server)
+    scheduler = server._scheduler
+    claiming = scheduler.claiming() if scheduler is not None else {}
     for name, channel in list(server.channels().items()):
         entry = dict(channel.status())
+        truthful_counts(entry, claiming.get(name, 0))
         entry.update(run_ages(runs.get(name, [])))
         large = entry["waiting"]["size"] + entry.get("deferred", 0) > ESTIMATE_EVERY_READ_KEYS
         fresh = name in estimates and now - estimated_at.get(name, 0.0) < STATUS_INTERVAL_S
@@ -84,6 +109,8 @@ def build_status(server: Any) -> dict[str, Any]:
     housekeeping = server._housekeeping
     return {
         "node": server.node,
+        "version": server.version,
+        "config_digest": server.config_digest,
         "channels": channels,
         "reclaimable_bytes": total,
         "dry_run": server.dry_run,
@@ -95,7 +122,28 @@ def build_status(server: Any) -> dict[str, Any]:
         "controller": controller_status(server),
         "store": server.store_health.snapshot(),
         "application": server.application(),
+        "cluster": server.cluster_status(),
+        "fleet": housekeeping.fleet() if housekeeping is not None else None,
     }
+
+
+def truthful_counts(entry: dict[str, Any], claiming: int) -> None:
+    """Count a channel's runs whose claim has not committed yet as ``starting``, not ``active``.
+
+    A run this daemon's worker takes at its submit counts active at once in its channel (it
+    waits for no worker); but until the transaction that claims it commits, nothing compacts:
+    during a store outage that commit waits as long as the outage, and the table showed such a
+    database as running though it only started after the store came back (issue 50).
+
+    Parameters:
+        entry: the channel's status (``active`` and ``starting`` changed in place).
+        claiming: the channel's runs whose claim is in flight
+            (:meth:`~smoosh.daemon.run.scheduler.JobScheduler.claiming`).
+    """
+    moved = min(claiming, int(entry.get("active") or 0))
+    if moved:
+        entry["active"] = int(entry["active"]) - moved
+        entry["starting"] = int(entry.get("starting") or 0) + moved
 
 
 def runs_by_channel(server: Any) -> dict[str, list[dict[str, Any]]]:
@@ -206,15 +254,19 @@ def put_node_status(
         "updated_at": now,
         "channels": jsonable(channels),
         "reclaimable_bytes": status.get("reclaimable_bytes", 0),
+        # What an operator compares across the fleet: mixed versions, mixed configs, the cap.
+        "version": status.get("version"),
+        "config_digest": status.get("config_digest"),
+        "cluster_max_jobs": (status.get("cluster") or {}).get("max_jobs"),
     }
     if process is not None:
         record["process"] = process.to_record()
-    tr.set(_key(node), msgpack.packb(record, use_bin_type=True))
+    tr.set(status_key(node), msgpack.packb(record, use_bin_type=True))
 
 
 def read_node_record(view: ReadView, node: str) -> dict[str, Any] | None:
     """``node``'s status record as ``view`` reads it (a snapshot read adds no conflict); None if none or unreadable."""
-    return _decode(view.get(_key(node)))
+    return _decode(view.get(status_key(node)))
 
 
 def other_live_daemon(record: dict[str, Any] | None, ours: Identity, now: float) -> Identity | None:
@@ -237,7 +289,8 @@ def _writer(record: dict[str, Any] | None, ours: Identity, now: float) -> tuple[
                                  stopped=record.get("stopped") is True)
 
 
-def claim_node(store: Store, node: str, ours: Identity, now: float) -> frozenset[str]:
+def claim_node(store: Store, node: str, ours: Identity, now: float, *,
+               facts: dict[str, Any] | None = None) -> frozenset[str]:
     """Claim ``node`` for this daemon in its status record, unless another live process serves it.
 
     One transaction reads the record (a read that conflicts, so two daemons starting at once
@@ -249,6 +302,8 @@ def claim_node(store: Store, node: str, ours: Identity, now: float) -> frozenset
         node: the node name.
         ours: this daemon.
         now: wall-clock seconds (the record's ``updated_at`` is the writer's).
+        facts: what this daemon's record says of it from the claim on (``version``,
+            ``config_digest``, ``cluster``: ``{"max_jobs"}``, as :func:`build_status` has them).
 
     Returns:
         The holder names of the previous daemon of this node, provably dead (its instance id and
@@ -263,6 +318,8 @@ def claim_node(store: Store, node: str, ours: Identity, now: float) -> frozenset
         SmooshError: the store failed.
     """
 
+    facts = facts or {}
+
     def body(tr: Transaction) -> tuple[Identity | None, str | None, bool]:
         record = read_node_record(tr, node) or {}
         theirs, proof = _writer(record, ours, now)
@@ -270,7 +327,10 @@ def claim_node(store: Store, node: str, ours: Identity, now: float) -> frozenset
             age_s = now - float(record.get("updated_at") or 0)
             raise NodeInUse(node, theirs.host, theirs.pid, since=theirs.since, heartbeat_age_s=age_s,
                             late=age_s > STALE_AFTER_S)
-        status = {"channels": record.get("channels") or {}, "reclaimable_bytes": record.get("reclaimable_bytes", 0)}
+        status = {"version": record.get("version"), "config_digest": record.get("config_digest"),
+                  "cluster": {"max_jobs": record.get("cluster_max_jobs")}}
+        status.update(facts)
+        status.update(channels=record.get("channels") or {}, reclaimable_bytes=record.get("reclaimable_bytes", 0))
         put_node_status(tr, node, status, now, process=ours)
         return theirs, proof, record.get("stopped") is True
 
@@ -284,16 +344,22 @@ def claim_node(store: Store, node: str, ours: Identity, now: float) -> frozenset
     return frozenset({theirs.instance, theirs.holder})
 
 
-def mark_stopped(store: Store, node: str, ours: Identity, timeout_s: float) -> None:
+def mark_stopped(store: Store, node: str, ours: Identity, timeout_s: float, now: float | None = None) -> None:
     """Say in ``node``'s status record that this daemon stopped cleanly (a restart anywhere need not wait),
-    and take its pace out of the store (its `smoosh worker` processes go back to their default).
+    and take its pace out of the store (its `smoosh worker` processes go back to their default),
+    and its slots of the fleet-wide cap.
 
     Only this daemon's own record is marked and its own pace removed: another daemon's, written
     since (one that took the node over), is left alone. In one transaction, as they were written.
+    The fleet view shows the node ``stopped`` from this commit on, never ``stale``.
+
+    Parameters:
+        now: wall-clock seconds of the stop (None: now).
 
     Raises:
         SmooshError: the store failed within ``timeout_s``.
     """
+    stopped_at = time.time() if now is None else now
 
     def body(tr: Transaction) -> None:
         record = read_node_record(tr, node)
@@ -301,26 +367,79 @@ def mark_stopped(store: Store, node: str, ours: Identity, timeout_s: float) -> N
         if record is None or theirs is None or theirs.instance != ours.instance:
             return
         record["stopped"] = True
-        tr.set(_key(node), msgpack.packb(record, use_bin_type=True))
+        record["stopped_at"] = stopped_at
+        tr.set(status_key(node), msgpack.packb(record, use_bin_type=True))
         clear_pace(tr, node)
+        # Its runs are over: no slot of the fleet-wide cap stays behind, and it waits for none.
+        ClusterCap().forget(tr, node)
 
     store.transact(body, timeout_s=timeout_s)
 
 
-def read_node_statuses(store: Store, now: float | None = None) -> dict[str, dict[str, Any]]:
-    """Every node's record, each with ``stale`` set when older than 15 s."""
+def node_state(record: dict[str, Any], now: float) -> str:
+    """A node's state in the fleet view: :data:`STOPPED` (its daemon said so as it stopped),
+    :data:`STALE` (its record is older than :data:`STALE_AFTER_S`) or :data:`LIVE`.
+
+    Parameters:
+        record: the node's status record.
+        now: wall-clock seconds.
+    """
+    if record.get("stopped") is True:
+        return STOPPED
+    updated_at = record.get("updated_at")
+    if not isinstance(updated_at, (int, float)) or now - updated_at > STALE_AFTER_S:
+        return STALE
+    return LIVE
+
+
+def read_node_statuses(store: Store, now: float | None = None, *, timeout_s: float | None = None) -> dict[str, dict[str, Any]]:
+    """Every node's record, each with its ``state`` (:func:`node_state`) and ``stale`` (whether that is :data:`STALE`).
+
+    Parameters:
+        store: the job store.
+        now: wall-clock seconds (None: now).
+        timeout_s: the read gives up after this long (None: the store's default).
+
+    Raises:
+        SmooshError: the store failed, or did not answer within ``timeout_s``.
+    """
     now = time.time() if now is None else now
+    rows = store.transact(read_records) if timeout_s is None else store.transact(read_records, timeout_s=timeout_s)
+    return nodes_of(rows, now)
+
+
+def read_records(tr: Transaction) -> list[tuple[bytes, bytes]]:
+    """Every node's record as stored (a snapshot read: it adds no conflict), for :func:`nodes_of`."""
     begin, end = tuples.range(_PREFIX)
-    rows = store.transact(lambda tr: tr.snapshot.get_range(begin, end))
+    return tr.snapshot.get_range(begin, end)
+
+
+def nodes_of(rows: list[tuple[bytes, bytes]], now: float) -> dict[str, dict[str, Any]]:
+    """The records :func:`read_records` read, decoded, each with its ``state`` and ``stale``."""
     nodes: dict[str, dict[str, Any]] = {}
     for key, value in rows:
         node = tuples.unpack(key)[-1]
         record = _decode(value)
         if record is None:
             continue
-        record["stale"] = now - float(record.get("updated_at", 0)) > STALE_AFTER_S
+        state = node_state(record, now)
+        record["state"] = state
+        record["stale"] = state == STALE
         nodes[str(node)] = record
     return nodes
+
+
+def fleet_counts(rows: list[tuple[bytes, bytes]], now: float) -> dict[str, int]:
+    """How many nodes of the store are in each state (every state present, 0 included)."""
+    counts = dict.fromkeys(NODE_STATES, 0)
+    for record in nodes_of(rows, now).values():
+        counts[record["state"]] += 1
+    return counts
+
+
+def forget_node_status(tr: Transaction, node: str) -> None:
+    """Clear ``node``'s status record (``smoosh forget``: the node leaves the fleet view)."""
+    tr.clear(status_key(node))
 
 
 def _decode(value: bytes | None) -> dict[str, Any] | None:

@@ -76,11 +76,18 @@ class Run:
     # Refused at its start (its key's live run is another): followed only until its refusal
     # reaches its channel, and never shown.
     refused: bool = False
+    # Holds a slot of the fleet-wide cap (its claim took one: smoosh.daemon.control.cluster_cap).
+    cap_slot: bool = False
 
     @property
     def state(self) -> str:
-        """:data:`RUNNING`, :data:`CLAIMED` or :data:`STARTING`."""
-        if self.running_since is not None:
+        """:data:`RUNNING`, :data:`CLAIMED` or :data:`STARTING`.
+
+        A run this process's worker reserved is running only once its claim has committed: a
+        batch's next database is handed to its thread (and told running) before that commit,
+        which waits as long as the store does not answer (issue 50).
+        """
+        if self.running_since is not None and (self.claimed or not self.reserved):
             return RUNNING
         return CLAIMED if self.reserved else STARTING
 

@@ -48,13 +48,14 @@ import time
 from typing import Any, Callable
 
 from channels.ports import FAILED, Outcome, RunEvent
+from smoosh.daemon.control.cluster_cap import SLOT_FIELD, NodeCap, Refusal
 from smoosh.daemon.control.store_health import classify
 from smoosh.daemon.keypool import KeyPool
 from smoosh.daemon.run.batch import Offer
 from smoosh.daemon.run.runs import Run, RunTable
 from smoosh.daemon.run.startup import DAEMON_WORKER, HOLDER
 from smoosh.jobs import Job, Jobs, NotFound, Subscription
-from smoosh.store.base import Transaction
+from smoosh.store.base import Transaction, Watch
 
 __all__ = ["JobScheduler", "JOB_REMOVED_ERROR", "Run", "already_running"]
 
@@ -144,6 +145,12 @@ class JobScheduler:
         self.on_released: Callable[[str], None] | None = None
         #: This process's worker, which runs claimed jobs (None: every job waits for a worker).
         self.local: Any = None
+        #: The fleet-wide cap (``cluster_max_jobs``): every claim takes a slot of it in its own
+        #: transaction (None: no cap; see :mod:`smoosh.daemon.control.cluster_cap`).
+        self.cap: NodeCap | None = None
+        #: Told on the loop that the cap refused a claim, with the watch that ends the wait (the
+        #: server's cap gate holds the starts); told with None as a claim takes a slot.
+        self.on_cap: Callable[[bool, Watch | None], None] | None = None
         #: Removals of ended runs' jobs not yet written (see the module docstring), and when
         #: the oldest came (monotonic): the loop thread adds, the starter takes; under their lock.
         self._removals: list[tuple[Run, Callable[[Transaction], None] | None]] = []
@@ -225,6 +232,7 @@ class JobScheduler:
         stored = data.get("priority")
         priority = float(stored) if isinstance(stored, (int, float)) and not isinstance(stored, bool) else 0.0
         run = Run(channel, key, token, priority or 1.0, opened_at=self._clock())
+        run.cap_slot = data.get(SLOT_FIELD) is True  # it held a slot of the cap: it keeps it
         if self._open(run) is not None:
             self.table.close(run)
             return None
@@ -334,6 +342,20 @@ class JobScheduler:
     def runs(self) -> list[Run]:
         """Every run followed now (loop thread)."""
         return list(self.table)
+
+    def claiming(self) -> dict[str, int]:
+        """Per channel, the runs this process's worker took at their submit whose claim has not
+        committed yet (any thread: a copy of the table, and flags their threads set).
+
+        Nothing compacts them until that commit: the status table counts them ``starting``
+        (:func:`smoosh.daemon.record.status.truthful_counts`), whatever their channel counted.
+        """
+        out: dict[str, int] = {}
+        for run in self.table:
+            # (A batch's next database is told running as its thread takes it, before its claim.)
+            if run.reserved and not run.claimed and not run.ended and not run.refused:
+                out[run.channel] = out.get(run.channel, 0) + 1
+        return out
 
     def run_of(self, key: str) -> Run | None:
         """The live run of ``key`` (the one that holds it), if any (loop thread; the intake's
@@ -473,17 +495,28 @@ class JobScheduler:
             # Claimed by this process from its first commit: a restart after a kill -9 knows
             # whose it was before any heartbeat says so.
             data = {**data, "worker": DAEMON_WORKER, HOLDER: holder}
+        claim = _Claim(data)
         try:
-            # The commit that claims this run also finishes the runs that just ended.
-            claimed = self.local.claim_transact(run.key, lambda tr: self._add_claimed(tr, run, data))
+            # The commit that claims this run also finishes the runs that just ended (their
+            # slots of the cap given back first, in the same commit).
+            claimed = self.local.claim_transact(run.key, lambda tr: self._add_claimed(tr, run, claim))
         except Exception as exc:
             self._add_failed(run, exc)
             return None
         if isinstance(claimed, str):
             self._owned_elsewhere(run, claimed)
             return None
+        refusal = Refusal.from_data(claimed)
+        if refusal is not None:
+            self._cap_refused(run, refusal, claim.watch)
+            return None
         run.claimed = True
-        return claimed, data
+        if run.running_since is not None:
+            # A batch's next database, told running as its thread took it: the status shows it
+            # running from this commit (the table's views are rebuilt on the loop).
+            self._post(self.table.publish)
+        self._cap_taken(run, claim)
+        return claimed, claim.data
 
     def _owned_elsewhere(self, run: Run, owner: str) -> None:
         """A job of the key runs already: another channel's (dropped) or this channel's (followed)."""
@@ -499,29 +532,80 @@ class JobScheduler:
         if data is None:
             return
         removals = self._take_removals()
+        claim = _Claim(data)
 
-        def with_removals(tr: Transaction) -> str | None:
+        def with_removals(tr: Transaction) -> Any:
             for ended, also in removals:
                 self._remove_in(tr, ended, also)
-            return self._add(tr, run, data)
+            return self._add(tr, run, claim)
 
         try:
             try:
-                owner = self.jobs.transact(with_removals if removals else lambda tr: self._add(tr, run, data))
+                owner = self.jobs.transact(with_removals if removals else lambda tr: self._add(tr, run, claim))
             except Exception:
                 if not removals:
                     raise
                 # A removal's write (a crash record) failed, or the store: the removals are
                 # written on their own, and the addition is tried alone, as without them.
                 self._put_back(removals)
-                owner = self.jobs.transact(lambda tr: self._add(tr, run, data))
+                owner = self.jobs.transact(lambda tr: self._add(tr, run, claim))
         except Exception as exc:
             self._add_failed(run, exc)
+            return
+        refusal = Refusal.from_data(owner)
+        if refusal is not None:
+            self._cap_refused(run, refusal, claim.watch)
             return
         if owner is not None:
             self._owned_elsewhere(run, owner)
             return
+        self._cap_taken(run, claim)
         self._follow_or_end(run)
+
+    def _take_slot(self, tr: Transaction, run: Run, claim: _Claim) -> dict[str, Any] | None:
+        """In a claim's transaction: a slot of the fleet-wide cap for ``run``; the refusal as data, or None.
+
+        With a slot taken (or no cap set), ``claim.data`` is what the job is added with: it
+        says whether the run holds a slot, so whatever ends the job gives it back.
+        """
+        cap = self.cap
+        claim.data = claim.base
+        claim.watch = None
+        if cap is None:
+            return None
+        taken, refusal = cap.take(tr, run.token)
+        if refusal is not None:
+            claim.watch = cap.cap.watch_freed(tr)
+            return refusal.to_data()
+        if taken:
+            claim.data = {**claim.base, SLOT_FIELD: True}
+        return None
+
+    def _cap_refused(self, run: Run, refusal: Refusal, watch: Watch | None) -> None:
+        """The cap refused ``run``'s claim: the node's starts wait for a slot, the key in its channel.
+
+        The gate closes first (posted before the run's end frees its channel's slot, so the
+        channel does not start its next key into the same refusal), then the key goes back.
+        """
+        log.debug("The cluster's cap refused %r: %s.", run.key, refusal.reason())
+        on_cap = self.on_cap
+        if on_cap is not None:
+            self._post(lambda: on_cap(False, watch))
+        elif watch is not None:
+            watch.cancel()
+        self._emit(run, "dropped", reason=f"{refusal.reason()}; queued again")
+        requeue = self._requeue
+        if requeue is not None:
+            channel, key, priority = run.channel, run.key, run.priority
+            self._post(lambda: requeue(channel, key, priority))
+
+    def _cap_taken(self, run: Run, claim: _Claim) -> None:
+        """``run``'s claim committed: it holds a slot of the cap when its data says so."""
+        if claim.data.get(SLOT_FIELD) is True:
+            run.cap_slot = True
+            on_cap = self.on_cap
+            if on_cap is not None:
+                self._post(lambda: on_cap(True, None))
 
     def _add_failed(self, run: Run, exc: Exception) -> None:
         """The job of ``run`` could not be added: dropped, or queued again when the store is to blame."""
@@ -552,17 +636,28 @@ class JobScheduler:
             run.job_run = job_run
         return owner
 
-    def _add(self, tr: Transaction, run: Run, data: dict[str, Any]) -> str | None:
-        """Add the job unless one for the key runs; the running job's channel, or None when added."""
+    def _add(self, tr: Transaction, run: Run, claim: _Claim) -> Any:
+        """Add the job unless one for the key runs, or the cap refuses it; the running job's
+        channel, the refusal (as data), or None when added."""
         owner = self._running_owner(tr, run)
-        if owner is None:
-            self.jobs.add(self.job_type, run.key, data, tx=tr)
-        return owner
+        if owner is not None:
+            return owner
+        refused = self._take_slot(tr, run, claim)
+        if refused is not None:
+            return refused
+        self.jobs.add(self.job_type, run.key, claim.data, tx=tr)
+        return None
 
-    def _add_claimed(self, tr: Transaction, run: Run, data: dict[str, Any]) -> Any:
-        """Add the job claimed by this process's worker; the running job's channel instead, if one runs."""
+    def _add_claimed(self, tr: Transaction, run: Run, claim: _Claim) -> Any:
+        """Add the job claimed by this process's worker; the running job's channel instead, if one
+        runs, or the cap's refusal (as data)."""
         owner = self._running_owner(tr, run)
-        return owner if owner is not None else self.jobs.add_claimed(self.job_type, run.key, data, tx=tr)
+        if owner is not None:
+            return owner
+        refused = self._take_slot(tr, run, claim)
+        if refused is not None:
+            return refused
+        return self.jobs.add_claimed(self.job_type, run.key, claim.data, tx=tr)
 
     def _follow(self, run: Run) -> None:
         """Subscribe to the run's job; a state already reached is reported at once."""
@@ -654,6 +749,9 @@ class JobScheduler:
         # Only this run's job: a job someone else added for the key since stays.
         if info is not None and info.state != "running" and info.data.get("run") in (run.token, run.job_run, None):
             self.jobs.remove(self.job_type, run.key, tx=tr)
+            release = self.cap.release_write(info.data) if self.cap is not None else None
+            if release is not None:
+                release(tr)  # its slot of the cap, given back with the job
         if also is not None:
             also(tr)
 
@@ -690,6 +788,19 @@ class JobScheduler:
 
     def _token(self) -> int:
         return self._rng.getrandbits(62)
+
+
+class _Claim:
+    """What a claim's transaction adds its job with: the data, with the cap's slot when it took one,
+    and the watch its refusal armed. Set by the attempt that runs last (a retry sets them again;
+    a replayed result leaves the committed attempt's)."""
+
+    __slots__ = ("base", "data", "watch")
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.base = data
+        self.data = data
+        self.watch: Watch | None = None
 
 
 def _store_work(fn: Callable[[], None]) -> None:

@@ -172,6 +172,9 @@ class Worker:
         #: (``on_finished(key, data, outcome)``: its durable history row, or None), made in the
         #: commit that finishes the run's job (``smoosh.daemon.results``).
         self.on_finished: Callable[[str, dict[str, Any], Outcome], Callable[[Any], None] | None] | None = None
+        #: The write that gives back a claimed run's slot of the fleet-wide cap, from its job's data
+        #: (None: no cap), made in the commit that finishes it (smoosh.daemon.control.cluster_cap).
+        self.release_slot: Callable[[dict[str, Any]], Callable[[Any], None] | None] | None = None
         # Compactions run on these threads; they stay while work keeps coming (a thread per
         # job would cost its start on every compaction of a fleet of small files).
         # A claimed run's finish waits for the next claim's commit (one commit per compaction);
@@ -678,13 +681,19 @@ class Worker:
                     # Its channel is in this process and hears the end directly: the job is
                     # finished and removed in the next claim's commit (smoosh.daemon.run.finishes),
                     # and the run's history row with it.
-                    self.finishes.add(running.key, running.job, self._history_write(running, outcome))
+                    self.finishes.add(running.key, running.job,
+                                      _both(self._history_write(running, outcome), self._slot_release(running)))
                 else:
                     self.jobs.finish(running.job, data)
         except JobHalted:
             log.info("Job %r was halted before it could be finished.", running.key)
             return None
         return data
+
+    def _slot_release(self, running: Running) -> Callable[[Any], None] | None:
+        """The write that gives back a claimed run's slot of the cap (None: it holds none)."""
+        release = self.release_slot
+        return release(running.data) if release is not None else None
 
     def _history_write(self, running: Running, outcome: Outcome) -> Callable[[Any], None] | None:
         """The write of a claimed run's durable history row (None: no hook, or an interrupted run)."""
@@ -718,3 +727,15 @@ class Worker:
             fn()
         except Exception:
             log.exception("A run listener failed.")
+
+
+def _both(first: Callable[[Any], None] | None, second: Callable[[Any], None] | None) -> Callable[[Any], None] | None:
+    """One write made of two (either may be None)."""
+    if first is None or second is None:
+        return first or second
+
+    def both(tr: Any) -> None:
+        first(tr)
+        second(tr)
+
+    return both

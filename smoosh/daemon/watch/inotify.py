@@ -97,9 +97,11 @@ __all__ = ["InotifyObserver", "inotify_available", "new_observer", "IN_Q_OVERFLO
 log = logging.getLogger("smoosh.daemon.watch.watcher")  # the watcher's lines, one logger
 
 #: Seconds the thread lets events gather after the first one arrives, before it reads them:
-#: one read then takes a compaction's worth of events instead of one each (and the kernel
-#: merges repeats of an event not yet read). Every event is debounced downstream anyway.
-READ_DELAY_S = 0.0005
+#: one read then takes a burst of an application's commits (or a compaction's writes) instead of
+#: a read each, and the kernel merges the repeats of an event not yet read. Every event is
+#: debounced downstream (a second without events) anyway, so this only delays a look; what it
+#: saves is CPU on a machine the application shares (issue 46).
+READ_DELAY_S = 0.05
 #: Seconds the thread may leave events unread while :meth:`InotifyObserver.set_quiet` says
 #: they are mostly smoosh's own: an application's write is seen at most this much later
 #: (against a debounce of a second), and the kernel queue (16,384 events by default) cannot

@@ -76,6 +76,11 @@ log = logging.getLogger(__name__)
 
 #: Smallest non-empty database (one page of the smallest page size); smaller files are skipped.
 MIN_DB_SIZE_BYTES = 512
+#: Seconds within which another event of a database already considered is no news (the debounce
+#: waits for a second without events anyway): one look per database per burst of its commits.
+COALESCE_S = 0.1
+#: Database paths remembered for that (cleared whole past it: a bound, not a cache policy).
+COALESCE_MAX_PATHS = 50_000
 #: Seconds between periodic rescans (DESIGN §8 rescan_interval: inotify drops events on overflow).
 DEFAULT_RESCAN_INTERVAL_S = 600.0
 #: A periodic rescan reports files changed since the previous scan started, less this many
@@ -171,6 +176,8 @@ class Watcher:
         # path -> compactions settling, under _settle_lock.
         self._settling: dict[str, int] = {}
         self._settle_lock = threading.Lock()
+        # Database paths considered lately and when (see _coalesced): the observer's thread's.
+        self._considered: dict[str, float] = {}
         self._ticked = False  # ticked by its owner's loop: scans run on a thread of their own
         self._scan_thread: threading.Thread | None = None
         self._rescan_interval_s = float(rescan_interval_s)
@@ -545,7 +552,10 @@ class Watcher:
         if self._ignores(path):
             return
         self._recent_own.append(False)  # an overflow's evidence (see overflowed)
-        real = canonical_path(main_db_path(path))
+        db = main_db_path(path)
+        if self._coalesced(db):
+            return
+        real = canonical_path(db)
         if not accepts(self._entries, real) or self._exclude(real):
             return
         try:
@@ -554,6 +564,24 @@ class Watcher:
             return  # deleted meanwhile: a missing database is nothing to compact
         if stat.S_ISREG(st.st_mode) and st.st_size >= MIN_DB_SIZE_BYTES and not self._refused(real):
             self._emit(real)
+            if len(self._considered) >= COALESCE_MAX_PATHS:
+                self._considered.clear()
+            self._considered[db] = self._clock()
+
+    def _coalesced(self, db: str) -> bool:
+        """Whether ``db`` was handed on less than :data:`COALESCE_S` ago: then this event says
+        nothing new. The key's debounce waits for a second without events after the one handed
+        on, so it looks at the file well after the writes of the events dropped here; an event
+        that was not handed on (a file too small yet, say) drops none after it.
+
+        An application committing a few times a second makes several events a commit (its
+        journal created, written, deleted; the database written), and each cost a canonical
+        path, a ``stat`` and a hand-off: the CPU it took (on a machine the application shares)
+        was part of what an application noticed of smoosh watching (issue 46). Called on the
+        observer's thread only; the memory is bounded by clearing it whole.
+        """
+        seen = self._considered.get(db)
+        return seen is not None and self._clock() - seen < COALESCE_S
 
     @staticmethod
     def _refused(path: str) -> bool:

@@ -1,0 +1,243 @@
+"""A run's figures (errors, latencies, compactions, reclaimed bytes, CPU, checks) and the sitting's tables.
+
+:func:`run_figures` turns a :class:`~bench.apps.runs.RunOutcome` into one JSON-ready dict;
+:func:`group_table` puts the runs of one (application, journal mode) side by side, one column
+per mode and each cell listing that mode's runs in the sitting's order, in the style of
+``bench/RESULTS.md``.
+
+Latencies are over every operation, a failed one with the time it waited before failing (what
+its user felt). An error is *inside a compaction* when it meets a window of smoosh's run on
+its own tenant (:mod:`bench.apps.windows`); ``by chance`` is how many of the run's errors
+would fall inside those windows if errors came at random times and tenants: the errors times
+the share of the run's tenant-seconds the windows cover.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Sequence
+
+from bench._harness import percentile
+from bench.apps.runs import RunOutcome, uses_smoosh
+from bench.apps.windows import index_windows, inside
+
+__all__ = ["run_figures", "group_table", "JOURNAL_NAMES", "APP_NAMES", "MODE_NAMES"]
+
+JOURNAL_NAMES = {"delete": "rollback journal (SQLite's default)", "wal": "WAL"}
+APP_NAMES = {"django": "Django", "sqlalchemy": "SQLAlchemy"}
+MODE_NAMES = {
+    "none": "without smoosh",
+    "compact": "smoosh, default config",
+    "watch": "smoosh watching only (concurrency 0)",
+    "compacted": "without smoosh, fleet already compacted",
+    "compact-b": "smoosh B, default config",
+    "watch-b": "smoosh B watching only (concurrency 0)",
+}
+MB = 1_000_000
+
+
+def _ms(values: Sequence[float], q: float) -> float | None:
+    return round(percentile(values, q) * 1000, 2) if values else None
+
+
+def run_figures(o: RunOutcome) -> dict[str, Any]:
+    """Everything the reports show of one run (see the module docstring for how each is counted)."""
+    rec = o.record
+    names: list[str] = rec["ops_names"]
+    errors: list[str] = rec["errors"]
+    ops = rec["ops"]  # [start, latency_s, op, tenant, error]
+    start, end = float(rec["start"]), float(rec["end"])
+    duration = max(1e-9, end - start)
+    per_tenant = index_windows(o.windows, o.paths)
+    compactions = [w for w in o.windows if not w.cleanup]
+    cleanups = [w for w in o.windows if w.cleanup]
+    ok = [w for w in compactions if w.result == "ok"]
+    results = Counter(w.result for w in compactions)
+    channels = Counter(w.channel for w in compactions)
+    in_run = [w for w in compactions if w.end >= start and w.start <= end]
+
+    lat_by_op: dict[str, list[float]] = {n: [] for n in names}
+    err_by_op: dict[str, Counter[str]] = {n: Counter() for n in names}
+    err_by_type: Counter[str] = Counter()
+    inside_errors: list[dict[str, Any]] = []
+    inside_by: Counter[str] = Counter()
+    all_lat: list[float] = []
+    slowest_inside: dict[str, Any] | None = None
+    slowest_outside: dict[str, Any] | None = None
+    error_list = []
+    for t0, lat, op_i, tenant, err in ops:
+        op = names[op_i]
+        lat_by_op[op].append(lat)
+        all_lat.append(lat)
+        w = inside(t0, lat, per_tenant[tenant])
+        entry = {"start": t0, "latency_ms": round(lat * 1000, 2), "op": op, "tenant": tenant}
+        if w is not None:
+            if slowest_inside is None or lat * 1000 > slowest_inside["latency_ms"]:
+                slowest_inside = dict(entry, window_result=w.result, window_duration_s=round(w.duration_s, 3))
+        elif slowest_outside is None or lat * 1000 > slowest_outside["latency_ms"]:
+            slowest_outside = entry
+        if err >= 0:
+            text = errors[err]
+            err_by_op[op][text] += 1
+            err_by_type[text] += 1
+            error_list.append(dict(entry, error=text, inside=w is not None))
+            if w is not None:
+                inside_errors.append(dict(entry, error=text, window_result=w.result))
+                inside_by[f"{op}: {text}"] += 1
+    covered = 0.0
+    for tenant_windows in per_tenant:
+        for w in tenant_windows:
+            covered += max(0.0, min(w.end, end) - max(w.start, start))
+    n_tenants = max(1, len(o.paths))
+    by_chance = len(error_list) * covered / (duration * n_tenants)
+    before, after = sum(o.before_bytes), sum(o.after_bytes)
+    bad = [c for c in o.checks if not c.ok]
+    return {
+        "label": o.spec.label,
+        "number": o.spec.number,
+        "app": o.spec.app,
+        "journal_mode": o.spec.journal_mode,
+        "mode": o.spec.mode,
+        "duration_s": round(duration, 2),
+        "ops": len(ops),
+        "ops_per_s": round(len(ops) / duration, 1),
+        "skipped_slots": rec.get("skipped_slots", 0),
+        "errors": len(error_list),
+        "errors_by_type": dict(err_by_type.most_common()),
+        "errors_by_op": {op: dict(c.most_common()) for op, c in err_by_op.items() if c},
+        "errors_inside_compaction": len(inside_errors),
+        "errors_inside_by_chance": round(by_chance, 2),
+        "errors_inside_by_op": dict(inside_by.most_common()),
+        "latency_ms": {
+            "all": {"p50": _ms(all_lat, 0.5), "p99": _ms(all_lat, 0.99), "max": _ms(all_lat, 1.0)},
+            **{op: {"p50": _ms(v, 0.5), "p99": _ms(v, 0.99), "max": _ms(v, 1.0), "n": len(v)}
+               for op, v in lat_by_op.items()},
+        },
+        "slowest_inside_compaction": slowest_inside,
+        "slowest_outside_compaction": slowest_outside,
+        "compactions": {
+            "runs": len(compactions), "ok": len(ok), "results": dict(results), "channels": dict(channels),
+            "during_app_run": len(in_run), "before_app_run": sum(1 for w in compactions if w.end < start),
+            "window_s_max": round(max((w.duration_s for w in compactions), default=0.0), 3),
+            "cleanup_runs": len(cleanups),
+            # How the log's start of a run compared with its 'started' event in /jobs (seconds).
+            "start_gap_s": {"matched": len(o.start_gaps_s), "min": min(o.start_gaps_s, default=None),
+                            "max": max(o.start_gaps_s, default=None)},
+        },
+        "reclaimed": {
+            "smoosh_log_bytes": sum(w.reclaimed_bytes for w in ok),
+            "smoosh_metric_bytes": o.smoosh_reclaimed_metric,
+            "files_before_bytes": before,
+            "files_after_bytes": after,
+            "files_drop_bytes": before - after,
+        },
+        "smoosh_cpu_s": None if o.smoosh_cpu_run_s is None else round(o.smoosh_cpu_run_s, 2),
+        "smoosh_cpu_share": None if o.smoosh_cpu_run_s is None else round(o.smoosh_cpu_run_s / duration, 4),
+        "smoosh_cpu_total_s": None if o.smoosh_cpu_total_s is None else round(o.smoosh_cpu_total_s, 2),
+        "checks": {
+            "tenants": len(o.checks),
+            "damaged": sum(1 for c in o.checks if c.damaged),
+            "lost": sum(len(c.lost) for c in o.checks),
+            "changed": sum(len(c.changed) for c in o.checks),
+            "resurrected": sum(len(c.resurrected) for c in o.checks),
+            "unexpected": sum(len(c.unexpected) for c in o.checks),
+            "rows_checked": sum(c.rows for c in o.checks),
+            "failed": [c.summary() for c in bad],
+        },
+        "load_avg": [round(x, 2) for x in o.load_avg],
+        "anomalies": rec.get("anomalies", []),
+        "versions": rec.get("versions", {}),
+        "error_list": error_list,
+        "windows": [{"tenant": o.paths.index(w.path) if w.path in o.paths else None, "start": round(w.start, 3),
+                     "end": round(w.end, 3), "result": w.result, "channel": w.channel,
+                     "reclaimed_bytes": w.reclaimed_bytes, "cleanup": w.cleanup} for w in o.windows],
+        "kept": o.kept,
+    }
+
+
+def _cell(values: Sequence[str]) -> str:
+    return ", ".join(values) if values else "-"
+
+
+def _num(x: float | None, digits: int = 0) -> str:
+    if x is None:
+        return "-"
+    return f"{x:,.{digits}f}"
+
+
+def _slowest(entry: dict[str, Any] | None) -> str:
+    """``191 (read_modify_write)``; ``-`` when there was none."""
+    if not entry:
+        return "-"
+    return f"{_num(entry['latency_ms'])} ({entry['op']})"
+
+
+def _compactions(r: dict[str, Any]) -> str:
+    c = r["compactions"]
+    others = [f"{k} {v}" for k, v in c["results"].items() if k != "ok"]
+    if c["cleanup_runs"]:
+        others.append(f"{c['cleanup_runs']} cleanup")
+    return f"{c['ok']}" + (f" ({', '.join(others)})" if others else "")
+
+
+def group_table(runs: Sequence[dict[str, Any]], modes: Sequence[str], dead_bytes: int) -> str:
+    """The runs of one (application, journal mode) as a Markdown table: a column per mode, the runs
+    of each in the sitting's order, separated by commas.
+
+    Parameters:
+        runs: :func:`run_figures` of the group's runs.
+        modes: the columns, in order.
+        dead_bytes: the fleet's dead space at the start (the template's file minus live bytes).
+    """
+    first = runs[0]
+    title = f"{APP_NAMES.get(first['app'], first['app'])}, {JOURNAL_NAMES.get(first['journal_mode'], first['journal_mode'])}"
+    by_mode = {m: [r for r in runs if r["mode"] == m] for m in modes}
+    present = [m for m in modes if by_mode[m]]
+    rows: list[tuple[str, dict[str, list[str]]]] = []
+
+    def row(name: str, fn: Any, only: Sequence[str] | None = None) -> None:
+        cells = {}
+        for m in present:
+            cells[m] = [fn(r) for r in by_mode[m]] if (only is None or m in only) else []
+        rows.append((name, cells))
+
+    row("runs (place in the sitting)", lambda r: f"#{r['number']}")
+    row("operations per second (slots dropped behind schedule)",
+        lambda r: _num(r["ops_per_s"]) + (f" ({r['skipped_slots']})" if r["skipped_slots"] else ""))
+    row("**errors**", lambda r: f"**{r['errors']}**")
+    types = Counter[str]()
+    op_names = Counter[str]()
+    for r in runs:
+        types.update(r["errors_by_type"])
+        for op, c in r["errors_by_op"].items():
+            op_names[op] += sum(c.values())
+    for text, _ in types.most_common():
+        row(f"- {text}", lambda r, t=text: str(r["errors_by_type"].get(t, 0)))
+    for op, _ in op_names.most_common():
+        row(f"- in {op}", lambda r, o=op: str(sum(r["errors_by_op"].get(o, {}).values())))
+    with_smoosh = [m for m in present if uses_smoosh(m)]
+    row("errors inside a run of smoosh on that tenant (by chance)",
+        lambda r: f"{r['errors_inside_compaction']} ({r['errors_inside_by_chance']:.1f})", with_smoosh)
+    row("latency p50 / p99, ms",
+        lambda r: f"{_num(r['latency_ms']['all']['p50'], 1)} / {_num(r['latency_ms']['all']['p99'], 0)}")
+    row("slowest operation, ms", lambda r: _num(r["latency_ms"]["all"]["max"]))
+    row("slowest operation on a tenant during smoosh's run on it, ms", lambda r: _slowest(r["slowest_inside_compaction"]),
+        with_smoosh)
+    row("slowest operation elsewhere, ms", lambda r: _slowest(r["slowest_outside_compaction"]), with_smoosh)
+    row("compactions ok (other results; cleanup runs)", _compactions, with_smoosh)
+    row("reclaimed, MB: smoosh's figure / the files' drop",
+        lambda r: f"{r['reclaimed']['smoosh_log_bytes'] / MB:,.0f} / {r['reclaimed']['files_drop_bytes'] / MB:,.0f}",
+        with_smoosh)
+    row(f"share of the fleet's dead space ({dead_bytes / MB:,.0f} MB) reclaimed",
+        lambda r: f"{100 * r['reclaimed']['smoosh_log_bytes'] / max(1, dead_bytes):.0f}%", with_smoosh)
+    row("smoosh's CPU during the run, % of a core",
+        lambda r: "-" if r["smoosh_cpu_share"] is None else f"{100 * r['smoosh_cpu_share']:.1f}", with_smoosh)
+    row("the machine's load average (1 min) at the start / end", lambda r: "/".join(
+        f"{x:.1f}" for x in r.get("load_avg") or []) or "-")
+    row("tenants damaged / rows lost (of rows checked)",
+        lambda r: f"{r['checks']['damaged']} / {r['checks']['lost']} ({r['checks']['rows_checked']:,})")
+    head = f"| {title} | " + " | ".join(MODE_NAMES.get(m, m) for m in present) + " |"
+    lines = [head, "|---|" + "---|" * len(present)]
+    for name, cells in rows:
+        lines.append(f"| {name} | " + " | ".join(_cell(cells[m]) for m in present) + " |")
+    return "\n".join(lines)

@@ -47,12 +47,16 @@ class ChannelRuns(ChannelState):
             self._log.info("Channel %s: dropped %r: %s.", self.name, key, event.reason or "it could not start")
         elif event.kind == "ended":
             self._end(run)
-            self._ended(run, event.outcome or Outcome("failed", "no outcome"), now)
+            timed = self._ended(run, event.outcome or Outcome("failed", "no outcome"), now)
             if event.continues:
                 # Its worker waits for this channel's next key (a batch): started now, with
                 # every check a tick's start makes (the window, holds, slots, the head's order).
-                # That start is the one a wake would have had the next tick make: none follows.
+                # That start is the one a wake would have had the next tick make; a tick still
+                # follows when the end left the key waiting on a time (a backoff, a bench),
+                # since only a tick sets the timer that lets it go.
                 self._start_work(now)
+                if timed:
+                    self._host.wake(self.name)
                 return
         if event.kind in ("ended", "dropped"):
             # A run that ends frees its place: the next may start. One that moves between
@@ -126,7 +130,8 @@ class ChannelRuns(ChannelState):
         if slot:
             self._host.release_slot(self.name)
 
-    def _ended(self, run: Run, outcome: Outcome, now: float) -> None:
+    def _ended(self, run: Run, outcome: Outcome, now: float) -> bool:
+        """Record a run's end; whether it left its key waiting on a time (a backoff, a bench)."""
         key = run.key
         if outcome.result == INTERRUPTED:
             # Taken back: a run stopped for a clean stop goes first after the restart.
@@ -142,12 +147,12 @@ class ChannelRuns(ChannelState):
                 "Channel %s: compaction of %r was %s; queued again at priority %r.",
                 self.name, key, "rotated out" if outcome.rotated else "interrupted", priority,
             )
-            return
+            return bool(outcome.rotated)
         try:
             not_before = self._host.on_outcome(self.name, key, outcome, now)
         except Exception:
             self._log.exception("Channel %s: recording the outcome of %r failed.", self.name, key)
-            return
+            return False
         if not_before is not None:
             with self._lock:
                 if not self._closed:
@@ -155,3 +160,4 @@ class ChannelRuns(ChannelState):
                     waiting = self._waiting.take(key)
                     self._waiting.defer(key, run.priority if waiting is None else waiting, not_before)
                     self._changed_locked()
+        return not_before is not None

@@ -24,6 +24,7 @@ from helpers.jobs_table import record_of
 from helpers.run_gates import GatedCompactor, gate_end
 from smoosh import Server
 from smoosh.compactors import SqliteCompactor
+from smoosh.compactors.base import CompactionError
 from smoosh.config import parse_config
 from smoosh.daemon.run.worker import Worker
 
@@ -32,7 +33,7 @@ CHANNEL = "ratio_dbs"
 DELETED = (0.9, 0.85, 0.8, 0.75, 0.7)
 
 
-def config(tmp_path: Path, *, batch: str = "4MiB", channel: str = "") -> Any:
+def config(tmp_path: Path, *, batch: str = "4MiB", channel: str = "", extra: str = "") -> Any:
     dbs = tmp_path / "dbs"
     dbs.mkdir(exist_ok=True)
     text = f"""[smoosh]
@@ -45,6 +46,7 @@ wait_secs = 0
 staleness = 0
 batch_max_size = {batch}
 db_channels = {CHANNEL}
+{extra}
 
 [smoosh.{CHANNEL}]
 min_size = 64KiB
@@ -172,6 +174,41 @@ def test_small_databases_go_in_one_slot_and_each_reads_as_a_compaction_of_its_ow
     assert seen["4MiB"] == seen["0"]
     assert seen["0"]["compactions"] == {(CHANNEL, "ok"): len(DELETED)}
     assert all(lines == ["compacted 'KEY'"] for lines in seen["0"]["log"].values())
+
+
+class FailingOnce(Recording):
+    """The recording compactor, failing the first compaction of one key."""
+
+    def __init__(self, inner: Any, failing: str) -> None:
+        super().__init__(inner)
+        self.failing: str | None = failing
+
+    def compact(self, key: str, ctx: Any) -> Any:
+        if key == self.failing:
+            self.failing = None
+            self.threads.append((key, threading.current_thread().name))
+            raise CompactionError("made to fail once")
+        return super().compact(key, ctx)
+
+
+def test_a_database_that_fails_inside_a_batch_is_retried_after_its_backoff(tmp_path: Path, batches: Batches) -> None:
+    # Given a batch whose second database fails once (a crash backoff of a second)
+    cfg = config(tmp_path, extra="backoff_base = 1s")
+    keys = fleet(tmp_path / "dbs")
+    compactor = FailingOnce(SqliteCompactor(cfg.sqlite, roots=cfg.roots), failing=keys[1])
+    server = Server(cfg, workers=2, compactors=[compactor], watch_config=False)
+    server.start()
+    try:
+        queue_all(server, keys)
+        server.resume(CHANNEL)
+        # Then the batch goes on past it, and once its backoff is over it is compacted too (the
+        # batch's end set no timer of its own: the backoff's must still be set)
+        drained(server, keys)
+        assert [key for key, _ in compactor.threads].count(keys[1]) == 2
+        assert [e["event"] for e in record_of(server, keys[1])["history"]][:2] == ["finished", "started"]
+        assert all(integrity(k) == "ok" for k in keys)
+    finally:
+        server.stop()
 
 
 def test_a_database_above_batch_max_size_gets_a_job_of_its_own(tmp_path: Path, batches: Batches) -> None:

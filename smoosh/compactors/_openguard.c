@@ -45,6 +45,7 @@
 #define OG_OTHER_MOUNT 3
 #define OG_NOT_MEANT 4
 #define OG_THROUGH_SYMLINK 5
+#define OG_NAME_GONE 6
 
 #define OG_SIDE_MAX 16
 #define OG_CREATE_TRIES 4
@@ -130,6 +131,13 @@ static long long og_mount_id(int fd) {
     return -1;
 #endif
 }
+
+/* Tests only: told the path of each file the check probes, after the probe's open and before its
+   fstat: the decisive moment of a planted link's race, played deterministically by
+   tests/compactor/test_open_check.py. NULL (never set) in the daemon. */
+static void (*og_probed_hook)(const char *path) = NULL;
+
+void og_set_probed_hook(void (*hook)(const char *path)) { og_probed_hook = hook; }
 
 /* 0 when the file fd (st) may be opened for `side` of a database with `policy`; else a code. */
 static int og_check(int fd, const struct stat *st, const char *side, const og_policy *policy,
@@ -218,8 +226,8 @@ static int og_reopen(int probe, int dirfd, const char *base, int flags, int mode
 }
 
 /* Open `base` in the directory dirfd (checked already) as SQLite asked, checking the file first. */
-static int og_open_in(int dirfd, const char *base, const char *side, int flags, int mode, const og_policy *policy,
-                      const char *database, int *code, long long *detail) {
+static int og_open_in(int dirfd, const char *path, const char *base, const char *side, int flags, int mode,
+                      const og_policy *policy, const char *database, int *code, long long *detail) {
     for (int attempt = 0; attempt < OG_CREATE_TRIES; attempt++) {
         int probe = openat(dirfd, base, (O_PATH ? O_PATH : O_RDONLY) | O_NOFOLLOW | O_CLOEXEC);
         if (probe < 0) {
@@ -245,6 +253,8 @@ static int og_open_in(int dirfd, const char *base, const char *side, int flags, 
             }
             return fd;
         }
+        if (og_probed_hook)
+            og_probed_hook(path);
         struct stat st;
         if (fstat(probe, &st) != 0) {
             int saved = errno;
@@ -253,6 +263,13 @@ static int og_open_in(int dirfd, const char *base, const char *side, int flags, 
             return -1;
         }
         *code = og_check(probe, &st, side, policy, database, detail);
+        if (!*code && og_names(probe, path, strlen(path)) == 0)
+            /* Asked after the link count, never before: a hard link planted under this name and
+               unlinked between the probe's open and its fstat leaves the outside file with one
+               link, and the probe naming it. A name the kernel still gives the probe now was its
+               name at the fstat too (a removed name never comes back), so the one link counted
+               then was this name, in the checked directory. */
+            *code = OG_NAME_GONE;
         if (*code) {
             close(probe); /* O_PATH: closing it drops no lock of this process */
             return -1;
@@ -320,7 +337,7 @@ int og_open(const char *path, int flags, int mode) {
         close(dirfd);
         goto done;
     }
-    result = og_open_in(dirfd, slash + 1, side, flags, mode, &policy, database, &code, &detail);
+    result = og_open_in(dirfd, path, slash + 1, side, flags, mode, &policy, database, &code, &detail);
     saved = errno;
     close(dirfd); /* O_PATH: closing it drops no lock */
     errno = saved;

@@ -65,6 +65,9 @@ log = logging.getLogger(__name__)
 #: Reasons of a refusal that the identity templates of :mod:`smoosh.identity` do not cover.
 NOT_REGULAR = "the file is not a regular file"
 NOT_MEANT = "another file took its name between the look and the open (renamed over it, or exchanged)"
+#: A side file whose name was unlinked or renamed as it was opened: a hard link planted there and
+#: taken away again looks like this, and the file it named may be anywhere.
+SIDE_NAME_GONE = "its {side} was unlinked or renamed as it was opened (a hard link planted and taken away again?)"
 #: What is said where the C part is missing.
 NOT_BUILT = ("the open check of SQLite's files is not built (no C compiler when smoosh was installed): "
              "files are checked by path only; reinstall with a C compiler and Python's headers")
@@ -78,7 +81,7 @@ class _Registration:
 
 
 # Refusal codes of _openguard.c.
-_NOT_REGULAR, _HARD_LINKS, _OTHER_MOUNT, _NOT_MEANT, _THROUGH_SYMLINK = 1, 2, 3, 4, 5
+_NOT_REGULAR, _HARD_LINKS, _OTHER_MOUNT, _NOT_MEANT, _THROUGH_SYMLINK, _NAME_GONE = 1, 2, 3, 4, 5, 6
 _SIDE_BYTES = 16
 
 _lib: ctypes.CDLL | None = None
@@ -260,4 +263,6 @@ def take_refusal(path: str) -> str | None:
         return SIDE_OTHER_MOUNT.format(side=side, root=root) if side else OTHER_MOUNT.format(root=root)
     if code == _THROUGH_SYMLINK:
         return THROUGH_SYMLINK
+    if code == _NAME_GONE and side:
+        return SIDE_NAME_GONE.format(side=side)
     return NOT_MEANT

@@ -10,6 +10,7 @@ it and the open. ``test_open_races.py`` runs the same races as real processes, m
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import logging
 import os
@@ -88,6 +89,40 @@ def test_a_shm_linked_to_an_outside_file_as_the_compaction_opens_is_refused_unto
     assert digest(fleet.victim) == before
     refused_once(caplog, db, reason)
     os.unlink(f"{db}-shm")
+    assert integrity(str(db)) == "ok"
+
+
+def test_a_shm_link_taken_away_between_the_probe_and_its_check_is_refused_untouched(
+    fleet: SimpleNamespace, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a WAL database, and a hard link to an outside file planted as its -shm just before
+    # the compaction opens it
+    db = fleet.dbs / "w.db"
+    make_bloated_db(str(db), journal_mode="wal")
+    before = digest(fleet.victim)
+    just_before_the_open(monkeypatch, lambda: os.link(fleet.victim, f"{db}-shm"))
+    # When the link is taken away again between the check's open of the name and its count of
+    # the file's links (the outside file then has one link, and the check's descriptor names it)
+    assert sqlite_guard.install()
+    lib = sqlite_guard._lib
+    assert lib is not None
+
+    @ctypes.CFUNCTYPE(None, ctypes.c_char_p)
+    def probed(path: bytes) -> None:
+        if path == f"{db}-shm".encode() and os.path.exists(f"{db}-shm"):
+            os.unlink(f"{db}-shm")
+
+    lib.og_set_probed_hook(probed)
+    try:
+        with caplog.at_level(logging.WARNING, logger=LOGGER), pytest.raises(Blocked) as info:
+            SqliteCompactor(settings(), roots=fleet.roots).compact(str(db), RecordingContext())
+    finally:
+        lib.og_set_probed_hook(None)
+    # Then the -shm is refused before SQLite could cut the outside file, and said so once
+    reason = "its -shm was unlinked or renamed as it was opened (a hard link planted and taken away again?)"
+    assert str(info.value) == reason
+    assert digest(fleet.victim) == before
+    refused_once(caplog, db, reason)
     assert integrity(str(db)) == "ok"
 
 

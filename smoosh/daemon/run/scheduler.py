@@ -513,8 +513,10 @@ class JobScheduler:
         run.claimed = True
         if run.running_since is not None:
             # A batch's next database, told running as its thread took it: the status shows it
-            # running from this commit (the table's views are rebuilt on the loop).
-            self._post(self.table.publish)
+            # running from this commit (the table's views are rebuilt on the loop, in an
+            # iteration this thread runs while the loop sleeps: no wake-up of its own).
+            self._post_helped(self.table.publish)
+            self.catch_up()
         self._cap_taken(run, claim)
         return claimed, claim.data
 

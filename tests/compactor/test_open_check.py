@@ -72,15 +72,22 @@ def refused_once(caplog: pytest.LogCaptureFixture, path: Path, reason: str) -> N
     assert lines == [(logging.WARNING, f"Refused to compact the database {str(path)!r}: {reason}.")]
 
 
+def shm_linked_before_the_open(fleet: SimpleNamespace, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str]:
+    """A WAL database ``w.db`` whose -shm name a hard link to the outside file takes just before
+    its compaction's open; the database and the outside file's digest before."""
+    db = fleet.dbs / "w.db"
+    make_bloated_db(str(db), journal_mode="wal")
+    before = digest(fleet.victim)
+    just_before_the_open(monkeypatch, lambda: os.link(fleet.victim, f"{db}-shm"))
+    return db, before
+
+
 def test_a_shm_linked_to_an_outside_file_as_the_compaction_opens_is_refused_untouched(
     fleet: SimpleNamespace, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Given a WAL database whose -shm name is free when its compaction checks its side files
-    db = fleet.dbs / "w.db"
-    make_bloated_db(str(db), journal_mode="wal")
-    before = digest(fleet.victim)
     # When a hard link to an outside file takes the -shm name just before the open
-    just_before_the_open(monkeypatch, lambda: os.link(fleet.victim, f"{db}-shm"))
+    db, before = shm_linked_before_the_open(fleet, monkeypatch)
     with caplog.at_level(logging.WARNING, logger=LOGGER), pytest.raises(Blocked) as info:
         SqliteCompactor(settings(), roots=fleet.roots).compact(str(db), RecordingContext())
     # Then the open of the -shm is refused before SQLite could cut it, and said so once
@@ -97,10 +104,7 @@ def test_a_shm_link_taken_away_between_the_probe_and_its_check_is_refused_untouc
 ) -> None:
     # Given a WAL database, and a hard link to an outside file planted as its -shm just before
     # the compaction opens it
-    db = fleet.dbs / "w.db"
-    make_bloated_db(str(db), journal_mode="wal")
-    before = digest(fleet.victim)
-    just_before_the_open(monkeypatch, lambda: os.link(fleet.victim, f"{db}-shm"))
+    db, before = shm_linked_before_the_open(fleet, monkeypatch)
     # When the link is taken away again between the check's open of the name and its count of
     # the file's links (the outside file then has one link, and the check's descriptor names it)
     assert sqlite_guard.install()

@@ -159,15 +159,19 @@ def hold_in_batch(c: Case, key: str, state: str) -> list[Gate]:
     blocked.wait_entered()
     server.enqueue(key)
     wait_for(lambda: key in dict(server.channels()[channel_of(c.kind)].waiting()), HANG_S, what="the key queued")
-    if state == "claimed":
-        gate = gate_recheck(server, key)
-    elif state == "running":
-        gate = c.gated.hold(key)
-    else:
-        gate = gate_end(server, key)
+    gate = gate_at(c, key, state)
     first_end.release()
     gate.wait_entered()
     return [gate, blocked]
+
+
+def gate_at(c: Case, key: str, state: str) -> Gate:
+    """The gate that holds ``key``'s run at ``state`` (claimed, running or finishing)."""
+    if state == "claimed":
+        return gate_recheck(c.server, key)
+    if state == "running":
+        return c.gated.hold(key)
+    return gate_end(c.server, key)
 
 
 def hold(c: Case, key: str, state: str, start: Callable[[], None] | None = None) -> list[Gate]:
@@ -192,12 +196,7 @@ def hold(c: Case, key: str, state: str, start: Callable[[], None] | None = None)
         wait_for(lambda: sum(ch["starting"] for ch in server.status()["channels"].values()) == 1, HANG_S,
                  what="the key's run waiting for a worker")
         return gates
-    if state == "claimed":
-        gate = gate_recheck(server, key)
-    elif state == "running":
-        gate = c.gated.hold(key)
-    else:
-        gate = gate_end(server, key)
+    gate = gate_at(c, key, state)
     start()
     gate.wait_entered()
     return [gate]

@@ -444,11 +444,7 @@ class Worker:
 
     def _run_thread(self, item: Running | Callable[[], Claimed | None]) -> None:
         if callable(item):
-            try:
-                claimed = item()
-            except Exception:
-                log.exception("Claiming a job failed.")
-                claimed = None
+            claimed = _claim_logged(item)
             if claimed is None:
                 self.unreserve()
                 return
@@ -570,11 +566,7 @@ class Worker:
                 # listener failed after, stops counting as running: the run audit ends its run.)
                 self._unclaim(handed)
                 return None
-            try:
-                claimed = claim()
-            except Exception:
-                log.exception("Claiming a job failed.")
-                claimed = None
+            claimed = _claim_logged(claim)
             if claimed is None:
                 self._unclaim(handed)
                 return None
@@ -739,3 +731,13 @@ def _both(first: Callable[[Any], None] | None, second: Callable[[Any], None] | N
         second(tr)
 
     return both
+
+
+def _claim_logged(claim: Callable[[], Claimed | None]) -> Claimed | None:
+    """Call ``claim`` (a claim the listener handed over, run on a compaction thread); None when
+    it claimed nothing, or raised (logged; the caller gives the slot back)."""
+    try:
+        return claim()
+    except Exception:
+        log.exception("Claiming a job failed.")
+        return None

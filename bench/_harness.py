@@ -106,7 +106,13 @@ def fmt(x: float) -> str:
     return f"{x:.3g}"
 
 
-def parse_args(description: str, argv: Sequence[str] | None = None, extra: Callable[[argparse.ArgumentParser], object] | None = None) -> argparse.Namespace:
+def parse_args(
+    description: str,
+    argv: Sequence[str] | None = None,
+    extra: Callable[[argparse.ArgumentParser], object] | None = None,
+    *,
+    default_runs: int = DEFAULT_RUNS,
+) -> argparse.Namespace:
     """The common options: ``--runs N``, ``--quick``, ``--no-write``.
 
     Parameters:
@@ -114,19 +120,20 @@ def parse_args(description: str, argv: Sequence[str] | None = None, extra: Calla
         argv: arguments (None: ``sys.argv[1:]``).
         extra: adds benchmark-specific options (what it returns, such as the
             ``argparse.Action`` of ``add_argument``, is ignored).
+        default_runs: runs per measurement without ``--runs`` (a long benchmark runs once).
 
     Returns:
         The parsed namespace; ``runs`` already reflects ``--quick``.
     """
     ap = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", type=int, default=None, help=f"runs per measurement (default {DEFAULT_RUNS})")
+    ap.add_argument("--runs", type=int, default=None, help=f"runs per measurement (default {default_runs})")
     ap.add_argument("--quick", action="store_true", help="a short smoke run (smaller sizes, one run)")
     ap.add_argument("--no-write", action="store_true", help="print only; leave bench/RESULTS.md alone")
     if extra is not None:
         extra(ap)
     args = ap.parse_args(argv)
     if args.runs is None:
-        args.runs = QUICK_RUNS if args.quick else DEFAULT_RUNS
+        args.runs = QUICK_RUNS if args.quick else default_runs
     return args
 
 

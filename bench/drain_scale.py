@@ -14,7 +14,7 @@ at the default 9,999 the queue evicts the rest until the next rescan), timed fro
 answer to ``GET /status`` until ``/metrics`` counts every file compacted ok. Its RSS is read
 every poll (``VmRSS``), and its peak (``VmHWM``) at the end.
 
-Long (ten minutes and more): ``make bench`` runs it once.
+Long (ten minutes and more): it runs once unless ``--runs`` says otherwise.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def drain(template: str, count: int) -> tuple[float, float | None, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(__doc__, argv, extra=lambda p: p.add_argument("--files", type=int, default=None))
+    args = parse_args(__doc__, argv, extra=lambda p: p.add_argument("--files", type=int, default=None), default_runs=1)
     large = args.files or (10_000 if args.quick else LARGE)
     d = tempfile.mkdtemp(prefix="smoosh-bench-tpl-")
     try:

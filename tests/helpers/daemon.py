@@ -145,7 +145,7 @@ class Daemon:
 
 
 #: The admin API's access lines (DEBUG): in a failed wait they are mostly the test's own polls.
-_ACCESS_LINE = re.compile(r'^\S+ \S+ DEBUG smoosh\.daemon\.http: \S+ "[A-Z]+ ')
+_ACCESS_LINE = re.compile(r'^\S+ \S+ DEBUG smoosh\.daemon\.(?:api\.)?http: \S+ "[A-Z]+ ')
 
 
 def wait_for(cond: Callable[[], Any], timeout_s: float, *, what: str, daemon: Daemon | None = None, every_s: float = 0.05) -> Any:

@@ -103,17 +103,6 @@ def live_bytes(path: str) -> int:
         conn.close()
 
 
-def footprint(path: str) -> int:
-    """The database's bytes on disk: the file and its ``-wal``."""
-    total = 0
-    for suffix in ("", "-wal"):
-        try:
-            total += os.path.getsize(path + suffix)
-        except FileNotFoundError:
-            pass
-    return total
-
-
 def fill_and_hollow(path: str, table: str, target_bytes: int, seed: int,
                     delete_per_mille: int = DELETE_PER_MILLE) -> TenantInfo:
     """Fill the (empty) ``table`` of ``path`` with rows until the file reaches ``target_bytes``,

@@ -35,9 +35,10 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from bench._daemon import free_port, stop_gently
-from bench.apps.fleet import Template, copy_fleet, footprint
+from bench.apps.fleet import Template, copy_fleet
 from bench.apps.ledger import TenantCheck, check_tenant, merge_ledgers
 from bench.apps.windows import Window, widen_with_history, windows_from_log
+from smoosh.cli.demo import disk_bytes
 
 __all__ = ["MODES", "DEFAULT_MODES", "uses_smoosh", "RunSpec", "RunOutcome", "smoosh_config", "Smoosh", "run_one", "cpu_seconds"]
 
@@ -273,7 +274,7 @@ def run_one(spec: RunSpec, template: Template, *, work: str, smoosh_command: str
     base.mkdir(parents=True)
     fleet_dir = str(base / "fleet")
     paths = copy_fleet(template.paths(compacted=spec.mode == "compacted"), fleet_dir)
-    before = [footprint(p) for p in paths]
+    before = [disk_bytes(p) for p in paths]
     smoosh: Smoosh | None = None
     keys: dict[str, str] = {}
     app: subprocess.Popen[str] | None = None
@@ -312,7 +313,7 @@ def run_one(spec: RunSpec, template: Template, *, work: str, smoosh_command: str
         windows, gaps = widen_with_history(windows, jobs)
         with open(out, encoding="utf-8") as f:
             record = json.load(f)
-        after = [footprint(p) for p in paths]
+        after = [disk_bytes(p) for p in paths]
         say(f"  checking {len(paths)} tenants (integrity_check, every row against the template and the ledger)")
         originals = template.paths()
         checks = [check_tenant(p, originals[i], template.table, merge_ledgers(record["ledger"][i]))

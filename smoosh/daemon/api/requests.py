@@ -7,6 +7,7 @@ stays about answering, and each rule is tested on its own.
 from __future__ import annotations
 
 import ipaddress
+from typing import Sequence
 
 from channels.ports import RESULTS
 from smoosh.daemon.history import RECORD_STATES
@@ -88,16 +89,8 @@ def parse_jobs_query(query: dict[str, list[str]]) -> tuple[frozenset[str] | None
         ValueError: an unknown parameter or state, or a limit or offset that is not a whole
             number in range; the message names the value.
     """
-    unknown = sorted(set(query) - {"state", "limit", "offset"})
-    if unknown:
-        raise ValueError(f"unknown parameter {unknown[0]!r}: /jobs takes state, limit and offset")
-    states = None
-    if "state" in query:
-        wanted = [part.strip() for value in query["state"] for part in value.split(",")]
-        for state in wanted:
-            if state not in RECORD_STATES:
-                raise ValueError(f"unknown state {state!r}: one of {', '.join(RECORD_STATES)}")
-        states = frozenset(wanted)
+    _known(query, "/jobs", ("state", "limit", "offset"))
+    states = _listed(query, "state", RECORD_STATES)
     limit = _whole("limit", query.get("limit"), minimum=1)
     offset = _whole("offset", query.get("offset"), minimum=0)
     return states, limit, offset or 0
@@ -144,13 +137,7 @@ def parse_history_query(query: dict[str, list[str]]) -> tuple[frozenset[str] | N
             limit that is not a whole number in range; the message names the value.
     """
     _known(query, "/history", ("result", "channel", "offset", "limit"))
-    results = None
-    if "result" in query:
-        wanted = [part.strip() for value in query["result"] for part in value.split(",")]
-        for result in wanted:
-            if result not in RESULTS:
-                raise ValueError(f"unknown result {result!r}: one of {', '.join(RESULTS)}")
-        results = frozenset(wanted)
+    results = _listed(query, "result", RESULTS)
     channels = query.get("channel")
     if channels is not None and (len(channels) != 1 or not channels[0]):
         raise ValueError("channel must be given once, and not empty")
@@ -162,6 +149,18 @@ def _known(query: dict[str, list[str]], path: str, names: tuple[str, ...]) -> No
     unknown = sorted(set(query) - set(names))
     if unknown:
         raise ValueError(f"unknown parameter {unknown[0]!r}: {path} takes {', '.join(names[:-1])} and {names[-1]}")
+
+
+def _listed(query: dict[str, list[str]], name: str, allowed: Sequence[str]) -> frozenset[str] | None:
+    """The values of a parameter given as a comma-separated list of ``allowed`` names (None: not
+    given); an unknown name raises ValueError naming it."""
+    if name not in query:
+        return None
+    wanted = [part.strip() for value in query[name] for part in value.split(",")]
+    for value in wanted:
+        if value not in allowed:
+            raise ValueError(f"unknown {name} {value!r}: one of {', '.join(allowed)}")
+    return frozenset(wanted)
 
 
 def _limit(values: list[str] | None) -> int:

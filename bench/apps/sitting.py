@@ -34,8 +34,9 @@ if __package__ in (None, ""):
 from bench._harness import REPO_ROOT, machine_info, write_section  # noqa: E402
 from bench.apps.fleet import MIN_DEAD_RATIO, build_template  # noqa: E402
 from bench.apps.runs import DEFAULT_MODES, MODES, RunSpec, run_one, uses_smoosh  # noqa: E402
-from bench.apps.summary import APP_NAMES, MODE_NAMES, group_table, run_figures  # noqa: E402
+from bench.apps.summary import APP_NAMES, MODE_NAMES, group_table, run_figures, verdict_table  # noqa: E402
 from bench.apps.windows import DEFAULT_MARGIN_S  # noqa: E402
+from smoosh.config.sections import DEFAULT_MAX_LOCK_HOLD_S  # noqa: E402
 
 #: The RESULTS.md section ``--write-results`` rewrites.
 RESULTS_SECTION = "apps"
@@ -109,8 +110,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--keep", action="store_true", help="keep every run's files (a failed run's are always kept)")
     ap.add_argument("--write-results", action="store_true",
                     help=f"rewrite bench/RESULTS.md's '{RESULTS_SECTION}' section with the tables")
-    ap.add_argument("--tables-from", metavar="JSON",
-                    help="run nothing: print the tables of a sitting's JSON (and write them with --write-results)")
+    ap.add_argument("--tables-from", metavar="JSON", nargs="+",
+                    help="run nothing: print the tables of one or more sittings' JSON, a block each in the "
+                         "order given (and write them with --write-results)")
     args = ap.parse_args(argv)
     args.pairs = args.pairs if args.pairs is not None else (1 if args.quick else DEFAULT_PAIRS)
     args.duration_s = args.duration_s if args.duration_s is not None else (
@@ -169,20 +171,17 @@ def _run_line(f: dict[str, Any]) -> str:
     return text
 
 
-def tables_from(path: str, args: argparse.Namespace) -> int:
-    """Print (and with ``--write-results`` write) the tables of the sitting saved in ``path``."""
-    with open(path, encoding="utf-8") as f:
-        sitting = json.load(f)
-    saved = argparse.Namespace(**{**vars(args), **sitting["args"]})
-    saved.write_results = args.write_results
-    tables = []
-    for g in sitting["groups"]:
-        runs = [r for r in sitting["runs"] if r["app"] == g["app"] and r["journal_mode"] == g["journal_mode"]]
-        if runs:
-            tables.append(group_table(runs, saved.modes, g["dead_bytes"]))
-    versions = {k: v for r in sitting["runs"] for k, v in r["versions"].items()}
-    text = section_text(tables, versions, saved, sitting.get("command", "python -m bench.apps"),
-                        sitting["machine"], sitting.get("smoosh", {}))
+def tables_from(paths: list[str], args: argparse.Namespace) -> int:
+    """Print (and with ``--write-results`` write) the tables of the sittings saved in ``paths``, one
+    block per sitting in the order given."""
+    blocks = []
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            sitting = json.load(f)
+        saved = argparse.Namespace(**{**vars(args), **sitting["args"]})
+        blocks.append(sitting_block(sitting, saved))
+    first = argparse.Namespace(**{**vars(args), **json.load(open(paths[0], encoding="utf-8"))["args"]})
+    text = section_text(blocks, first)
     print(text, flush=True)
     if args.write_results:
         write_section(RESULTS_SECTION, text)
@@ -223,7 +222,6 @@ def main(argv: list[str] | None = None) -> int:
     }
     os.makedirs(args.results, exist_ok=True)
     out_path = os.path.join(args.results, f"apps-{stamp}.json")
-    tables: list[str] = []
     failed: list[str] = []
     number = 0
     try:
@@ -237,7 +235,6 @@ def main(argv: list[str] | None = None) -> int:
             sitting["groups"].append(group)
             _say(f"{APP_NAMES[app]}, journal {journal}: fleet {template.file_bytes / 1e6:,.0f} MB, "
                  f"{template.dead_bytes / 1e6:,.0f} MB of it dead (file/live >= {group['min_ratio']})")
-            figures = []
             for mode in order:
                 number += 1
                 spec = RunSpec(app=app, journal_mode=journal, mode=mode, number=number, duration_s=args.duration_s,
@@ -251,7 +248,6 @@ def main(argv: list[str] | None = None) -> int:
                 f = run_figures(outcome)
                 f["config_keys"] = outcome.config_keys
                 f["wall_s"] = round(time.monotonic() - t0, 1)
-                figures.append(f)
                 sitting["runs"].append(f)
                 _say(_run_line(f))
                 if outcome.violations:
@@ -260,7 +256,6 @@ def main(argv: list[str] | None = None) -> int:
                     for v in outcome.violations[:20]:
                         _say(f"  {v}")
                     raise SystemExit(1)
-            tables.append(group_table(figures, args.modes, template.dead_bytes))
     finally:
         for p in load:
             p.kill()
@@ -270,8 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(out_path, "w", encoding="utf-8") as fh:
             json.dump(sitting, fh, indent=1)
         _say(f"the sitting's JSON: {os.path.relpath(out_path)}")
-    versions = {k: v for r in sitting["runs"] for k, v in r["versions"].items()}
-    text = section_text(tables, versions, args, command, sitting["machine"], sitting["smoosh"])
+    text = section_text([sitting_block(sitting, args)], args)
     print(text, flush=True)
     if args.write_results:
         write_section(RESULTS_SECTION, text)
@@ -279,35 +273,50 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def section_text(tables: list[str], versions: dict[str, str], args: argparse.Namespace, command: str,
-                 machine: dict[str, str], smoosh: dict[str, Any]) -> str:
-    """The sitting's Markdown: a heading, how it was measured (on ``machine``, :func:`machine_info`; the
-    smoosh trees, ``smoosh``), the tables."""
+def sitting_block(sitting: dict[str, Any], args: argparse.Namespace) -> str:
+    """One sitting's Markdown: where and how it ran (its machine, command, smoosh tree, CPU load and
+    run length), then per (application, journal mode) its runs' table and issue 46's verdicts."""
+    machine, smoosh = sitting["machine"], sitting.get("smoosh", {})
+    versions = {k: v for r in sitting["runs"] for k, v in r["versions"].items()}
     where = (f"{machine['date']}; {machine['nproc']} CPU ({machine['cpu']}), {machine['ram']} RAM; Python "
              f"{machine['python']}, SQLite {machine['sqlite']} (stdlib), {machine['apsw_sqlite']} (apsw, user databases)")
     body = [
-        "### The application beside smoosh: Django and SQLAlchemy at their defaults (issue 46)", "",
-        f"Measured {where}; `{command}`; "
-        + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())) + ".",
+        f"Measured {where}; `{sitting.get('command', 'python -m bench.apps')}`; "
+        + ", ".join(f"{k} {v}" for k, v in sorted(versions.items()))
+        + f"; {args.duration_s:g} s runs; smoosh: {smoosh.get('tree') or smoosh.get('command')}"
+        + (f"; smoosh B: {smoosh['b']['tree']}" if (smoosh.get("b") or {}).get("command") else "")
+        + f"; CPU load beside it: {args.cpu_load} busy process(es)"
+        + (f"; **failed**: {'; '.join(sitting['failed'])}" if sitting.get("failed") else "") + ".",
         "",
+    ]
+    for g in sitting["groups"]:
+        runs = [r for r in sitting["runs"] if r["app"] == g["app"] and r["journal_mode"] == g["journal_mode"]]
+        if runs:
+            body += [group_table(runs, args.modes, g["dead_bytes"]), "",
+                     verdict_table(runs, g["dead_bytes"], DEFAULT_MAX_LOCK_HOLD_S), ""]
+    return "\n".join(body).rstrip() + "\n"
+
+
+def section_text(blocks: list[str], args: argparse.Namespace) -> str:
+    """The section's Markdown: a heading, how the sittings were measured (the fleet and workload of
+    ``args``), then each sitting's block (:func:`sitting_block`)."""
+    body = [
+        "### The application beside smoosh: Django and SQLAlchemy at their defaults (issue 46)", "",
         f"{args.tenants} tenants of {args.min_mb:g}-{args.max_mb:g} MB (a scattered 70% of the rows deleted: file/live "
         f"> {MIN_DEAD_RATIO:g}), each run on a fresh copy; {args.threads} application threads, {args.rate:g} "
-        f"operations/s over {args.duration_s:g} s runs; smoosh: {smoosh.get('tree') or smoosh.get('command')}"
-        + (f"; smoosh B: {smoosh['b']['tree']}" if (smoosh.get("b") or {}).get("command") else "")
-        + f"; smoosh launched {args.lead_s:g} s before the application "
+        f"operations/s; smoosh launched {args.lead_s:g} s before the application "
         f"(its default wait_secs of {args.wait_s:g} s opens its channels "
         f"{args.wait_s - args.lead_s:g} s into the run), with its default config but for watch, state_dir, store, "
         "http and log_format (json); 'watching only' sets every channel's concurrency to 0. Runs alternate in rounds, "
         "each round in the opposite order; a cell lists a mode's runs in the sitting's order. Latencies include "
         "failed operations; an error is inside smoosh's run on its tenant when they overlap (the run's window from "
         f"its log line, widened {args.margin_s:g} s before its start); '(by chance)' is what errors at random times "
-        f"would put there. CPU load beside it: {args.cpu_load} busy process(es).",
+        "would put there. Under each table, the runs against issue 46's conditions: 'within noise' is read as the "
+        "mean of a mode's runs no higher than the highest run of the mode it is compared with.",
         "",
     ]
-    for t in tables:
-        body += [t, ""]
+    for block in blocks:
+        body += [block, ""]
     return "\n".join(body).rstrip() + "\n"
-
-
 if __name__ == "__main__":
     sys.exit(main())

@@ -21,7 +21,8 @@ from bench._harness import percentile
 from bench.apps.runs import RunOutcome, uses_smoosh
 from bench.apps.windows import index_windows, inside
 
-__all__ = ["run_figures", "group_table", "JOURNAL_NAMES", "APP_NAMES", "MODE_NAMES"]
+__all__ = ["run_figures", "group_table", "verdicts", "verdict_table", "JOURNAL_NAMES", "APP_NAMES", "MODE_NAMES",
+           "SLOWEST_MARGIN_MS", "P99_MARGIN"]
 
 JOURNAL_NAMES = {"delete": "rollback journal (SQLite's default)", "wal": "WAL"}
 APP_NAMES = {"django": "Django", "sqlalchemy": "SQLAlchemy"}
@@ -34,6 +35,13 @@ MODE_NAMES = {
     "watch-b": "smoosh B watching only (concurrency 0)",
 }
 MB = 1_000_000
+#: Issue 46's bound on the slowest application operation inside a compaction: smoosh's
+#: ``max_lock_hold`` plus this margin (milliseconds).
+SLOWEST_MARGIN_MS = 100.0
+#: Issue 46's bound on the p99 with smoosh compacting: the median p99 without it, plus 10%.
+P99_MARGIN = 0.10
+#: Issue 46's bound on what smoosh reclaims of the fleet's dead space in a run.
+MIN_RECLAIMED_SHARE = 0.80
 
 
 def _ms(values: Sequence[float], q: float) -> float | None:
@@ -240,4 +248,71 @@ def group_table(runs: Sequence[dict[str, Any]], modes: Sequence[str], dead_bytes
     lines = [head, "|---|" + "---|" * len(present)]
     for name, cells in rows:
         lines.append(f"| {name} | " + " | ".join(_cell(cells[m]) for m in present) + " |")
+    return "\n".join(lines)
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def verdicts(runs: Sequence[dict[str, Any]], dead_bytes: int, max_lock_hold_s: float) -> list[tuple[str, str, bool]]:
+    """The runs of one (application, journal mode) against issue 46's "done when", a line per condition.
+
+    Each condition is judged only when the modes it compares are in ``runs``. "Within noise" is
+    read as: the mean of the mode's runs no higher than the highest run of the mode it is compared
+    with (the baseline's own spread).
+
+    Parameters:
+        runs: :func:`run_figures` of the group's runs.
+        dead_bytes: the fleet's dead space at the start.
+        max_lock_hold_s: smoosh's ``max_lock_hold`` in the runs (its default unless set).
+
+    Returns:
+        ``(condition, what was measured, met)`` for each condition judged.
+    """
+    by = {m: [r for r in runs if r["mode"] == m] for m in ("none", "compact", "watch", "compacted")}
+    errors = {m: [r["errors"] for r in rs] for m, rs in by.items()}
+    out: list[tuple[str, str, bool]] = []
+    if by["watch"] and by["none"]:
+        mean, top = _mean(errors["watch"]), max(errors["none"])
+        out.append(("watching only: errors where they are without smoosh (mean no higher than the highest run without)",
+                    f"{mean:,.1f} against {top:,}", mean <= top))
+    if by["compact"] and by["compacted"]:
+        mean, top = _mean(errors["compact"]), max(errors["compacted"])
+        out.append(("compacting: errors no higher than on the fleet already compacted (mean against its highest run)",
+                    f"{mean:,.1f} against {top:,}", mean <= top))
+    compact = by["compact"]
+    if compact:
+        inside_n = sum(r["errors_inside_compaction"] for r in compact)
+        chance = sum(r["errors_inside_by_chance"] for r in compact)
+        out.append(("no error inside a compaction of the tenant", f"{inside_n} (by chance {chance:.1f})", inside_n == 0))
+        shares = [r["reclaimed"]["smoosh_log_bytes"] / max(1, dead_bytes) for r in compact]
+        out.append((f"at least {MIN_RECLAIMED_SHARE:.0%} of the fleet's dead space reclaimed in each run",
+                    f"{100 * min(shares):.0f}% at the least", min(shares) >= MIN_RECLAIMED_SHARE))
+        bound_ms = max_lock_hold_s * 1000 + SLOWEST_MARGIN_MS
+        slowest = max(((r["slowest_inside_compaction"] or {}).get("latency_ms", 0.0) for r in compact), default=0.0)
+        out.append((f"slowest operation inside a compaction at most max_lock_hold + {SLOWEST_MARGIN_MS:g} ms "
+                    f"({bound_ms:,.0f} ms)", f"{slowest:,.0f} ms", slowest <= bound_ms))
+    if compact and by["none"]:
+        p99_with = _median([r["latency_ms"]["all"]["p99"] for r in compact])
+        p99_without = _median([r["latency_ms"]["all"]["p99"] for r in by["none"]])
+        out.append((f"p99 within +{P99_MARGIN:.0%} of the runs without smoosh (medians)",
+                    f"{p99_with:,.1f} ms against {p99_without:,.1f} ms", p99_with <= p99_without * (1 + P99_MARGIN)))
+    damaged = sum(r["checks"]["damaged"] for r in runs)
+    lost = sum(r["checks"]["lost"] for r in runs)
+    out.append(("0 rows lost, 0 tenants damaged (every run)", f"{lost} lost, {damaged} damaged", lost == 0 and damaged == 0))
+    return out
+
+
+def verdict_table(runs: Sequence[dict[str, Any]], dead_bytes: int, max_lock_hold_s: float) -> str:
+    """:func:`verdicts` as a Markdown table."""
+    lines = ["| issue 46's condition | measured | verdict |", "|---|---|---|"]
+    for condition, measured, met in verdicts(runs, dead_bytes, max_lock_hold_s):
+        lines.append(f"| {condition} | {measured} | {'ok' if met else '**MISS**'} |")
     return "\n".join(lines)

@@ -214,3 +214,37 @@ def test_the_real_application_commits_only_what_its_ledger_says(tmp_path: Path, 
     assert ledger, "the workload committed nothing"
     check = check_tenant(run, template.paths()[0], template.table, ledger)
     assert check.ok, check.summary()
+
+
+def _run(mode: str, errors: int, *, inside: int = 0, p99: float = 10.0, slowest: float | None = None,
+         reclaimed: int = 0, lost: int = 0) -> dict[str, object]:
+    """The figures of one run, as run_figures gives them, with only what the verdicts read."""
+    return {"mode": mode, "errors": errors, "errors_inside_compaction": inside, "errors_inside_by_chance": 0.5,
+            "latency_ms": {"all": {"p50": 1.0, "p99": p99, "max": 50.0}},
+            "slowest_inside_compaction": None if slowest is None else {"latency_ms": slowest, "op": "create"},
+            "reclaimed": {"smoosh_log_bytes": reclaimed}, "checks": {"damaged": 0, "lost": lost}}
+
+
+def test_verdicts_judge_each_condition_of_issue_46_only_where_its_modes_ran() -> None:
+    from bench.apps.summary import verdicts
+
+    dead = 1000
+    runs = [_run("none", 50, p99=10.0), _run("none", 40, p99=12.0),
+            _run("watch", 45), _run("watch", 60),  # mean 52.5 > the highest without (50): a miss
+            _run("compacted", 30), _run("compacted", 35),
+            _run("compact", 33, slowest=900.0, reclaimed=850, p99=12.0),
+            _run("compact", 35, inside=1, slowest=1_150.0, reclaimed=790, p99=13.0)]
+    got = {condition.split(":")[0].split(" (")[0]: (measured, met) for condition, measured, met in verdicts(runs, dead, 1.0)}
+    assert got["watching only"] == ("52.5 against 50", False)
+    assert got["compacting"] == ("34.0 against 35", True)
+    assert got["no error inside a compaction of the tenant"] == ("1 (by chance 1.0)", False)
+    assert got["at least 80% of the fleet's dead space reclaimed in each run"] == ("79% at the least", False)
+    assert got["slowest operation inside a compaction at most max_lock_hold + 100 ms"] == ("1,150 ms", False)
+    assert got["p99 within +10% of the runs without smoosh"] == ("12.5 ms against 11.0 ms", False)
+    assert got["0 rows lost, 0 tenants damaged"] == ("0 lost, 0 damaged", True)
+
+    # Without the runs a condition compares with, it is not judged; a lost row is always judged.
+    alone = verdicts([_run("compact", 0, slowest=10.0, reclaimed=900, lost=2)], dead, 1.0)
+    assert [c for c, _, _ in alone if c.startswith(("watching", "compacting", "p99"))] == []
+    assert alone[-1][1:] == ("2 lost, 0 damaged", False)
+    assert all(met for c, _, met in alone[:-1]), alone

@@ -224,6 +224,37 @@ for run, path in enumerate(paths):
 report(r0, t0, previous)
 """
 
+#: The floor under a batch that is one job (issue 48's "one claim, one finish per batch"): the
+#: lean loop's work, but the claims of a batch of files (as many as the daemon's batch bound)
+#: committed in one transaction, which also finishes the batch before it. Its CPU beyond
+#: LEAN_LOOP's is what the daemon could save per file by batching its commits, and no more.
+LEAN_BATCH = _LEAN_COMMON + """
+from smoosh.daemon.run.batch import BATCH_MAX_DATABASES
+
+def claim_batch(tr, previous, batch):
+    for job in previous:
+        jobs.finish_and_remove(job, tx=tr)
+    return [jobs.add_claimed("smoosh:bench", path, data, tx=tr) for path, data in batch]
+
+r0, t0 = start()
+previous, run = [], 0
+for first in range(0, len(paths), BATCH_MAX_DATABASES):
+    batch = []
+    for path in paths[first:first + BATCH_MAX_DATABASES]:
+        sizes = examine(path)
+        batch.append((path, {"channel": "ratio_dbs", "key": path, "run": run, "progress": 0.0,
+                             "priority": float(sizes.file_bytes - sizes.active_bytes), "file_bytes": sizes.file_bytes}))
+        run += 1
+    previous = store.transact(lambda tr: claim_batch(tr, previous, batch))
+    for path, data in batch:
+        outcome = compact(path, data, JobContext(), [compactor], [root], time.monotonic(), time.monotonic)
+        if outcome.result != "ok":
+            print(f"{path}: {outcome.result} {outcome.error}", file=sys.stderr)
+            os._exit(1)
+store.transact(lambda tr: [jobs.finish_and_remove(job, tx=tr) for job in previous[:-1]])
+report(r0, t0, previous[-1])
+"""
+
 #: The same work on the daemon's own threads, handed between them as the daemon hands it and with
 #: nothing else: an examination pool thread looks at each file and posts it to a smoosh.loop.Loop,
 #: which hands one at a time to a compaction pool thread (smoosh.daemon.keypool.KeyPool); that
@@ -543,9 +574,9 @@ def drain_bare(template: str, count: int, *, durable_jobs: bool = False, threads
         shutil.rmtree(base, ignore_errors=True)
 
 
-def drain_lean(template: str, count: int, *, threads: bool = False) -> tuple[float, float]:
-    """Seconds and CPU seconds of :data:`LEAN_LOOP` (``threads``: :data:`LEAN_THREADS`) over
-    ``count`` copies (its loop alone).
+def drain_lean(template: str, count: int, *, threads: bool = False, batched: bool = False) -> tuple[float, float]:
+    """Seconds and CPU seconds of :data:`LEAN_LOOP` (``threads``: :data:`LEAN_THREADS`; ``batched``:
+    :data:`LEAN_BATCH`) over ``count`` copies (its loop alone).
 
     Its wake-ups are left in :data:`LAST_TALLY`, as the bare loop's are; its VACUUM statements'
     CPU in :data:`LAST_VACUUM_S`."""
@@ -553,7 +584,8 @@ def drain_lean(template: str, count: int, *, threads: bool = False) -> tuple[flo
     try:
         paths = copies(template, base / "dbs", count)
         out = subprocess.run(
-            [sys.executable, "-c", LEAN_THREADS if threads else LEAN_LOOP, f"sqlite:{base / 'jobs.db'}",
+            [sys.executable, "-c", LEAN_THREADS if threads else LEAN_BATCH if batched else LEAN_LOOP,
+             f"sqlite:{base / 'jobs.db'}",
              str(base / "dbs"), *paths],
             check=True, capture_output=True, text=True, env=smoosh_env(), cwd=str(base),
         )
@@ -697,6 +729,7 @@ def main(argv: list[str] | None = None) -> int:
                 "bare_two_durable": lambda: drain_bare(template, count, durable_jobs=True, threads=2),
                 "lean": lambda: drain_lean(template, count),
                 "lean_threads": lambda: drain_lean(template, count, threads=True),
+                "lean_batch": lambda: drain_lean(template, count, batched=True),
                 "default": lambda: drain_daemon(template, count, 1),
                 "default_unbatched": lambda: drain_daemon(template, count, 1, extra=NO_BATCHES),
                 "two": lambda: drain_daemon(template, count, 2),
@@ -749,6 +782,9 @@ def main(argv: list[str] | None = None) -> int:
         Metric(f"the design's work per file on the daemon's threads (loop, compaction pool, inotify observer), "
                f"no daemon, {count} files", "s", res["lean_threads"], higher_is_better=False, reference=bare,
                reference_name="bare loop"),
+        Metric(f"the design's work per file in one thread, the claims of a batch in one commit (a batch as one job), "
+               f"no daemon, {count} files", "s", res["lean_batch"], higher_is_better=False, reference=bare,
+               reference_name="bare loop"),
         Metric(f"smoosh run, default config, {count} files", "s", res["default"], higher_is_better=False,
                budget=1.25 * bare, budget_text=f"<= 1.25x bare ({1.25 * bare:.2f} s)", reference=bare,
                reference_name="bare loop"),
@@ -786,6 +822,7 @@ def main(argv: list[str] | None = None) -> int:
             ("bare VACUUM on 2 threads + a durable job per file", "bare_two_durable_cpu"),
             ("the design's work per file in one thread, no daemon", "lean_cpu"),
             ("the design's work per file on the daemon's threads, no daemon", "lean_threads_cpu"),
+            ("the design's work per file in one thread, a batch's claims in one commit", "lean_batch_cpu"),
             ("smoosh run, default config", "default_cpu"),
             ("smoosh run, concurrency = 2", "two_cpu"),
             ("smoosh run, concurrency = 2, memory job store", "two_memory_cpu"),
@@ -844,6 +881,10 @@ def main(argv: list[str] | None = None) -> int:
         metrics.append(Metric("the design's work per file beyond its VACUUM statements, on the daemon's threads (the "
                               "floor under the daemon's CPU per compaction with its thread model)", "ms",
                               beyond_own("lean_threads"), higher_is_better=False))
+        # And with a batch's claims in one commit: the floor under a batch that is one job.
+        metrics.append(Metric("the design's work per file beyond its VACUUM statements, in one thread, a batch's "
+                              "claims in one commit (the floor under a batch that is one job)", "ms",
+                              beyond_own("lean_batch"), higher_is_better=False))
         if "default_wake" in res:
             metrics += [
                 Metric(f"wake-ups per compaction (voluntary context switches, all threads): {label}", "",

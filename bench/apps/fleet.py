@@ -32,7 +32,7 @@ from typing import Callable, Sequence
 from bench.apps.ledger import template_key
 
 __all__ = [
-    "MIN_DEAD_RATIO", "BUILDER_VERSION", "TenantInfo", "Template", "fill_and_hollow", "live_bytes", "footprint",
+    "MIN_DEAD_RATIO", "BUILDER_VERSION", "TenantInfo", "Template", "fill_and_hollow", "live_bytes",
     "tenant_sizes", "build_template", "copy_fleet",
 ]
 

@@ -114,7 +114,7 @@ class RunOutcome:
 
 
 def smoosh_config(base: Path, fleet_dir: str, port: int, *, watch_only: bool,
-                  channels: Sequence[str]) -> tuple[Path, dict[str, str]]:
+                  channels: Sequence[str], extra: Sequence[str] = ()) -> tuple[Path, dict[str, str]]:
     """Write the run's smoosh config; its path and the keys it sets (everything else: defaults).
 
     Parameters:
@@ -123,6 +123,7 @@ def smoosh_config(base: Path, fleet_dir: str, port: int, *, watch_only: bool,
         port: its HTTP port on 127.0.0.1.
         watch_only: every channel in ``channels`` gets ``concurrency = 0`` (queue, never start).
         channels: the channels of smoosh's default config (database and cleanup channels).
+        extra: more ``key = value`` lines of the ``[smoosh]`` section (``--config-b``).
     """
     state = base / "state"
     state.mkdir(parents=True, exist_ok=True)
@@ -133,6 +134,9 @@ def smoosh_config(base: Path, fleet_dir: str, port: int, *, watch_only: bool,
         "http": f"127.0.0.1:{port}",
         "log_format": "json",
     }
+    for line in extra:
+        key, _, value = line.partition("=")
+        keys[key.strip()] = value.strip()
     text = "[smoosh]\n" + "".join(f"{k} = {v}\n" for k, v in keys.items())
     if watch_only:
         for ch in channels:
@@ -250,7 +254,7 @@ def _expect(proc: subprocess.Popen[str], word: str, timeout_s: float) -> None:
 
 def run_one(spec: RunSpec, template: Template, *, work: str, smoosh_command: str, apps_python: str, repo_root: str,
             channels: Sequence[str], keep: bool = False, say: Callable[[str], None] = print,
-            smoosh_b_command: str | None = None) -> RunOutcome:
+            smoosh_b_command: str | None = None, config_b: Sequence[str] = ()) -> RunOutcome:
     """Run ``spec`` on a fresh copy of ``template`` and check every tenant afterwards.
 
     Parameters:
@@ -259,6 +263,7 @@ def run_one(spec: RunSpec, template: Template, *, work: str, smoosh_command: str
         work: a directory for the run's files (a subdirectory named for the run is made).
         smoosh_command: the ``smoosh`` executable.
         smoosh_b_command: the second one, for modes ``compact-b`` and ``watch-b``.
+        config_b: ``key = value`` lines added to the ``[smoosh]`` section in those modes.
         apps_python: the applications' interpreter.
         repo_root: the checkout (the application imports ``bench.apps`` from it).
         channels: smoosh's default channels (for mode ``watch``).
@@ -285,7 +290,8 @@ def run_one(spec: RunSpec, template: Template, *, work: str, smoosh_command: str
         if uses_smoosh(spec.mode):
             port = free_port()
             config, keys = smoosh_config(base, os.path.realpath(fleet_dir), port,
-                                         watch_only=spec.mode.startswith("watch"), channels=channels)
+                                         watch_only=spec.mode.startswith("watch"), channels=channels,
+                                         extra=config_b if spec.mode.endswith("-b") else ())
             command = smoosh_b_command if spec.mode.endswith("-b") else smoosh_command
             if not command:
                 raise ValueError(f"mode {spec.mode} needs a second smoosh (--smoosh-b)")

@@ -103,6 +103,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--smoosh-b", default=None,
                     help="a second smoosh executable (another checkout's .venv/bin/smoosh) for modes compact-b and "
                          "watch-b: before and after in one sitting")
+    ap.add_argument("--config-b", action="append", default=[], metavar="'KEY = VALUE'",
+                    help="a [smoosh] key set in modes compact-b and watch-b (repeatable); without --smoosh-b, "
+                         "smoosh B is --smoosh with these keys")
     ap.add_argument("--apps-python", default=os.path.join(REPO_ROOT, ".venv-apps", "bin", "python"))
     ap.add_argument("--templates", default=os.path.join(REPO_ROOT, "var", "bench-apps", "templates"))
     ap.add_argument("--work", default=os.path.join(REPO_ROOT, "var", "bench-apps", "runs"))
@@ -118,8 +121,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.duration_s = args.duration_s if args.duration_s is not None else (
         QUICK_DURATION_S if args.quick else DEFAULT_DURATION_S)
     args.channels, args.wait_s = channels, wait_s
+    for line in args.config_b:
+        key, eq, value = line.partition("=")
+        if not eq or not key.strip() or not value.strip() or key.strip() in ("watch", "state_dir", "store", "http",
+                                                                                "log_format"):
+            ap.error(f"--config-b {line!r}: 'KEY = VALUE' of a [smoosh] key other than the harness's own")
+    if args.config_b and not args.smoosh_b:
+        args.smoosh_b = args.smoosh
     if any(m.endswith("-b") for m in args.modes) and not args.smoosh_b and not args.tables_from:
-        ap.error("modes compact-b and watch-b need --smoosh-b")
+        ap.error("modes compact-b and watch-b need --smoosh-b or --config-b")
     return args
 
 
@@ -217,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
         "started": started.isoformat(), "machine": machine_info(), "command": command, "args": {
             k: v for k, v in vars(args).items() if k not in ("channels",)}, "order": order,
         "smoosh": {"command": args.smoosh, "tree": tree_of(args.smoosh), "channels": args.channels,
-                   "wait_secs": args.wait_s, "b": {"command": args.smoosh_b, "tree": tree_of(args.smoosh_b)}},
+                   "wait_secs": args.wait_s, "b": {"command": args.smoosh_b, "tree": tree_of(args.smoosh_b),
+                                              "config": args.config_b}},
         "groups": [], "runs": [],
     }
     os.makedirs(args.results, exist_ok=True)
@@ -243,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
                 _say(f"  #{number} {mode} ({MODE_NAMES[mode]}): starting")
                 t0 = time.monotonic()
                 outcome = run_one(spec, template, work=args.work, smoosh_command=args.smoosh,
-                                  smoosh_b_command=args.smoosh_b, apps_python=args.apps_python, repo_root=REPO_ROOT,
+                                  smoosh_b_command=args.smoosh_b, config_b=args.config_b,
+                                  apps_python=args.apps_python, repo_root=REPO_ROOT,
                                   channels=args.channels, keep=args.keep, say=_say)
                 f = run_figures(outcome)
                 f["config_keys"] = outcome.config_keys
@@ -285,6 +297,7 @@ def sitting_block(sitting: dict[str, Any], args: argparse.Namespace) -> str:
         + ", ".join(f"{k} {v}" for k, v in sorted(versions.items()))
         + f"; {args.duration_s:g} s runs; smoosh: {smoosh.get('tree') or smoosh.get('command')}"
         + (f"; smoosh B: {smoosh['b']['tree']}" if (smoosh.get("b") or {}).get("command") else "")
+        + (f" with {', '.join(f'`{c}`' for c in smoosh['b']['config'])}" if (smoosh.get("b") or {}).get("config") else "")
         + f"; CPU load beside it: {args.cpu_load} busy process(es)"
         + (f"; **failed**: {'; '.join(sitting['failed'])}" if sitting.get("failed") else "") + ".",
         "",

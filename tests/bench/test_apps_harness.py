@@ -248,3 +248,19 @@ def test_verdicts_judge_each_condition_of_issue_46_only_where_its_modes_ran() ->
     assert [c for c, _, _ in alone if c.startswith(("watching", "compacting", "p99"))] == []
     assert alone[-1][1:] == ("2 lost, 0 damaged", False)
     assert all(met for c, _, met in alone[:-1]), alone
+
+
+def test_config_b_keys_reach_the_smoosh_config_of_a_b_run(tmp_path: Path) -> None:
+    from bench.apps.runs import smoosh_config
+    from smoosh.config import load_config
+
+    fleet = tmp_path / "fleet"
+    fleet.mkdir()
+    path, keys = smoosh_config(tmp_path, str(fleet), 8123, watch_only=False, channels=["ratio_dbs"],
+                               extra=["io_priority = idle", "max_io_rate=20MiB"])
+    assert keys["io_priority"] == "idle" and keys["max_io_rate"] == "20MiB"
+    config = load_config(str(path))
+    assert config.io_priority == "idle"
+    assert config.max_io_rate_bytes_per_s == 20 * 1024 * 1024
+    plain, _ = smoosh_config(tmp_path / "a", str(fleet), 8124, watch_only=False, channels=["ratio_dbs"])
+    assert load_config(str(plain)).io_priority == "normal"

@@ -305,8 +305,9 @@ def verdicts(runs: Sequence[dict[str, Any]], dead_bytes: int, max_lock_hold_s: f
         out.append((f"p99 within +{P99_MARGIN:.0%} of the runs without smoosh (medians)",
                     f"{p99_with:,.1f} ms against {p99_without:,.1f} ms", p99_with <= p99_without * (1 + P99_MARGIN)))
     if compact and by["compacted"]:
-        # A compacted fleet is slower to write to (each insert grows the file instead of reusing a
-        # free page), and a run with smoosh spends most of its time on a fleet it has compacted.
+        # The application measured slower on a compacted fleet than on the bloated one (likely: an
+        # insert grows the file instead of reusing a free page), and a run with smoosh spends most
+        # of its time on a fleet it has compacted.
         p99_with = _median([r["latency_ms"]["all"]["p99"] for r in compact])
         p99_control = _median([r["latency_ms"]["all"]["p99"] for r in by["compacted"]])
         out.append((f"p99 within +{P99_MARGIN:.0%} of the fleet already compacted (medians)",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import logging
 import os
 import shutil
@@ -238,6 +239,7 @@ def test_verdicts_judge_each_condition_of_issue_46_only_where_its_modes_ran() ->
     assert got["watching only"] == ("52.5 against 50", False)
     assert got["compacting"] == ("34.0 against 35", True)
     assert got["no error inside a compaction of the tenant"] == ("1 (by chance 1.0)", False)
+    assert got["errors inside compactions no more than chance would put there"] == ("1 against 1.0 (P = 0.63)", True)
     assert got["at least 80% of the fleet's dead space reclaimed in each run"] == ("79% at the least", False)
     assert got["slowest operation inside a compaction at most max_lock_hold + 100 ms"] == ("1,150 ms", False)
     assert got["p99 within +10% of the runs without smoosh"] == ("12.5 ms against 11.0 ms", False)
@@ -265,3 +267,13 @@ def test_config_b_keys_reach_the_smoosh_config_of_a_b_run(tmp_path: Path) -> Non
     assert config.max_io_rate_bytes_per_s == 20 * 1024 * 1024
     plain, _ = smoosh_config(tmp_path / "a", str(fleet), 8124, watch_only=False, channels=["ratio_dbs"])
     assert load_config(str(plain)).io_priority == "normal"
+
+
+def test_poisson_tail_says_how_likely_chance_alone_gives_a_count() -> None:
+    from bench.apps.summary import poisson_at_least
+
+    assert poisson_at_least(0, 3.0) == 1.0
+    assert abs(poisson_at_least(1, 1.5) - (1 - math.exp(-1.5))) < 1e-12
+    # The WAL sitting of 2026-12-07 10:48: 12 errors inside where chance gives 3.1.
+    assert poisson_at_least(12, 3.1) < 0.001
+    assert poisson_at_least(3, 3.1) > 0.5

@@ -35,7 +35,12 @@ def test_the_results_file_holds_only_what_make_bench_writes() -> None:
     text = RESULTS.read_text()
     sections = read_sections(text)
     written = sections.pop("summary")
-    assert sections and all(s.rows and s.measured for s in sections.values())
+    # The application beside smoosh is written by bench.apps --write-results (a sitting takes hours,
+    # never part of make bench): its tables are the runs side by side and issue 46's verdicts,
+    # not the harness's metric rows, so it adds nothing to the budgets at a glance.
+    apps = {name: sections[name] for name in ("apps",) if name in sections}
+    assert all(s.measured and "| issue 46's condition |" in text for s in apps.values())
+    assert sections and all((s.rows or s.name in apps) and s.measured for s in sections.values())
     # The budgets at a glance are bench.summary's, from the tables below them
     begin, end = "<!-- bench:summary -->\n", "<!-- /bench:summary -->"
     assert text[text.index(begin) + len(begin):text.index(end)] == summary(sections)

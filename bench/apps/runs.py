@@ -40,13 +40,15 @@ from bench.apps.ledger import TenantCheck, check_tenant, merge_ledgers
 from bench.apps.windows import Window, widen_with_history, windows_from_log
 from smoosh.cli.demo import disk_bytes
 
-__all__ = ["MODES", "DEFAULT_MODES", "uses_smoosh", "RunSpec", "RunOutcome", "smoosh_config", "Smoosh", "run_one", "cpu_seconds"]
+__all__ = ["MODES", "DEFAULT_MODES", "HARNESS_KEYS", "uses_smoosh", "RunSpec", "RunOutcome", "smoosh_config", "Smoosh", "run_one", "cpu_seconds"]
 
 #: The modes of a run: no smoosh; smoosh with its default config; smoosh watching only
 #: (every channel at concurrency 0); no smoosh on the fleet already compacted (the control);
 #: and the first two again with a second smoosh (``--smoosh-b``: another tree, for an A/B in
 #: one sitting).
 MODES = ("none", "compact", "watch", "compacted", "compact-b", "watch-b")
+#: The [smoosh] keys every run's config sets (:func:`smoosh_config`): ``--config-b`` may not set them.
+HARNESS_KEYS = ("watch", "state_dir", "store", "http", "log_format")
 #: The modes that run the default modes' defaults: those :data:`MODES` a sitting runs unasked.
 DEFAULT_MODES = ("none", "compact", "watch", "compacted")
 

@@ -33,7 +33,7 @@ if __package__ in (None, ""):
 
 from bench._harness import REPO_ROOT, machine_info, write_section  # noqa: E402
 from bench.apps.fleet import MIN_DEAD_RATIO, build_template  # noqa: E402
-from bench.apps.runs import DEFAULT_MODES, MODES, RunSpec, run_one, uses_smoosh  # noqa: E402
+from bench.apps.runs import DEFAULT_MODES, HARNESS_KEYS, MODES, RunSpec, run_one, uses_smoosh  # noqa: E402
 from bench.apps.summary import APP_NAMES, MODE_NAMES, group_table, run_figures, verdict_table  # noqa: E402
 from bench.apps.windows import DEFAULT_MARGIN_S  # noqa: E402
 from smoosh.config.sections import DEFAULT_MAX_LOCK_HOLD_S  # noqa: E402
@@ -123,8 +123,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.channels, args.wait_s = channels, wait_s
     for line in args.config_b:
         key, eq, value = line.partition("=")
-        if not eq or not key.strip() or not value.strip() or key.strip() in ("watch", "state_dir", "store", "http",
-                                                                                "log_format"):
+        if not eq or not key.strip() or not value.strip() or key.strip() in HARNESS_KEYS:
             ap.error(f"--config-b {line!r}: 'KEY = VALUE' of a [smoosh] key other than the harness's own")
     if args.config_b and not args.smoosh_b:
         args.smoosh_b = args.smoosh
@@ -184,14 +183,13 @@ def _run_line(f: dict[str, Any]) -> str:
 def tables_from(paths: list[str], args: argparse.Namespace) -> int:
     """Print (and with ``--write-results`` write) the tables of the sittings saved in ``paths``, one
     block per sitting in the order given."""
-    blocks = []
+    blocks, saved = [], []
     for path in paths:
         with open(path, encoding="utf-8") as f:
             sitting = json.load(f)
-        saved = argparse.Namespace(**{**vars(args), **sitting["args"]})
-        blocks.append(sitting_block(sitting, saved))
-    first = argparse.Namespace(**{**vars(args), **json.load(open(paths[0], encoding="utf-8"))["args"]})
-    text = section_text(blocks, first)
+        saved.append(argparse.Namespace(**{**vars(args), **sitting["args"]}))
+        blocks.append(sitting_block(sitting, saved[-1]))
+    text = section_text(blocks, saved[0])
     print(text, flush=True)
     if args.write_results:
         write_section(RESULTS_SECTION, text)
@@ -331,5 +329,7 @@ def section_text(blocks: list[str], args: argparse.Namespace) -> str:
     for block in blocks:
         body += [block, ""]
     return "\n".join(body).rstrip() + "\n"
+
+
 if __name__ == "__main__":
     sys.exit(main())

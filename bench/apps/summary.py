@@ -319,8 +319,8 @@ def verdicts(runs: Sequence[dict[str, Any]], dead_bytes: int, max_lock_hold_s: f
         slowest = max(((r["slowest_inside_compaction"] or {}).get("latency_ms", 0.0) for r in compact), default=0.0)
         out.append((f"slowest operation inside a compaction at most max_lock_hold + {SLOWEST_MARGIN_MS:g} ms "
                     f"({bound_ms:,.0f} ms)", f"{slowest:,.0f} ms", slowest <= bound_ms))
+    p99_with = _median([r["latency_ms"]["all"]["p99"] for r in compact]) if compact else 0.0
     if compact and by["none"]:
-        p99_with = _median([r["latency_ms"]["all"]["p99"] for r in compact])
         p99_without = _median([r["latency_ms"]["all"]["p99"] for r in by["none"]])
         out.append((f"p99 within +{P99_MARGIN:.0%} of the runs without smoosh (medians)",
                     f"{p99_with:,.1f} ms against {p99_without:,.1f} ms", p99_with <= p99_without * (1 + P99_MARGIN)))
@@ -328,7 +328,6 @@ def verdicts(runs: Sequence[dict[str, Any]], dead_bytes: int, max_lock_hold_s: f
         # The application measured slower on a compacted fleet than on the bloated one (likely: an
         # insert grows the file instead of reusing a free page), and a run with smoosh spends most
         # of its time on a fleet it has compacted.
-        p99_with = _median([r["latency_ms"]["all"]["p99"] for r in compact])
         p99_control = _median([r["latency_ms"]["all"]["p99"] for r in by["compacted"]])
         out.append((f"p99 within +{P99_MARGIN:.0%} of the fleet already compacted (medians)",
                     f"{p99_with:,.1f} ms against {p99_control:,.1f} ms", p99_with <= p99_control * (1 + P99_MARGIN)))

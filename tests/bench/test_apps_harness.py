@@ -254,7 +254,7 @@ def test_verdicts_judge_each_condition_of_issue_46_only_where_its_modes_ran() ->
 
 
 def test_config_b_keys_reach_the_smoosh_config_of_a_b_run(tmp_path: Path) -> None:
-    from bench.apps.runs import smoosh_config
+    from bench.apps.runs import HARNESS_KEYS, smoosh_config
     from smoosh.config import load_config
 
     fleet = tmp_path / "fleet"
@@ -265,8 +265,10 @@ def test_config_b_keys_reach_the_smoosh_config_of_a_b_run(tmp_path: Path) -> Non
     config = load_config(str(path))
     assert config.io_priority == "idle"
     assert config.max_io_rate_bytes_per_s == 20 * 1024 * 1024
-    plain, _ = smoosh_config(tmp_path / "a", str(fleet), 8124, watch_only=False, channels=["ratio_dbs"])
+    plain, plain_keys = smoosh_config(tmp_path / "a", str(fleet), 8124, watch_only=False, channels=["ratio_dbs"])
     assert load_config(str(plain)).io_priority == "normal"
+    # the keys --config-b may not set are the ones every run's config sets
+    assert tuple(plain_keys) == HARNESS_KEYS
 
 
 def test_poisson_tail_says_how_likely_chance_alone_gives_a_count() -> None:

@@ -191,14 +191,20 @@ def claim(tr, previous, path, data):
         jobs.finish_and_remove(previous, tx=tr)
     return jobs.add_claimed("smoosh:bench", path, data, tx=tr)
 
-def claim_and_compact(previous, run, path, sizes):
-    data = {"channel": "ratio_dbs", "key": path, "priority": float(sizes.file_bytes - sizes.active_bytes),
+def job_data(run, path, sizes):
+    return {"channel": "ratio_dbs", "key": path, "priority": float(sizes.file_bytes - sizes.active_bytes),
             "progress": 0.0, "run": run, "file_bytes": sizes.file_bytes}
-    job = store.transact(lambda tr: claim(tr, previous, path, data))
+
+def compact_checked(path, data):
     outcome = compact(path, data, JobContext(), [compactor], [root], time.monotonic(), time.monotonic)
     if outcome.result != "ok":
         print(f"{path}: {outcome.result} {outcome.error}", file=sys.stderr)
         os._exit(1)
+
+def claim_and_compact(previous, run, path, sizes):
+    data = job_data(run, path, sizes)
+    job = store.transact(lambda tr: claim(tr, previous, path, data))
+    compact_checked(path, data)
     return job
 
 def start():
@@ -237,20 +243,13 @@ def claim_batch(tr, previous, batch):
     return [jobs.add_claimed("smoosh:bench", path, data, tx=tr) for path, data in batch]
 
 r0, t0 = start()
-previous, run = [], 0
+previous = []
 for first in range(0, len(paths), BATCH_MAX_DATABASES):
-    batch = []
-    for path in paths[first:first + BATCH_MAX_DATABASES]:
-        sizes = examine(path)
-        batch.append((path, {"channel": "ratio_dbs", "key": path, "run": run, "progress": 0.0,
-                             "priority": float(sizes.file_bytes - sizes.active_bytes), "file_bytes": sizes.file_bytes}))
-        run += 1
+    batch = [(path, job_data(first + i, path, examine(path)))
+             for i, path in enumerate(paths[first:first + BATCH_MAX_DATABASES])]
     previous = store.transact(lambda tr: claim_batch(tr, previous, batch))
     for path, data in batch:
-        outcome = compact(path, data, JobContext(), [compactor], [root], time.monotonic(), time.monotonic)
-        if outcome.result != "ok":
-            print(f"{path}: {outcome.result} {outcome.error}", file=sys.stderr)
-            os._exit(1)
+        compact_checked(path, data)
 store.transact(lambda tr: [jobs.finish_and_remove(job, tx=tr) for job in previous[:-1]])
 report(r0, t0, previous[-1])
 """

@@ -37,7 +37,7 @@ from smoosh.config.defaults import (
     DEFAULT_HEALTH_THRESHOLD_S, DEFAULT_BACKOFF_BASE_S, DEFAULT_BUSY_RETRIES, DEFAULT_MAX_HISTORY,
     DEFAULT_JOB_TIMEOUT_S, DEFAULT_MAX_JOBS, DEFAULT_INTERVAL_S, DEFAULT_MAX_CHURN, DEFAULT_RECHECK_INTERVAL_S,
     DEFAULT_EXACT_SIZE_INTERVAL_S, DEFAULT_RESCAN_INTERVAL_S, DEFAULT_WAL_MAX_SIZE_BYTES,
-    DEFAULT_MAX_IO_RATE, DEFAULT_IO_PRIORITY, GLOBAL_KEYS, MIN_TOKEN_BYTES, RESTART_KEYS,
+    DEFAULT_MAX_IO_RATE, DEFAULT_IO_PRIORITY, DEFAULT_CPU_SCHEDULING, GLOBAL_KEYS, MIN_TOKEN_BYTES, RESTART_KEYS,
     DEFAULT_MIN_JOBS, DEFAULT_BACKLOG_FULL_BYTES, DEFAULT_BATCH_MAX_SIZE_BYTES,
 )
 from smoosh.config.fidelity import dropped_builtin_warnings, ignore_warnings, shadow_warnings
@@ -52,6 +52,7 @@ from smoosh.config.values import (
     parse_http,
     parse_int,
     parse_io_priority,
+    parse_cpu_scheduling,
     parse_io_rate,
     parse_list,
     parse_log_format,
@@ -127,6 +128,8 @@ class Config:
     io_priority: str
     channels: dict[str, ChannelConfig] = field(compare=True)
     busy_retries: int = DEFAULT_BUSY_RETRIES
+    #: CPU policy of ``smoosh run`` and ``smoosh worker`` (smoosh.cpusched); set at their start only.
+    cpu_scheduling: str = DEFAULT_CPU_SCHEDULING
     ignore: tuple[str, ...] = ()
     sqlite: SqliteConfig = field(default_factory=SqliteConfig)
     #: Roots whose databases may have other hard links, or lie on another mount (smoosh.identity).
@@ -283,6 +286,7 @@ class Config:
             min_free_space=r.get("min_free_space", parse_min_free, DEFAULT_MIN_FREE),
             disk_pressure=r.get("disk_pressure", parse_disk_pressure, DEFAULT_DISK_PRESSURE),
             io_priority=r.get("io_priority", parse_io_priority, DEFAULT_IO_PRIORITY),
+            cpu_scheduling=r.get("cpu_scheduling", parse_cpu_scheduling, DEFAULT_CPU_SCHEDULING),
             channels=channels,
             ignore=parse_ignore(sections.get(f"{GLOBAL_SECTION}.ignore", {}), path=where, cwd=cwd),
             sqlite=SqliteConfig.from_section(sections.get(f"{GLOBAL_SECTION}.sqlite", {}), path=where,
@@ -309,8 +313,8 @@ class Config:
 
         Returns
         -------
-        Names among ``store``, ``http``, ``node`` and ``state_dir``, in that order: every other
-        key applies live.
+        Names among ``store``, ``http``, ``node``, ``state_dir`` and ``cpu_scheduling``, in that
+        order: every other key applies live.
         """
         return [key for key in RESTART_KEYS if getattr(self, key) != getattr(other, key)]
 
@@ -330,7 +334,7 @@ class Config:
             f" state_dir={self.state_dir} ignore={len(self.ignore)}"
             f" wal_max_size={format_size(self.wal_max_size_bytes)}"
             f" max_io_rate={'infinity' if self.max_io_rate_bytes_per_s is None else format_size(self.max_io_rate_bytes_per_s) + '/s'}"
-            f" io_priority={self.io_priority}"
+            f" io_priority={self.io_priority} cpu_scheduling={self.cpu_scheduling}"
         )
 
 

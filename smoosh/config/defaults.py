@@ -53,6 +53,7 @@ __all__ = [
     "DEFAULT_BATCH_MAX_SIZE_BYTES",
     "DEFAULT_MAX_IO_RATE",
     "DEFAULT_IO_PRIORITY",
+    "DEFAULT_CPU_SCHEDULING",
     "GLOBAL_KEYS",
     "GLOBAL_KEY_DEFS",
     "COUCHDB_ONLY_KEYS",
@@ -182,6 +183,9 @@ DEFAULT_MAX_IO_RATE: float | None = None
 
 #: I/O class of the threads that run compactions: ``normal`` or ``idle`` (Linux only).
 DEFAULT_IO_PRIORITY = "normal"
+
+#: CPU policy of ``smoosh run`` and ``smoosh worker``: ``batch`` or ``normal`` (Linux only).
+DEFAULT_CPU_SCHEDULING = "batch"
 
 #: Every ``[smoosh]`` key, declared once: its Config field, its form, its default and its doc
 #: string (:mod:`smoosh.config.keys`; docs/reference/config.md is generated from this table).
@@ -350,6 +354,13 @@ GLOBAL_KEY_DEFS: tuple[Key, ...] = (
         "`idle` runs each compaction's thread in Linux's idle I/O class (disk time only when nothing "
         "else wants it); elsewhere one warning, then `normal`.",
         DEFAULT_IO_PRIORITY),
+    Key("cpu_scheduling", "cpu_scheduling", choice(("batch", "normal")),
+        "`batch` runs every thread of `smoosh run` and `smoosh worker` in Linux's `SCHED_BATCH` "
+        "policy: the same share of the CPU, but a smoosh thread that wakes (a file event, a timer) "
+        "does not preempt a running application thread, which may hold a SQLite lock its other "
+        "threads wait on. `normal`: the process's policy as started. Elsewhere one warning, then "
+        "`normal`. Takes effect at the next start.",
+        DEFAULT_CPU_SCHEDULING),
     Key("compaction_log_level", "compaction_log_level", choice(("debug", "info", "notice", "warning", "error")),
         "The level of the one line a successful compaction logs (`notice` is `info`). Failed, "
         "blocked and replaced compactions log at WARNING or above whatever this says.",
@@ -373,4 +384,4 @@ COUCHDB_ONLY_KEY_DOCS: dict[str, str] = {
 COUCHDB_ONLY_KEYS = tuple(COUCHDB_ONLY_KEY_DOCS)
 
 #: Keys that take effect only after a restart (everything else applies live).
-RESTART_KEYS = ("store", "http", "node", "state_dir")
+RESTART_KEYS = ("store", "http", "node", "state_dir", "cpu_scheduling")

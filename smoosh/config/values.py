@@ -34,6 +34,7 @@ __all__ = [
     "parse_duration_at_least",
     "parse_io_rate",
     "parse_io_priority",
+    "parse_cpu_scheduling",
     "parse_log_level",
     "parse_log_format",
     "parse_store",
@@ -306,6 +307,14 @@ def parse_io_priority(text: str) -> str:
     value = text.strip().lower()
     if value not in ("normal", "idle"):
         raise ValueError("must be normal or idle")
+    return value
+
+
+def parse_cpu_scheduling(text: str) -> str:
+    """``cpu_scheduling``: ``normal`` or ``batch`` (any case)."""
+    value = text.strip().lower()
+    if value not in ("normal", "batch"):
+        raise ValueError("must be normal or batch")
     return value
 
 

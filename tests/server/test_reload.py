@@ -132,7 +132,8 @@ def test_a_global_key_applies_live(key: str, server: Server, tmp_path: Path) -> 
 
 @pytest.mark.parametrize("key", sorted(RESTART_KEYS))
 def test_a_key_that_cannot_apply_live_is_named_in_restart_required(key: str, server: Server, tmp_path: Path) -> None:
-    value = {"store": "memory:", "http": "127.0.0.1:9", "node": "elsewhere", "state_dir": str(tmp_path / "s2")}[key]
+    value = {"store": "memory:", "http": "127.0.0.1:9", "node": "elsewhere", "state_dir": str(tmp_path / "s2"),
+             "cpu_scheduling": "normal"}[key]
     server.apply_config(make(tmp_path, f"{key} = {value}"))
     assert server.status()["restart_required"] == [key]
 
@@ -142,7 +143,8 @@ def test_an_edit_that_needed_a_restart_is_cleared_when_it_is_reverted(
     key: str, server: Server, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Given an edit of a key that cannot apply live, then a second edit of another key
-    value = {"store": "memory:", "http": "127.0.0.1:9", "node": "elsewhere", "state_dir": str(tmp_path / "s2")}[key]
+    value = {"store": "memory:", "http": "127.0.0.1:9", "node": "elsewhere", "state_dir": str(tmp_path / "s2"),
+             "cpu_scheduling": "normal"}[key]
     caplog.set_level(logging.INFO, logger="smoosh.daemon.server")
     server.apply_config(make(tmp_path, f"{key} = {value}"))
     server.apply_config(make(tmp_path, f"{key} = {value}\nmax_jobs = 3"))

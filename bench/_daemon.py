@@ -35,6 +35,17 @@ def smoosh_env(name_threads: bool = False) -> dict[str, str]:
     return env
 
 
+def process_cpu_s(pid: int) -> float | None:
+    """User + system seconds process ``pid`` has used (all its threads), or None off Linux."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            # The command name (field 2) may hold spaces: count the fields after its ')'.
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def stop_gently(proc: "subprocess.Popen[Any]", timeout_s: float = 30.0) -> None:
     """SIGTERM (smoosh's clean stop), then SIGKILL if it has not ended within ``timeout_s``."""
     if proc.poll() is None:
@@ -72,17 +83,35 @@ class Workers:
 
 
 class Daemon:
-    """``python -m smoosh run --config PATH`` with its log in ``base``; ``stop()`` sends SIGTERM."""
+    """``smoosh run --config PATH`` as its own process, its log in ``config``'s directory; ``stop()`` sends SIGTERM.
 
-    def __init__(self, config: Path, port: int, *, name_threads: bool = False, args: tuple[str, ...] = ()) -> None:
+    By default this checkout's ``python -m smoosh`` with warnings only (:func:`smoosh_env`);
+    ``command`` runs another smoosh (an installed one, a wrapper script), with ``env`` as given.
+    """
+
+    def __init__(self, config: Path, port: int, *, name_threads: bool = False, args: tuple[str, ...] = (),
+                 command: str | None = None, env: dict[str, str] | None = None, log_name: str = "daemon.log",
+                 stop_timeout_s: float = 30.0) -> None:
         """``name_threads``: each thread gives the kernel its Python name (``bench/_threadnames``),
         so per-thread counters in ``/proc`` can be told apart. ``args``: more options of ``smoosh run``."""
         self.port = port
-        self.log_path = config.parent / "daemon.log"
+        self.log_path = config.parent / log_name
+        self._stop_timeout_s = stop_timeout_s
         self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "smoosh", "run", "--config", str(config), *args],
-                                     stdout=self._log, stderr=subprocess.STDOUT, env=smoosh_env(name_threads),
-                                     cwd=str(config.parent))
+        argv = [sys.executable, "-m", "smoosh"] if command is None else [command]
+        self.proc = subprocess.Popen([*argv, "run", "--config", str(config), *args],
+                                     stdout=self._log, stderr=subprocess.STDOUT,
+                                     env=smoosh_env(name_threads) if env is None else env, cwd=str(config.parent))
+
+    def get(self, path: str, timeout_s: float = 60.0) -> tuple[int, bytes]:
+        """``GET path``: the status and the raw body (``/metrics`` is text, the rest JSON)."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout_s)
+        try:
+            conn.request("GET", path)
+            r = conn.getresponse()
+            return r.status, r.read()
+        finally:
+            conn.close()
 
     def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
@@ -98,13 +127,14 @@ class Daemon:
         deadline = time.monotonic() + timeout_s
         while True:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"daemon exited with {self.proc.returncode}: {self.log_path.read_text()[-3000:]}")
+                raise RuntimeError(f"smoosh exited with {self.proc.returncode}: "
+                                   f"{self.log_path.read_text(errors='replace')[-3000:]}")
             try:
-                self.request("GET", "/status")
+                self.get("/status", timeout_s=30.0)
                 return
             except OSError:
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"daemon not answering on port {self.port}") from None
+                    raise RuntimeError(f"smoosh not answering on port {self.port}") from None
                 time.sleep(0.05)
 
     def waiting(self) -> int:
@@ -113,5 +143,5 @@ class Daemon:
         return sum(ch["waiting"]["size"] for ch in status["channels"].values())
 
     def stop(self) -> None:
-        stop_gently(self.proc)
+        stop_gently(self.proc, self._stop_timeout_s)
         self._log.close()

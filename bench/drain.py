@@ -85,7 +85,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench._daemon import Daemon, Workers, free_port, smoosh_env  # noqa: E402
+from bench._daemon import Daemon, Workers, free_port, process_cpu_s, smoosh_env  # noqa: E402
 from bench._fixtures import make_bloated_db  # noqa: E402
 from bench._harness import Metric, parse_args, percentile, repeat, report  # noqa: E402
 from smoosh.daemon.watch.scan import SETTLE_S  # noqa: E402
@@ -417,17 +417,6 @@ def last_finish_wall(daemon: Daemon) -> float | None:
     rows = json.loads(_get(daemon, "/jobs"))["jobs"]
     ends = [r["last_updated"] for r in rows if r.get("state") == "finished"]
     return max(ends) if ends else None
-
-
-def process_cpu_s(pid: int) -> float | None:
-    """User + system seconds process ``pid`` has used (all its threads), or None off Linux."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            # The command name (field 2) may hold spaces: count the fields after its ')'.
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def thread_counters(pid: int) -> dict[int, tuple[str, int, int]]:

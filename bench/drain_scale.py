@@ -29,10 +29,10 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench._daemon import Daemon, free_port  # noqa: E402
+from bench._daemon import Daemon, free_port, process_cpu_s  # noqa: E402
 from bench._fixtures import make_bloated_db  # noqa: E402
 from bench._harness import Metric, parse_args, repeat, report  # noqa: E402
-from bench.drain import compacted_ok, config_text, copies, last_finish_wall, process_cpu_s  # noqa: E402
+from bench.drain import compacted_ok, config_text, copies, last_finish_wall  # noqa: E402
 
 #: Rows of 400 bytes in the template: a ~30 KiB file.
 TEMPLATE_ROWS = 40

@@ -24,7 +24,6 @@ post-mortem) or ``keep`` is set.
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import shutil
@@ -34,13 +33,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from bench._daemon import free_port, stop_gently
+from bench._daemon import Daemon, free_port, process_cpu_s
 from bench.apps.fleet import Template, copy_fleet
 from bench.apps.ledger import TenantCheck, check_tenant, merge_ledgers
 from bench.apps.windows import Window, widen_with_history, windows_from_log
 from smoosh.cli.demo import disk_bytes
 
-__all__ = ["MODES", "DEFAULT_MODES", "HARNESS_KEYS", "uses_smoosh", "RunSpec", "RunOutcome", "smoosh_config", "Smoosh", "run_one", "cpu_seconds"]
+__all__ = ["MODES", "DEFAULT_MODES", "HARNESS_KEYS", "uses_smoosh", "RunSpec", "RunOutcome", "smoosh_config", "Smoosh", "run_one"]
 
 #: The modes of a run: no smoosh; smoosh with its default config; smoosh watching only
 #: (every channel at concurrency 0); no smoosh on the fleet already compacted (the control);
@@ -149,50 +148,16 @@ def smoosh_config(base: Path, fleet_dir: str, port: int, *, watch_only: bool,
     return config, keys
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` (all its threads), from ``/proc/PID/stat``."""
-    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-class Smoosh:
-    """``smoosh run --config PATH`` as its own process, its log (JSON lines) in ``base/smoosh.log``."""
+class Smoosh(Daemon):
+    """``smoosh run --config PATH`` as its own process (``command``), its log (JSON lines) in ``base/smoosh.log``."""
 
     def __init__(self, command: str, config: Path, port: int) -> None:
-        self.port = port
-        self.log_path = config.parent / "smoosh.log"
-        self._log = open(self.log_path, "wb")
         env = dict(os.environ)
         env.pop("SMOOSH_LOG_LEVEL", None)  # smoosh's default level (INFO): its per-run lines
-        self.proc = subprocess.Popen([command, "run", "--config", str(config)], stdout=self._log,
-                                     stderr=subprocess.STDOUT, cwd=str(config.parent), env=env)
-
-    def get(self, path: str) -> tuple[int, bytes]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
-        try:
-            conn.request("GET", path)
-            r = conn.getresponse()
-            return r.status, r.read()
-        finally:
-            conn.close()
-
-    def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"smoosh exited with {self.proc.returncode}: "
-                                   f"{self.log_path.read_text(errors='replace')[-3000:]}")
-            try:
-                self.get("/status")
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"smoosh not answering on port {self.port}") from None
-                time.sleep(0.05)
+        super().__init__(config, port, command=command, env=env, log_name="smoosh.log", stop_timeout_s=60.0)
 
     def cpu_s(self) -> float:
-        return cpu_seconds(self.proc.pid)
+        return process_cpu_s(self.proc.pid) or 0.0
 
     def reclaimed_bytes(self) -> int | None:
         """``smoosh_reclaimed_bytes_total`` summed over channels (smoosh's own figure), None if unreadable."""
@@ -215,10 +180,6 @@ class Smoosh:
         except OSError:
             return []
         return list(json.loads(body).get("jobs", [])) if status == 200 else []
-
-    def stop(self) -> None:
-        stop_gently(self.proc, 60.0)
-        self._log.close()
 
     def log_lines(self) -> list[str]:
         return self.log_path.read_text(errors="replace").splitlines()
@@ -298,7 +259,7 @@ def run_one(spec: RunSpec, template: Template, *, work: str, smoosh_command: str
             if not command:
                 raise ValueError(f"mode {spec.mode} needs a second smoosh (--smoosh-b)")
             smoosh = Smoosh(command, config, port)
-            smoosh.wait_ready()
+            smoosh.wait_ready(START_TIMEOUT_S)
         app = _start_app(spec, apps_python, repo_root, out, paths)
         _expect(app, "ready", START_TIMEOUT_S)
         time.sleep(max(0.0, launched + spec.lead_s - time.monotonic()))

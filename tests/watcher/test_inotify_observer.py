@@ -602,3 +602,50 @@ def test_a_quiet_observer_whose_bounded_wait_found_nothing_still_reads_the_next_
     assert wait_for(lambda: rec.saw("created", tmp_path / "app.db"))
     # ... and a compaction's end still reads what queued before it
     assert created_seen_by_after_drain(observer, rec, tmp_path / "b.db")
+
+
+def test_a_files_repeated_changes_in_one_read_reach_the_handler_once(
+    tmp_path: Path, parked: tuple[InotifyObserver, threading.Event]
+) -> None:
+    # Given two files written in turn, many times, while the observer's thread reads nothing:
+    # the kernel queues every change (it merges a change only into the same one just before)
+    observer, _ = parked
+    rec = Recorder()
+    a, b = tmp_path / "a.db", tmp_path / "b.db"
+    a.write_bytes(b"a")
+    b.write_bytes(b"b")
+    observer.after_drain(lambda: None)  # their creations read and dispatched
+    with open(a, "ab") as fa, open(b, "ab") as fb:
+        observer.schedule(rec, str(tmp_path), recursive=False, event_filter=WANTED)
+        for _ in range(50):
+            fa.write(b"x")
+            fa.flush()
+            fb.write(b"y")
+            fb.flush()
+    # When one read takes them
+    assert observer.after_drain(lambda: None)
+    # Then each file's changes reached the handler as one event
+    assert sorted(e for e in rec.events if e[0] == "modified") == [("modified", str(a), ""), ("modified", str(b), "")]
+
+
+def test_a_change_after_a_creation_or_a_move_of_its_name_is_reported_again() -> None:
+    from smoosh.daemon.watch.inotify import fold_repeats
+    from smoosh.daemon.watch.inotify_watch import IN_ATTRIB, IN_CREATE, IN_MODIFY
+
+    events = [Event(1, IN_MODIFY, 0, "a"), Event(1, IN_MODIFY, 0, "b"), Event(1, IN_ATTRIB, 0, "a"),
+              Event(1, IN_MOVED_TO, 7, "a"), Event(1, IN_MODIFY, 0, "a"), Event(2, IN_MODIFY, 0, "a"),
+              Event(1, IN_CREATE, 0, "b"), Event(1, IN_MODIFY, 0, "b"), Event(1, IN_MODIFY, 0, "b")]
+    assert fold_repeats(events) == [events[0], events[1], events[3], events[4], events[5], events[6], events[7]]
+
+
+def test_the_gather_grows_while_events_keep_coming_and_never_risks_the_kernel_queue() -> None:
+    from smoosh.daemon.watch.inotify import BUSY_READ_DELAY_S, BUSY_WINDOW_S, READ_DELAY_S, gather_s
+
+    # The first burst after a pause, or after a read that found nothing: the short gather
+    assert gather_s(0, 0.05, 0.001, 16384) == READ_DELAY_S
+    assert gather_s(40, 0.05, BUSY_WINDOW_S + 0.1, 16384) == READ_DELAY_S
+    # Events again soon after a read that found some: the long gather
+    assert gather_s(40, 0.05, 0.001, 16384) == BUSY_READ_DELAY_S
+    # At a rate that would fill a quarter of the queue sooner, a shorter one (never below the short)
+    assert gather_s(8192, 1.0, 0.001, 16384) == pytest.approx(0.5)
+    assert gather_s(10**7, 1.0, 0.001, 16384) == READ_DELAY_S

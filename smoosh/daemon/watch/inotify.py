@@ -92,7 +92,7 @@ from smoosh.daemon.watch.inotify_watch import (
     mask_of,
 )
 
-__all__ = ["InotifyObserver", "inotify_available", "new_observer", "IN_Q_OVERFLOW"]
+__all__ = ["InotifyObserver", "inotify_available", "new_observer", "IN_Q_OVERFLOW", "gather_s", "fold_repeats", "max_queued_events"]
 
 log = logging.getLogger("smoosh.daemon.watch.watcher")  # the watcher's lines, one logger
 
@@ -102,6 +102,21 @@ log = logging.getLogger("smoosh.daemon.watch.watcher")  # the watcher's lines, o
 #: debounced downstream (a second without events) anyway, so this only delays a look; what it
 #: saves is CPU on a machine the application shares (issue 46).
 READ_DELAY_S = 0.05
+#: Seconds the events gather while an application writes on and on (its events woke the
+#: thread again within :data:`BUSY_WINDOW_S` of a read that found some): one read a second
+#: instead of one per burst, each file's repeated changes folded into one event (see
+#: :func:`fold_repeats`). Beside a busy application on a busy machine, the CPU the reader takes
+#: per event is CPU an application thread holding a SQLite lock waits for, and its other
+#: threads fail meanwhile; the debounce downstream waits a second without events anyway.
+BUSY_READ_DELAY_S = 1.0
+#: Seconds after a read that found events within which the next events count as the same
+#: busy spell (:data:`BUSY_READ_DELAY_S`).
+BUSY_WINDOW_S = 1.0
+#: Share of the kernel queue (``max_queued_events``) a gather may fill at the rate of the last
+#: one: a gather is cut short rather than let the queue overflow (an overflow costs a rescan).
+QUEUE_SHARE = 0.25
+#: The kernel's bound on queued events per descriptor, where it cannot be read (Linux's default).
+DEFAULT_MAX_QUEUED_EVENTS = 16384
 #: Seconds the thread may leave events unread while :meth:`InotifyObserver.set_quiet` says
 #: they are mostly smoosh's own: an application's write is seen at most this much later
 #: (against a debounce of a second), and the kernel queue (16,384 events by default) cannot
@@ -118,6 +133,60 @@ MOVE_PAIR_S = 0.5
 _LIMIT_ERRNOS = frozenset({errno.ENOSPC, errno.EMFILE})
 #: errno values of a directory that went away (or was replaced by a file) as it was watched.
 _GONE_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR})
+
+
+def gather_s(events: int, span_s: float, since_read_s: float, max_queued: int) -> float:
+    """How long to let events gather before reading them, from what the last read found.
+
+    Parameters:
+        events: how many events the last read took (after the kernel's merging).
+        span_s: the time they gathered over (from the read before it to that read).
+        since_read_s: seconds from the end of the last read to now (the new events' wake-up).
+        max_queued: the kernel's bound on queued events (``max_queued_events``).
+
+    Returns:
+        :data:`READ_DELAY_S` for the first burst after a pause; :data:`BUSY_READ_DELAY_S` while
+        events keep coming, shortened so that, at the last read's rate, the queue fills no more
+        than :data:`QUEUE_SHARE` of its bound; never less than :data:`READ_DELAY_S`.
+    """
+    if events <= 0 or since_read_s > BUSY_WINDOW_S:
+        return READ_DELAY_S
+    rate_per_s = events / max(span_s, READ_DELAY_S)
+    room_s = QUEUE_SHARE * max_queued / rate_per_s
+    return max(READ_DELAY_S, min(BUSY_READ_DELAY_S, room_s))
+
+
+def fold_repeats(events: Sequence[Any]) -> list[Any]:
+    """One read's events with each file's repeated changes folded into its first one.
+
+    A change (``IN_MODIFY``, ``IN_ATTRIB``) of a file already reported changed earlier in the
+    same read says nothing more: the watcher looks at the file after the read, and once. Every
+    other event is kept, in order, and ends the fold for its name: a change after a creation or
+    a move of that name is reported again. Directory events are never folded.
+    """
+    out: list[Any] = []
+    changed: set[tuple[int, str]] = set()
+    for ev in events:
+        mask = ev.mask
+        if ev.name and not mask & IN_ISDIR:
+            key = (ev.wd, ev.name)
+            if mask & (IN_MODIFY | IN_ATTRIB) and not mask & ~(IN_MODIFY | IN_ATTRIB):
+                if key in changed:
+                    continue
+                changed.add(key)
+            else:
+                changed.discard(key)
+        out.append(ev)
+    return out
+
+
+def max_queued_events() -> int:
+    """The kernel's bound on events queued per inotify descriptor (``max_queued_events``)."""
+    try:
+        with open("/proc/sys/fs/inotify/max_queued_events", "rb") as f:
+            return max(1, int(f.read().strip()))
+    except (OSError, ValueError):
+        return DEFAULT_MAX_QUEUED_EVENTS
 
 
 def inotify_available() -> bool:
@@ -414,6 +483,10 @@ class InotifyObserver:
         # (a compaction held at a chunk boundary, say), so there is no burst to gather, and
         # the thread waits for events again until one comes (no wake-up every QUIET_READ_S).
         quiet_idle = False
+        # What the last read found, for the next gather (gather_s): its events, the span they
+        # gathered over, when it ended. On the monotonic clock: a gather is a real wait.
+        last_events, last_span_s, last_read_at = 0, 0.0, time.monotonic()
+        max_queued = max_queued_events()
         try:
             while True:
                 with self._lock:
@@ -455,15 +528,25 @@ class InotifyObserver:
                 except BlockingIOError:
                     pass
                 if not quiet and inotify is not None:
-                    # An event woke it: let the rest of its burst gather. A quiet wait ended
-                    # when the burst was over (a compaction's end) or long after.
-                    time.sleep(READ_DELAY_S)
+                    # An event woke it: let the rest of its burst gather, longer while the
+                    # application keeps writing. A wake-up (a stop, an after_drain) ends the
+                    # gather; a quiet wait ended when the burst was over (a compaction's end)
+                    # or long after.
+                    now = time.monotonic()
+                    wait_s = gather_s(last_events, last_span_s, now - last_read_at, max_queued)
+                    if woken_only.poll(wait_s * 1000):
+                        try:
+                            os.read(self._wake_r, 64)
+                        except BlockingIOError:
+                            pass
                 after: list[Callable[[], None]] = []
                 try:
                     with self._reading:
                         after, read = self._read_queue()
                     if read is not None:
                         quiet_idle = timed_out and read == 0
+                        now = time.monotonic()
+                        last_events, last_span_s, last_read_at = read, now - last_read_at, now
                 finally:
                     self._call(after)
         finally:
@@ -499,7 +582,7 @@ class InotifyObserver:
             log.error("reading inotify events failed: %s; relying on rescans", e)
             return 0
         try:
-            self._handle(events)
+            self._handle(fold_repeats(events))
         except Exception:
             log.exception("handling inotify events failed")
         return len(events)

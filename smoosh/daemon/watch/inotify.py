@@ -484,7 +484,11 @@ class InotifyObserver:
         # the thread waits for events again until one comes (no wake-up every QUIET_READ_S).
         quiet_idle = False
         # What the last read found, for the next gather (gather_s): its events, the span they
-        # gathered over, when it ended. On the monotonic clock: a gather is a real wait.
+        # gathered over, when it ended. The span starts at the wake-up the first of them caused
+        # (or at the read before, when none woke the thread): measured from the read before
+        # alone, an idle minute would spread a burst's events over it, and a rate so low would
+        # let the next gather run long enough to fill the kernel queue. On the monotonic clock:
+        # a gather is a real wait.
         last_events, last_span_s, last_read_at = 0, 0.0, time.monotonic()
         max_queued = max_queued_events()
         try:
@@ -527,12 +531,13 @@ class InotifyObserver:
                     os.read(self._wake_r, 64)
                 except BlockingIOError:
                     pass
+                gathered_from = last_read_at
                 if not quiet and inotify is not None:
                     # An event woke it: let the rest of its burst gather, longer while the
                     # application keeps writing. A wake-up (a stop, an after_drain) ends the
                     # gather; a quiet wait ended when the burst was over (a compaction's end)
                     # or long after.
-                    now = time.monotonic()
+                    now = gathered_from = time.monotonic()
                     wait_s = gather_s(last_events, last_span_s, now - last_read_at, max_queued)
                     if woken_only.poll(wait_s * 1000):
                         try:
@@ -546,7 +551,7 @@ class InotifyObserver:
                     if read is not None:
                         quiet_idle = timed_out and read == 0
                         now = time.monotonic()
-                        last_events, last_span_s, last_read_at = read, now - last_read_at, now
+                        last_events, last_span_s, last_read_at = read, now - gathered_from, now
                 finally:
                     self._call(after)
         finally:

@@ -35,12 +35,6 @@ POLICY_NAMES: dict[int, str] = {0: "normal", 1: "fifo", 2: "rr", 3: "batch", 5: 
 _TASKS_DIR = "/proc/self/task"
 
 
-def _policy_number(mode: str) -> int | None:
-    if mode == "batch":
-        return getattr(os, "SCHED_BATCH", None)
-    return getattr(os, "SCHED_OTHER", None)
-
-
 def thread_policies(pid: int | str = "self") -> dict[int, str]:
     """The CPU scheduling policy of each thread of process ``pid`` (Linux), by thread id.
 
@@ -74,7 +68,7 @@ def apply_cpu_scheduling(mode: str) -> bool:
         raise ValueError(f"cpu_scheduling {mode!r}: must be one of {', '.join(CPU_SCHEDULING)}")
     if mode == "normal":
         return True
-    number = _policy_number(mode)
+    number: int | None = getattr(os, "SCHED_BATCH", None)
     try:
         if number is None or not hasattr(os, "sched_setscheduler"):
             raise OSError(38, "sched_setscheduler is Linux only")

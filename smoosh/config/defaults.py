@@ -13,6 +13,7 @@ from smoosh.config.keys import (
     ADDRESS, BOOLEAN, DURATION, DURATION_MINUTES, GLOBS, INTEGER, NAME, NAMES, PATH, PATHS, PERCENT_OR_OFF,
     PERCENT_OR_SIZE, RATE, SECRET, SIZE, STORE_URL, Key, choice, key_table,
 )
+from smoosh.cpusched import CPU_SCHEDULING
 from smoosh.disk_room import DEFAULT_DISK_PRESSURE, DEFAULT_MIN_FREE
 
 __all__ = [
@@ -354,7 +355,7 @@ GLOBAL_KEY_DEFS: tuple[Key, ...] = (
         "`idle` runs each compaction's thread in Linux's idle I/O class (disk time only when nothing "
         "else wants it); elsewhere one warning, then `normal`.",
         DEFAULT_IO_PRIORITY),
-    Key("cpu_scheduling", "cpu_scheduling", choice(("batch", "normal")),
+    Key("cpu_scheduling", "cpu_scheduling", choice(CPU_SCHEDULING),
         "`batch` runs every thread of `smoosh run` and `smoosh worker` in Linux's `SCHED_BATCH` "
         "policy: the same share of the CPU, but a smoosh thread that wakes (a file event, a timer) "
         "does not preempt a running application thread, which may hold a SQLite lock its other "

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
 from smoosh.errors import ConfigError
+from smoosh.cpusched import CPU_SCHEDULING
 from smoosh.config.defaults import LOG_FORMATS, LOG_LEVELS
 from smoosh.config.address import is_loopback_host, split_host_port
 from smoosh.units import INFINITY, parse_duration, parse_size
@@ -311,10 +312,10 @@ def parse_io_priority(text: str) -> str:
 
 
 def parse_cpu_scheduling(text: str) -> str:
-    """``cpu_scheduling``: ``normal`` or ``batch`` (any case)."""
+    """``cpu_scheduling``: one of :data:`smoosh.cpusched.CPU_SCHEDULING` (any case)."""
     value = text.strip().lower()
-    if value not in ("normal", "batch"):
-        raise ValueError("must be normal or batch")
+    if value not in CPU_SCHEDULING:
+        raise ValueError("must be " + " or ".join(CPU_SCHEDULING))
     return value
 
 

@@ -36,7 +36,7 @@ from bench.apps.fleet import MIN_DEAD_RATIO, build_template  # noqa: E402
 from bench.apps.runs import DEFAULT_MODES, HARNESS_KEYS, MODES, RunSpec, run_one, uses_smoosh  # noqa: E402
 from bench.apps.summary import APP_NAMES, MODE_NAMES, group_table, run_figures, verdict_table  # noqa: E402
 from bench.apps.windows import DEFAULT_MARGIN_S  # noqa: E402
-from smoosh.config.sections import DEFAULT_MAX_LOCK_HOLD_S  # noqa: E402
+from smoosh.sqlite_defaults import DEFAULT_MAX_LOCK_HOLD_S  # noqa: E402
 
 #: The RESULTS.md section ``--write-results`` rewrites.
 RESULTS_SECTION = "apps"

@@ -62,6 +62,7 @@ from smoosh.compactors.sqlite_open import canonical_roots, close_quietly, pragma
 from smoosh.disk_room import DiskRoom
 from smoosh.identity import Roots, side_files
 from smoosh.io_budget import IoBudget
+from smoosh.sqlite_defaults import DEFAULT_BUSY_TIMEOUT_S, DEFAULT_INCREMENTAL_CHUNK_PAGES, DEFAULT_MAX_LOCK_HOLD_S
 
 __all__ = [
     "SqliteCompactor", "CLEANUP_PREFIX", "DEFAULT_WAL_MAX_SIZE_BYTES", "WAL_ACT_FRACTION", "DEFAULT_EXACT_SIZE_INTERVAL_S", "DBSTAT_QUERY",
@@ -78,12 +79,6 @@ DEFAULT_WAL_MAX_SIZE_BYTES = 64 * 1024 * 1024
 WAL_ACT_FRACTION = 0.5
 #: The exact ``dbstat`` payload of a key is taken at most this often (seconds).
 DEFAULT_EXACT_SIZE_INTERVAL_S = 3600.0
-#: Pages freed per incremental chunk when the settings say nothing.
-DEFAULT_INCREMENTAL_CHUNK_PAGES = 1000
-#: How long a compaction waits for another connection's lock before giving up (seconds).
-DEFAULT_BUSY_TIMEOUT_S = 1.0
-#: Longest a full VACUUM holds the write lock of a database another process has open (seconds).
-DEFAULT_MAX_LOCK_HOLD_S = 1.0
 
 
 def _quiet_pause(ctx: CompactionContext) -> Callable[[float], None]:

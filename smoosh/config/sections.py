@@ -20,6 +20,7 @@ from smoosh.config.keys import (
     key_table,
 )
 from smoosh.units import format_size
+from smoosh.sqlite_defaults import DEFAULT_BUSY_TIMEOUT_S, DEFAULT_INCREMENTAL_CHUNK_PAGES, DEFAULT_MAX_LOCK_HOLD_S
 from smoosh.config.values import (
     SectionReader,
     parse_bool,
@@ -95,14 +96,6 @@ DEFAULT_TO = "24:00"
 #: Leaving the window pauses (incremental) or interrupts (VACUUM) running work when true.
 DEFAULT_STRICT_WINDOW = False
 
-#: Pages an incremental compaction frees per chunk (between chunks it holds no lock).
-DEFAULT_INCREMENTAL_CHUNK_PAGES = 1000
-
-#: How long a compaction waits for a database lock before reporting "busy", in seconds.
-DEFAULT_BUSY_TIMEOUT_S = 1.0
-#: Longest a full VACUUM may hold the write lock of a database another process has open,
-#: in seconds (0: no limit): smoosh gives up before the application's writers would.
-DEFAULT_MAX_LOCK_HOLD_S = 1.0
 
 #: Run ``PRAGMA optimize`` (the query planner's statistics) after each successful compaction.
 DEFAULT_ANALYZE = False

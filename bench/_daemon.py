@@ -26,12 +26,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def smoosh_env(name_threads: bool = False) -> dict[str, str]:
+def smoosh_env() -> dict[str, str]:
     """The environment of a ``python -m smoosh`` subprocess: this checkout first, warnings only."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", SMOOSH_LOG_LEVEL="WARNING")
     env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    if name_threads:
-        env["PYTHONPATH"] = os.path.join(REPO_ROOT, "bench", "_threadnames") + os.pathsep + env["PYTHONPATH"]
     return env
 
 
@@ -89,11 +87,11 @@ class Daemon:
     ``command`` runs another smoosh (an installed one, a wrapper script), with ``env`` as given.
     """
 
-    def __init__(self, config: Path, port: int, *, name_threads: bool = False, args: tuple[str, ...] = (),
+    def __init__(self, config: Path, port: int, *, args: tuple[str, ...] = (),
                  command: str | None = None, env: dict[str, str] | None = None, log_name: str = "daemon.log",
                  stop_timeout_s: float = 30.0) -> None:
-        """``name_threads``: each thread gives the kernel its Python name (``bench/_threadnames``),
-        so per-thread counters in ``/proc`` can be told apart. ``args``: more options of ``smoosh run``."""
+        """``args``: more options of ``smoosh run``. (``smoosh run`` names its threads for the kernel,
+        so per-thread counters in ``/proc`` tell them apart.)"""
         self.port = port
         self.log_path = config.parent / log_name
         self._stop_timeout_s = stop_timeout_s
@@ -101,7 +99,7 @@ class Daemon:
         argv = [sys.executable, "-m", "smoosh"] if command is None else [command]
         self.proc = subprocess.Popen([*argv, "run", "--config", str(config), *args],
                                      stdout=self._log, stderr=subprocess.STDOUT,
-                                     env=smoosh_env(name_threads) if env is None else env, cwd=str(config.parent))
+                                     env=smoosh_env() if env is None else env, cwd=str(config.parent))
 
     def get(self, path: str, timeout_s: float = 60.0) -> tuple[int, bytes]:
         """``GET path``: the status and the raw body (``/metrics`` is text, the rest JSON)."""

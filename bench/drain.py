@@ -496,7 +496,7 @@ def drain_daemon(
         config = base / "smoosh.ini"
         config.write_text(config_text(base, concurrency, port, store, extra))
         workers = Workers(config, worker_processes) if worker_processes else None
-        daemon = Daemon(config, port, name_threads=True, args=("--workers", "0") if workers else ())
+        daemon = Daemon(config, port, args=("--workers", "0") if workers else ())
         pids = [daemon.proc.pid, *(p.pid for p in workers.procs)] if workers else [daemon.proc.pid]
 
         def cpu_now() -> float | None:

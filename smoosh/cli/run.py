@@ -15,6 +15,7 @@ from typing import Any
 from smoosh.compactors import sqlite_guard
 from smoosh.cli.format import status_summary
 from smoosh.cpusched import apply_cpu_scheduling
+from smoosh.threadnames import name_threads_for_kernel
 from smoosh.errors import ConfigError, SmooshError
 
 log = logging.getLogger("smoosh")
@@ -38,8 +39,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from smoosh.daemon.server import Server
 
     config = _load_config_and_log(args.config)
-    # Before any thread starts, so that every thread of the daemon inherits the policy.
+    # Before any thread starts, so that every thread of the daemon inherits the policy and
+    # gives the kernel its name.
     apply_cpu_scheduling(config.cpu_scheduling)
+    name_threads_for_kernel()
     if args.watch:
         _check_watch_option(args.watch)
     else:
@@ -187,6 +190,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     config = _load_config_and_log(args.config)
     apply_cpu_scheduling(config.cpu_scheduling)
+    name_threads_for_kernel()
     if not args.store and private_store(config.store):
         # A memory store lives inside one process: this worker's would never hold the daemon's jobs.
         raise ConfigError(

@@ -1,0 +1,64 @@
+"""Each thread of ``smoosh run`` and ``smoosh worker`` tells the kernel its name (Linux).
+
+Python 3.11 leaves every thread of a process named as the process, so ``top -H``,
+``ps -L`` and ``/proc/PID/task/*/comm`` cannot tell the watcher from a compaction. An operator
+asking which of smoosh's threads takes the CPU reads the Python name of each thread there
+instead (the kernel keeps its first 15 bytes: ``smoosh-inotify``, ``smoosh-http``,
+``smoosh-compact_N``).
+
+:func:`name_threads_for_kernel` is called once at the start of the daemon's commands, before
+they start a thread; it is never applied by the library (an application embedding the server
+names its own threads). It uses :func:`threading.setprofile`: each thread started afterwards
+runs the hook once as it begins, which names it and removes itself, so a thread pays nothing
+after its first call. Where ``prctl`` is missing (not Linux) nothing is named, silently: a name
+is a convenience, never a reason to fail.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+import threading
+from types import FrameType
+from typing import Any, Callable
+
+__all__ = ["KERNEL_NAME_BYTES", "name_threads_for_kernel", "kernel_name"]
+
+#: The kernel keeps a thread's name in 16 bytes, the last a NUL.
+KERNEL_NAME_BYTES = 15
+_PR_SET_NAME = 15
+
+
+def _find_prctl() -> Callable[..., int] | None:
+    try:
+        prctl: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
+        return prctl
+    except (OSError, AttributeError):  # not Linux: no prctl in the C library
+        return None
+
+
+_prctl = _find_prctl()
+
+
+def kernel_name(name: str) -> bytes:
+    """The bytes the kernel keeps of ``name``: its first 15 bytes of UTF-8, cut whole characters."""
+    return name.encode("utf-8")[:KERNEL_NAME_BYTES].decode("utf-8", "ignore").encode("utf-8")
+
+
+def _hook(frame: FrameType, event: str, arg: Any) -> None:
+    """The profile hook of a new thread: name it once, then leave the thread without a hook."""
+    sys.setprofile(None)
+    if _prctl is not None:
+        _prctl(_PR_SET_NAME, kernel_name(threading.current_thread().name), 0, 0, 0)
+
+
+def name_threads_for_kernel() -> bool:
+    """Have every thread started from now on give the kernel its Python name.
+
+    Returns:
+        Whether names will be given (False where ``prctl`` is missing).
+    """
+    if _prctl is None:
+        return False
+    threading.setprofile(_hook)
+    return True

@@ -253,6 +253,40 @@ def test_verdicts_judge_each_condition_of_issue_46_only_where_its_modes_ran() ->
     assert all(met for c, _, met in alone[:-1]), alone
 
 
+def test_run_figures_split_latency_by_whether_an_operation_met_a_run_on_its_own_tenant() -> None:
+    from bench.apps.ledger import TenantCheck
+    from bench.apps.runs import RunOutcome, RunSpec
+    from bench.apps.summary import group_table, run_figures
+    from bench.apps.windows import Window
+
+    # Given tenant 0 compacted over [100, 101], and 202 operations of 5 ms spread over both tenants,
+    # of which four on tenant 0 waited out the compaction's lock (250 to 400 ms)
+    paths = ["/fleet/t0.sqlite", "/fleet/t1.sqlite"]
+    ops: list[list[object]] = [[90.05 + 0.1 * i, 0.005, 0, i % 2, -1] for i in range(198)]
+    ops += [[100.1, 0.250, 0, 0, -1], [100.2, 0.300, 0, 0, -1], [100.5, 0.400, 0, 0, -1], [100.7, 0.350, 0, 0, -1]]
+    record = {"ops_names": ["create"], "errors": [], "ops": ops, "start": 90.0, "end": 110.0}
+    window = Window(path=paths[0], start=100.0, end=101.0, result="ok", channel="ratio_dbs",
+                    size_before_bytes=3000, size_after_bytes=1000, reclaimed_bytes=2000)
+    spec = RunSpec(app="django", journal_mode="delete", mode="compact", number=1, duration_s=20.0, lead_s=0.0,
+                   threads=1, rate_per_s=10.0, seed=1, margin_s=0.0)
+    outcome = RunOutcome(spec=spec, paths=paths, record=record, windows=[window], before_bytes=[3000, 10],
+                         after_bytes=[1000, 10], checks=[TenantCheck(path=p, integrity=["ok"]) for p in paths])
+
+    figures = run_figures(outcome)
+
+    # Then the operations inside are tenant 0's during [100, 101] (five of 5 ms and the four waits),
+    # and the rest's p99 is the 5 ms every one of them took: the waits do not raise it
+    inside_ops = [o for o in ops if o[3] == 0 and float(o[0]) <= 101.0 and float(o[0]) + float(o[1]) >= 100.0]
+    assert figures["latency_inside_ms"]["n"] == len(inside_ops) == 9
+    assert (figures["latency_inside_ms"]["p50"], figures["latency_inside_ms"]["max"]) == (5.0, 400.0)
+    assert figures["latency_outside_ms"]["n"] == 202 - 9
+    assert figures["latency_outside_ms"]["p99"] == figures["latency_outside_ms"]["max"] == 5.0
+    assert figures["latency_ms"]["all"]["p99"] > 5.0  # the waits alone raise the run's p99
+    table = group_table([figures], ["compact"], dead_bytes=2000)
+    assert "| operations on a tenant during smoosh's run on it: count, share of all, p50 / p99 ms | 9 (4.5%), 5.0 / 400 |" in table
+    assert "| p99 of the other operations, ms | 5.0 |" in table
+
+
 def test_config_b_keys_reach_the_smoosh_config_of_a_b_run(tmp_path: Path) -> None:
     from bench.apps.runs import HARNESS_KEYS, smoosh_config
     from smoosh.config import load_config

@@ -102,6 +102,9 @@ class RunOutcome:
     #: The machine's 1-minute load average as the application started and as it ended (other
     #: users of a shared machine show here, and explain a noisy run).
     load_avg: tuple[float, float] = (0.0, 0.0)
+    #: smoosh's ``/status`` ``application`` counters over the application's run (the end's less
+    #: the start's): its looks with and without a SQLite lock, its waits for a quiet moment.
+    application: dict[str, float] = field(default_factory=dict)
 
     @property
     def violations(self) -> list[str]:
@@ -172,6 +175,20 @@ class Smoosh(Daemon):
             if line.startswith("smoosh_reclaimed_bytes_total"):
                 total += float(line.rsplit(" ", 1)[1])
         return int(total)
+
+    def application(self) -> dict[str, float]:
+        """``GET /status``'s ``application``: what the compactions saw of the application (waits for
+        a quiet moment, give-ups) and how smoosh looked at the databases (``looks_locked``: with a
+        SQLite lock; ``looks_lockless``: a plain read). Counted since smoosh started; empty when
+        unreadable."""
+        try:
+            status, body = self.get("/status")
+        except OSError:
+            return {}
+        if status != 200:
+            return {}
+        seen = json.loads(body).get("application") or {}
+        return {k: float(v) for k, v in seen.items() if isinstance(v, (int, float))}
 
     def jobs(self) -> list[dict[str, Any]]:
         """``GET /jobs``'s rows, every key (empty when unreadable)."""
@@ -264,6 +281,7 @@ def run_one(spec: RunSpec, template: Template, *, work: str, smoosh_command: str
         _expect(app, "ready", START_TIMEOUT_S)
         time.sleep(max(0.0, launched + spec.lead_s - time.monotonic()))
         cpu0 = smoosh.cpu_s() if smoosh else None
+        seen0 = smoosh.application() if smoosh else {}
         load0 = os.getloadavg()[0]
         assert app.stdin is not None
         app.stdin.write("go\n")
@@ -275,6 +293,7 @@ def run_one(spec: RunSpec, template: Template, *, work: str, smoosh_command: str
         cpu1 = smoosh.cpu_s() if smoosh else None
         load1 = os.getloadavg()[0]
         reclaimed = smoosh.reclaimed_bytes() if smoosh else None
+        seen1 = smoosh.application() if smoosh else {}
         jobs = smoosh.jobs() if smoosh else []
         if smoosh:
             smoosh.stop()
@@ -293,6 +312,7 @@ def run_one(spec: RunSpec, template: Template, *, work: str, smoosh_command: str
             smoosh_cpu_run_s=None if cpu0 is None or cpu1 is None else cpu1 - cpu0,
             smoosh_cpu_total_s=cpu1, smoosh_reclaimed_metric=reclaimed, start_gaps_s=gaps,
             load_avg=(load0, load1),
+            application={k: round(v - seen0.get(k, 0.0), 3) for k, v in seen1.items()},
         )
         return outcome
     finally:

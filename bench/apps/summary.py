@@ -166,6 +166,7 @@ def run_figures(o: RunOutcome) -> dict[str, Any]:
             "failed": [c.summary() for c in bad],
         },
         "load_avg": [round(x, 2) for x in o.load_avg],
+        "application": dict(o.application),
         "anomalies": rec.get("anomalies", []),
         "versions": rec.get("versions", {}),
         "error_list": error_list,
@@ -200,6 +201,14 @@ def _inside_ops(r: dict[str, Any]) -> str:
         return "-"
     share = split["n"] / max(1, r["ops"])
     return f"{split['n']:,} ({100 * share:.1f}%), {_num(split['p50'], 1)} / {_num(split['p99'], 0)}"
+
+
+def _looks(r: dict[str, Any]) -> str:
+    """``0 / 1,234``; ``-`` for a sitting recorded before the harness read them."""
+    seen = r.get("application")
+    if not seen or "looks_locked" not in seen:
+        return "-"
+    return f"{seen['looks_locked']:,.0f} / {seen.get('looks_lockless', 0):,.0f}"
 
 
 def _compactions(r: dict[str, Any]) -> str:
@@ -264,6 +273,7 @@ def group_table(runs: Sequence[dict[str, Any]], modes: Sequence[str], dead_bytes
         with_smoosh)
     row(f"share of the fleet's dead space ({dead_bytes / MB:,.0f} MB) reclaimed",
         lambda r: f"{100 * r['reclaimed']['smoosh_log_bytes'] / max(1, dead_bytes):.0f}%", with_smoosh)
+    row("smoosh's looks at a database during the run: with a SQLite lock / without", _looks, with_smoosh)
     row("smoosh's CPU during the run, % of a core",
         lambda r: "-" if r["smoosh_cpu_share"] is None else f"{100 * r['smoosh_cpu_share']:.1f}", with_smoosh)
     row("the machine's load average (1 min) at the start / end", lambda r: "/".join(

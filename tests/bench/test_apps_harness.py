@@ -270,7 +270,8 @@ def test_run_figures_split_latency_by_whether_an_operation_met_a_run_on_its_own_
     spec = RunSpec(app="django", journal_mode="delete", mode="compact", number=1, duration_s=20.0, lead_s=0.0,
                    threads=1, rate_per_s=10.0, seed=1, margin_s=0.0)
     outcome = RunOutcome(spec=spec, paths=paths, record=record, windows=[window], before_bytes=[3000, 10],
-                         after_bytes=[1000, 10], checks=[TenantCheck(path=p, integrity=["ok"]) for p in paths])
+                         after_bytes=[1000, 10], checks=[TenantCheck(path=p, integrity=["ok"]) for p in paths],
+                         application={"looks_locked": 2.0, "looks_lockless": 1500.0, "waits": 1.0})
 
     figures = run_figures(outcome)
 
@@ -285,6 +286,8 @@ def test_run_figures_split_latency_by_whether_an_operation_met_a_run_on_its_own_
     table = group_table([figures], ["compact"], dead_bytes=2000)
     assert "| operations on a tenant during smoosh's run on it: count, share of all, p50 / p99 ms | 9 (4.5%), 5.0 / 400 |" in table
     assert "| p99 of the other operations, ms | 5.0 |" in table
+    # And smoosh's looks during the run, with a SQLite lock and without, stand beside them
+    assert "| smoosh's looks at a database during the run: with a SQLite lock / without | 2 / 1,500 |" in table
 
 
 def test_config_b_keys_reach_the_smoosh_config_of_a_b_run(tmp_path: Path) -> None:

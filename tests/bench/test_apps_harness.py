@@ -288,6 +288,10 @@ def test_run_figures_split_latency_by_whether_an_operation_met_a_run_on_its_own_
     assert "| p99 of the other operations, ms | 5.0 |" in table
     # And smoosh's looks during the run, with a SQLite lock and without, stand beside them
     assert "| smoosh's looks at a database during the run: with a SQLite lock / without | 2 / 1,500 |" in table
+    # And a sitting recorded before the harness measured them shows neither row
+    older = {k: v for k, v in figures.items() if k not in ("latency_inside_ms", "latency_outside_ms", "application")}
+    assert "p99 of the other operations" not in group_table([older], ["compact"], dead_bytes=2000)
+    assert "smoosh's looks" not in group_table([older], ["compact"], dead_bytes=2000)
 
 
 def test_config_b_keys_reach_the_smoosh_config_of_a_b_run(tmp_path: Path) -> None:

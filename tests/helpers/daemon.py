@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -13,7 +14,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 #: Seconds a test waits for the daemon to answer on its port.
 START_TIMEOUT_S = 20.0
@@ -163,6 +164,22 @@ def wait_for(cond: Callable[[], Any], timeout_s: float, *, what: str, daemon: Da
                 detail = "\n--- daemon log, without its access lines ---\n" + "\n".join(lines)[-6000:]
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what}{detail}")
         time.sleep(every_s)
+
+
+@contextlib.contextmanager
+def worker_process(config: Path, cwd: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A ``smoosh worker --config config`` process (its output dropped), terminated on leaving."""
+    worker = subprocess.Popen([sys.executable, "-m", "smoosh", "worker", "--config", str(config)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=str(cwd))
+    try:
+        yield worker
+    finally:
+        worker.terminate()
+        try:
+            worker.wait(HANG_S)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
 
 
 def _port_of(config: Path) -> int:

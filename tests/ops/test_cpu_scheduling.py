@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.daemon import HANG_S, Daemon, free_port, wait_for, write_config
+from helpers.daemon import HANG_S, Daemon, free_port, wait_for, worker_process, write_config
 from smoosh.config import parse_config
 from smoosh.cpusched import thread_policies
 from smoosh.errors import ConfigError
@@ -51,21 +51,11 @@ def test_normal_leaves_the_daemon_at_the_policy_it_was_started_with(tmp_path: Pa
 
 
 def test_a_worker_process_runs_in_the_policy_too(tmp_path: Path) -> None:
-    config = write_config(tmp_path, port=free_port())
-    worker = subprocess.Popen([sys.executable, "-m", "smoosh", "worker", "--config", str(config)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=str(tmp_path))
-    try:
+    with worker_process(write_config(tmp_path, port=free_port()), tmp_path) as worker:
         # Its worker threads are up once it has more than its main thread
         wait_for(lambda: worker.poll() is None and len(thread_policies(worker.pid)) > 1, HANG_S,
                  what="the worker's threads")
         assert set(thread_policies(worker.pid).values()) == {"batch"}
-    finally:
-        worker.terminate()
-        try:
-            worker.wait(HANG_S)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
 
 
 def test_threads_running_before_are_moved_and_threads_started_after_inherit(tmp_path: Path) -> None:

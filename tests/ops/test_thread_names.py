@@ -7,13 +7,11 @@ on real processes.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from helpers.daemon import HANG_S, Daemon, free_port, wait_for, write_config
+from helpers.daemon import HANG_S, Daemon, free_port, wait_for, worker_process, write_config
 from smoosh.threadnames import KERNEL_NAME_BYTES, kernel_name
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="thread names in /proc are Linux's")
@@ -47,19 +45,9 @@ def test_the_daemons_threads_are_named_for_the_kernel(tmp_path: Path, daemons: l
 
 
 def test_a_worker_process_names_its_threads(tmp_path: Path) -> None:
-    config = write_config(tmp_path, port=free_port())
-    worker = subprocess.Popen([sys.executable, "-m", "smoosh", "worker", "--config", str(config)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=str(tmp_path))
-    try:
+    with worker_process(write_config(tmp_path, port=free_port()), tmp_path) as worker:
         wait_for(lambda: worker.poll() is None and "smoosh-worker" in kernel_names(worker.pid), HANG_S,
                  what="the worker's dispatcher thread, by name")
-    finally:
-        worker.terminate()
-        try:
-            worker.wait(HANG_S)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
 
 
 def test_a_long_name_is_cut_to_what_the_kernel_keeps_at_a_whole_character() -> None:

@@ -37,19 +37,9 @@ def _find_prctl() -> Callable[..., int] | None:
         return None
 
 
-_prctl = _find_prctl()
-
-
 def kernel_name(name: str) -> bytes:
     """The bytes the kernel keeps of ``name``: its first 15 bytes of UTF-8, cut whole characters."""
     return name.encode("utf-8")[:KERNEL_NAME_BYTES].decode("utf-8", "ignore").encode("utf-8")
-
-
-def _hook(frame: FrameType, event: str, arg: Any) -> None:
-    """The profile hook of a new thread: name it once, then leave the thread without a hook."""
-    sys.setprofile(None)
-    if _prctl is not None:
-        _prctl(_PR_SET_NAME, kernel_name(threading.current_thread().name), 0, 0, 0)
 
 
 def name_threads_for_kernel() -> bool:
@@ -58,7 +48,16 @@ def name_threads_for_kernel() -> bool:
     Returns:
         Whether names will be given (False where ``prctl`` is missing).
     """
-    if _prctl is None:
+    # Looked up here, not at import: every smoosh command imports this module, only the two
+    # daemon commands name threads.
+    prctl = _find_prctl()
+    if prctl is None:
         return False
-    threading.setprofile(_hook)
+
+    def hook(frame: FrameType, event: str, arg: Any) -> None:
+        """A new thread's profile hook: name the thread once, then leave it without a hook."""
+        sys.setprofile(None)
+        prctl(_PR_SET_NAME, kernel_name(threading.current_thread().name), 0, 0, 0)
+
+    threading.setprofile(hook)
     return True

@@ -140,7 +140,8 @@ def gather_s(events: int, span_s: float, since_read_s: float, max_queued: int) -
 
     Parameters:
         events: how many events the last read took (after the kernel's merging).
-        span_s: the time they gathered over (from the read before it to that read).
+        span_s: the time they gathered over (from the wake-up the first of them caused, or from
+            the read before when none woke the thread, to that read).
         since_read_s: seconds from the end of the last read to now (the new events' wake-up).
         max_queued: the kernel's bound on queued events (``max_queued_events``).
 

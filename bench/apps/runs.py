@@ -162,13 +162,18 @@ class Smoosh(Daemon):
     def cpu_s(self) -> float:
         return process_cpu_s(self.proc.pid) or 0.0
 
-    def reclaimed_bytes(self) -> int | None:
-        """``smoosh_reclaimed_bytes_total`` summed over channels (smoosh's own figure), None if unreadable."""
+    def _body(self, path: str) -> bytes | None:
+        """``GET path``'s body, None when smoosh did not answer it with 200."""
         try:
-            status, body = self.get("/metrics")
+            status, body = self.get(path)
         except OSError:
             return None
-        if status != 200:
+        return body if status == 200 else None
+
+    def reclaimed_bytes(self) -> int | None:
+        """``smoosh_reclaimed_bytes_total`` summed over channels (smoosh's own figure), None if unreadable."""
+        body = self._body("/metrics")
+        if body is None:
             return None
         total = 0.0
         for line in body.decode(errors="replace").splitlines():
@@ -181,22 +186,14 @@ class Smoosh(Daemon):
         a quiet moment, give-ups) and how smoosh looked at the databases (``looks_locked``: with a
         SQLite lock; ``looks_lockless``: a plain read). Counted since smoosh started; empty when
         unreadable."""
-        try:
-            status, body = self.get("/status")
-        except OSError:
-            return {}
-        if status != 200:
-            return {}
-        seen = json.loads(body).get("application") or {}
+        body = self._body("/status")
+        seen = (json.loads(body).get("application") or {}) if body is not None else {}
         return {k: float(v) for k, v in seen.items() if isinstance(v, (int, float))}
 
     def jobs(self) -> list[dict[str, Any]]:
         """``GET /jobs``'s rows, every key (empty when unreadable)."""
-        try:
-            status, body = self.get("/jobs")
-        except OSError:
-            return []
-        return list(json.loads(body).get("jobs", [])) if status == 200 else []
+        body = self._body("/jobs")
+        return list(json.loads(body).get("jobs", [])) if body is not None else []
 
     def log_lines(self) -> list[str]:
         return self.log_path.read_text(errors="replace").splitlines()

@@ -51,6 +51,11 @@ def _ms(values: Sequence[float], q: float) -> float | None:
     return round(percentile(values, q) * 1000, 2) if values else None
 
 
+def _spread_ms(values: Sequence[float]) -> dict[str, float | None]:
+    """``{"p50", "p99", "max"}`` of ``values`` (seconds) in milliseconds."""
+    return {"p50": _ms(values, 0.5), "p99": _ms(values, 0.99), "max": _ms(values, 1.0)}
+
+
 def run_figures(o: RunOutcome) -> dict[str, Any]:
     """Everything the reports show of one run (see the module docstring for how each is counted)."""
     rec = o.record
@@ -126,14 +131,11 @@ def run_figures(o: RunOutcome) -> dict[str, Any]:
         "errors_inside_by_chance": round(by_chance, 2),
         "errors_inside_by_op": dict(inside_by.most_common()),
         "latency_ms": {
-            "all": {"p50": _ms(all_lat, 0.5), "p99": _ms(all_lat, 0.99), "max": _ms(all_lat, 1.0)},
-            **{op: {"p50": _ms(v, 0.5), "p99": _ms(v, 0.99), "max": _ms(v, 1.0), "n": len(v)}
-               for op, v in lat_by_op.items()},
+            "all": _spread_ms(all_lat),
+            **{op: {**_spread_ms(v), "n": len(v)} for op, v in lat_by_op.items()},
         },
-        "latency_inside_ms": {"p50": _ms(lat_inside, 0.5), "p99": _ms(lat_inside, 0.99), "max": _ms(lat_inside, 1.0),
-                              "n": len(lat_inside)},
-        "latency_outside_ms": {"p50": _ms(lat_outside, 0.5), "p99": _ms(lat_outside, 0.99),
-                               "max": _ms(lat_outside, 1.0), "n": len(lat_outside)},
+        "latency_inside_ms": {**_spread_ms(lat_inside), "n": len(lat_inside)},
+        "latency_outside_ms": {**_spread_ms(lat_outside), "n": len(lat_outside)},
         "slowest_inside_compaction": slowest_inside,
         "slowest_outside_compaction": slowest_outside,
         "compactions": {

@@ -623,7 +623,8 @@ class SqliteCompactor(CompactorBase):
                                                begin=self._chunk_begin(conn, path, state, pause))
             else:
                 sqlite_compact.vacuum(conn, path, state, ctx, self._tick_rate, identity, self.io_budget,
-                                      self.max_lock_hold_s, self._clock)
+                                      self.max_lock_hold_s, self._clock, lets_go=held)
+                held = False  # the VACUUM's end let it go
             wal = not cleanup and sqlite_wal.has_wal_file(path) and pragma(conn, "journal_mode") == "wal"
             if wal:
                 sqlite_wal.copy_back(conn, path)  # first: before the application's own checkpoint
@@ -648,8 +649,8 @@ class SqliteCompactor(CompactorBase):
                 raise Blocked(refused_side.reason) from exc
             raise
         finally:
-            # Closing lets every lock go, and deletes the journal exclusive locking kept: no
-            # release_exclusive first (three statements per compaction, for the same end).
+            # Closing lets every lock go, and deletes a journal exclusive locking kept (an upgrade's,
+            # or a VACUUM's that never ran): no release_exclusive first (three statements, same end).
             close_quietly(conn)
 
     def _chunk_begin(

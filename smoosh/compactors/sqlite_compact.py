@@ -326,11 +326,14 @@ def reserve(room: DiskRoom, needs: dict[str, int]) -> Reservation:
 def vacuum(
     conn: apsw.Connection, path: str, state: DbState, ctx: CompactionContext, rate: TickRate,
     identity: FileIdentity | None = None, budget: IoBudget | None = None,
-    max_lock_hold_s: float = 0.0, clock: Callable[[], float] = time.monotonic,
+    max_lock_hold_s: float = 0.0, clock: Callable[[], float] = time.monotonic, *, lets_go: bool = False,
 ) -> None:
     """Run an in-place ``VACUUM``, reporting an estimated progress and stopping when ``ctx`` cancels.
 
     Parameters:
+        lets_go: the connection holds the database's lock in exclusive locking mode
+            (:func:`~smoosh.compactors.sqlite_quiet.hold_exclusive` with ``keep``): the VACUUM
+            starts on it and its end, or its rollback, lets it go.
         identity: the file being compacted; checked every :data:`REPLACEMENT_CHECK_TICKS`
             ticks, and a path that names another file interrupts the VACUUM at once.
         budget: charged the file's size as the VACUUM ends (only the estimated part it got
@@ -399,6 +402,13 @@ def vacuum(
     if cancelled.is_set():  # cancelled before the statement started: interrupt() was a no-op
         raise Interrupted(f"compaction of {path} was interrupted before it started")
     run(conn, f"PRAGMA cache_size={vacuum_cache_pages(state)}")
+    if lets_go:
+        # Last before the VACUUM: the mode changes at the connection's next access (a statement
+        # that reads, as the cache_size above does, would let the lock go there and then). The
+        # VACUUM's write transaction starts on the lock already held, and its end lets it go and
+        # deletes the journal inside the statement, where SQLite runs without the GIL; left to
+        # the connection's close, the unlink held the GIL.
+        run(conn, "PRAGMA locking_mode=NORMAL")
     conn.set_progress_handler(on_progress, PROGRESS_HANDLER_INSTRUCTIONS)
     written_fraction = 1.0
     try:

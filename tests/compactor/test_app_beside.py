@@ -12,6 +12,7 @@ only what to send next, never whether the test passes.
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 from typing import Any, Iterator
@@ -20,8 +21,8 @@ import pytest
 
 from compactor.contexts import RecordingContext
 from compactor.dbfactory import integrity, make_bloated_db, row_count
-from helpers.locks import ChildConnection
-from smoosh.compactors import Busy, SqliteCompactor, sqlite_quiet
+from helpers.locks import ChildConnection, ChildConnectionError
+from smoosh.compactors import Busy, SqliteCompactor, sqlite_compact, sqlite_quiet
 from smoosh.compactors.sqlite_openers import AppLook
 from smoosh.config import SqliteConfig
 
@@ -132,6 +133,41 @@ def test_an_application_transaction_starting_mid_vacuum_waits_at_its_first_read(
         compaction.join()
     assert compaction.error is None and compaction.result.reclaimed_bytes > 0
     assert integrity(rollback_db) == "ok"
+
+
+def test_the_lock_taken_at_a_quiet_moment_is_held_into_the_vacuum_and_let_go_by_its_end(
+    rollback_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given another process that asks for the database's lock without waiting (busy timeout 0),
+    # at the moment the compaction's VACUUM statement is about to run
+    rows = row_count(rollback_db)
+    held_at_vacuum: list[bool] = []
+    with ChildConnection(rollback_db, timeout_s=0) as app:
+        real_run = sqlite_compact.run
+
+        def run(conn: Any, sql: str) -> None:
+            if sql == "VACUUM":
+                try:
+                    app.execute("SELECT count(*) FROM docs")
+                    held_at_vacuum.append(False)
+                except ChildConnectionError as exc:
+                    held_at_vacuum.append("locked" in str(exc))
+            real_run(conn, sql)
+
+        monkeypatch.setattr(sqlite_compact, "run", run)
+        # When a compaction runs
+        compaction = Compaction(rollback_db, monkeypatch)
+        compaction.join()
+        # Then the lock it took at a quiet moment was still its own when the VACUUM started
+        # (any statement that reads the database between the two would have let it go),
+        assert compaction.error is None and compaction.result.reclaimed_bytes > 0
+        assert held_at_vacuum == [True]
+        # and the VACUUM's end let it go and deleted its journal: the application writes at once
+        assert not os.path.exists(rollback_db + "-journal")
+        app.execute("BEGIN IMMEDIATE")
+        app.execute(UPDATE)
+        app.execute("COMMIT")
+    assert (integrity(rollback_db), row_count(rollback_db)) == ("ok", rows)
 
 
 def test_a_reader_that_never_ends_makes_the_compaction_busy_naming_it(

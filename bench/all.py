@@ -36,6 +36,7 @@ BENCHMARKS = [
     ("wal_bound", ["--runs", "1"]),
     ("wal_cut", ["--runs", "3"]),
     ("writer", ["--runs", "3"]),
+    ("watch_cost", ["--runs", "5"]),
     ("fleet", ["--runs", "1"]),
 ]
 

@@ -38,6 +38,7 @@ import struct
 import threading
 from typing import Callable, Iterable, Sequence
 
+from smoosh import libc
 from smoosh.paths import SIDE_SUFFIXES, inside
 
 __all__ = [
@@ -76,9 +77,8 @@ _STX_MNT_ID_AT = 144
 
 def _libc_statx() -> Callable[..., int] | None:
     """glibc's ``statx`` (2.28 and later), or None."""
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).statx
-    except (OSError, AttributeError):
+    fn = libc.function("statx")
+    if fn is None:
         return None
     fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint, ctypes.c_void_p]
     fn.restype = ctypes.c_int

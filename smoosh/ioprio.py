@@ -19,12 +19,14 @@ ignored with one WARNING per process, never an error.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+import errno
 import logging
 import os
 import platform
 import threading
 from typing import Callable
+
+from smoosh import libc
 
 __all__ = ["IOPRIO_CLASS_NONE", "IOPRIO_CLASS_IDLE", "IOPRIO_CLASS_BE", "get_thread_ioprio", "set_thread_ioprio",
            "apply_io_priority", "IO_PRIORITIES"]
@@ -57,7 +59,7 @@ _SYSCALLS: dict[str, tuple[int, int]] = {
 }
 
 _warned = threading.Event()
-_libc: ctypes.CDLL | None = None
+_libc_syscall: Callable[..., int] | None = None
 
 
 def _syscall_numbers() -> tuple[int, int] | None:
@@ -67,10 +69,12 @@ def _syscall_numbers() -> tuple[int, int] | None:
 
 
 def _syscall(number: int, *args: int) -> int:
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-    result = int(_libc.syscall(number, *(ctypes.c_int(a) for a in args)))
+    global _libc_syscall
+    if _libc_syscall is None:
+        _libc_syscall = libc.function("syscall")
+        if _libc_syscall is None:
+            raise OSError(errno.ENOSYS, "no syscall() in the C library")
+    result = int(_libc_syscall(number, *(ctypes.c_int(a) for a in args)))
     if result < 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))

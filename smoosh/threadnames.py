@@ -16,11 +16,12 @@ is a convenience, never a reason to fail.
 
 from __future__ import annotations
 
-import ctypes
 import sys
 import threading
 from types import FrameType
 from typing import Any, Callable
+
+from smoosh import libc
 
 __all__ = ["KERNEL_NAME_BYTES", "name_threads_for_kernel", "kernel_name"]
 
@@ -30,11 +31,7 @@ _PR_SET_NAME = 15
 
 
 def _find_prctl() -> Callable[..., int] | None:
-    try:
-        prctl: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
-        return prctl
-    except (OSError, AttributeError):  # not Linux: no prctl in the C library
-        return None
+    return libc.function("prctl")  # None off Linux: no prctl in the C library
 
 
 def kernel_name(name: str) -> bytes:

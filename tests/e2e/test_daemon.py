@@ -13,7 +13,7 @@ import pytest
 
 from compactor.dbfactory import make_bloated_db
 from helpers.chunked import STALLED_AFTER_FIRST_CHUNK, chunk_section, chunked_db
-from helpers.daemon import HANG_S, Daemon, free_port, wait_for, write_config
+from helpers.daemon import HANG_S, Daemon, free_port, start_worker, wait_for, write_config
 
 
 def start(daemons: list[Daemon], config: Path, *args: str) -> Daemon:
@@ -205,9 +205,7 @@ def test_a_killed_worker_process_has_its_job_finished_by_another(tmp_path: Path,
     d = start(daemons, config, "--workers", "0")
     stalled = write_config(tmp_path, port=free_port(), name="first.ini", channels=chunk_section(made),
                            extra_global=f"job_timeout = 1s\n{STALLED_AFTER_FIRST_CHUNK}")
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    first = subprocess.Popen([sys.executable, "-m", "smoosh", "worker", "--config", str(stalled)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    first = start_worker(stalled)
     try:
         wait_for(lambda: mid_compaction(config, db), HANG_S, what="the first worker to be mid-compaction", daemon=d)
         # When it is killed with SIGKILL
@@ -215,8 +213,7 @@ def test_a_killed_worker_process_has_its_job_finished_by_another(tmp_path: Path,
         first.wait(HANG_S)
         assert integrity(db) == "ok"
         # Then another worker (no I/O budget stalling it) finishes the job
-        second = subprocess.Popen([sys.executable, "-m", "smoosh", "worker", "--config", str(config)],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        second = start_worker(config)
         try:
             wait_for(lambda: job(d, db).get("state") == "finished", HANG_S, what="the second worker to finish it", daemon=d)
         finally:

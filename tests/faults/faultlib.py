@@ -17,6 +17,7 @@ from typing import Iterator
 
 import pytest
 
+import helpers.daemon
 from helpers.daemon import Daemon
 from persist import read_checkpoint
 
@@ -56,9 +57,7 @@ def start_writer(processes: list[subprocess.Popen], directory: Path, count: int,
 
 
 def start_worker(processes: list[subprocess.Popen], config: Path) -> subprocess.Popen:
-    p = subprocess.Popen([sys.executable, "-m", "smoosh", "worker", "--config", str(config)],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    p = helpers.daemon.start_worker(config)
     processes.append(p)
     return p
 

@@ -166,11 +166,17 @@ def wait_for(cond: Callable[[], Any], timeout_s: float, *, what: str, daemon: Da
         time.sleep(every_s)
 
 
+def start_worker(config: Path, cwd: Path | None = None) -> subprocess.Popen[bytes]:
+    """A ``smoosh worker --config config`` process, its output dropped; the caller ends it."""
+    return subprocess.Popen([sys.executable, "-m", "smoosh", "worker", "--config", str(config)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            cwd=None if cwd is None else str(cwd), env=dict(os.environ, PYTHONUNBUFFERED="1"))
+
+
 @contextlib.contextmanager
 def worker_process(config: Path, cwd: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """A ``smoosh worker --config config`` process (its output dropped), terminated on leaving."""
-    worker = subprocess.Popen([sys.executable, "-m", "smoosh", "worker", "--config", str(config)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=str(cwd))
+    """A :func:`start_worker` process, terminated on leaving."""
+    worker = start_worker(config, cwd)
     try:
         yield worker
     finally:

@@ -6,9 +6,7 @@ worker, or a real ``smoosh worker`` process; the debounce is stepped with an inj
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -16,7 +14,7 @@ import pytest
 
 from compactor.dbfactory import make_bloated_db
 from helpers.clocks import FakeClock
-from helpers.daemon import HANG_S, wait_for
+from helpers.daemon import HANG_S, start_worker, wait_for
 from server.test_server import make_config
 from smoosh.daemon.watch.inotify import inotify_available
 
@@ -79,9 +77,7 @@ def test_databases_compacted_by_a_smoosh_worker_process_are_not_examined_again(
     config = make_config(tmp_path, extra=f"watch = {dbs}\nstaleness = 0\nstore = sqlite:{tmp_path / 'state' / 'jobs.db'}")
     # Given a daemon that runs no compaction itself, and a worker in its own process
     server = running(config, workers=0, clock=clock)
-    worker_processes.append(subprocess.Popen(
-        [sys.executable, "-m", "smoosh", "worker", "--config", str(tmp_path / "smoosh.ini")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ, PYTHONUNBUFFERED="1")))
+    worker_processes.append(start_worker(tmp_path / "smoosh.ini"))
     compact_all_then_examine(server, clock, WORKER_FILES)
     # Then each database was examined once: the other process's compaction was smoosh's own
     assert server.counters.enqueue_examined == WORKER_FILES

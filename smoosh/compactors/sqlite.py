@@ -608,6 +608,8 @@ class SqliteCompactor(CompactorBase):
                     sqlite_compact.check_database(conn, path)
                 else:
                     sqlite_quiet.wait_for_quiet(path, True, self.busy_timeout_s, pause=pause, stats=self.quiet_stats)
+            # The lock held goes with the VACUUM's end, unless the statistics below are taken under it.
+            lets_go = held and not self.analyze
             if way == "cleanup":
                 sqlite_wal.cleanup(conn, path, ctx, busy_timeout_s=self.busy_timeout_s,
                                    readers_wait_s=sqlite_wal.READERS_WAIT_S, wal_max_bytes=self.wal_max_size_bytes)
@@ -616,15 +618,14 @@ class SqliteCompactor(CompactorBase):
                     conn, path, state, ctx, page_size=self.page_size, auto_vacuum=self.auto_vacuum,
                     busy_timeout_s=self.busy_timeout_s, temp_dir=self._temp_dir, rate=self._tick_rate,
                     identity=identity, budget=self.io_budget, max_lock_hold_s=self.max_lock_hold_s,
-                    clock=self._clock,
+                    clock=self._clock, lets_go=lets_go,
                 )
             elif way == "incremental":
                 sqlite_incremental.incremental(conn, path, ctx, self.incremental_chunk_pages, identity, self.io_budget,
                                                begin=self._chunk_begin(conn, path, state, pause))
             else:
                 sqlite_compact.vacuum(conn, path, state, ctx, self._tick_rate, identity, self.io_budget,
-                                      self.max_lock_hold_s, self._clock, lets_go=held)
-                held = False  # the VACUUM's end let it go
+                                      self.max_lock_hold_s, self._clock, lets_go=lets_go)
             wal = not cleanup and sqlite_wal.has_wal_file(path) and pragma(conn, "journal_mode") == "wal"
             if wal:
                 sqlite_wal.copy_back(conn, path)  # first: before the application's own checkpoint
@@ -649,8 +650,9 @@ class SqliteCompactor(CompactorBase):
                 raise Blocked(refused_side.reason) from exc
             raise
         finally:
-            # Closing lets every lock go, and deletes a journal exclusive locking kept (an upgrade's,
-            # or a VACUUM's that never ran): no release_exclusive first (three statements, same end).
+            # Closing lets every lock go, and deletes a journal exclusive locking kept (a VACUUM that
+            # never ran, or one followed by the statistics): no release_exclusive first (three
+            # statements, same end).
             close_quietly(conn)
 
     def _chunk_begin(

@@ -472,8 +472,10 @@ def upgrade(
     budget: IoBudget | None = None,
     max_lock_hold_s: float = 0.0,
     clock: Callable[[], float] = time.monotonic,
+    lets_go: bool = False,
 ) -> None:
-    """Set the target ``page_size`` / ``auto_vacuum`` (None: leave it) and VACUUM to apply them.
+    """Set the target ``page_size`` / ``auto_vacuum`` (None: leave it) and VACUUM to apply them
+    (``lets_go``: as :func:`vacuum`'s).
 
     Raises:
         Busy: "needs exclusive access" (a WAL database changing page size that someone holds
@@ -495,7 +497,7 @@ def upgrade(
             run(conn, f"PRAGMA page_size={int(page_size)}")
         if auto_vacuum is not None:
             run(conn, f"PRAGMA auto_vacuum={auto_vacuum.upper()}")
-        vacuum(conn, path, state, ctx, rate, identity, budget, max_lock_hold_s, clock)
+        vacuum(conn, path, state, ctx, rate, identity, budget, max_lock_hold_s, clock, lets_go=lets_go)
     finally:
         if leave_wal:
             _restore_wal(conn, path, busy_timeout_s)

@@ -135,18 +135,20 @@ def test_an_application_transaction_starting_mid_vacuum_waits_at_its_first_read(
     assert integrity(rollback_db) == "ok"
 
 
+@pytest.mark.parametrize("settings", [{}, {"auto_vacuum": "incremental"}, {"analyze": True}],
+                         ids=["vacuum", "upgrade", "vacuum-then-statistics"])
 def test_the_lock_taken_at_a_quiet_moment_is_held_into_the_vacuum_and_let_go_by_its_end(
-    rollback_db: str, monkeypatch: pytest.MonkeyPatch
+    rollback_db: str, monkeypatch: pytest.MonkeyPatch, settings: dict[str, Any]
 ) -> None:
     # Given another process that asks for the database's lock without waiting (busy timeout 0),
     # at the moment the compaction's VACUUM statement is about to run
     rows = row_count(rollback_db)
-    held_at_vacuum: list[bool] = []
+    held_at_vacuum: list[bool] = []  # at the VACUUM, and at the statistics
     with ChildConnection(rollback_db, timeout_s=0) as app:
         real_run = sqlite_compact.run
 
         def run(conn: Any, sql: str) -> None:
-            if sql == "VACUUM":
+            if sql == "VACUUM" or sql.startswith("PRAGMA optimize"):
                 try:
                     app.execute("SELECT count(*) FROM docs")
                     held_at_vacuum.append(False)
@@ -156,13 +158,15 @@ def test_the_lock_taken_at_a_quiet_moment_is_held_into_the_vacuum_and_let_go_by_
 
         monkeypatch.setattr(sqlite_compact, "run", run)
         # When a compaction runs
-        compaction = Compaction(rollback_db, monkeypatch)
+        compaction = Compaction(rollback_db, monkeypatch, **settings)
         compaction.join()
         # Then the lock it took at a quiet moment was still its own when the VACUUM started
-        # (any statement that reads the database between the two would have let it go),
+        # (any statement that reads the database between the two would have let it go), and
+        # when the statistics were taken after it,
         assert compaction.error is None and compaction.result.reclaimed_bytes > 0
-        assert held_at_vacuum == [True]
-        # and the VACUUM's end let it go and deleted its journal: the application writes at once
+        assert held_at_vacuum == [True] * (2 if settings.get("analyze") else 1)
+        # and the compaction's end let it go and deleted its journal (the VACUUM's, or after the
+        # statistics taken under the same lock): the application writes at once
         assert not os.path.exists(rollback_db + "-journal")
         app.execute("BEGIN IMMEDIATE")
         app.execute(UPDATE)

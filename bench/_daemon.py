@@ -111,6 +111,23 @@ class Daemon:
         finally:
             conn.close()
 
+    def _body(self, path: str) -> bytes | None:
+        """``GET path``'s body, None when smoosh did not answer it with 200."""
+        try:
+            status, body = self.get(path)
+        except OSError:
+            return None
+        return body if status == 200 else None
+
+    def application(self) -> dict[str, float]:
+        """``GET /status``'s ``application``: what the compactions saw of the application (waits for
+        a quiet moment, give-ups) and how smoosh looked at the databases (``looks_locked``: with a
+        SQLite lock; ``looks_lockless``: a plain read). Counted since smoosh started; empty when
+        unreadable."""
+        body = self._body("/status")
+        seen = (json.loads(body).get("application") or {}) if body is not None else {}
+        return {k: float(v) for k, v in seen.items() if isinstance(v, (int, float))}
+
     def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
         try:

@@ -11,7 +11,8 @@ writes the database: a dozen file events. Beside it, in runs alternated round by
   of the kernel and reads them once a second, doing nothing else: what any watcher of the
   directory costs the application (the kernel queueing its events), smoosh's floor;
 * **smoosh watching**: ``smoosh run`` on the directory with every channel at
-  ``concurrency = 0`` (it watches and measures, never compacts), its defaults otherwise.
+  ``concurrency = 0`` (it watches and measures, never compacts): the application harness's
+  watching-only config (:func:`bench.apps.runs.smoosh_config`), its defaults otherwise.
 
 Per mode: the application's CPU per transaction (its process, user + system), transactions a
 second, and its ``COMMIT`` latency (p50, p99); smoosh's CPU over the application's run and its
@@ -43,6 +44,8 @@ if __package__ in (None, ""):
 
 from bench._daemon import Daemon, free_port, process_cpu_s, smoosh_env  # noqa: E402
 from bench._harness import REPO_ROOT, Metric, parse_args, report  # noqa: E402
+from bench.apps.runs import smoosh_config  # noqa: E402
+from smoosh.config.defaults import DEFAULT_CLEANUP_CHANNELS, DEFAULT_DB_CHANNELS  # noqa: E402
 
 #: Tenant databases in the watched directory, and rows in each.
 TENANTS = 4
@@ -114,21 +117,6 @@ def make_fleet(directory: Path) -> list[str]:
     return paths
 
 
-def smoosh_config(base: Path, fleet: Path, port: int) -> Path:
-    """smoosh's config for watching only: the fleet watched, every default channel at ``concurrency = 0``."""
-    from smoosh.config.defaults import DEFAULT_CLEANUP_CHANNELS, DEFAULT_DB_CHANNELS
-
-    state = base / "state"
-    state.mkdir()
-    text = (f"[smoosh]\nwatch = {fleet}\nstate_dir = {state}\nstore = sqlite:{state / 'jobs.db'}\n"
-            f"http = 127.0.0.1:{port}\n")
-    for channel in (*DEFAULT_DB_CHANNELS, *DEFAULT_CLEANUP_CHANNELS):
-        text += f"\n[smoosh.{channel}]\nconcurrency = 0\n"
-    config = base / "smoosh.ini"
-    config.write_text(text)
-    return config
-
-
 def run_app(paths: list[str], duration_s: float, on_go: Any = None) -> dict[str, float]:
     """The application's run: its figures (see :data:`_APP`); ``on_go()`` is called as its loop starts."""
     proc = subprocess.Popen([sys.executable, "-c", _APP, ",".join(paths), str(duration_s)],
@@ -145,13 +133,6 @@ def run_app(paths: list[str], duration_s: float, on_go: Any = None) -> dict[str,
         raise RuntimeError(f"the application failed ({proc.returncode})")
     result: dict[str, float] = json.loads(out)
     return result
-
-
-def _looks(daemon: Daemon) -> dict[str, Any]:
-    """smoosh's ``/status`` ``application`` counters (its looks at the databases, since it started)."""
-    _, body = daemon.get("/status")
-    seen: dict[str, Any] = json.loads(body).get("application") or {}
-    return seen
 
 
 def one_run(mode: str, duration_s: float) -> dict[str, float]:
@@ -173,20 +154,22 @@ def one_run(mode: str, duration_s: float) -> dict[str, float]:
                 reader.kill()
                 reader.wait()
         port = free_port()
-        daemon = Daemon(smoosh_config(base, fleet, port), port)
+        config, _keys = smoosh_config(base, str(fleet), port, watch_only=True,
+                                      channels=[*DEFAULT_DB_CHANNELS, *DEFAULT_CLEANUP_CHANNELS])
+        daemon = Daemon(config, port)
         try:
             daemon.wait_ready()
             time.sleep(SETTLE_S)
             cpu: list[float] = []
-            looks: list[dict[str, Any]] = []
+            looks: list[dict[str, float]] = []
 
             def at_go() -> None:
                 cpu.append(process_cpu_s(daemon.proc.pid) or 0.0)
-                looks.append(_looks(daemon))
+                looks.append(daemon.application())
 
             result = run_app(paths, duration_s, at_go)
             used_s = (process_cpu_s(daemon.proc.pid) or 0.0) - cpu[0]
-            end = _looks(daemon)
+            end = daemon.application()
             result["smoosh_cpu_pct"] = 100.0 * used_s / duration_s
             for key in ("looks_locked", "looks_lockless"):
                 result[key] = float(end.get(key, 0) - looks[0].get(key, 0))
@@ -244,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         "modes alternate round by round, each first in turn; the ratios are pair by pair (a run beside a watcher "
         "over the same round's run alone).",
         f"smoosh: `smoosh run` on this checkout, every default channel at concurrency = 0, its other keys at their "
-        f"defaults; measured from {SETTLE_S:g} s after it answers (its start-up look is over), over the "
+        f"defaults (the log in JSON); measured from {SETTLE_S:g} s after it answers (its start-up look is over), over the "
         "application's run, as are its looks.",
         "the bare reader asks the kernel for the events smoosh asks for on the directory and reads them once a "
         "second.",

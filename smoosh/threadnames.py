@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 import threading
 from types import FrameType
-from typing import Any, Callable
+from typing import Any
 
 from smoosh import libc
 
@@ -28,10 +28,6 @@ __all__ = ["KERNEL_NAME_BYTES", "name_threads_for_kernel", "kernel_name"]
 #: The kernel keeps a thread's name in 16 bytes, the last a NUL.
 KERNEL_NAME_BYTES = 15
 _PR_SET_NAME = 15
-
-
-def _find_prctl() -> Callable[..., int] | None:
-    return libc.function("prctl")  # None off Linux: no prctl in the C library
 
 
 def kernel_name(name: str) -> bytes:
@@ -47,8 +43,8 @@ def name_threads_for_kernel() -> bool:
     """
     # Looked up here, not at import: every smoosh command imports this module, only the two
     # daemon commands name threads.
-    prctl = _find_prctl()
-    if prctl is None:
+    prctl = libc.function("prctl")
+    if prctl is None:  # not Linux: no prctl in the C library
         return False
 
     def hook(frame: FrameType, event: str, arg: Any) -> None:

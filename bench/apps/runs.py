@@ -162,14 +162,6 @@ class Smoosh(Daemon):
     def cpu_s(self) -> float:
         return process_cpu_s(self.proc.pid) or 0.0
 
-    def _body(self, path: str) -> bytes | None:
-        """``GET path``'s body, None when smoosh did not answer it with 200."""
-        try:
-            status, body = self.get(path)
-        except OSError:
-            return None
-        return body if status == 200 else None
-
     def reclaimed_bytes(self) -> int | None:
         """``smoosh_reclaimed_bytes_total`` summed over channels (smoosh's own figure), None if unreadable."""
         body = self._body("/metrics")
@@ -180,15 +172,6 @@ class Smoosh(Daemon):
             if line.startswith("smoosh_reclaimed_bytes_total"):
                 total += float(line.rsplit(" ", 1)[1])
         return int(total)
-
-    def application(self) -> dict[str, float]:
-        """``GET /status``'s ``application``: what the compactions saw of the application (waits for
-        a quiet moment, give-ups) and how smoosh looked at the databases (``looks_locked``: with a
-        SQLite lock; ``looks_lockless``: a plain read). Counted since smoosh started; empty when
-        unreadable."""
-        body = self._body("/status")
-        seen = (json.loads(body).get("application") or {}) if body is not None else {}
-        return {k: float(v) for k, v in seen.items() if isinstance(v, (int, float))}
 
     def jobs(self) -> list[dict[str, Any]]:
         """``GET /jobs``'s rows, every key (empty when unreadable)."""

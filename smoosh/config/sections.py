@@ -96,7 +96,6 @@ DEFAULT_TO = "24:00"
 #: Leaving the window pauses (incremental) or interrupts (VACUUM) running work when true.
 DEFAULT_STRICT_WINDOW = False
 
-
 #: Run ``PRAGMA optimize`` (the query planner's statistics) after each successful compaction.
 DEFAULT_ANALYZE = False
 

@@ -63,6 +63,11 @@ BLOCKED = "blocked"
 REPLACED = "replaced"
 #: It never started: its priority was re-checked to 0, it was refused, or another channel had it.
 DROPPED = "dropped"
+#: The reason of a run dropped because its re-check found nothing left to reclaim (the
+#: scheduler's words). Such a drop is a look, not an end of the key's work: a database smoosh
+#: compacted whose later run finds it compact still reads ``finished``, with its compaction's
+#: result, and the drop stays in its history.
+NOTHING_TO_DO_REASON = "its priority is now 0 (compacted or gone)"
 
 #: The state of a key busy more than ``busy_retries`` times in a row, waiting for its retry.
 STARVED = "starved"
@@ -132,7 +137,7 @@ class KeyRecord:
     def result(self) -> str | None:
         """The key's last result in DESIGN §11's vocabulary (``ok``, ``failed``, ``busy``, ``gone``,
         ``interrupted``, ``replaced``, ``blocked``); None before its first run ended."""
-        end = next((e for e in self.events if e.event in _END_EVENTS), None)
+        end = next((e for e in self.events if e.event in _END_EVENTS and not _only_looked(e)), None)
         if end is None or end.event == DROPPED:
             return None
         if end.event == FINISHED:
@@ -155,6 +160,11 @@ class KeyRecord:
             "starved_since": self.starved_since,
             "history": [e.to_json() for e in self.events],
         }
+
+
+def _only_looked(event: Event) -> bool:
+    """Whether ``event`` is a run dropped because its re-check found nothing to reclaim."""
+    return event.event == DROPPED and event.reason == NOTHING_TO_DO_REASON
 
 
 def consecutive_crashes(events: list[Event], health_threshold_s: float) -> int:
@@ -296,7 +306,9 @@ class HistoryTable:
         elif event == STOPPED:
             rec.state = self._waiting_state(rec, at)
         elif event == DROPPED:
-            rec.state = "dropped"
+            # Nothing left to do after a compaction that finished: the key's work is still done.
+            done = reason == NOTHING_TO_DO_REASON and rec.result in ("ok", "gone", "replaced")
+            rec.state = "finished" if done else "dropped"
             rec.retry_at = rec.retry_mono = None
         elif event == BUSY:
             rec.busy_count += 1

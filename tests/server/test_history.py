@@ -12,6 +12,7 @@ from smoosh.daemon.history import (
     CRASHED,
     DROPPED,
     FINISHED,
+    NOTHING_TO_DO_REASON,
     STARTED,
     STOPPED,
     Event,
@@ -206,6 +207,36 @@ def test_the_result_of_a_key_is_its_last_run_in_the_result_vocabulary() -> None:
     assert table.record("/a", FINISHED, 4, reason="database gone").result == "gone"
     assert table.record("/a", STOPPED, 5).result == "interrupted"
     assert table.record("/a", STARTED, 6).result == "interrupted"  # a start is no end
+
+
+def test_a_compacted_key_whose_later_run_finds_nothing_to_do_still_reads_finished_ok() -> None:
+    # Given a database smoosh compacted, queued again by a later event
+    table = HistoryTable()
+    table.record("/a", STARTED, 0, channel="c")
+    table.record("/a", FINISHED, 1, reason="reclaimed 5 bytes")
+    table.record("/a", ADDED, 2, channel="c")
+    # When its run's re-check finds nothing to reclaim
+    rec = table.record("/a", DROPPED, 3, reason=NOTHING_TO_DO_REASON)
+    # Then its work reads done, with its compaction's result, and the look is in its history
+    assert (rec.state, rec.result, rec.progress) == ("finished", "ok", 1.0)
+    assert [e["event"] for e in rec.to_json()["history"]][:2] == ["dropped", "added"]
+    assert table.record("/a", DROPPED, 4, reason=NOTHING_TO_DO_REASON).state == "finished"
+
+
+@pytest.mark.parametrize("before, reason, state, result", [
+    (None, NOTHING_TO_DO_REASON, "dropped", None),  # never compacted here: nothing was done
+    (CRASHED, NOTHING_TO_DO_REASON, "dropped", "failed"),  # its last compaction failed
+    (FINISHED, "it is already being compacted by channel upgrade_dbs", "dropped", None),  # not a look
+])
+def test_a_drop_is_dropped_unless_it_only_found_a_compacted_key_with_nothing_to_do(
+    before: str | None, reason: str, state: str, result: str | None,
+) -> None:
+    table = HistoryTable()
+    table.record("/a", ADDED, 0, channel="c")
+    if before is not None:
+        table.record("/a", before, 1, reason="boom" if before == CRASHED else "reclaimed 5 bytes")
+    rec = table.record("/a", DROPPED, 2, reason=reason)
+    assert (rec.state, rec.result) == (state, result)
 
 
 def test_a_crashing_key_queued_again_during_its_backoff_stays_crashing() -> None:

@@ -50,6 +50,7 @@ from typing import Any, Callable
 from channels.ports import FAILED, Outcome, RunEvent
 from smoosh.daemon.control.cluster_cap import SLOT_FIELD, NodeCap, Refusal
 from smoosh.daemon.control.store_health import classify
+from smoosh.daemon.history import NOTHING_TO_DO_REASON
 from smoosh.daemon.keypool import KeyPool
 from smoosh.daemon.run.batch import Offer
 from smoosh.daemon.run.runs import Run, RunTable
@@ -480,7 +481,7 @@ class JobScheduler:
             log.warning("Re-checking the priority of %r failed; counted as 0.", run.key, exc_info=True)
             priority = 0
         if not priority:
-            self._emit(run, "dropped", reason="its priority is now 0 (compacted or gone)", priority=0)
+            self._emit(run, "dropped", reason=NOTHING_TO_DO_REASON, priority=0)
             return None
         run.priority = priority
         return {"channel": run.channel, "key": run.key, "priority": float(priority), "progress": 0.0, "run": run.token}

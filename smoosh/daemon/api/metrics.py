@@ -12,6 +12,11 @@ same registry carries prometheus_client's process, platform and GC collectors, w
 
 No metric is labelled by database: keys are unbounded, and a label per key would make the
 time-series count grow with the fleet (per-key detail lives in ``GET /jobs``).
+
+The finished compactions' counts and duration histograms are most of a scrape's lines (every
+channel and result at 0 from the start, a histogram of 14 series each) and change only when a
+compaction ends: :class:`_CompactionText` renders them again only then, so a scrape of a daemon
+that compacted nothing since the last one formats only the rest.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ if TYPE_CHECKING:
     from smoosh.daemon.record.outcomes import Counters
     from smoosh.daemon.server import Server
 
-__all__ = ["render", "registry_for", "SmooshCollector", "ENQUEUE_OUTCOMES", "METRICS", "MetricDef", "family"]
+__all__ = ["render", "SmooshCollector", "ENQUEUE_OUTCOMES", "METRICS", "MetricDef", "family"]
 
 #: Outcomes of ``smoosh_enqueue_total`` and the ``Counters`` field each one reads.
 ENQUEUE_OUTCOMES = {
@@ -211,15 +216,24 @@ def family(name: str) -> Any:
 
 # One registry per server. Weak keys: the registry must not keep a stopped server alive, and
 # the collector holds the server only through a weak reference for the same reason.
-_registries: weakref.WeakKeyDictionary[Any, CollectorRegistry] = weakref.WeakKeyDictionary()
+_registries: weakref.WeakKeyDictionary[Any, _Scrape] = weakref.WeakKeyDictionary()
 _registries_lock = threading.Lock()
 
 
 class SmooshCollector(Collector):
-    """Builds every smoosh metric family from ``server.status()`` and ``server.counters``."""
+    """Builds every smoosh metric family from ``server.status()`` and ``server.counters``.
 
-    def __init__(self, server: Server) -> None:
+    Parameters:
+        server: the server scraped (held weakly).
+        compactions: False leaves out ``smoosh_compactions_total`` and
+            ``smoosh_compaction_duration_seconds`` (:func:`render` adds them from its cache).
+    """
+
+    def __init__(self, server: Server, *, compactions: bool = True) -> None:
         self._server = weakref.ref(server)
+        self._compactions = compactions
+        #: The channels the last :meth:`collect` saw, sorted (read by :func:`render` under its lock).
+        self.channels: list[str] = []
 
     def collect(self) -> Iterator[Metric]:
         """Yield the metric families of one scrape (none once the server is gone)."""
@@ -277,7 +291,10 @@ class SmooshCollector(Collector):
         total.add_metric([], _number(status.get("reclaimable_bytes")))
         yield total
 
-        yield from _compaction_families(server, counters, sorted(channels))
+        self.channels = sorted(channels)
+        if self._compactions:
+            yield from _counted_families(_durations(counters, self.channels))
+        yield from _compaction_families(server, counters, self.channels)
 
         rotations = family("smoosh_rotations_total")
         rotations.add_metric([], getattr(counters, "rotations", 0))
@@ -350,8 +367,8 @@ class SmooshCollector(Collector):
             yield gauge
 
 
-def _compaction_families(server: Server, counters: Counters, channels: list[str]) -> Iterator[Metric]:
-    """The families of finished compactions: counts, durations, bytes, last success, crashing keys.
+def _durations(counters: Counters, channels: list[str]) -> dict[tuple[str, str], Histogram]:
+    """(channel, result) -> its compactions' durations, every configured channel and result there.
 
     Every configured channel has every series at 0 from start (DESIGN §11), so an alert on
     ``increase(...{result="blocked"}[1h])`` has a series before the first blocked compaction
@@ -359,16 +376,16 @@ def _compaction_families(server: Server, counters: Counters, channels: list[str]
     keeps the counts it made while the process lives.
     """
     # dict() copies in one step under the GIL: the loop thread may add a key meanwhile. Each
-    # value is immutable (a Histogram, a tuple), replaced whole by the one writer.
+    # value is an immutable Histogram, replaced whole by the one writer.
     durations = dict(counters.durations)
-    compacted = dict(counters.compacted_bytes)
-    last_success = dict(counters.last_success_s)
     for channel in channels:
         for result in RESULTS:
             durations.setdefault((channel, result), _NO_DURATIONS)
-        compacted.setdefault(channel, (0, 0))
-        last_success.setdefault(channel, 0.0)
+    return durations
 
+
+def _counted_families(durations: dict[tuple[str, str], Histogram]) -> Iterator[Metric]:
+    """``smoosh_compactions_total`` and ``smoosh_compaction_duration_seconds`` of ``durations``."""
     compactions = family("smoosh_compactions_total")
     duration = family("smoosh_compaction_duration_seconds")
     for (channel, result), histogram in sorted(durations.items()):
@@ -377,6 +394,18 @@ def _compaction_families(server: Server, counters: Counters, channels: list[str]
             [channel, result], [(floatToGoString(bound), n) for bound, n in histogram.cumulative()], histogram.sum)
     yield compactions
     yield duration
+
+
+def _compaction_families(server: Server, counters: Counters, channels: list[str]) -> Iterator[Metric]:
+    """The other families of finished compactions: bytes, last success, crashing keys.
+
+    Like the counts, every configured channel has its series from the start (0).
+    """
+    compacted = dict(counters.compacted_bytes)
+    last_success = dict(counters.last_success_s)
+    for channel in channels:
+        compacted.setdefault(channel, (0, 0))
+        last_success.setdefault(channel, 0.0)
 
     compacted_bytes = family("smoosh_compacted_bytes_total")
     reclaimed = family("smoosh_reclaimed_bytes_total")
@@ -457,20 +486,68 @@ def _number(value: Any) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
 
 
-def registry_for(server: Server) -> CollectorRegistry:
-    """The private registry of ``server``, created with its collector on first use."""
-    with _registries_lock:
-        registry = _registries.get(server)
-        if registry is None:
+class _Fixed(Collector):
+    """A collector of families built already (what :class:`_CompactionText` renders)."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[Metric]:
+        """The families it was given."""
+        return iter(self._families)
+
+
+class _CompactionText:
+    """The exposition of the compaction counts and durations, rendered again only when they changed.
+
+    Owner: :func:`render`, under its scrape's lock.
+    """
+
+    def __init__(self) -> None:
+        self._seen: tuple[tuple[tuple[str, str], Histogram], ...] | None = None
+        self._text = b""
+
+    def text(self, counters: Counters, channels: list[str]) -> bytes:
+        """The families' text for the counters now: the last one while no compaction ended since."""
+        durations = _durations(counters, channels)
+        # Histograms compare by value, and there is one per channel and result: a cheap key.
+        seen = tuple(sorted(durations.items()))
+        if seen != self._seen:
             registry = CollectorRegistry(auto_describe=False)
-            registry.register(SmooshCollector(server))
+            registry.register(_Fixed(list(_counted_families(durations))))
+            self._text, self._seen = generate_latest(registry), seen
+        return self._text
+
+
+@dataclass
+class _Scrape:
+    """What scraping one server takes: its registry, its collector, the cached compaction text.
+
+    Owner: :func:`render`; one scrape of a server at a time, under ``lock`` (scrapes are seconds
+    apart, and the collector and the cache are each one scrape's state).
+    """
+
+    registry: CollectorRegistry
+    collector: SmooshCollector
+    compactions: _CompactionText
+    lock: threading.Lock
+
+
+def _scrape_of(server: Server) -> _Scrape:
+    """The scrape state of ``server``, created with its registry on first use."""
+    with _registries_lock:
+        scrape = _registries.get(server)
+        if scrape is None:
+            registry = CollectorRegistry(auto_describe=False)
+            collector = SmooshCollector(server, compactions=False)
+            registry.register(collector)
             # What the process-wide default registry would carry: process_* (CPU, memory, open
             # files, start time, read from /proc at scrape time), python_info and python_gc_*.
             ProcessCollector(registry=registry)
             PlatformCollector(registry=registry)
             GCCollector(registry=registry)
-            _registries[server] = registry
-        return registry
+            scrape = _registries[server] = _Scrape(registry, collector, _CompactionText(), threading.Lock())
+        return scrape
 
 
 def render(server: Server) -> tuple[bytes, str]:
@@ -482,4 +559,7 @@ def render(server: Server) -> tuple[bytes, str]:
     Returns:
         ``(body, content_type)``: the Prometheus text exposition and its content type.
     """
-    return generate_latest(registry_for(server)), CONTENT_TYPE_LATEST
+    scrape = _scrape_of(server)
+    with scrape.lock:
+        body = generate_latest(scrape.registry)
+        return body + scrape.compactions.text(server.counters, scrape.collector.channels), CONTENT_TYPE_LATEST

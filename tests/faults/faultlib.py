@@ -18,8 +18,10 @@ from typing import Iterator
 import pytest
 
 import helpers.daemon
-from helpers.daemon import Daemon
+from helpers.daemon import Daemon, free_port, write_config
 from persist import read_checkpoint
+from smoosh.daemon.results import read_rows
+from smoosh.store import open_store
 
 #: Whether this run is `make soak` (SMOOSH_SOAK=1).
 SOAK = os.environ.get("SMOOSH_SOAK") == "1"
@@ -130,3 +132,19 @@ def fill(directory: Path) -> Path:
     finally:
         os.close(fd)
     return filler
+
+
+def patient_config(tmp_path: Path) -> Path:
+    """A daemon's config over ``tmp_path/dbs`` (no watch) whose compactions wait up to a minute for
+    a quiet moment: a test's application transaction holds a compaction until the test lets go."""
+    return write_config(tmp_path, port=free_port(), extra_global=f"watch =\nroots = {tmp_path / 'dbs'}",
+                        channels="[smoosh.sqlite]\nbusy_timeout = 60s\n")
+
+
+def finished_in_store(state: Path, node: str) -> set[str]:
+    """Keys whose finish the store holds (their durable history rows), read as any process can."""
+    store = open_store(f"sqlite:{state / 'jobs.db'}")
+    try:
+        return set(store.transact(lambda tr: read_rows(tr.snapshot, node)))
+    finally:
+        store.close()

@@ -17,12 +17,10 @@ import os
 from pathlib import Path
 
 from compactor.dbfactory import db_stats, integrity, make_bloated_db
-from faults.faultlib import processes, start_daemon
-from helpers.daemon import HANG_S, Daemon, free_port, wait_for, write_config
+from faults.faultlib import finished_in_store, patient_config, processes, start_daemon
+from helpers.daemon import HANG_S, Daemon, wait_for
 from helpers.locks import ChildConnection
 from persist import read_checkpoint
-from smoosh.daemon.results import read_rows
-from smoosh.store import open_store
 
 __all__ = ["processes"]  # fixture
 
@@ -33,21 +31,11 @@ DELETED = (0.9, 0.85, 0.8, 0.75, 0.7, 0.65)
 HELD = 3
 
 
-def finished_in_store(state: Path, node: str) -> set[str]:
-    """Keys whose finish the store holds (their durable history rows), read as any process can."""
-    store = open_store(f"sqlite:{state / 'jobs.db'}")
-    try:
-        return set(store.transact(lambda tr: read_rows(tr.snapshot, node)))
-    finally:
-        store.close()
-
-
 def test_kill_9_mid_batch_compacts_again_only_the_databases_not_finished(
     tmp_path: Path, daemons: list[Daemon], processes: list,
 ) -> None:
     dbs = tmp_path / "dbs"
-    config = write_config(tmp_path, port=free_port(), extra_global=f"watch =\nroots = {dbs}",
-                          channels="[smoosh.sqlite]\nbusy_timeout = 60s\n")
+    config = patient_config(tmp_path)
     keys = []
     for i, deleted in enumerate(DELETED):
         key = str(dbs.resolve() / f"tenant{i}.db")

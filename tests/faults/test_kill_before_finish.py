@@ -18,9 +18,8 @@ import os
 from pathlib import Path
 
 from compactor.dbfactory import db_stats, integrity, make_bloated_db
-from faults.faultlib import processes, start_daemon
-from faults.test_kill_batch import finished_in_store
-from helpers.daemon import HANG_S, Daemon, free_port, wait_for, write_config
+from faults.faultlib import finished_in_store, patient_config, processes, start_daemon
+from helpers.daemon import HANG_S, Daemon, wait_for
 from helpers.locks import ChildConnection
 from smoosh.daemon.history import NOTHING_TO_DO_REASON
 
@@ -34,10 +33,8 @@ def row(d: Daemon, key: str) -> dict:
 def test_kill_9_between_a_vacuums_end_and_its_finish_does_not_compact_it_again(
     tmp_path: Path, daemons: list[Daemon], processes: list,
 ) -> None:
-    dbs = tmp_path / "dbs"
-    config = write_config(tmp_path, port=free_port(), extra_global=f"watch =\nroots = {dbs}",
-                          channels="[smoosh.sqlite]\nbusy_timeout = 60s\n")
-    key = str(dbs.resolve() / "tenant.db")
+    config = patient_config(tmp_path)
+    key = str((tmp_path / "dbs").resolve() / "tenant.db")
     make_bloated_db(key, rows=600, delete_fraction=0.9, journal_mode="delete")
     state = tmp_path / "state"
 

@@ -30,6 +30,7 @@ BENCHMARKS = [
     ("jobs", ["--runs", "3"]),
     ("http_enqueue", ["--runs", "3"]),
     ("daemon_rss", ["--runs", "1"]),
+    ("idle", ["--runs", "1"]),
     ("drain", ["--runs", "3"]),
     ("drain_scale", ["--runs", "1"]),
     ("worst_first", ["--runs", "3"]),

@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import logging
 import os
+import select
 import signal
 import sys
 import threading
@@ -20,8 +21,9 @@ from smoosh.errors import ConfigError, SmooshError
 
 log = logging.getLogger("smoosh")
 
-#: Longest the main thread sleeps without looking for a signal's handler to run.
-SIGNAL_CHECK_INTERVAL_S = 1.0
+#: Longest the main thread sleeps without looking for a signal's handler to run: a net only, since
+#: every signal wakes it through its wakeup pipe (:func:`_sleep_until_signalled`).
+SIGNAL_CHECK_INTERVAL_S = 60.0
 #: Environment variable holding the log level of ``run`` and ``worker``.
 LOG_LEVEL_ENV = "SMOOSH_LOG_LEVEL"
 #: Seconds between two STATUS= summaries sent to systemd (only sent when the text changed).
@@ -109,11 +111,7 @@ def _wait_for_stop(server: Any, stop: threading.Event) -> None:
     from smoosh.cli import systemd
 
     if not systemd.enabled():
-        # Never an untimed wait: the kernel may hand SIGTERM/SIGINT to any thread, and Python
-        # runs the handler (which sets ``stop``) only when the main thread next runs bytecode,
-        # so a main thread asleep on a lock with no timeout could sleep through the signal.
-        while not stop.wait(SIGNAL_CHECK_INTERVAL_S):
-            pass
+        _sleep_until_signalled(stop)
         return
     watchdog_s = systemd.watchdog_interval_s()
     ping_every_s = watchdog_s / 2 if watchdog_s else None
@@ -137,6 +135,34 @@ def _wait_for_stop(server: Any, stop: threading.Event) -> None:
                 last_status = text
         if stop.wait(wait_s):
             return
+
+
+def _sleep_until_signalled(stop: threading.Event) -> None:
+    """Sleep on the main thread until ``stop`` is set by a signal's handler, waking for nothing else.
+
+    The kernel may hand SIGTERM/SIGINT to any thread, and Python runs the handler (which sets
+    ``stop``) only when the main thread next runs bytecode: a main thread asleep on a lock would
+    sleep through it. So it sleeps on a pipe that the interpreter's C-level handler writes the
+    signal's number to, from whichever thread received it (``signal.set_wakeup_fd``); the next
+    Python call after the wake (``stop.is_set``) runs the handler. An idle daemon's main thread
+    then costs no wake-up a second. Main thread only (``set_wakeup_fd``'s rule).
+    """
+    read_fd, write_fd = os.pipe()
+    for fd in (read_fd, write_fd):
+        os.set_blocking(fd, False)
+    previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    try:
+        while not stop.is_set():
+            select.select([read_fd], [], [], SIGNAL_CHECK_INTERVAL_S)
+            try:
+                while os.read(read_fd, 512):
+                    pass
+            except BlockingIOError:
+                pass
+    finally:
+        signal.set_wakeup_fd(previous)
+        os.close(read_fd)
+        os.close(write_fd)
 
 
 def _reload(server: Any) -> None:

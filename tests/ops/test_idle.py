@@ -39,16 +39,23 @@ def main_thread_wakeups(pid: int) -> int:
         return int(next(line for line in f if line.startswith("voluntary_ctxt_switches:")).split()[1])
 
 
+def main_thread_asleep(pid: int) -> bool:
+    """Whether the daemon's main thread is asleep now (state S), not running or about to."""
+    with open(f"/proc/{pid}/task/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "S"
+
+
 def test_the_main_thread_of_an_idle_daemon_sleeps_until_a_signal(tmp_path: Path, daemons: list[Daemon]) -> None:
     d = Daemon(write_config(tmp_path, port=free_port()))
     daemons.append(d)
     d.wait_ready()
     wait_for(lambda: "effective config" in d.log(), HANG_S, what="the start-up to end", daemon=d)
-    # Given the main thread asleep: no wake-up of its own for half a second
+    # Given the main thread asleep, and not woken for half a second (on a busy machine it may
+    # still be on its way to its sleep when the start-up's last line is written)
     def settled() -> bool:
         first = main_thread_wakeups(d.proc.pid)
         time.sleep(0.5)
-        return main_thread_wakeups(d.proc.pid) == first
+        return main_thread_asleep(d.proc.pid) and main_thread_wakeups(d.proc.pid) == first
 
     wait_for(settled, HANG_S, what="the main thread asleep", daemon=d)
     before = main_thread_wakeups(d.proc.pid)

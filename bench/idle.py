@@ -116,11 +116,10 @@ def one_run(template: str, count: int, warmup_s: float, window_s: float) -> dict
             alone, _ = window(daemon, window_s, None)
             scraped, scrapes = window(daemon, window_s, SCRAPE_EVERY_S)
             # The scrape itself, many times over: what each of the window's scrapes cost.
-            cpu0 = process_cpu_s(daemon.proc.pid)
+            cpu0 = _cpu(daemon.proc.pid)
             for _ in range(50):
                 daemon.get("/metrics")
-            cpu1 = process_cpu_s(daemon.proc.pid)
-            per_scrape_ms = ((cpu1 or 0.0) - (cpu0 or 0.0)) / 50 * 1000.0
+            per_scrape_ms = (_cpu(daemon.proc.pid) - cpu0) / 50 * 1000.0
             return {"alone": alone, "scraped": scraped, "scrapes": float(scrapes),
                     "threads": float(threads(daemon.proc.pid)), "scrape_ms": per_scrape_ms}
         finally:

@@ -214,8 +214,9 @@ def family(name: str) -> Any:
     m = _DECLARED[name]
     return _FAMILIES[m.kind](m.name, m.doc, labels=list(m.labels))
 
-# One registry per server. Weak keys: the registry must not keep a stopped server alive, and
-# the collector holds the server only through a weak reference for the same reason.
+# One registry (and its scrape's state) per server. Weak keys: the registry must not keep a
+# stopped server alive, and the collector holds the server only through a weak reference for the
+# same reason.
 _registries: weakref.WeakKeyDictionary[Any, _Scrape] = weakref.WeakKeyDictionary()
 _registries_lock = threading.Lock()
 
@@ -486,26 +487,24 @@ def _number(value: Any) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
 
 
-class _Fixed(Collector):
-    """A collector of families built already (what :class:`_CompactionText` renders)."""
-
-    def __init__(self, families: list[Metric]) -> None:
-        self._families = families
-
-    def collect(self) -> Iterator[Metric]:
-        """The families it was given."""
-        return iter(self._families)
-
-
-class _CompactionText:
+class _CompactionText(Collector):
     """The exposition of the compaction counts and durations, rendered again only when they changed.
 
-    Owner: :func:`render`, under its scrape's lock.
+    A collector of its own registry, which holds nothing else: its :meth:`collect` yields the
+    families of the durations :meth:`text` last found changed. Owner: :func:`render`, under its
+    scrape's lock.
     """
 
     def __init__(self) -> None:
+        self._durations: dict[tuple[str, str], Histogram] = {}
         self._seen: tuple[tuple[tuple[str, str], Histogram], ...] | None = None
         self._text = b""
+        self._registry = CollectorRegistry(auto_describe=False)
+        self._registry.register(self)
+
+    def collect(self) -> Iterator[Metric]:
+        """The families of the durations being rendered."""
+        return _counted_families(self._durations)
 
     def text(self, counters: Counters, channels: list[str]) -> bytes:
         """The families' text for the counters now: the last one while no compaction ended since."""
@@ -513,9 +512,8 @@ class _CompactionText:
         # Histograms compare by value, and there is one per channel and result: a cheap key.
         seen = tuple(sorted(durations.items()))
         if seen != self._seen:
-            registry = CollectorRegistry(auto_describe=False)
-            registry.register(_Fixed(list(_counted_families(durations))))
-            self._text, self._seen = generate_latest(registry), seen
+            self._durations = durations
+            self._text, self._seen = generate_latest(self._registry), seen
         return self._text
 
 

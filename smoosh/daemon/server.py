@@ -343,7 +343,7 @@ class Server(LiveConfig):
             running_reclaimable=self._running_reclaimable,
             process=self._process, store_health=self._store_health, compacting_any=self._compacting_any,
             scan_helper=scan_helper, cap=self._cap,
-            live_runs=lambda: [run.token for run in self._scheduler.runs()] if self._scheduler is not None else [],
+            live_runs=lambda: self._scheduler.live_tokens() if self._scheduler is not None else [],
         ), watch_config=self._watch_config)
         self.intake.wake = lambda: self._loop.wake(self.intake)
         self._loop.add(self.intake, "the intake")
@@ -500,7 +500,7 @@ class Server(LiveConfig):
             ``"waiting_channels"``: the channels waiting for a slot now``}``.
         """
         scheduler = self._scheduler
-        slots = sum(1 for run in scheduler.runs() if run.cap_slot) if scheduler is not None else 0
+        slots = scheduler.cap_slots_held() if scheduler is not None else 0
         gate = self._cap_gate
         return {"max_jobs": self._config.cluster_max_jobs, "slots": slots, "waiting_since": gate.waiting_since,
                 "refusals": gate.refusals, "waiting_channels": gate.waiting()}

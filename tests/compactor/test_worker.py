@@ -161,7 +161,7 @@ def test_a_run_frees_its_slot_before_its_end_is_told_and_counts_as_running_until
         def run_ended(self, key: str, data: dict[str, Any], outcome: Outcome) -> None:
             look("told", key)
 
-        def run_continues(self, key: str, data: dict[str, Any], outcome: Outcome, taken: Any) -> None:
+        def run_continues(self, key: str, data: dict[str, Any], outcome: Outcome, taken: Any, carrier: Any) -> None:
             self.run_ended(key, data, outcome)  # no batch: the end told, and no next key
 
         def catch_up(self) -> None:
@@ -238,7 +238,7 @@ def test_a_claimed_path_swapped_for_a_symlink_after_its_check_finishes_gone_and_
             ended.append(outcome)
             done.set()
 
-        def run_continues(self, key: str, data: dict[str, Any], outcome: Outcome, taken: Any) -> None:
+        def run_continues(self, key: str, data: dict[str, Any], outcome: Outcome, taken: Any, carrier: Any) -> None:
             self.run_ended(key, data, outcome)  # no batch: the end told, and no next key
 
         def catch_up(self) -> None:

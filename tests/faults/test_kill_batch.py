@@ -1,10 +1,12 @@
 """kill -9 of `smoosh run` in the middle of a batch of small databases (issue 48).
 
-A batch compacts its channel's small databases one after the other in one worker slot; each
-database's finish is durable before the next one starts (the next claim's commit carries it).
-So a daemon killed while a batch compacts its (k+1)-th database leaves the first k finished in the
-store: after a restart they are not compacted again, the one it was compacting and those still
-waiting are, and no file is damaged.
+A batch compacts its channel's small databases one after the other in one worker slot, under one
+job in the store (its first database's): their history rows wait for the commit that finishes that
+job after the last, or for a second at most while the batch waits on a database. So a daemon killed
+while a batch waits on its (k+1)-th database leaves the first k's rows in the store and the batch's
+job running: after a restart the job is taken back and every key the channel's checkpoint held is
+re-checked, so the first k are not compacted again (nothing to reclaim), the one it was compacting
+and those still waiting are, and no file is damaged.
 
 The (k+1)-th database is held mid-compaction by its application: a read transaction in another
 process (rollback journal), which the compaction waits out for a quiet moment (its busy timeout,

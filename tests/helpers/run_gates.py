@@ -116,10 +116,10 @@ class _GatedListener:
         self._pass(key)
         self._inner.run_ended(key, data, outcome)
 
-    def run_continues(self, key: str, data: dict[str, Any], outcome: Any, taken: Any) -> Any:
+    def run_continues(self, key: str, data: dict[str, Any], outcome: Any, taken: Any, carrier: Any) -> Any:
         # A claimed run's end, told by a thread that may take its channel's next key (a batch)
         self._pass(key)
-        return self._inner.run_continues(key, data, outcome, taken)
+        return self._inner.run_continues(key, data, outcome, taken, carrier)
 
 
 def gate_end(server: Any, key: str) -> Gate:

@@ -26,7 +26,9 @@ from smoosh import Server
 from smoosh.compactors import SqliteCompactor
 from smoosh.compactors.base import CompactionError
 from smoosh.config import parse_config
+from smoosh.daemon.results import read_rows
 from smoosh.daemon.run.worker import Worker
+from smoosh.jobs import Jobs
 
 CHANNEL = "ratio_dbs"
 #: Databases of a drain: each worth compacting, each of its own priority (the order is known).
@@ -76,7 +78,7 @@ class Batches:
         original = Worker._continue_into
 
         def continue_into(worker: Worker, previous: Any, job: Any, data: Any, handed: Any) -> Any:
-            self.continued.append(str(job.id))
+            self.continued.append(str(data["key"]))
             return original(worker, previous, job, data, handed)
 
         monkeypatch.setattr(Worker, "_continue_into", continue_into)
@@ -99,9 +101,9 @@ class Recording(GatedCompactor):
         return super().compact(key, ctx)
 
 
-def started(tmp_path: Path, cfg: Any, **kw: Any) -> tuple[Server, Recording]:
+def started(tmp_path: Path, cfg: Any, workers: int = 2, **kw: Any) -> tuple[Server, Recording]:
     compactor = Recording(SqliteCompactor(cfg.sqlite, roots=cfg.roots))
-    server = Server(cfg, workers=2, compactors=[compactor], watch_config=False, **kw)
+    server = Server(cfg, workers=workers, compactors=[compactor], watch_config=False, **kw)
     server.start()
     return server, compactor
 
@@ -118,6 +120,11 @@ def queue_all(server: Server, keys: list[str]) -> None:
 def idle(server: Server) -> bool:
     ch = server.status()["channels"][CHANNEL]
     return not ch["active"] and not ch["starting"] and server._slots.busy == 0 and not server._scheduler.runs()
+
+
+def idle_but(server: Server, key: str) -> bool:
+    """Whether the run of ``key`` is the only one left."""
+    return [run.key for run in server._scheduler.runs()] == [key] and len(server._worker.status()) == 1
 
 
 def drained(server: Server, keys: list[str]) -> None:
@@ -275,5 +282,148 @@ def test_a_strict_window_ends_a_batch_between_two_databases(tmp_path: Path, batc
         for channel in server.channels().values():
             channel.check_window(clock())
         drained(server, keys)
+    finally:
+        server.stop()
+
+
+class JobWrites(list[tuple[str, str]]):
+    """The job layer's writes of the runs' jobs as the store gets them, in order: (what, job id)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        super().__init__()
+        add_claimed, finish_and_remove = Jobs.add_claimed, Jobs.finish_and_remove
+
+        def claimed(jobs: Jobs, job_type: Any, job_id: str, data: Any, *, tx: Any = None) -> Any:
+            self.append(("claim", job_id))
+            return add_claimed(jobs, job_type, job_id, data, tx=tx)
+
+        def finished(jobs: Jobs, job: Any, *, tx: Any = None) -> bool:
+            self.append(("finish", str(job.id)))
+            return finish_and_remove(jobs, job, tx=tx)
+
+        monkeypatch.setattr(Jobs, "add_claimed", claimed)
+        monkeypatch.setattr(Jobs, "finish_and_remove", finished)
+
+
+@pytest.fixture
+def writes(monkeypatch: pytest.MonkeyPatch) -> JobWrites:
+    return JobWrites(monkeypatch)
+
+
+def stored_results(server: Server) -> dict[str, list[str]]:
+    """Each key's durable history rows in the job store (results, newest first)."""
+    rows = server._store.transact(lambda tr: read_rows(tr.snapshot, "t"))
+    return {key: [r.result for r in results] for key, results in rows.items()}
+
+
+def test_a_batch_is_one_claim_and_one_finish_in_the_job_store(
+    tmp_path: Path, batches: Batches, writes: JobWrites,
+) -> None:
+    for batch in ("0", "4MiB"):
+        base = tmp_path / f"batch-{batch}"
+        base.mkdir()
+        cfg = config(base, batch=batch)
+        keys = fleet(base / "dbs")
+        server, _ = started(base, cfg)
+        try:
+            writes.clear()
+            # Given a drain of small databases
+            queue_all(server, keys)
+            server.resume(CHANNEL)
+            drained(server, keys)
+            # When the store has heard every end
+            wait_for(lambda: set(stored_results(server)) == set(keys), HANG_S,
+                     what="every database's history row in the store")
+            wait_for(lambda: ("finish", keys[0]) in writes, HANG_S, what="the first job's finish")
+            # Then each database has its durable history row, and no job is left
+            assert stored_results(server) == {key: ["ok"] for key in keys}
+            assert server._scheduler.jobs.list_jobs(server._scheduler.job_type) == []
+        finally:
+            server.stop()
+        if batch == "0":
+            # ... a job claimed and finished for each database without batches
+            assert sorted(writes) == sorted([("claim", k) for k in keys] + [("finish", k) for k in keys])
+        else:
+            # ... and one for the whole batch with them: the first database's, which the others ran under
+            assert batches.continued == keys[1:]
+            assert writes == [("claim", keys[0]), ("finish", keys[0])]
+
+
+def bloat_again(key: str) -> None:
+    """``key`` worth compacting again, above every other database of the drain."""
+    make_bloated_db(key, rows=600, delete_fraction=0.95)
+
+
+def test_a_batch_handed_its_own_first_database_again_ends_its_job_and_claims_one_for_it(
+    tmp_path: Path, batches: Batches, writes: JobWrites,
+) -> None:
+    cfg = config(tmp_path)
+    keys = fleet(tmp_path / "dbs")
+    server, compactor = started(tmp_path, cfg)
+    try:
+        # Given a batch compacting its third database under the first one's job
+        gate = compactor.hold(keys[2])
+        queue_all(server, keys)
+        server.resume(CHANNEL)
+        gate.wait_entered()
+        # When the first database is queued again, at the head of the channel
+        bloat_again(keys[0])
+        server.enqueue(keys[0])
+        wait_for(lambda: [k for k, _ in server.channels()[CHANNEL].waiting()][:1] == [keys[0]], HANG_S,
+                 what="the first database queued again")
+        gate.release()
+        drained(server, keys)
+        wait_for(lambda: stored_results(server).get(keys[0]) == ["ok", "ok"], HANG_S,
+                 what="both compactions of the first database in the store")
+        # Then the batch goes on with it, in a job of its own, claimed once the batch's job was finished
+        assert [key for key, _ in compactor.threads] == [keys[0], keys[1], keys[2], keys[0], keys[3], keys[4]]
+        assert batches.continued == [keys[1], keys[2], keys[0], keys[3], keys[4]]
+        wait_for(lambda: len(writes) == 4, HANG_S, what="the second job's finish")
+        assert writes == [("claim", keys[0]), ("finish", keys[0])] * 2
+        assert stored_results(server) == {keys[0]: ["ok", "ok"], **{key: ["ok"] for key in keys[1:]}}
+        assert server._scheduler.jobs.list_jobs(server._scheduler.job_type) == []
+        assert all(integrity(k) == "ok" and db_stats(k)["freelist_count"] == 0 for k in keys)
+    finally:
+        server.stop()
+
+
+def test_a_claim_of_a_batch_jobs_key_waits_for_the_batch_to_end(
+    tmp_path: Path, batches: Batches, writes: JobWrites, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    cfg = config(tmp_path, channel="concurrency = 2")
+    keys = fleet(tmp_path / "dbs")
+    # (Three slots: the channel's two runs are claimed here, and a third claims the key again.)
+    server, compactor = started(tmp_path, cfg, workers=3)
+    try:
+        # Given two batches, one of which compacts the third database under its first one's job
+        gate = compactor.hold(keys[2])
+        queue_all(server, keys)
+        server.resume(CHANNEL)
+        gate.wait_entered()
+        [carrier] = [r.carrier for r in server._worker._running if r.key == keys[2]]
+        assert carrier is not None and carrier.key in keys[:2]
+        first = carrier.key
+        wait_for(lambda: len(compactor.threads) == len(keys) and idle_but(server, keys[2]), HANG_S,
+                 what="the other batch's end")
+        # When that first database is queued again, and its channel starts it in its other slot
+        bloat_again(first)
+        server.enqueue(first)
+        wait_for(lambda: server._worker._carriers[first].wanted, HANG_S, what="the claim waiting for the batch")
+        # Then nothing compacts it while the batch goes on under its job
+        assert [key for key, _ in compactor.threads].count(first) == 1
+        # And once the batch's database is done, the batch ends and the key is claimed in a job of its own
+        gate.release()
+        wait_for(lambda: [key for key, _ in compactor.threads].count(first) == 2 and idle(server), HANG_S,
+                 what="the second compaction")
+        wait_for(lambda: stored_results(server).get(first) == ["ok", "ok"], HANG_S,
+                 what="both compactions in the store")
+        # (the batch's job finished before the key's own job was claimed)
+        wait_for(lambda: [what for what, key in writes if key == first] == ["claim", "finish"] * 2, HANG_S,
+                 what="the key's jobs claimed and finished in turn")
+        assert record_of(server, first)["history"][0]["event"] == "finished"
+        assert not [r for r in caplog.records if "following its job" in r.getMessage()]
+        assert server._scheduler.jobs.list_jobs(server._scheduler.job_type) == []
+        assert all(integrity(k) == "ok" for k in keys)
     finally:
         server.stop()

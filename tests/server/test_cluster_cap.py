@@ -12,6 +12,7 @@ start is woken and runs. Never two at once.
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -99,3 +100,48 @@ def fleet(capsys: Any, url: str) -> dict[str, Any]:
     capsys.readouterr()
     assert cmd_cluster_status(argparse.Namespace(store=url, json=True, store_timeout=HANG_S, config=None)) == 0
     return json.loads(capsys.readouterr().out)["nodes"]  # type: ignore[no-any-return]
+
+
+def test_a_batch_holds_its_one_slot_until_its_last_database_ends(tmp_path: Path, running: Any, capsys: Any) -> None:
+    url = f"sqlite:{tmp_path / 'shared.db'}"
+    servers, compactors = {}, {}
+    for node in ("a", "b"):
+        base = tmp_path / node
+        base.mkdir()
+        config = make_config(base, extra=f"store = {url}\nnode = {node}\ncluster_max_jobs = 1")
+        compactors[node] = Counting(SqliteCompactor(config.sqlite, roots=config.roots))
+        servers[node] = running(config, workers=2, compactors=[compactors[node]])
+    a, b = servers["a"], servers["b"]
+    first, second, other = (str(tmp_path / node / "dbs" / f"{name}.db") for node, name in
+                            (("a", "first"), ("a", "second"), ("b", "other")))
+    make_bloated_db(first, rows=400, delete_fraction=0.9)
+    make_bloated_db(second, rows=400, delete_fraction=0.6)
+    make_bloated_db(other, rows=400)
+    # Given a batch of a's two small databases, the second compacting (held at a gate) under the first's job
+    gate = compactors["a"].gates[second] = Gate()
+    a.suspend(RATIO)
+    a.enqueue(first)
+    a.enqueue(second)
+    wait_for(lambda: a.status()["channels"][RATIO]["waiting"]["size"] == 2, HANG_S, what="both queued")
+    a.resume(RATIO)
+    gate.wait_entered()
+    [carrier] = [r.carrier for r in a._worker._running if r.key == second]
+    assert carrier is not None and carrier.key == first
+    assert record_of(a, first).get("state") == "finished"
+    # When a's status record is written (the cap's reconcile gives back the slots of runs a no longer follows)
+    a._housekeeping._write_status(time.time())
+    written = threading.Event()
+    a._scheduler.background(written.set)  # (the starter writes it, in order)
+    assert written.wait(HANG_S)
+    # Then the batch still holds the slot its first database took
+    assert a.status()["cluster"]["slots"] == 1
+    assert fleet(capsys, url)["a"]["cluster_slots"]["slots"] == 1
+    # ... and b's start is refused while it runs
+    b.enqueue(other)
+    wait_for(lambda: b.status()["cluster"]["waiting_since"] is not None, HANG_S, what="b waiting for the slot")
+    assert record_of(b, other).get("state") != "running"
+    # When the batch's last database ends, the slot is given back and b's compaction runs; never two at once
+    gate.release()
+    wait_for(lambda: record_of(b, other).get("state") == "finished", HANG_S, what="b's compaction")
+    assert record_of(a, second).get("state") == "finished"
+    assert Counting.most == 1

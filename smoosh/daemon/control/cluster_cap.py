@@ -49,7 +49,7 @@ from __future__ import annotations
 import math
 import struct
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 import msgpack
 
@@ -463,7 +463,7 @@ class NodeCap:
         refusal = self.cap.take(tr, self.node, token, limit, self._wall())
         return refusal is None, refusal
 
-    def release_write(self, data: dict[str, Any]) -> Callable[[Transaction], None] | None:
+    def release_write(self, data: Mapping[str, object]) -> Callable[[Transaction], None] | None:
         """The write that gives back the slot of the job whose data is ``data`` (None: it holds none)."""
         token = data.get("run")
         if data.get(SLOT_FIELD) is not True or not isinstance(token, int):

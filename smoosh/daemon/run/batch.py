@@ -13,11 +13,25 @@ module's :class:`Offer`) instead of a new worker slot; the thread claims it (the
 re-check, the job added already claimed, in the commit that finishes the run before it) and
 compacts it. Any other key, or none, ends the batch: the thread lets its slot go.
 
-So each database keeps everything that was per run: its own run token, its own job (one key,
-one job), its re-check, roots and identity checked as it is opened, its outcome, history, backoff,
-progress and log line, and its finish recorded durably before the next database starts (the
-next claim's commit carries it). Only the run's container is shared: the worker's slot and its
-thread, and the watcher's settling of the batch's files, done once as the batch ends.
+So each database keeps everything that was per run: its own run token, its re-check, roots and
+identity checked as it is opened, its outcome, history, backoff, progress and log line. What the
+batch shares is its container: the worker's slot and its thread, the watcher's settling of the
+batch's files (done once as the batch ends), and its job in the store (a :class:`Carrier`).
+
+The first database is claimed as any run is (its job added already claimed, in a commit that
+also finishes what ended before it, and takes its slot of the fleet-wide cap). The databases
+after it are compacted under that same job: their claims re-check them and commit nothing, and
+each one's history row waits, with the others', for the commit after the batch's last database,
+which also finishes the batch's job and gives its cap slot back: one claim and one finish a
+batch. While a batch runs, its job's heartbeats say which database it compacts (``compacting``),
+and its run token stays one the cap's reconcile keeps. The rows wait no longer than
+:data:`~smoosh.daemon.run.finishes.BATCH_ROW_WAIT_S`: a database that waits long for a quiet
+moment does not keep the others' results from the store.
+
+A ``kill -9`` mid-batch loses the rows not yet committed, never a database: the restart takes the
+batch's job back and the channel's checkpoint gives back the keys it held in flight or waiting,
+each re-checked before it runs, so one compacted already is dropped (nothing to reclaim), not
+compacted again.
 
 A batch ends between two databases, never inside one: when its channel would not start the next
 key (suspended or held, out of its window: a strict window's hold interrupts the database being
@@ -31,12 +45,13 @@ server's loop (under its own lock): the one hand-off between the two.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Mapping
 
 if TYPE_CHECKING:
+    from smoosh.daemon.run.job_context import Running
     from smoosh.daemon.run.runs import Run
 
-__all__ = ["Offer", "BATCH_MAX_DATABASES", "OFFER_WAIT_S", "small"]
+__all__ = ["Carrier", "Offer", "BATCH_MAX_DATABASES", "CARRIER_WAIT_S", "OFFER_WAIT_S", "small"]
 
 #: A batch ends after this many databases, and its thread goes back to its pool (its settled
 #: files are let go then: a bound on how long the watcher ignores a compacted file's events).
@@ -44,6 +59,9 @@ BATCH_MAX_DATABASES = 100
 #: Longest a thread waits for the loop's answer (seconds): the loop answers within the iteration
 #: that takes the run's end, so this bounds only a loop that is stuck or gone.
 OFFER_WAIT_S = 10.0
+#: Longest a claim of a batch job's own key waits for the batch to end (seconds): the batch ends
+#: after the database it compacts, so this bounds only one that waits long for a quiet moment.
+CARRIER_WAIT_S = 5.0
 
 
 def small(file_bytes: int | None, limit_bytes: int) -> bool:
@@ -125,3 +143,70 @@ class Offer:
         with self._lock:
             self._closed = True
             return self._run
+
+
+class Carrier:
+    """A batch's job in the store: its first database's, under which the databases after it run.
+
+    Made by the worker's compaction thread as its first database ends and it asks for the next
+    key; ended once (:meth:`end`), as the batch ends, which queues the job's finish and its cap
+    slot's give-back for the next commit (or :meth:`drop`, when the job was halted meanwhile).
+
+    Its key is taken by the job until then, so a new run of that key (a new event, queued
+    again while the batch goes on) must not be claimed under it: a claim asks for the batch to
+    end (:meth:`want`), which it does after the database it compacts, and waits for that.
+
+    Owner: the batch's compaction thread; :meth:`want` and :meth:`wait_ended` from any thread.
+
+    Parameters:
+        key: the job's id (the batch's first database).
+        data: the data the job was claimed with (its run token, its cap slot).
+        end: ``end(carrier, finish)``, called once (by :meth:`end` or :meth:`drop`): the worker lets
+            the carrier go, and with ``finish`` queues its job's finish.
+    """
+
+    def __init__(self, key: str, data: Mapping[str, object], end: Callable[[Carrier, bool], None]) -> None:
+        self.key = key
+        self.data = data
+        self._end = end
+        self._lock = threading.Lock()
+        self._wanted = threading.Event()
+        self._ended = threading.Event()
+        #: The run compacting under the job now (its handle of the job is the newest).
+        self.running: Running | None = None
+
+    @property
+    def token(self) -> int | None:
+        """The run token the job was claimed with (its cap slot's)."""
+        token = self.data.get("run")
+        return token if isinstance(token, int) else None
+
+    @property
+    def wanted(self) -> bool:
+        """Whether a claim of the job's key waits for the batch to end."""
+        return self._wanted.is_set()
+
+    def want(self) -> None:
+        """A claim of the job's key waits: the batch ends after the database it compacts."""
+        self._wanted.set()
+
+    def wait_ended(self, timeout_s: float = CARRIER_WAIT_S) -> bool:
+        """Wait for :meth:`end` (or :meth:`drop`); whether it came within ``timeout_s``."""
+        return self._ended.wait(timeout_s)
+
+    def end(self) -> None:
+        """The batch ends: the job's finish is queued for the next commit (once)."""
+        self._close(True)
+
+    def drop(self) -> None:
+        """The job was halted (removed, re-enqueued): nothing to finish; the batch ends."""
+        self._close(False)
+
+    def _close(self, finish: bool) -> None:
+        with self._lock:
+            if self._ended.is_set():
+                return
+            try:
+                self._end(self, finish)
+            finally:
+                self._ended.set()

@@ -8,6 +8,11 @@ next run, which its channel starts in the same loop iteration, writes it in its 
 When no claim comes within :data:`FINISH_MERGE_WAIT_S`, an idle compaction thread commits it
 alone, and a stop commits whatever waits.
 
+A batch's databases (``smoosh.daemon.run.batch``) leave only their history rows here (no job of
+their own to finish) until the batch's last, whose finish carries the batch's job: those rows
+wait for a commit up to :data:`BATCH_ROW_WAIT_S`, so a batch of a hundred small databases costs
+one commit, and one that waits long for a quiet moment still gets its results to the store.
+
 What a crash meanwhile leaves: the run's job still running in the store, as after a crash
 during its compaction; the next start takes it back (``smoosh.daemon.run.startup``) and the key
 is examined afresh. The finish never waits past a stop.
@@ -25,7 +30,7 @@ from typing import Any, Callable, Optional, TypeVar
 from smoosh.jobs import JobHalted, Jobs
 from smoosh.store import Transaction
 
-__all__ = ["DeferredFinishes", "FINISH_MERGE_WAIT_S"]
+__all__ = ["DeferredFinishes", "FINISH_MERGE_WAIT_S", "BATCH_ROW_WAIT_S"]
 
 log = logging.getLogger("smoosh.daemon.run.worker")  # the worker's lines, one logger
 
@@ -38,6 +43,9 @@ Also = Optional[Callable[[Transaction], None]]
 #: its own (seconds). The next claim comes within a loop iteration (well under a millisecond)
 #: while its channel has work; when the channel has none, this is how late the store learns.
 FINISH_MERGE_WAIT_S = 0.005
+#: Longest a history row with no job to finish (a batch's database) waits for a commit to carry
+#: it (seconds): the batch's own end carries it sooner, unless a database waits for a quiet moment.
+BATCH_ROW_WAIT_S = 1.0
 #: Seconds a claim waits, at most, for another commit carrying its key's last finish.
 COMMIT_WAIT_S = 5.0
 
@@ -54,12 +62,14 @@ class DeferredFinishes:
         self._jobs = jobs
         self._clock = clock
         self._cond = threading.Condition()
-        self._waiting: list[tuple[str, Any, Also]] = []  # (key, job, the write that goes with it)
-        self._since = 0.0  # when the oldest waiting finish was added
+        self._waiting: list[tuple[str, Any, Also]] = []  # (key, job or None, the write that goes with it)
+        self._since = 0.0  # when the oldest waiting entry was added
+        self._job_since: float | None = None  # when the oldest waiting entry with a job was added
         self._committing: dict[str, int] = {}  # key -> commits under way carrying its finish
 
     def add(self, key: str, job: Any, also: Also = None) -> None:
-        """The run of ``key`` ended: its job is to be finished and removed.
+        """The run of ``key`` ended: its job is to be finished and removed (``job`` None: a batch's
+        database, with only its history row to write).
 
         Its outcome is not written in the job: the channel heard it directly and keeps it, and
         the job is deleted in the same commit, so no reader could ever see it.
@@ -71,8 +81,11 @@ class DeferredFinishes:
                 ``smoosh.daemon.results``): durable history costs no extra commit.
         """
         with self._cond:
+            now = self._clock()
             if not self._waiting:
-                self._since = self._clock()
+                self._since = now
+            if job is not None and self._job_since is None:
+                self._job_since = now
             self._waiting.append((key, job, also))
 
     def waiting(self) -> int:
@@ -81,7 +94,8 @@ class DeferredFinishes:
             return len(self._waiting)
 
     def flush_if_due(self) -> float | None:
-        """Commit the waiting finishes once the oldest has waited :data:`FINISH_MERGE_WAIT_S`.
+        """Commit the waiting finishes once the oldest has waited :data:`FINISH_MERGE_WAIT_S`
+        (:data:`BATCH_ROW_WAIT_S` while only a batch's history rows wait).
 
         The compaction pool calls it when a thread finds no work (and before each run).
 
@@ -91,9 +105,36 @@ class DeferredFinishes:
         with self._cond:
             if not self._waiting:
                 return None
-            due_in = self._since + FINISH_MERGE_WAIT_S - self._clock()
+            due_in = self._since + BATCH_ROW_WAIT_S - self._clock()
+            if self._job_since is not None:
+                due_in = min(due_in, self._job_since + FINISH_MERGE_WAIT_S - self._clock())
             if due_in > 0:
                 return due_in
+            taken = self._take_locked()
+        self._commit(taken)
+        return None
+
+    def rows_due_at(self) -> float | None:
+        """When what waits now must be committed at the latest (:data:`BATCH_ROW_WAIT_S` after the
+        oldest entry, on this object's clock), or None when nothing waits."""
+        with self._cond:
+            return self._since + BATCH_ROW_WAIT_S if self._waiting else None
+
+    def flush_rows_if_due(self) -> float | None:
+        """Commit what waits once the oldest entry has waited :data:`BATCH_ROW_WAIT_S`.
+
+        The worker's heartbeat thread calls it while jobs run: a batch's thread is busy with its
+        databases, and with one slot no other thread is idle to commit their rows.
+
+        Returns:
+            When it is due next (this object's clock), when something waits that is not due yet.
+        """
+        with self._cond:
+            if not self._waiting:
+                return None
+            due_at = self._since + BATCH_ROW_WAIT_S
+            if due_at > self._clock():
+                return due_at
             taken = self._take_locked()
         self._commit(taken)
         return None
@@ -131,6 +172,7 @@ class DeferredFinishes:
 
     def _take_locked(self) -> list[tuple[str, Any, Also]]:
         taken, self._waiting = self._waiting, []
+        self._job_since = None
         for key, _, _ in taken:
             self._committing[key] = self._committing.get(key, 0) + 1
         return taken
@@ -151,8 +193,11 @@ class DeferredFinishes:
         if not taken:
             return
         with self._cond:
+            now = self._clock()
             if not self._waiting:
-                self._since = self._clock()
+                self._since = now
+            if self._job_since is None and any(job is not None for _, job, _ in taken):
+                self._job_since = now
             self._waiting = taken + self._waiting
 
     def _carry(self, tr: Transaction, taken: list[tuple[str, Any, Also]], body: Callable[[Transaction], T]) -> T:
@@ -161,6 +206,10 @@ class DeferredFinishes:
 
     def _apply(self, tr: Transaction, taken: list[tuple[str, Any, Also]]) -> None:
         for key, job, also in taken:
+            if job is None:
+                if also is not None:
+                    also(tr)  # a batch's database: its history row alone
+                continue
             try:
                 # Finished and removed in one step (smoosh never resubmits a job while it
                 # runs; one that was would be left pending, not removed).

@@ -20,6 +20,7 @@ from typing import Any, Callable, Collection, Literal
 
 from smoosh.daemon.control import control
 from smoosh.daemon.control.store_health import log_failure
+from smoosh.daemon.run.finishes import DeferredFinishes
 from smoosh.daemon.run.job_context import HALTED, Running
 from smoosh.daemon.keypool import DEFAULT_IDLE_EXIT_S
 from smoosh.daemon.run.startup import DAEMON_WORKER, HOLDER
@@ -68,6 +69,9 @@ class Heartbeat:
         on_pace: given the node's incremental pace as each store poll reads it (``signals="store"``:
             the daemon's backlog controller sets it; the worker's I/O budget takes it), or
             :data:`~smoosh.io_budget.DEFAULT_CHUNK_GAP_FACTOR` while the store holds no fresh one.
+        finishes: the worker's finishes waiting for a commit: the thread commits them once they
+            are :data:`~smoosh.daemon.run.finishes.BATCH_ROW_WAIT_S` old (a batch's thread is busy
+            with its databases, and with one slot no other thread is idle to).
     """
 
     def __init__(
@@ -86,6 +90,7 @@ class Heartbeat:
         clock: Callable[[], float],
         holder: str | None = None,
         on_pace: Callable[[float], None] | None = None,
+        finishes: DeferredFinishes | None = None,
     ) -> None:
         # The heartbeat thread waits on a condition of its own (same lock), woken only when a
         # run needs it sooner than it planned to wake: not once per start and end of a run.
@@ -102,6 +107,7 @@ class Heartbeat:
         self._clock = clock
         self._holder = holder
         self._on_pace = on_pace
+        self._finishes = finishes
         #: When the heartbeat thread will next look (monotonic seconds); under the lock.
         self._beat_at = float("inf")
         self._thread: threading.Thread | None = None  # under the lock
@@ -119,6 +125,9 @@ class Heartbeat:
         a run added meanwhile is either seen by the thread or finds none and starts one.
         """
         due = running.next_update if self._signals == "direct" else min(running.next_update, self._next_poll)
+        rows_due = self._finishes.rows_due_at() if self._finishes is not None else None
+        if rows_due is not None:
+            due = min(due, rows_due)  # a batch's next database: the rows of those before it
         if due < self._beat_at:
             self._cond.notify_all()  # this run's heartbeat (or signal poll) is due sooner
         if self._thread is None:
@@ -191,6 +200,10 @@ class Heartbeat:
         dues = [r.next_update for r in running]
         if self._signals == "store":
             dues.append(self._next_poll)
+        if self._finishes is not None:
+            due_at = self._finishes.flush_rows_if_due()  # (a failed commit is logged there)
+            if due_at is not None:
+                dues.append(due_at)
         return min(dues)
 
     def _poll_signals(self, r: Running) -> None:
@@ -214,8 +227,11 @@ class Heartbeat:
         return data
 
     def _send_heartbeat(self, r: Running) -> None:
+        # A batch's database runs under the batch's job: the job keeps its own data (its run, its
+        # cap slot), and says which database it compacts now.
+        base = r.data if r.carrier is None else {**r.carrier.data, "compacting": r.key}
         data = {
-            **r.data,
+            **base,
             "progress": r.ctx.fraction,
             "run_id": r.run_id,
             "started_at": r.started_at,

@@ -8,10 +8,13 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from smoosh.compactors import Interrupted
 from smoosh.io_budget import IoBudget
+
+if TYPE_CHECKING:
+    from smoosh.daemon.run.batch import Carrier
 
 __all__ = ["JobContext", "Running", "ROTATED", "STOPPING", "HALTED"]
 
@@ -201,10 +204,17 @@ class Running:
     # The keys its batch compacted before it, in order (smoosh.daemon.run.batch): they still
     # count as running until the batch ends, which settles their files' last events at once.
     batched: tuple[str, ...] = ()
+    # The batch's job this run compacts under, once its batch has one (smoosh.daemon.run.batch):
+    # ``job`` is then that job's handle (heartbeats keep it alive), not one of its own.
+    carrier: Carrier | None = None
+    # The key, when ``job`` is a batch's job named after another database.
+    member_key: str | None = None
+    # Its job's finish (or its batch's end) is queued: once per run, whatever way its thread ends.
+    finish_queued: bool = False
 
     @property
     def key(self) -> str:
-        return str(self.job.id)
+        return self.member_key if self.member_key is not None else str(self.job.id)
 
     @property
     def channel(self) -> str | None:

@@ -45,14 +45,14 @@ import logging
 import random
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from channels.ports import FAILED, Outcome, RunEvent
 from smoosh.daemon.control.cluster_cap import SLOT_FIELD, NodeCap, Refusal
 from smoosh.daemon.control.store_health import classify
 from smoosh.daemon.history import NOTHING_TO_DO_REASON
 from smoosh.daemon.keypool import KeyPool
-from smoosh.daemon.run.batch import Offer
+from smoosh.daemon.run.batch import Carrier, Offer
 from smoosh.daemon.run.runs import Run, RunTable
 from smoosh.daemon.run.startup import DAEMON_WORKER, HOLDER
 from smoosh.jobs import Job, Jobs, NotFound, Subscription
@@ -64,6 +64,9 @@ log = logging.getLogger(__name__)
 
 #: A run claimed by this process's worker: its job (already accepted) and the data it was added with.
 Claimed = tuple[Job, dict[str, Any]]
+#: A batch's next run claimed: as :data:`Claimed`, or with None for a job when it runs under the
+#: batch's job (:class:`~smoosh.daemon.run.batch.Carrier`).
+Continued = tuple[Job | None, dict[str, Any]]
 
 #: The ``error`` of a run whose job disappeared from the job layer.
 JOB_REMOVED_ERROR = "job removed"
@@ -344,6 +347,23 @@ class JobScheduler:
         """Every run followed now (loop thread)."""
         return list(self.table)
 
+    def live_tokens(self) -> list[int]:
+        """The run tokens whose cap slots are held now: every run followed, and the batches' jobs,
+        which keep their first run's slot until the batch ends (:mod:`smoosh.daemon.run.batch`)."""
+        tokens = [run.token for run in self.table]
+        return tokens + [token for token, _ in self._carriers()]
+
+    def cap_slots_held(self) -> int:
+        """How many slots of the fleet-wide cap this node's runs hold now (a batch's job counts
+        while its batch runs, after its first run ended)."""
+        tokens = {run.token for run in self.table if run.cap_slot}
+        tokens.update(token for token, data in self._carriers() if data.get(SLOT_FIELD) is True)
+        return len(tokens)
+
+    def _carriers(self) -> list[tuple[int, Mapping[str, object]]]:
+        local = self.local
+        return local.carriers() if local is not None and hasattr(local, "carriers") else []
+
     def claiming(self) -> dict[str, int]:
         """Per channel, the runs this process's worker took at their submit whose claim has not
         committed yet (any thread: a copy of the table, and flags their threads set).
@@ -404,8 +424,8 @@ class JobScheduler:
             self._post_helped(lambda: self._route(key, RunEvent(key, token, "ended", outcome=outcome), data))
 
     def run_continues(
-        self, key: str, data: dict[str, Any], outcome: Outcome, taken: Callable[[str], None],
-    ) -> Callable[[], Claimed | None] | None:
+        self, key: str, data: dict[str, Any], outcome: Outcome, taken: Callable[[str], None], carrier: Carrier,
+    ) -> Callable[[], Continued | None] | None:
         """The daemon's worker finished the job of ``key`` and its thread can take the next key of
         the run's channel in the same slot (a batch: :mod:`smoosh.daemon.run.batch`).
 
@@ -415,8 +435,9 @@ class JobScheduler:
         thread as it is handed: the worker counts it as running).
 
         Returns:
-            The next run's claim, to call on this thread (the re-check and the job added already
-            claimed: ``(job, data)``, or None when the run was dropped instead); None when the
+            The next run's claim, to call on this thread (:meth:`_claim_carried`: ``(None, data)``
+            for a key compacted under ``carrier``, the batch's job; ``(job, data)`` for one
+            claimed in a job of its own; None when the run was dropped instead); None when the
             channel's next key is not this thread's (none, not small, or another channel's turn).
         """
         token = data.get("run")
@@ -431,7 +452,7 @@ class JobScheduler:
         run = offer.wait()
         if run is None:
             return None
-        return lambda: self._claim_or_drop(run)
+        return lambda: self._claim_or_drop(run, carrier)
 
     def catch_up(self) -> None:
         """The worker's thread, holding nothing, after it told a start or an end: it runs the
@@ -443,10 +464,11 @@ class JobScheduler:
 
     # -- the starter thread -------------------------------------------------------------------------
 
-    def _claim_or_drop(self, run: Run) -> Claimed | None:
-        """:meth:`_claim`, ending in an event for the loop whatever happens: an exception drops the run."""
+    def _claim_or_drop(self, run: Run, carrier: Carrier | None = None) -> Continued | None:
+        """:meth:`_claim` (:meth:`_claim_carried` with a batch's ``carrier``), ending in an event for
+        the loop whatever happens: an exception drops the run."""
         try:
-            return self._claim(run)
+            return self._claim(run) if carrier is None else self._claim_carried(run, carrier)
         except Exception as exc:
             log.exception("Starting the run of %r failed; dropped.", run.key)
             self._emit(run, "dropped", reason=f"it could not start: {type(exc).__name__}: {exc}")
@@ -486,17 +508,52 @@ class JobScheduler:
         run.priority = priority
         return {"channel": run.channel, "key": run.key, "priority": float(priority), "progress": 0.0, "run": run.token}
 
+    def _claim_carried(self, run: Run, carrier: Carrier) -> Continued | None:
+        """On a batch's compaction thread: ``run``, its channel's next key, re-checked and compacted
+        under ``carrier``, the batch's job, with no commit (:mod:`smoosh.daemon.run.batch`).
+
+        One key, one job holds without a look at the store: a job of this node's type that runs
+        is a run of this scheduler's table (started here, or adopted at start-up), which opens
+        one run a key, and a batch's job is its carrier's key's (whose own new run waits for the
+        batch to end: :meth:`Worker.release_carrier`). The carrier's own key, handed to it again,
+        ends the batch's job first and is claimed in a job of its own (:meth:`_claim`).
+        """
+        if run.key == carrier.key:
+            carrier.end()  # its finish goes first in the claim's commit, which adds the key's new job
+            return self._claim(run)
+        data = self._recheck_or_drop(run)
+        if data is None:
+            return None
+        run.claimed = True
+        # Told running as its thread took it: the status shows it running from here (the table's
+        # views are rebuilt on the loop, in an iteration this thread runs while the loop sleeps).
+        self._post_helped(self.table.publish)
+        self.catch_up()
+        return None, self._held(data)
+
+    def _held(self, data: dict[str, Any]) -> dict[str, Any]:
+        """``data`` naming this process as the run's holder (when it has one)."""
+        holder = getattr(self.local, "holder", None)
+        if holder is None:
+            return data
+        # Claimed by this process from its first commit: a restart after a kill -9 knows whose
+        # it was before any heartbeat says so.
+        return {**data, "worker": DAEMON_WORKER, HOLDER: holder}
+
+    def _release_carrier(self, key: str) -> None:
+        """Before a claim or start of ``key``: a batch's job named ``key`` ends first (see
+        :meth:`Worker.release_carrier`)."""
+        local = self.local
+        if local is not None and hasattr(local, "release_carrier"):
+            local.release_carrier(key)
+
     def _claim(self, run: Run) -> Claimed | None:
         """On the compaction thread: the job added already claimed by this process's worker."""
         data = self._recheck_or_drop(run)
         if data is None:
             return None
-        holder = getattr(self.local, "holder", None)
-        if holder is not None:
-            # Claimed by this process from its first commit: a restart after a kill -9 knows
-            # whose it was before any heartbeat says so.
-            data = {**data, "worker": DAEMON_WORKER, HOLDER: holder}
-        claim = _Claim(data)
+        self._release_carrier(run.key)
+        claim = _Claim(self._held(data))
         try:
             # The commit that claims this run also finishes the runs that just ended (their
             # slots of the cap given back first, in the same commit).
@@ -534,6 +591,7 @@ class JobScheduler:
         data = self._recheck_or_drop(run)
         if data is None:
             return
+        self._release_carrier(run.key)
         removals = self._take_removals()
         claim = _Claim(data)
 

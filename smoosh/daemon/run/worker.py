@@ -30,7 +30,7 @@ import logging
 import sys
 import threading
 import time
-from typing import Any, Callable, Literal, Protocol, Sequence
+from typing import Any, Callable, Literal, Mapping, Protocol, Sequence, TypeVar
 
 from channels.ports import FAILED, INTERRUPTED, Outcome
 from smoosh.compactors import Compactor, CompactorBase, adapt
@@ -39,7 +39,7 @@ from smoosh.daemon.run.compaction import compact
 from smoosh.daemon.run.finishes import DeferredFinishes
 from smoosh.daemon.run.heartbeat import ERROR_PAUSE_S, LIVENESS_KEYS, Heartbeat
 from smoosh.daemon.keypool import KeyPool
-from smoosh.daemon.run.batch import BATCH_MAX_DATABASES
+from smoosh.daemon.run.batch import BATCH_MAX_DATABASES, Carrier
 from smoosh.daemon.run.job_context import STOPPING, JobContext, Running
 from smoosh.io_budget import START, IoBudget
 from smoosh.ioprio import apply_io_priority
@@ -49,8 +49,13 @@ __all__ = ["Worker", "JobContext", "RunListener", "DEFAULT_JOB_TIMEOUT_S", "DEFA
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 #: A run claimed by this process's worker: its job (already accepted) and the data it was added with.
 Claimed = tuple[Job, dict[str, Any]]
+#: A batch's next run, claimed: its own job as :data:`Claimed`, or None for its job when it runs
+#: under the batch's (:class:`~smoosh.daemon.run.batch.Carrier`).
+Continued = tuple[Job | None, dict[str, Any]]
 
 #: The job type's activity timeout (seconds); the heartbeat runs every third of it.
 DEFAULT_JOB_TIMEOUT_S = 30.0
@@ -70,13 +75,15 @@ class RunListener(Protocol):
         """The job of ``key`` ended with ``outcome`` (already recorded in the job layer)."""
 
     def run_continues(
-        self, key: str, data: dict[str, Any], outcome: Outcome, taken: Callable[[str], None],
-    ) -> Callable[[], Claimed | None] | None:
+        self, key: str, data: dict[str, Any], outcome: Outcome, taken: Callable[[str], None], carrier: Carrier,
+    ) -> Callable[[], Continued | None] | None:
         """The job of ``key`` ended (as :meth:`run_ended`), and its thread, keeping its slot, can
         take its channel's next key (a batch: :mod:`smoosh.daemon.run.batch`): that run's claim,
         to call on this thread, or None (the batch ends; the end was told all the same). A key
         handed over is told to ``taken`` as it is handed, on whatever thread hands it: it is
-        running from then, and its start is not told again."""
+        running from then, and its start is not told again. The claim runs the key under
+        ``carrier`` (the batch's job: no job of its own, None in its place), or ends the carrier
+        first and claims a job of the key's own (the carrier's own key, queued again)."""
 
     def catch_up(self) -> None:
         """Called on the compaction thread after a start or an end was told, holding no lock of the
@@ -161,6 +168,9 @@ class Worker:
         self._releasing: list[str] = []
         # Keys handed to a batch's thread, running from then while it claims them (under _cond).
         self._claiming: list[str] = []
+        # The batches' jobs, by their keys, from their first database's end to the batch's
+        # (smoosh.daemon.run.batch.Carrier): written under _cond, read with one dict lookup.
+        self._carriers: dict[str, Carrier] = {}
         # Keys of the jobs running or being released now, for lock-free membership tests from
         # other threads.
         self._running_keys: frozenset[str] = frozenset()
@@ -174,7 +184,7 @@ class Worker:
         self.on_finished: Callable[[str, dict[str, Any], Outcome], Callable[[Any], None] | None] | None = None
         #: The write that gives back a claimed run's slot of the fleet-wide cap, from its job's data
         #: (None: no cap), made in the commit that finishes it (smoosh.daemon.control.cluster_cap).
-        self.release_slot: Callable[[dict[str, Any]], Callable[[Any], None] | None] | None = None
+        self.release_slot: Callable[[Mapping[str, object]], Callable[[Any], None] | None] | None = None
         # Compactions run on these threads; they stay while work keeps coming (a thread per
         # job would cost its start on every compaction of a fleet of small files).
         # A claimed run's finish waits for the next claim's commit (one commit per compaction);
@@ -203,7 +213,7 @@ class Worker:
         self._heartbeat = Heartbeat(
             lock, runs=lambda: self._running, stopping=lambda: self._stopping, jobs=jobs, store=store,
             node=node, job_type=job_type, signals=signals, job_timeout_s=lambda: self.job_timeout_s,
-            hold_poll_s=hold_poll_s, clock=clock, holder=holder,
+            hold_poll_s=hold_poll_s, clock=clock, holder=holder, finishes=self.finishes,
             # A stand-alone worker paces its incremental chunks as the daemon's controller says.
             on_pace=io_budget.set_chunk_gap_factor if io_budget is not None and signals == "store" else None,
         )
@@ -304,6 +314,28 @@ class Worker:
         """Run a claim's ``body`` in the transaction that also finishes the runs that ended (see
         :class:`~smoosh.daemon.run.finishes.DeferredFinishes`); its result."""
         return self.finishes.transact(key, body)
+
+    def release_carrier(self, key: str) -> None:
+        """Before a claim of ``key`` (any thread but a batch's own): when a batch's job is named
+        ``key``, the batch ends after the database it compacts, and the job's finish is committed
+        (at most :data:`~smoosh.daemon.run.batch.CARRIER_WAIT_S`): the claim must find no job of
+        the key running, or it would take the batch's for a run of its own to follow."""
+        carrier = self._carriers.get(key)
+        if carrier is None:
+            return
+        carrier.want()
+        if not carrier.wait_ended():
+            log.warning("The batch compacting under the job of %r did not end in time; %r is claimed all the same.",
+                        key, key)
+        self.finishes.flush()
+
+    def carriers(self) -> list[tuple[int, Mapping[str, object]]]:
+        """The batches' jobs now, as ``(run token, the data they were claimed with)``: their first
+        run may have ended, and they hold what it held (a slot of the cap) until the batch ends
+        (any thread)."""
+        with self._cond:
+            carriers = list(self._carriers.values())
+        return [(c.token, c.data) for c in carriers if c.token is not None]
 
     def run_claimed(self, claim: Callable[[], tuple[Any, dict[str, Any]] | None]) -> bool:
         """Claim and run a job in the slot :meth:`reserve` promised, all on a compaction thread.
@@ -462,7 +494,10 @@ class Worker:
             log.exception("Running the job of %r failed.", current[0].key)
             news = self._crashed(current[0], exc)
         finally:
-            self._release(current[0], news)
+            try:
+                self._end_job(current[0])
+            finally:
+                self._release(current[0], news)
 
     def _crashed(self, running: Running, exc: Exception) -> Callable[[], None] | None:
         """The news of a run whose thread failed outside its compaction: it ended, failed.
@@ -545,6 +580,8 @@ class Worker:
             key = running.key
             if running.halted:
                 log.info("Job %r was halted (removed or re-enqueued); not finishing it.", key)
+                if running.carrier is not None:
+                    running.carrier.drop()
                 if running.claimed and self.listener is not None:
                     told: RunListener = self.listener
                     halted = Outcome(FAILED, "job halted: removed or re-enqueued while it ran")
@@ -570,6 +607,8 @@ class Worker:
             if claimed is None:
                 self._unclaim(handed)
                 return None
+            if claimed[0] is not None and running.carrier is not None:
+                running.carrier.end()  # (the claim ended it already: its key's own job follows)
             previous_key, running = running.key, self._continue_into(running, *claimed, handed)
             current[0] = running
             log.debug("Job %r runs in the slot of %r: a batch.", running.key, previous_key)
@@ -586,8 +625,11 @@ class Worker:
     def _may_continue(self, running: Running, outcome: Outcome) -> bool:
         """Whether ``running``'s thread may ask for its channel's next key (a batch): a run this
         process claimed, that ended neither interrupted nor halted, on a worker that does not stop
-        and a channel not held, short of :data:`BATCH_MAX_DATABASES`."""
+        and a channel not held, short of :data:`BATCH_MAX_DATABASES`, and whose batch's job no
+        claim of its key waits for."""
         if not running.claimed or outcome.result == INTERRUPTED or running.ctx.stop_reason is not None:
+            return False
+        if running.carrier is not None and running.carrier.wanted:
             return False
         if len(running.batched) + 1 >= BATCH_MAX_DATABASES:
             return False
@@ -596,10 +638,21 @@ class Worker:
 
     def _ask_next(
         self, listener: RunListener, running: Running, finished: dict[str, Any], outcome: Outcome, handed: list[str],
-    ) -> Callable[[], Claimed | None] | None:
+    ) -> Callable[[], Continued | None] | None:
         """Tell ``running``'s end and ask for its channel's next key, its slot counted free for a
         claim meanwhile (the next run, if it is not this thread's, takes it). A key handed over
-        counts as running from that moment (``handed`` gets it)."""
+        counts as running from that moment (``handed`` gets it).
+
+        The batch's job (its :class:`~smoosh.daemon.run.batch.Carrier`) is ``running``'s own
+        when it is the batch's first database, registered before its end is told: a claim of
+        its key from then on waits for the batch to end."""
+        carrier = running.carrier
+        if carrier is None:
+            carrier = Carrier(running.key, dict(running.data), self._carrier_ended)
+            carrier.running = running
+            running.carrier = carrier
+            with self._cond:
+                self._carriers[carrier.key] = carrier
 
         def taken(key: str) -> None:
             with self._cond:
@@ -614,7 +667,7 @@ class Worker:
         # the thread that ended the last run claims the next, unwoken (see KeyPool.expect).
         self._pool.expect()
         try:
-            return listener.run_continues(running.key, finished, outcome, taken)
+            return listener.run_continues(running.key, finished, outcome, taken, carrier)
         except Exception:
             log.exception("A run listener failed.")
             return None
@@ -631,15 +684,23 @@ class Worker:
                 self._claiming.remove(key)
             self._refresh_keys_locked()
 
-    def _continue_into(self, previous: Running, job: Job, data: dict[str, Any], handed: list[str]) -> Running:
+    def _continue_into(self, previous: Running, job: Job | None, data: dict[str, Any], handed: list[str]) -> Running:
         """The batch's next run, in ``previous``'s slot: registered as running (its heartbeats, its
-        holds), ``previous``'s key kept counting as running until the batch ends."""
+        holds), ``previous``'s key kept counting as running until the batch ends. ``job`` None:
+        it runs under the batch's job (``previous``'s carrier); else under its own."""
         ctx = JobContext(self.io_budget, clock=self._monotonic)
+        carrier = previous.carrier if job is None else None
+        if carrier is not None:
+            with previous.lock:
+                job = previous.job  # the newest handle: its heartbeats went on with it
         running = Running(
             job=job, data=dict(data), ctx=ctx, claimed=True, started_at=self._clock(),
             started_mono=self._monotonic(), next_update=time.monotonic() + self.job_timeout_s / 3.0,
-            batched=(*previous.batched, previous.key),
+            batched=(*previous.batched, previous.key), carrier=carrier,
+            member_key=str(data["key"]) if carrier is not None else None,
         )
+        if carrier is not None:
+            carrier.running = running
         with self._cond:
             if running.channel in self._held:
                 ctx.set_held(True)
@@ -670,11 +731,13 @@ class Worker:
         try:
             with running.lock:
                 if running.claimed:
-                    # Its channel is in this process and hears the end directly: the job is
-                    # finished and removed in the next claim's commit (smoosh.daemon.run.finishes),
-                    # and the run's history row with it.
-                    self.finishes.add(running.key, running.job,
-                                      _both(self._history_write(running, outcome), self._slot_release(running)))
+                    # Its channel is in this process and hears the end directly: the run's
+                    # history row is written in the next claim's commit (smoosh.daemon.run.finishes),
+                    # and its job finished and removed there too once no batch goes on under it
+                    # (_end_job).
+                    history = self._history_write(running, outcome)
+                    if history is not None:
+                        self.finishes.add(running.key, None, history)
                 else:
                     self.jobs.finish(running.job, data)
         except JobHalted:
@@ -682,10 +745,37 @@ class Worker:
             return None
         return data
 
-    def _slot_release(self, running: Running) -> Callable[[Any], None] | None:
-        """The write that gives back a claimed run's slot of the cap (None: it holds none)."""
+    def _end_job(self, running: Running) -> None:
+        """``running``'s thread lets go of it: a claimed run's job (its batch's, if it has one) is
+        finished and removed in the next commit, with its slot of the cap; a halted one is not."""
+        if not running.claimed or running.finish_queued:
+            return
+        running.finish_queued = True
+        carrier = running.carrier
+        if running.halted:
+            if carrier is not None:
+                carrier.drop()
+        elif carrier is not None:
+            carrier.end()
+        else:
+            with running.lock:
+                self.finishes.add(running.key, running.job, self._slot_release(running.data))
+
+    def _carrier_ended(self, carrier: Carrier, finish: bool) -> None:
+        """A batch's job is let go (:class:`~smoosh.daemon.run.batch.Carrier`): finished with
+        ``finish``, by the handle of the run that compacted under it last."""
+        running = carrier.running
+        if finish and running is not None:
+            with running.lock:
+                self.finishes.add(carrier.key, running.job, self._slot_release(carrier.data))
+        with self._cond:
+            if self._carriers.get(carrier.key) is carrier:
+                del self._carriers[carrier.key]
+
+    def _slot_release(self, data: Mapping[str, object]) -> Callable[[Any], None] | None:
+        """The write that gives back the cap slot a claimed job's ``data`` says it holds (None: none)."""
         release = self.release_slot
-        return release(running.data) if release is not None else None
+        return release(data) if release is not None else None
 
     def _history_write(self, running: Running, outcome: Outcome) -> Callable[[Any], None] | None:
         """The write of a claimed run's durable history row (None: no hook, or an interrupted run)."""
@@ -721,19 +811,7 @@ class Worker:
             log.exception("A run listener failed.")
 
 
-def _both(first: Callable[[Any], None] | None, second: Callable[[Any], None] | None) -> Callable[[Any], None] | None:
-    """One write made of two (either may be None)."""
-    if first is None or second is None:
-        return first or second
-
-    def both(tr: Any) -> None:
-        first(tr)
-        second(tr)
-
-    return both
-
-
-def _claim_logged(claim: Callable[[], Claimed | None]) -> Claimed | None:
+def _claim_logged(claim: Callable[[], T | None]) -> T | None:
     """Call ``claim`` (a claim the listener handed over, run on a compaction thread); None when
     it claimed nothing, or raised (logged; the caller gives the slot back)."""
     try:

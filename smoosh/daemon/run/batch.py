@@ -89,11 +89,14 @@ class Offer:
         channel: the channel whose next key the thread can take.
         taken: told the key handed over, on the loop's thread as it is handed (the worker counts it
             as running from then: nothing sees the run started and not running).
+        carrier: the key of the batch's job (:class:`Carrier`), if it has one yet.
     """
 
-    def __init__(self, channel: str, taken: Callable[[str], None] = lambda key: None) -> None:
+    def __init__(self, channel: str, taken: Callable[[str], None] = lambda key: None,
+                 carrier: str | None = None) -> None:
         self.channel = channel
         self._taken = taken
+        self._carrier = carrier
         self._lock = threading.Lock()
         self._answered = threading.Event()
         self._run: Run | None = None
@@ -114,6 +117,11 @@ class Offer:
             self._run = run
             self._answered.set()
             return True
+
+    def runs_under_carrier(self, key: str) -> bool:
+        """Whether ``key``, handed over, runs under the batch's job (no claim commit of its own to
+        wait for): any key but the job's own."""
+        return self._carrier is not None and key != self._carrier
 
     @property
     def handed(self) -> Run | None:

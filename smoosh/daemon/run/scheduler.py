@@ -188,8 +188,10 @@ class JobScheduler:
         offer = self._offer
         if offer is not None and offer.channel == channel and self._batchable(key) and offer.take(run):
             # The worker's thread whose run of this channel just ended takes it, in its slot:
-            # the run is claimed there at once (see smoosh.daemon.run.batch).
+            # the run is claimed there at once (see smoosh.daemon.run.batch). Under the batch's
+            # job it waits for no commit: claimed from here (only its re-check comes first).
             run.reserved = True
+            run.claimed = offer.runs_under_carrier(key)
             self.table.publish()
             return run.token
         local = self.local
@@ -445,7 +447,7 @@ class JobScheduler:
         if not isinstance(token, int) or not isinstance(channel, str):
             self.run_ended(key, data, outcome)
             return None
-        offer = Offer(channel, taken)
+        offer = Offer(channel, taken, carrier.key)
         event = RunEvent(key, token, "ended", outcome=outcome, continues=True)
         self._post_helped(lambda: self._route(key, event, data, offer=offer))
         self.catch_up()
@@ -524,11 +526,7 @@ class JobScheduler:
         data = self._recheck_or_drop(run)
         if data is None:
             return None
-        run.claimed = True
-        # Told running as its thread took it: the status shows it running from here (the table's
-        # views are rebuilt on the loop, in an iteration this thread runs while the loop sleeps).
-        self._post_helped(self.table.publish)
-        self.catch_up()
+        # (Claimed and told running as its thread took it: no loop iteration of its own here.)
         return None, self._held(data)
 
     def _held(self, data: dict[str, Any]) -> dict[str, Any]:

@@ -74,11 +74,15 @@ class Batches:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.continued: list[str] = []
+        #: When the batch's first database's heartbeat was due (monotonic seconds).
+        self.first_beat_due: float | None = None
         self.threads: set[str] = set()
         original = Worker._continue_into
 
         def continue_into(worker: Worker, previous: Any, job: Any, data: Any, handed: Any) -> Any:
             self.continued.append(str(data["key"]))
+            if not previous.batched:
+                self.first_beat_due = previous.next_update  # the batch's first database's
             return original(worker, previous, job, data, handed)
 
         monkeypatch.setattr(Worker, "_continue_into", continue_into)
@@ -425,5 +429,37 @@ def test_a_claim_of_a_batch_jobs_key_waits_for_the_batch_to_end(
         assert not [r for r in caplog.records if "following its job" in r.getMessage()]
         assert server._scheduler.jobs.list_jobs(server._scheduler.job_type) == []
         assert all(integrity(k) == "ok" for k in keys)
+    finally:
+        server.stop()
+
+
+def test_a_batch_keeps_its_jobs_heartbeats_and_says_which_database_it_compacts(
+    tmp_path: Path, batches: Batches,
+) -> None:
+    cfg = config(tmp_path)
+    keys = fleet(tmp_path / "dbs")
+    server, compactor = started(tmp_path, cfg)
+    try:
+        # Given a batch compacting its third database under the first one's job
+        gate = compactor.hold(keys[2])
+        queue_all(server, keys)
+        server.resume(CHANNEL)
+        gate.wait_entered()
+        worker = server._worker
+        [running] = [r for r in worker._running if r.key == keys[2]]
+        scheduler = server._scheduler
+        first = scheduler.jobs.get_job_data(scheduler.job_type, keys[0])
+        # Then its heartbeats keep the schedule the batch's job began with (restarted at each
+        # database, a batch of databases each shorter than a beat would never send one)
+        assert running.carrier is not None and running.carrier.key == keys[0]
+        assert running.next_update == batches.first_beat_due
+        # ... and a heartbeat keeps the job the first database's, saying which one it compacts now
+        worker._heartbeat._send_heartbeat(running)
+        beat = scheduler.jobs.get_job_data(scheduler.job_type, keys[0])
+        assert (beat["key"], beat["run"], beat["compacting"]) == (keys[0], first["run"], keys[2])
+        assert scheduler.jobs.get_job_state(scheduler.job_type, keys[0]) == "running"
+        gate.release()
+        drained(server, keys)
+        wait_for(lambda: scheduler.jobs.list_jobs(scheduler.job_type) == [], HANG_S, what="the batch's job finished")
     finally:
         server.stop()

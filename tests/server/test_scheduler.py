@@ -908,6 +908,18 @@ class _Local:
             threading.Thread(target=claim, daemon=True).start()
         return self.runs
 
+    def unreserve(self) -> None:
+        pass
+
+    def claim_transact(self, key: str, body: Callable[[Any], Any]) -> Any:
+        raise NotImplementedError  # (its claims never reach a commit here)
+
+    def release_carrier(self, key: str) -> None:
+        pass
+
+    def carriers(self) -> list[tuple[int, Any]]:
+        return []
+
 
 def test_a_claim_the_worker_refuses_drops_its_run(make_scheduler: Callable[..., Harness]) -> None:
     h = make_scheduler()

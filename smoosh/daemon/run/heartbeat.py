@@ -192,12 +192,15 @@ class Heartbeat:
             try:
                 if poll:
                     self._poll_signals(r)
-                if now >= r.next_update:
+                # A run whose compaction is done sends none (its job is being finished), and keeps
+                # its beat due: a batch's next database takes the schedule over and sends it.
+                if now >= r.next_update and not r.done:
                     r.next_update = now + self._job_timeout_s() / 3.0
                     self._send_heartbeat(r)
             except Exception as exc:
                 log_failure(log, exc, "Heartbeat of job %r", r.key, health_says_it=self._signals == "direct")
-        dues = [r.next_update for r in running]
+        # (A done run's beat, kept due for the run after it, is not waited for: it would spin.)
+        dues = [r.next_update if not r.done else now + self._job_timeout_s() / 3.0 for r in running]
         if self._signals == "store":
             dues.append(self._next_poll)
         if self._finishes is not None:

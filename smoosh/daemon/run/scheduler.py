@@ -45,7 +45,7 @@ import logging
 import random
 import threading
 import time
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol, TypeVar
 
 from channels.ports import FAILED, Outcome, RunEvent
 from smoosh.daemon.control.cluster_cap import SLOT_FIELD, NodeCap, Refusal
@@ -61,6 +61,8 @@ from smoosh.store.base import Transaction, Watch
 __all__ = ["JobScheduler", "JOB_REMOVED_ERROR", "Run", "already_running"]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: A run claimed by this process's worker: its job (already accepted) and the data it was added with.
 Claimed = tuple[Job, dict[str, Any]]
@@ -78,6 +80,32 @@ REMOVAL_MERGE_WAIT_S = 0.005
 def already_running(channel: str) -> str:
     """The reason a run is dropped when its key runs already, for ``channel``."""
     return f"it is already being compacted by channel {channel!r}"
+
+
+class LocalWorker(Protocol):
+    """What the scheduler asks of this process's worker (:class:`~smoosh.daemon.run.worker.Worker`):
+    the one seam between the two, besides the worker's news (its ``RunListener``, this scheduler)."""
+
+    #: The instance of the process the worker runs in, named in the jobs it claims (None: none).
+    holder: str | None
+
+    def reserve(self) -> bool:
+        """Promise a free slot to a claim about to start; False when none is free."""
+
+    def unreserve(self) -> None:
+        """Give back a slot :meth:`reserve` promised."""
+
+    def run_claimed(self, claim: Callable[[], Claimed | None]) -> bool:
+        """Run ``claim`` and then its compaction in the promised slot; False when refused (stopping)."""
+
+    def claim_transact(self, key: str, body: Callable[[Transaction], Any]) -> Any:
+        """Run a claim's ``body`` in the commit that also finishes the runs that ended."""
+
+    def release_carrier(self, key: str) -> None:
+        """Before a claim of ``key``: a batch's job named ``key`` ends first (see the worker's)."""
+
+    def carriers(self) -> list[tuple[int, Mapping[str, object]]]:
+        """The batches' jobs now: ``(run token, the data they were claimed with)``."""
 
 
 class JobScheduler:
@@ -148,7 +176,7 @@ class JobScheduler:
         #: server's settle: the watcher still takes the run's last events as smoosh's own).
         self.on_released: Callable[[str], None] | None = None
         #: This process's worker, which runs claimed jobs (None: every job waits for a worker).
-        self.local: Any = None
+        self.local: LocalWorker | None = None
         #: The fleet-wide cap (``cluster_max_jobs``): every claim takes a slot of it in its own
         #: transaction (None: no cap; see :mod:`smoosh.daemon.control.cluster_cap`).
         self.cap: NodeCap | None = None
@@ -364,7 +392,7 @@ class JobScheduler:
 
     def _carriers(self) -> list[tuple[int, Mapping[str, object]]]:
         local = self.local
-        return local.carriers() if local is not None and hasattr(local, "carriers") else []
+        return local.carriers() if local is not None else []
 
     def claiming(self) -> dict[str, int]:
         """Per channel, the runs this process's worker took at their submit whose claim has not
@@ -454,7 +482,7 @@ class JobScheduler:
         run = offer.wait()
         if run is None:
             return None
-        return lambda: self._claim_or_drop(run, carrier)
+        return lambda: self._continue_or_drop(run, carrier)
 
     def catch_up(self) -> None:
         """The worker's thread, holding nothing, after it told a start or an end: it runs the
@@ -466,11 +494,17 @@ class JobScheduler:
 
     # -- the starter thread -------------------------------------------------------------------------
 
-    def _claim_or_drop(self, run: Run, carrier: Carrier | None = None) -> Continued | None:
-        """:meth:`_claim` (:meth:`_claim_carried` with a batch's ``carrier``), ending in an event for
-        the loop whatever happens: an exception drops the run."""
+    def _claim_or_drop(self, run: Run) -> Claimed | None:
+        """:meth:`_claim`, ending in an event for the loop whatever happens: an exception drops the run."""
+        return self._or_drop(run, self._claim)
+
+    def _continue_or_drop(self, run: Run, carrier: Carrier) -> Continued | None:
+        """:meth:`_claim_carried` for a batch's next run, ending in an event for the loop whatever happens."""
+        return self._or_drop(run, lambda r: self._claim_carried(r, carrier))
+
+    def _or_drop(self, run: Run, claim: Callable[[Run], T | None]) -> T | None:
         try:
-            return self._claim(run) if carrier is None else self._claim_carried(run, carrier)
+            return claim(run)
         except Exception as exc:
             log.exception("Starting the run of %r failed; dropped.", run.key)
             self._emit(run, "dropped", reason=f"it could not start: {type(exc).__name__}: {exc}")
@@ -531,7 +565,7 @@ class JobScheduler:
 
     def _held(self, data: dict[str, Any]) -> dict[str, Any]:
         """``data`` naming this process as the run's holder (when it has one)."""
-        holder = getattr(self.local, "holder", None)
+        holder = self.local.holder if self.local is not None else None
         if holder is None:
             return data
         # Claimed by this process from its first commit: a restart after a kill -9 knows whose
@@ -542,7 +576,7 @@ class JobScheduler:
         """Before a claim or start of ``key``: a batch's job named ``key`` ends first (see
         :meth:`Worker.release_carrier`)."""
         local = self.local
-        if local is not None and hasattr(local, "release_carrier"):
+        if local is not None:
             local.release_carrier(key)
 
     def _claim(self, run: Run) -> Claimed | None:
@@ -552,10 +586,13 @@ class JobScheduler:
             return None
         self._release_carrier(run.key)
         claim = _Claim(self._held(data))
+        local = self.local
+        if local is None:  # (a claim runs in a slot this process's worker promised: never here)
+            raise RuntimeError("no worker in this process to claim for")
         try:
             # The commit that claims this run also finishes the runs that just ended (their
             # slots of the cap given back first, in the same commit).
-            claimed = self.local.claim_transact(run.key, lambda tr: self._add_claimed(tr, run, claim))
+            claimed = local.claim_transact(run.key, lambda tr: self._add_claimed(tr, run, claim))
         except Exception as exc:
             self._add_failed(run, exc)
             return None

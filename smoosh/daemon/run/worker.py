@@ -693,9 +693,13 @@ class Worker:
         if carrier is not None:
             with previous.lock:
                 job = previous.job  # the newest handle: its heartbeats went on with it
+        # Under the batch's job, its heartbeats keep their schedule: restarted at every database, a
+        # batch of databases each shorter than a heartbeat's interval would never send one, and its
+        # job would be taken for a silent one (re-enqueued) after the type's timeout.
+        next_update = previous.next_update if carrier is not None else time.monotonic() + self.job_timeout_s / 3.0
         running = Running(
             job=job, data=dict(data), ctx=ctx, claimed=True, started_at=self._clock(),
-            started_mono=self._monotonic(), next_update=time.monotonic() + self.job_timeout_s / 3.0,
+            started_mono=self._monotonic(), next_update=next_update,
             batched=(*previous.batched, previous.key), carrier=carrier,
             member_key=str(data["key"]) if carrier is not None else None,
         )

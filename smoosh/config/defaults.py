@@ -330,8 +330,9 @@ GLOBAL_KEY_DEFS: tuple[Key, ...] = (
     Key("batch_max_size", "batch_max_size_bytes", SIZE,
         "Databases up to this size are compacted in batches: when a compaction of a channel ends and "
         "the channel's next database is this small, the same worker slot and thread take it at once "
-        "(no new slot, no hand-off to another thread). Each database keeps its own re-check, checks, "
-        "job, result, history and line in the log; a batch ends between two databases when the "
+        "(no new slot, no hand-off to another thread), under the same job in the store (one commit "
+        "claims a batch, one finishes it). Each database keeps its own re-check, checks, result, "
+        "history and line in the log; a batch ends between two databases when the "
         "channel would not start the next (held, out of its window, another channel's turn for the "
         "slot). Below this size a job's cost around the compaction is a large share of it; above it, "
         "the compaction dwarfs it. `0`: no batches.",

@@ -9,6 +9,7 @@ the metrics, the status) is compared with the same drain without batches.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import threading
@@ -21,7 +22,7 @@ from compactor.dbfactory import db_stats, integrity, make_bloated_db
 from helpers.clocks import FakeClock
 from helpers.daemon import HANG_S, wait_for
 from helpers.jobs_table import record_of
-from helpers.run_gates import GatedCompactor, gate_end
+from helpers.run_gates import Gate, GatedCompactor, gate_end
 from smoosh import Server
 from smoosh.compactors import SqliteCompactor
 from smoosh.compactors.base import CompactionError
@@ -152,11 +153,9 @@ def as_read(server: Server, keys: list[str], lines: list[logging.LogRecord]) -> 
     return {"rows": rows, "log": logged, "compactions": counts}
 
 
-def test_small_databases_go_in_one_slot_and_each_reads_as_a_compaction_of_its_own(
-    tmp_path: Path, batches: Batches, caplog: pytest.LogCaptureFixture,
-) -> None:
-    caplog.set_level(logging.INFO, logger="smoosh.daemon.record.outcomes")
-    seen: dict[str, dict[str, Any]] = {}
+def drains(tmp_path: Path, before: Callable[[], None]) -> Iterator[tuple[str, list[str], Server, Recording]]:
+    """The same drain of small databases without batches, then with them: each server has queued
+    every key (``before`` called first), drained them, and is stopped once the caller has looked."""
     for batch in ("0", "4MiB"):
         base = tmp_path / f"batch-{batch}"
         base.mkdir()
@@ -164,16 +163,25 @@ def test_small_databases_go_in_one_slot_and_each_reads_as_a_compaction_of_its_ow
         keys = fleet(base / "dbs")
         server, compactor = started(base, cfg)
         try:
-            caplog.clear()
+            before()
             queue_all(server, keys)
             server.resume(CHANNEL)
             drained(server, keys)
-            # Each database compacted once, in the channel's order
-            assert [key for key, _ in compactor.threads] == keys
-            assert all(db_stats(k)["freelist_count"] == 0 and integrity(k) == "ok" for k in keys)
-            seen[batch] = as_read(server, keys, caplog.records)
+            yield batch, keys, server, compactor
         finally:
             server.stop()
+
+
+def test_small_databases_go_in_one_slot_and_each_reads_as_a_compaction_of_its_own(
+    tmp_path: Path, batches: Batches, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="smoosh.daemon.record.outcomes")
+    seen: dict[str, dict[str, Any]] = {}
+    for batch, keys, server, compactor in drains(tmp_path, caplog.clear):
+        # Each database compacted once, in the channel's order
+        assert [key for key, _ in compactor.threads] == keys
+        assert all(db_stats(k)["freelist_count"] == 0 and integrity(k) == "ok" for k in keys)
+        seen[batch] = as_read(server, keys, caplog.records)
         if batch == "0":
             # Without batches, each database has a run of its own from the worker's pool
             assert batches.continued == []
@@ -323,27 +331,15 @@ def stored_results(server: Server) -> dict[str, list[str]]:
 def test_a_batch_is_one_claim_and_one_finish_in_the_job_store(
     tmp_path: Path, batches: Batches, writes: JobWrites,
 ) -> None:
-    for batch in ("0", "4MiB"):
-        base = tmp_path / f"batch-{batch}"
-        base.mkdir()
-        cfg = config(base, batch=batch)
-        keys = fleet(base / "dbs")
-        server, _ = started(base, cfg)
-        try:
-            writes.clear()
-            # Given a drain of small databases
-            queue_all(server, keys)
-            server.resume(CHANNEL)
-            drained(server, keys)
-            # When the store has heard every end
-            wait_for(lambda: set(stored_results(server)) == set(keys), HANG_S,
-                     what="every database's history row in the store")
-            wait_for(lambda: ("finish", keys[0]) in writes, HANG_S, what="the first job's finish")
-            # Then each database has its durable history row, and no job is left
-            assert stored_results(server) == {key: ["ok"] for key in keys}
-            assert server._scheduler.jobs.list_jobs(server._scheduler.job_type) == []
-        finally:
-            server.stop()
+    # Given a drain of small databases
+    for batch, keys, server, _ in drains(tmp_path, writes.clear):
+        # When the store has heard every end
+        wait_for(lambda: set(stored_results(server)) == set(keys), HANG_S,
+                 what="every database's history row in the store")
+        wait_for(lambda: ("finish", keys[0]) in writes, HANG_S, what="the first job's finish")
+        # Then each database has its durable history row, and no job is left
+        assert stored_results(server) == {key: ["ok"] for key in keys}
+        assert server._scheduler.jobs.list_jobs(server._scheduler.job_type) == []
         if batch == "0":
             # ... a job claimed and finished for each database without batches
             assert sorted(writes) == sorted([("claim", k) for k in keys] + [("finish", k) for k in keys])
@@ -358,18 +354,29 @@ def bloat_again(key: str) -> None:
     make_bloated_db(key, rows=600, delete_fraction=0.95)
 
 
-def test_a_batch_handed_its_own_first_database_again_ends_its_job_and_claims_one_for_it(
-    tmp_path: Path, batches: Batches, writes: JobWrites,
-) -> None:
-    cfg = config(tmp_path)
+@contextlib.contextmanager
+def third_held(tmp_path: Path, channel: str = "", workers: int = 2) -> Iterator[tuple[Server, Recording, list[str], Gate]]:
+    """A drain of small databases whose batch compacts its third one (under the first one's job),
+    held at a gate: the server, its compactor, the keys and the gate; the server stopped after."""
+    cfg = config(tmp_path, channel=channel)
     keys = fleet(tmp_path / "dbs")
-    server, compactor = started(tmp_path, cfg)
+    server, compactor = started(tmp_path, cfg, workers=workers)
+    gate = compactor.hold(keys[2])
     try:
-        # Given a batch compacting its third database under the first one's job
-        gate = compactor.hold(keys[2])
         queue_all(server, keys)
         server.resume(CHANNEL)
         gate.wait_entered()
+        yield server, compactor, keys, gate
+    finally:
+        gate.release()
+        server.stop()
+
+
+def test_a_batch_handed_its_own_first_database_again_ends_its_job_and_claims_one_for_it(
+    tmp_path: Path, batches: Batches, writes: JobWrites,
+) -> None:
+    # Given a batch compacting its third database under the first one's job
+    with third_held(tmp_path) as (server, compactor, keys, gate):
         # When the first database is queued again, at the head of the channel
         bloat_again(keys[0])
         server.enqueue(keys[0])
@@ -387,24 +394,15 @@ def test_a_batch_handed_its_own_first_database_again_ends_its_job_and_claims_one
         assert stored_results(server) == {keys[0]: ["ok", "ok"], **{key: ["ok"] for key in keys[1:]}}
         assert server._scheduler.jobs.list_jobs(server._scheduler.job_type) == []
         assert all(integrity(k) == "ok" and db_stats(k)["freelist_count"] == 0 for k in keys)
-    finally:
-        server.stop()
 
 
 def test_a_claim_of_a_batch_jobs_key_waits_for_the_batch_to_end(
     tmp_path: Path, batches: Batches, writes: JobWrites, caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO)
-    cfg = config(tmp_path, channel="concurrency = 2")
-    keys = fleet(tmp_path / "dbs")
-    # (Three slots: the channel's two runs are claimed here, and a third claims the key again.)
-    server, compactor = started(tmp_path, cfg, workers=3)
-    try:
-        # Given two batches, one of which compacts the third database under its first one's job
-        gate = compactor.hold(keys[2])
-        queue_all(server, keys)
-        server.resume(CHANNEL)
-        gate.wait_entered()
+    # Given two batches, one of which compacts the third database under its first one's job
+    # (three slots: the channel's two runs are claimed here, and a third claims the key again)
+    with third_held(tmp_path, channel="concurrency = 2", workers=3) as (server, compactor, keys, gate):
         [carrier] = [r.carrier for r in server._worker._running if r.key == keys[2]]
         assert carrier is not None and carrier.key in keys[:2]
         first = carrier.key
@@ -429,22 +427,13 @@ def test_a_claim_of_a_batch_jobs_key_waits_for_the_batch_to_end(
         assert not [r for r in caplog.records if "following its job" in r.getMessage()]
         assert server._scheduler.jobs.list_jobs(server._scheduler.job_type) == []
         assert all(integrity(k) == "ok" for k in keys)
-    finally:
-        server.stop()
 
 
 def test_a_batch_keeps_its_jobs_heartbeats_and_says_which_database_it_compacts(
     tmp_path: Path, batches: Batches,
 ) -> None:
-    cfg = config(tmp_path)
-    keys = fleet(tmp_path / "dbs")
-    server, compactor = started(tmp_path, cfg)
-    try:
-        # Given a batch compacting its third database under the first one's job
-        gate = compactor.hold(keys[2])
-        queue_all(server, keys)
-        server.resume(CHANNEL)
-        gate.wait_entered()
+    # Given a batch compacting its third database under the first one's job
+    with third_held(tmp_path) as (server, compactor, keys, gate):
         worker = server._worker
         [running] = [r for r in worker._running if r.key == keys[2]]
         scheduler = server._scheduler
@@ -461,5 +450,3 @@ def test_a_batch_keeps_its_jobs_heartbeats_and_says_which_database_it_compacts(
         gate.release()
         drained(server, keys)
         wait_for(lambda: scheduler.jobs.list_jobs(scheduler.job_type) == [], HANG_S, what="the batch's job finished")
-    finally:
-        server.stop()

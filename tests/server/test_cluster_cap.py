@@ -55,18 +55,27 @@ class Counting:
                 Counting.running -= 1
 
 
-def test_a_node_waits_for_the_one_slot_another_holds_and_takes_it_the_moment_it_is_given_back(
-    tmp_path: Path, running: Any, capsys: Any
-) -> None:
+def two_nodes(tmp_path: Path, running: Any) -> tuple[str, dict[str, Any], dict[str, Counting]]:
+    """Nodes ``a`` and ``b`` on one SQLite store with ``cluster_max_jobs = 1``: the store's URL,
+    the servers and their counting compactors, by node."""
     url = f"sqlite:{tmp_path / 'shared.db'}"
-    servers, compactors, dbs = {}, {}, {}
+    servers, compactors = {}, {}
     for node in ("a", "b"):
         base = tmp_path / node
         base.mkdir()
         config = make_config(base, extra=f"store = {url}\nnode = {node}\ncluster_max_jobs = 1")
         compactors[node] = Counting(SqliteCompactor(config.sqlite, roots=config.roots))
         servers[node] = running(config, workers=2, compactors=[compactors[node]])
-        dbs[node] = str(base / "dbs" / f"{node}.db")
+    return url, servers, compactors
+
+
+def test_a_node_waits_for_the_one_slot_another_holds_and_takes_it_the_moment_it_is_given_back(
+    tmp_path: Path, running: Any, capsys: Any
+) -> None:
+    url, servers, compactors = two_nodes(tmp_path, running)
+    dbs = {}
+    for node in ("a", "b"):
+        dbs[node] = str(tmp_path / node / "dbs" / f"{node}.db")
         make_bloated_db(dbs[node], rows=400)
     a, b = servers["a"], servers["b"]
     # Given a's compaction running, held at a gate: a holds the one slot
@@ -103,14 +112,7 @@ def fleet(capsys: Any, url: str) -> dict[str, Any]:
 
 
 def test_a_batch_holds_its_one_slot_until_its_last_database_ends(tmp_path: Path, running: Any, capsys: Any) -> None:
-    url = f"sqlite:{tmp_path / 'shared.db'}"
-    servers, compactors = {}, {}
-    for node in ("a", "b"):
-        base = tmp_path / node
-        base.mkdir()
-        config = make_config(base, extra=f"store = {url}\nnode = {node}\ncluster_max_jobs = 1")
-        compactors[node] = Counting(SqliteCompactor(config.sqlite, roots=config.roots))
-        servers[node] = running(config, workers=2, compactors=[compactors[node]])
+    url, servers, compactors = two_nodes(tmp_path, running)
     a, b = servers["a"], servers["b"]
     first, second, other = (str(tmp_path / node / "dbs" / f"{name}.db") for node, name in
                             (("a", "first"), ("a", "second"), ("b", "other")))

@@ -25,9 +25,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Optional, TypeVar
+from typing import Callable, Optional, TypeVar
 
-from smoosh.jobs import JobHalted, Jobs
+from smoosh.jobs import Job, JobHalted, Jobs
 from smoosh.store import Transaction
 
 __all__ = ["DeferredFinishes", "FINISH_MERGE_WAIT_S", "BATCH_ROW_WAIT_S"]
@@ -38,6 +38,10 @@ T = TypeVar("T")
 
 #: A write made in the commit that finishes a run (the run's durable history row), or None.
 Also = Optional[Callable[[Transaction], None]]
+
+#: A finish waiting for a commit: its key, its job (None: a batch's database, its history row
+#: alone) and the write that goes with it.
+Entry = tuple[str, Optional[Job], Also]
 
 #: Longest a finished run's job waits for the next claim's commit before it is committed on
 #: its own (seconds). The next claim comes within a loop iteration (well under a millisecond)
@@ -62,12 +66,12 @@ class DeferredFinishes:
         self._jobs = jobs
         self._clock = clock
         self._cond = threading.Condition()
-        self._waiting: list[tuple[str, Any, Also]] = []  # (key, job or None, the write that goes with it)
+        self._waiting: list[Entry] = []  # (key, job or None, the write that goes with it)
         self._since = 0.0  # when the oldest waiting entry was added
         self._job_since: float | None = None  # when the oldest waiting entry with a job was added
         self._committing: dict[str, int] = {}  # key -> commits under way carrying its finish
 
-    def add(self, key: str, job: Any, also: Also = None) -> None:
+    def add(self, key: str, job: Job | None, also: Also = None) -> None:
         """The run of ``key`` ended: its job is to be finished and removed (``job`` None: a batch's
         database, with only its history row to write).
 
@@ -170,14 +174,14 @@ class DeferredFinishes:
 
     # -- under the lock, and the commits -----------------------------------------------------------
 
-    def _take_locked(self) -> list[tuple[str, Any, Also]]:
+    def _take_locked(self) -> list[Entry]:
         taken, self._waiting = self._waiting, []
         self._job_since = None
         for key, _, _ in taken:
             self._committing[key] = self._committing.get(key, 0) + 1
         return taken
 
-    def _done(self, taken: list[tuple[str, Any, Also]]) -> None:
+    def _done(self, taken: list[Entry]) -> None:
         if not taken:
             return
         with self._cond:
@@ -189,7 +193,7 @@ class DeferredFinishes:
                     self._committing.pop(key, None)
             self._cond.notify_all()
 
-    def _restore(self, taken: list[tuple[str, Any, Also]]) -> None:
+    def _restore(self, taken: list[Entry]) -> None:
         if not taken:
             return
         with self._cond:
@@ -200,11 +204,11 @@ class DeferredFinishes:
                 self._job_since = now
             self._waiting = taken + self._waiting
 
-    def _carry(self, tr: Transaction, taken: list[tuple[str, Any, Also]], body: Callable[[Transaction], T]) -> T:
+    def _carry(self, tr: Transaction, taken: list[Entry], body: Callable[[Transaction], T]) -> T:
         self._apply(tr, taken)
         return body(tr)
 
-    def _apply(self, tr: Transaction, taken: list[tuple[str, Any, Also]]) -> None:
+    def _apply(self, tr: Transaction, taken: list[Entry]) -> None:
         for key, job, also in taken:
             if job is None:
                 if also is not None:
@@ -221,7 +225,7 @@ class DeferredFinishes:
             if also is not None:
                 also(tr)  # its compaction ended all the same: its history row is written
 
-    def _commit(self, taken: list[tuple[str, Any, Also]]) -> None:
+    def _commit(self, taken: list[Entry]) -> None:
         try:
             self._jobs.transact(lambda tr: self._apply(tr, taken))
         except Exception:

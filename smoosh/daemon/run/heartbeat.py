@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Collection, Literal
+from typing import Callable, Collection, Literal
 
 from smoosh.daemon.control import control
 from smoosh.daemon.control.store_health import log_failure
@@ -25,7 +25,8 @@ from smoosh.daemon.run.job_context import HALTED, Running
 from smoosh.daemon.keypool import DEFAULT_IDLE_EXIT_S
 from smoosh.daemon.run.startup import DAEMON_WORKER, HOLDER
 from smoosh.io_budget import DEFAULT_CHUNK_GAP_FACTOR
-from smoosh.jobs import JobHalted
+from smoosh.jobs import JobHalted, Jobs
+from smoosh.store import Store
 
 __all__ = ["Heartbeat", "ERROR_PAUSE_S"]
 
@@ -80,8 +81,8 @@ class Heartbeat:
         *,
         runs: Callable[[], Collection[Running]],
         stopping: Callable[[], bool],
-        jobs: Any,
-        store: Any,
+        jobs: Jobs,
+        store: Store | None,
         node: str,
         job_type: str,
         signals: Literal["direct", "store"],
@@ -210,6 +211,8 @@ class Heartbeat:
         return min(dues)
 
     def _poll_signals(self, r: Running) -> None:
+        if self._store is None:
+            return  # (no store to read the signals from: a worker given none hears them directly)
         held, rotate_run, pace = control.read_signals(self._store, self._node, r.channel, r.key, now=self._clock())
         if self._on_pace is not None:
             # No pace (never written, too old, or cleared by a daemon that stopped): back to the
@@ -220,10 +223,10 @@ class Heartbeat:
         if rotate_run == r.run_id and r.ctx.stop_reason is None and r.ctx.rotate():
             log.info("Job %r stops at its next chunk boundary: rotated out.", r.key)
 
-    def liveness(self) -> dict[str, Any]:
+    def liveness(self) -> dict[str, object]:
         """What tells a restarting daemon who runs a job and that it lives (keys :data:`LIVENESS_KEYS`):
         written by every heartbeat, and by a stand-alone worker's accept (``Jobs.accept(stamp=)``)."""
-        data: dict[str, Any] = {"heartbeat_at": self._clock(),
+        data: dict[str, object] = {"heartbeat_at": self._clock(),
                                 "worker": DAEMON_WORKER if self._signals == "direct" else "process"}
         if self._holder is not None:
             data[HOLDER] = self._holder

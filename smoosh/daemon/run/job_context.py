@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from smoosh.compactors import Interrupted
 from smoosh.io_budget import IoBudget
+from smoosh.jobs import Job
 
 if TYPE_CHECKING:
     from smoosh.daemon.run.batch import Carrier
@@ -187,7 +188,7 @@ class JobContext:
 class Running:
     """One job in flight in a worker: its heartbeat thread and its compaction thread share it."""
 
-    job: Any
+    job: Job
     data: dict[str, Any]
     ctx: JobContext
     next_update: float

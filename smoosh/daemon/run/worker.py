@@ -43,7 +43,8 @@ from smoosh.daemon.run.batch import BATCH_MAX_DATABASES, Carrier
 from smoosh.daemon.run.job_context import STOPPING, JobContext, Running
 from smoosh.io_budget import START, IoBudget
 from smoosh.ioprio import apply_io_priority
-from smoosh.jobs import AcceptInterrupt, Job, JobHalted, NotFound
+from smoosh.jobs import AcceptInterrupt, Job, JobHalted, Jobs, NotFound
+from smoosh.store import Store, Transaction
 
 __all__ = ["Worker", "JobContext", "RunListener", "DEFAULT_JOB_TIMEOUT_S", "DEFAULT_HOLD_POLL_S", "STOP_TIMEOUT_S"]
 
@@ -123,8 +124,8 @@ class Worker:
 
     def __init__(
         self,
-        jobs: Any,
-        store: Any,
+        jobs: Jobs,
+        store: Store | None,
         job_type: str,
         compactors: Sequence[Compactor | CompactorBase],
         *,
@@ -181,10 +182,10 @@ class Worker:
         #: Asked, on its compaction thread, for the write that stores a claimed run's result
         #: (``on_finished(key, data, outcome)``: its durable history row, or None), made in the
         #: commit that finishes the run's job (``smoosh.daemon.results``).
-        self.on_finished: Callable[[str, dict[str, Any], Outcome], Callable[[Any], None] | None] | None = None
+        self.on_finished: Callable[[str, dict[str, Any], Outcome], Callable[[Transaction], None] | None] | None = None
         #: The write that gives back a claimed run's slot of the fleet-wide cap, from its job's data
         #: (None: no cap), made in the commit that finishes it (smoosh.daemon.control.cluster_cap).
-        self.release_slot: Callable[[Mapping[str, object]], Callable[[Any], None] | None] | None = None
+        self.release_slot: Callable[[Mapping[str, object]], Callable[[Transaction], None] | None] | None = None
         # Compactions run on these threads; they stay while work keeps coming (a thread per
         # job would cost its start on every compaction of a fleet of small files).
         # A claimed run's finish waits for the next claim's commit (one commit per compaction);
@@ -192,7 +193,7 @@ class Worker:
         self.finishes = DeferredFinishes(jobs)
         # After each run, its thread lets the listener take the news of its end (_catch_up):
         # the next run that news starts, the same thread claims, unwoken and holding nothing.
-        self._pool: KeyPool[Any] = KeyPool(self._run_thread, concurrency, "smoosh-compact",
+        self._pool: KeyPool[Running | Callable[[], Claimed | None]] = KeyPool(self._run_thread, concurrency, "smoosh-compact",
                                            on_idle=self.finishes.flush_if_due, after_item=self._catch_up)
         self._pool.start()
         self._held: set[str] = set()  # channels held now (direct signals)
@@ -310,7 +311,7 @@ class Worker:
         self._reserved = max(0, self._reserved - 1)
         self._cond.notify_all()
 
-    def claim_transact(self, key: str, body: Callable[[Any], Any]) -> Any:
+    def claim_transact(self, key: str, body: Callable[[Transaction], T]) -> T:
         """Run a claim's ``body`` in the transaction that also finishes the runs that ended (see
         :class:`~smoosh.daemon.run.finishes.DeferredFinishes`); its result."""
         return self.finishes.transact(key, body)
@@ -337,7 +338,7 @@ class Worker:
             carriers = list(self._carriers.values())
         return [(c.token, c.data) for c in carriers if c.token is not None]
 
-    def run_claimed(self, claim: Callable[[], tuple[Any, dict[str, Any]] | None]) -> bool:
+    def run_claimed(self, claim: Callable[[], Claimed | None]) -> bool:
         """Claim and run a job in the slot :meth:`reserve` promised, all on a compaction thread.
 
         Parameters:
@@ -448,10 +449,10 @@ class Worker:
                 with self._cond:
                     self._cond.wait(ERROR_PAUSE_S)
 
-    def _launch(self, job: Any, data: dict[str, Any], *, reserved: bool = False) -> None:
+    def _launch(self, job: Job, data: dict[str, Any], *, reserved: bool = False) -> None:
         self._pool.submit(self._admit(job, data, reserved=reserved, claimed=False))
 
-    def _admit(self, job: Any, data: dict[str, Any], *, reserved: bool, claimed: bool) -> Running:
+    def _admit(self, job: Job, data: dict[str, Any], *, reserved: bool, claimed: bool) -> Running:
         """Register a job as running here (its slot, its heartbeats, its holds)."""
         ctx = JobContext(self.io_budget, clock=self._monotonic)
         running = Running(
@@ -690,7 +691,9 @@ class Worker:
         it runs under the batch's job (``previous``'s carrier); else under its own."""
         ctx = JobContext(self.io_budget, clock=self._monotonic)
         carrier = previous.carrier if job is None else None
-        if carrier is not None:
+        if job is None:
+            if carrier is None:  # (a claim under the batch's job comes only after _ask_next made one)
+                raise RuntimeError(f"{data.get('key')!r} was to run under its batch's job, and the batch has none")
             with previous.lock:
                 job = previous.job  # the newest handle: its heartbeats went on with it
         # Under the batch's job, its heartbeats keep their schedule: restarted at every database, a
@@ -776,12 +779,12 @@ class Worker:
             if self._carriers.get(carrier.key) is carrier:
                 del self._carriers[carrier.key]
 
-    def _slot_release(self, data: Mapping[str, object]) -> Callable[[Any], None] | None:
+    def _slot_release(self, data: Mapping[str, object]) -> Callable[[Transaction], None] | None:
         """The write that gives back the cap slot a claimed job's ``data`` says it holds (None: none)."""
         release = self.release_slot
         return release(data) if release is not None else None
 
-    def _history_write(self, running: Running, outcome: Outcome) -> Callable[[Any], None] | None:
+    def _history_write(self, running: Running, outcome: Outcome) -> Callable[[Transaction], None] | None:
         """The write of a claimed run's durable history row (None: no hook, or an interrupted run)."""
         on_finished = self.on_finished
         if on_finished is None or outcome.result == INTERRUPTED:

@@ -450,3 +450,28 @@ def test_a_batch_keeps_its_jobs_heartbeats_and_says_which_database_it_compacts(
         gate.release()
         drained(server, keys)
         wait_for(lambda: scheduler.jobs.list_jobs(scheduler.job_type) == [], HANG_S, what="the batch's job finished")
+
+
+def test_a_batch_whose_job_is_removed_ends_after_halting_the_database_it_compacts(
+    tmp_path: Path, batches: Batches,
+) -> None:
+    # Given a batch compacting its third database under the first one's job
+    with third_held(tmp_path) as (server, compactor, keys, gate):
+        worker, scheduler = server._worker, server._scheduler
+        [running] = [r for r in worker._running if r.key == keys[2]]
+        # When the job is removed from the store (an operator's `jobs` tooling), and its heartbeat finds it gone
+        scheduler.jobs.remove(scheduler.job_type, keys[0])
+        worker._heartbeat._send_heartbeat(running)
+        # Then the database it compacted ends as a halted run, with nothing of the batch's left
+        wait_for(lambda: record_of(server, keys[2]).get("state") == "crashing", HANG_S, what="the halted database's end")
+        assert "job halted" in (record_of(server, keys[2]).get("last_error") or "")
+        assert worker.carriers() == []
+        # ... the databases before it stay compacted, and those after it are compacted by a new run
+        wait_for(lambda: all(record_of(server, k).get("state") == "finished" for k in keys[:2] + keys[3:])
+                 and idle(server), HANG_S, what="the rest of the drain")
+        assert [key for key, _ in compactor.threads].count(keys[0]) == 1
+        # (a halted run writes no durable row, batch or not: its job is no longer its own)
+        wait_for(lambda: stored_results(server) == {k: ["ok"] for k in keys[:2] + keys[3:]}, HANG_S,
+                 what="the compacted databases' results in the store")
+        assert scheduler.jobs.list_jobs(scheduler.job_type) == []
+        assert all(integrity(k) == "ok" for k in keys)

@@ -28,6 +28,7 @@ from smoosh.compactors import SqliteCompactor
 from smoosh.compactors.base import CompactionError
 from smoosh.config import parse_config
 from smoosh.daemon.results import read_rows
+from smoosh.daemon.run import batch as batch_module
 from smoosh.daemon.run.worker import Worker
 from smoosh.jobs import Jobs
 
@@ -475,3 +476,36 @@ def test_a_batch_whose_job_is_removed_ends_after_halting_the_database_it_compact
                  what="the compacted databases' results in the store")
         assert scheduler.jobs.list_jobs(scheduler.job_type) == []
         assert all(integrity(k) == "ok" for k in keys)
+
+
+def test_a_claim_of_a_batch_jobs_key_goes_back_to_its_channel_while_the_batch_is_slow_to_end(
+    tmp_path: Path, batches: Batches, writes: JobWrites, caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    caplog.set_level(logging.INFO)
+    monkeypatch.setattr(batch_module, "CARRIER_WAIT_S", 0.05)  # a batch's database that waits long
+    # Given two batches, one of which compacts the third database under its first one's job, held
+    with third_held(tmp_path, channel="concurrency = 2", workers=3) as (server, compactor, keys, gate):
+        [carrier] = [r.carrier for r in server._worker._running if r.key == keys[2]]
+        assert carrier is not None
+        first = carrier.key
+        wait_for(lambda: len(compactor.threads) == len(keys) and idle_but(server, keys[2]), HANG_S,
+                 what="the other batch's end")
+        # When that first database is queued again, and its channel starts it while the batch is held
+        bloat_again(first)
+        server.enqueue(first)
+        # Then its claim gives up waiting and the key goes back to its channel, again and again
+        wait_for(lambda: sum(1 for h in record_of(server, first)["history"]
+                             if h["event"] == "dropped" and "queued again" in (h["reason"] or "")) >= 2, HANG_S,
+                 what="the key queued again while the batch runs")
+        assert [key for key, _ in compactor.threads].count(first) == 1
+        assert writes.count(("claim", first)) == 1  # (its first only: none while the batch's job runs)
+        # And once the batch's database is done, the key is claimed in a job of its own and compacted
+        gate.release()
+        wait_for(lambda: [key for key, _ in compactor.threads].count(first) == 2 and idle(server), HANG_S,
+                 what="the second compaction")
+        wait_for(lambda: [what for what, key in writes if key == first] == ["claim", "finish"] * 2, HANG_S,
+                 what="the key's jobs claimed and finished in turn")
+        assert record_of(server, first)["state"] == "finished"
+        assert not [r for r in caplog.records if "following its job" in r.getMessage()]
+        assert server._scheduler.jobs.list_jobs(server._scheduler.job_type) == []

@@ -914,8 +914,8 @@ class _Local:
     def claim_transact(self, key: str, body: Callable[[Any], Any]) -> Any:
         raise NotImplementedError  # (its claims never reach a commit here)
 
-    def release_carrier(self, key: str) -> None:
-        pass
+    def release_carrier(self, key: str) -> bool:
+        return True
 
     def carriers(self) -> list[tuple[int, Any]]:
         return []

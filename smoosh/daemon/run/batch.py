@@ -198,9 +198,10 @@ class Carrier:
         """A claim of the job's key waits: the batch ends after the database it compacts."""
         self._wanted.set()
 
-    def wait_ended(self, timeout_s: float = CARRIER_WAIT_S) -> bool:
-        """Wait for :meth:`end` (or :meth:`drop`); whether it came within ``timeout_s``."""
-        return self._ended.wait(timeout_s)
+    def wait_ended(self, timeout_s: float | None = None) -> bool:
+        """Wait for :meth:`end` (or :meth:`drop`); whether it came within ``timeout_s`` (None:
+        :data:`CARRIER_WAIT_S`)."""
+        return self._ended.wait(CARRIER_WAIT_S if timeout_s is None else timeout_s)
 
     def end(self) -> None:
         """The batch ends: the job's finish is queued for the next commit (once)."""

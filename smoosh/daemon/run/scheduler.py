@@ -101,8 +101,9 @@ class LocalWorker(Protocol):
     def claim_transact(self, key: str, body: Callable[[Transaction], Any]) -> Any:
         """Run a claim's ``body`` in the commit that also finishes the runs that ended."""
 
-    def release_carrier(self, key: str) -> None:
-        """Before a claim of ``key``: a batch's job named ``key`` ends first (see the worker's)."""
+    def release_carrier(self, key: str) -> bool:
+        """Before a claim of ``key``: a batch's job named ``key`` ends first (see the worker's);
+        False when it still runs after a bounded wait."""
 
     def carriers(self) -> list[tuple[int, Mapping[str, object]]]:
         """The batches' jobs now: ``(run token, the data they were claimed with)``."""
@@ -572,19 +573,30 @@ class JobScheduler:
         # it was before any heartbeat says so.
         return {**data, "worker": DAEMON_WORKER, HOLDER: holder}
 
-    def _release_carrier(self, key: str) -> None:
-        """Before a claim or start of ``key``: a batch's job named ``key`` ends first (see
-        :meth:`Worker.release_carrier`)."""
+    def _carrier_released(self, run: Run) -> bool:
+        """Before a claim or start of ``run``: a batch's job named after its key ends first (see
+        :meth:`Worker.release_carrier`). When the batch is still at it after the wait (its
+        database waits long for a quiet moment), the run goes back to its channel instead, as a
+        cap's refusal does: claimed now, it would find the batch's job running and follow it."""
         local = self.local
-        if local is not None:
-            local.release_carrier(key)
+        if local is None or local.release_carrier(run.key):
+            return True
+        reason = f"a batch of channel {run.channel!r} still runs under the job of its name; queued again"
+        log.info("%r: a batch still runs under the job of its name; queued again.", run.key)
+        self._emit(run, "dropped", reason=reason)
+        requeue = self._requeue
+        if requeue is not None:
+            channel, key, priority = run.channel, run.key, run.priority
+            self._post(lambda: requeue(channel, key, priority))
+        return False
 
     def _claim(self, run: Run) -> Claimed | None:
         """On the compaction thread: the job added already claimed by this process's worker."""
         data = self._recheck_or_drop(run)
         if data is None:
             return None
-        self._release_carrier(run.key)
+        if not self._carrier_released(run):
+            return None
         claim = _Claim(self._held(data))
         local = self.local
         if local is None:  # (a claim runs in a slot this process's worker promised: never here)
@@ -626,7 +638,8 @@ class JobScheduler:
         data = self._recheck_or_drop(run)
         if data is None:
             return
-        self._release_carrier(run.key)
+        if not self._carrier_released(run):
+            return
         removals = self._take_removals()
         claim = _Claim(data)
 

@@ -316,19 +316,23 @@ class Worker:
         :class:`~smoosh.daemon.run.finishes.DeferredFinishes`); its result."""
         return self.finishes.transact(key, body)
 
-    def release_carrier(self, key: str) -> None:
+    def release_carrier(self, key: str) -> bool:
         """Before a claim of ``key`` (any thread but a batch's own): when a batch's job is named
         ``key``, the batch ends after the database it compacts, and the job's finish is committed
-        (at most :data:`~smoosh.daemon.run.batch.CARRIER_WAIT_S`): the claim must find no job of
-        the key running, or it would take the batch's for a run of its own to follow."""
+        (waiting at most :data:`~smoosh.daemon.run.batch.CARRIER_WAIT_S`): the claim must find no
+        job of the key running, or it would take the batch's for a run of its own to follow.
+
+        Returns:
+            False when the batch's job still runs after the wait (the claim must not go on).
+        """
         carrier = self._carriers.get(key)
         if carrier is None:
-            return
+            return True
         carrier.want()
         if not carrier.wait_ended():
-            log.warning("The batch compacting under the job of %r did not end in time; %r is claimed all the same.",
-                        key, key)
+            return False
         self.finishes.flush()
+        return True
 
     def carriers(self) -> list[tuple[int, Mapping[str, object]]]:
         """The batches' jobs now, as ``(run token, the data they were claimed with)``: their first

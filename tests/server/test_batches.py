@@ -356,7 +356,9 @@ def bloat_again(key: str) -> None:
 
 
 @contextlib.contextmanager
-def third_held(tmp_path: Path, channel: str = "", workers: int = 2) -> Iterator[tuple[Server, Recording, list[str], Gate]]:
+def third_held(
+    tmp_path: Path, channel: str = "", workers: int = 2,
+) -> Iterator[tuple[Server, Recording, list[str], Gate]]:
     """A drain of small databases whose batch compacts its third one (under the first one's job),
     held at a gate: the server, its compactor, the keys and the gate; the server stopped after."""
     cfg = config(tmp_path, channel=channel)
@@ -464,7 +466,8 @@ def test_a_batch_whose_job_is_removed_ends_after_halting_the_database_it_compact
         scheduler.jobs.remove(scheduler.job_type, keys[0])
         worker._heartbeat._send_heartbeat(running)
         # Then the database it compacted ends as a halted run, with nothing of the batch's left
-        wait_for(lambda: record_of(server, keys[2]).get("state") == "crashing", HANG_S, what="the halted database's end")
+        wait_for(lambda: record_of(server, keys[2]).get("state") == "crashing", HANG_S,
+                 what="the halted database's end")
         assert "job halted" in (record_of(server, keys[2]).get("last_error") or "")
         assert worker.carriers() == []
         # ... the databases before it stay compacted, and those after it are compacted by a new run

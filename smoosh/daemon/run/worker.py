@@ -193,8 +193,9 @@ class Worker:
         self.finishes = DeferredFinishes(jobs)
         # After each run, its thread lets the listener take the news of its end (_catch_up):
         # the next run that news starts, the same thread claims, unwoken and holding nothing.
-        self._pool: KeyPool[Running | Callable[[], Claimed | None]] = KeyPool(self._run_thread, concurrency, "smoosh-compact",
-                                           on_idle=self.finishes.flush_if_due, after_item=self._catch_up)
+        self._pool: KeyPool[Running | Callable[[], Claimed | None]] = KeyPool(
+            self._run_thread, concurrency, "smoosh-compact", on_idle=self.finishes.flush_if_due,
+            after_item=self._catch_up)
         self._pool.start()
         self._held: set[str] = set()  # channels held now (direct signals)
         # Slots promised but not running yet: to claimed jobs on their way in, and one to the

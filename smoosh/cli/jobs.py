@@ -68,6 +68,12 @@ def add_jobs_parser(subparsers: Any) -> argparse.ArgumentParser:
     show_parser.add_argument("job_type", metavar="TYPE", help="the job's type, e.g. smoosh:NODE")
     show_parser.add_argument("job_id", metavar="ID", help="the job's id (for smoosh: the database's path)")
     show_parser.add_argument("--json", action="store_true", help="accepted for symmetry: show always prints JSON")
+    for sub in (list_parser, show_parser):
+        # The store's options after the subcommand too (`jobs list --config PATH`), as a user
+        # types them; absent there, they leave what `jobs` itself was given (SUPPRESS).
+        sub.add_argument("--store", metavar="URL", default=argparse.SUPPRESS, help="as before the subcommand")
+        add_deadline_option(sub, inherited=True)
+        sub.add_argument("--config", metavar="PATH", default=argparse.SUPPRESS, help="as before the subcommand")
     parser.set_defaults(func=jobs_command)
     return parser
 

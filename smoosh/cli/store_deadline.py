@@ -58,8 +58,13 @@ class StoreUnreachable(SmooshError):
         self.deadline_s = deadline_s
 
 
-def add_deadline_option(parser: argparse.ArgumentParser) -> None:
-    """``--store-timeout SECONDS`` on a command that reads the store."""
+def add_deadline_option(parser: argparse.ArgumentParser, *, inherited: bool = False) -> None:
+    """``--store-timeout SECONDS`` on a command that reads the store (``inherited``: on a subcommand
+    of one, where it is left unset unless given, and the command's own value stands)."""
+    if inherited:
+        parser.add_argument("--store-timeout", metavar="SECONDS", type=_seconds, default=argparse.SUPPRESS,
+                            help="as before the subcommand")
+        return
     parser.add_argument("--store-timeout", metavar="SECONDS", type=_seconds, default=STORE_DEADLINE_S,
                         help=f"with a store: give up when it has not answered within this many seconds "
                              f"(default {STORE_DEADLINE_S:g}): the command says since when it is unreachable, exit 1")

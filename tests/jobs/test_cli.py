@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from smoosh.jobs import Jobs
+from smoosh.cli import build_parser
 from smoosh.cli.jobs import FINISHED_NOT_KEPT, add_jobs_parser, jobs_command
+from smoosh.cli.store_deadline import STORE_DEADLINE_S
+from smoosh.jobs import Jobs
 from smoosh.store import open_store
 
 
@@ -156,3 +158,17 @@ def test_every_row_jobs_list_prints_opens_with_jobs_show_as_printed(store_url: s
         assert (body["id"], body["state"]) == (job_id, state)
     code, shown, _ = run(parse(["jobs", "--store", store_url, "show", "smoosh:n1", "/data/done.db"]))
     assert json.loads(shown)["data"]["results"][0]["result"] == "ok"
+
+
+def test_the_store_options_are_taken_after_the_subcommand_too(store_url: str) -> None:
+    # `smoosh jobs list --store URL`, as a user types it, reads the same store as `jobs --store URL list`
+    after = parse(["jobs", "list", "--store", store_url, "--store-timeout", "7"])
+    before = parse(["jobs", "--store", store_url, "--store-timeout", "7", "list"])
+    assert (after.store, after.store_timeout) == (before.store, before.store_timeout) == (store_url, 7.0)
+    assert run(after) == run(before)
+    # ... an option given only before it stands, and the defaults are the command's
+    only_before = parse(["jobs", "--store", store_url, "show", "smoosh:n1", "/db/a"])
+    assert (only_before.store, only_before.store_timeout) == (store_url, STORE_DEADLINE_S)
+    # ... and so does the config file, in the whole CLI
+    assert build_parser().parse_args(["jobs", "list", "--config", "/etc/smoosh.ini"]).config == "/etc/smoosh.ini"
+    assert build_parser().parse_args(["jobs", "--config", "/etc/smoosh.ini", "list"]).config == "/etc/smoosh.ini"

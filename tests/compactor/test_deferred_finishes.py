@@ -17,7 +17,7 @@ from helpers.clocks import FakeClock
 from helpers.daemon import HANG_S, wait_for
 from server.test_server import make_config
 from smoosh import Server
-from smoosh.daemon.run.finishes import FINISH_MERGE_WAIT_S, DeferredFinishes
+from smoosh.daemon.run.finishes import BATCH_ROW_WAIT_S, FINISH_MERGE_WAIT_S, DeferredFinishes
 from smoosh.jobs import Jobs, NotFound
 from smoosh.store import open_store
 
@@ -180,3 +180,48 @@ def test_a_finished_runs_history_row_rides_on_the_commit_that_finishes_its_job(j
     assert state(jobs, "/db/a") is None
     rows = jobs.store.transact(lambda tr: read_rows(tr.snapshot, "n1"))
     assert [(r.result, r.size_before_bytes, r.size_after_bytes) for r in rows["/db/a"]] == [("ok", 1000, 100)]
+
+
+def row(store_key: bytes) -> Any:
+    """A history row's write (what a batch's database leaves with no job to finish)."""
+    return lambda tr: tr.set(store_key, b"row")
+
+
+def read(jobs: Jobs, store_key: bytes) -> bytes | None:
+    return jobs.store.transact(lambda tr: tr.get(store_key))
+
+
+def test_a_batchs_rows_wait_a_second_for_a_commit_and_a_jobs_finish_five_milliseconds(jobs: Jobs) -> None:
+    clock = FakeClock(100.0)
+    finishes = DeferredFinishes(jobs, clock=clock)
+    # Given the history rows of a batch's first databases, with no job of their own to finish
+    finishes.add("/db/a", None, row(b"row-a"))
+    clock.advance(0.3)
+    finishes.add("/db/b", None, row(b"row-b"))
+    # Then they wait for a commit to carry them up to BATCH_ROW_WAIT_S from the oldest, not FINISH_MERGE_WAIT_S
+    assert finishes.flush_if_due() == pytest.approx(BATCH_ROW_WAIT_S - 0.3)
+    assert finishes.flush_rows_if_due() == pytest.approx(100.0 + BATCH_ROW_WAIT_S)
+    assert finishes.rows_due_at() == pytest.approx(100.0 + BATCH_ROW_WAIT_S)
+    assert read(jobs, b"row-a") is None
+    # When the batch's job ends (a job's finish waits): FINISH_MERGE_WAIT_S from then counts
+    finishes.add("/db/a", claimed(jobs, "/db/a"))
+    assert finishes.flush_if_due() == pytest.approx(FINISH_MERGE_WAIT_S)
+    clock.advance(FINISH_MERGE_WAIT_S)
+    # Then one commit writes the rows and finishes the job
+    assert finishes.flush_if_due() is None
+    assert (read(jobs, b"row-a"), read(jobs, b"row-b"), state(jobs, "/db/a")) == (b"row", b"row", None)
+    assert finishes.waiting() == 0 and finishes.rows_due_at() is None
+
+
+def test_a_batch_waiting_long_gets_its_rows_committed_after_a_second(jobs: Jobs) -> None:
+    clock = FakeClock(100.0)
+    finishes = DeferredFinishes(jobs, clock=clock)
+    # Given a batch's rows, the batch stuck on a database (its job running, no commit coming)
+    finishes.add("/db/a", None, row(b"row-a"))
+    clock.advance(BATCH_ROW_WAIT_S - 0.01)
+    assert finishes.flush_rows_if_due() is not None and read(jobs, b"row-a") is None
+    # When a second has passed (the worker's heartbeat thread looks)
+    clock.advance(0.01)
+    # Then the rows are committed, and nothing waits
+    assert finishes.flush_rows_if_due() is None
+    assert read(jobs, b"row-a") == b"row" and finishes.waiting() == 0

@@ -581,13 +581,8 @@ class JobScheduler:
         local = self.local
         if local is None or local.release_carrier(run.key):
             return True
-        reason = f"a batch of channel {run.channel!r} still runs under the job of its name; queued again"
         log.info("%r: a batch still runs under the job of its name; queued again.", run.key)
-        self._emit(run, "dropped", reason=reason)
-        requeue = self._requeue
-        if requeue is not None:
-            channel, key, priority = run.channel, run.key, run.priority
-            self._post(lambda: requeue(channel, key, priority))
+        self._queue_again(run, f"a batch of channel {run.channel!r} still runs under the job of its name")
         return False
 
     def _claim(self, run: Run) -> Claimed | None:
@@ -702,7 +697,12 @@ class JobScheduler:
             self._post(lambda: on_cap(False, watch))
         elif watch is not None:
             watch.cancel()
-        self._emit(run, "dropped", reason=f"{refusal.reason()}; queued again")
+        self._queue_again(run, refusal.reason())
+
+    def _queue_again(self, run: Run, why: str) -> None:
+        """``run`` is dropped for ``why`` and its key goes back to its channel at its priority
+        (dropped only, with no ``requeue`` to give it back to)."""
+        self._emit(run, "dropped", reason=f"{why}; queued again")
         requeue = self._requeue
         if requeue is not None:
             channel, key, priority = run.channel, run.key, run.priority
@@ -718,14 +718,11 @@ class JobScheduler:
 
     def _add_failed(self, run: Run, exc: Exception) -> None:
         """The job of ``run`` could not be added: dropped, or queued again when the store is to blame."""
-        requeue = self._requeue
-        if requeue is not None and classify(exc) is not None:
+        if self._requeue is not None and classify(exc) is not None:
             # The store's health says it once (smoosh.daemon.control.store_health), and holds
             # the channels' starts until the store is back: the key waits in its channel.
             log.debug("Could not add the job of %r: %s; it waits in its channel for the store.", run.key, exc)
-            self._emit(run, "dropped", reason=f"the job store failed ({exc}); queued again")
-            channel, key, priority = run.channel, run.key, run.priority
-            self._post(lambda: requeue(channel, key, priority))
+            self._queue_again(run, f"the job store failed ({exc})")
             return
         log.warning("Could not add the job of %r: %s", run.key, exc, exc_info=log.isEnabledFor(logging.DEBUG))
         self._emit(run, "dropped", reason=f"its job could not be added: {exc}")

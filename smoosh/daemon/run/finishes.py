@@ -106,23 +106,14 @@ class DeferredFinishes:
         Returns:
             Seconds until they are due, when some wait and are not due yet; else None.
         """
-        with self._cond:
-            if not self._waiting:
-                return None
-            due_in = self._since + BATCH_ROW_WAIT_S - self._clock()
-            if self._job_since is not None:
-                due_in = min(due_in, self._job_since + FINISH_MERGE_WAIT_S - self._clock())
-            if due_in > 0:
-                return due_in
-            taken = self._take_locked()
-        self._commit(taken)
-        return None
+        due = self._flush_if_past(jobs_too=True)
+        return None if due is None else due[0] - due[1]
 
     def rows_due_at(self) -> float | None:
         """When what waits now must be committed at the latest (:data:`BATCH_ROW_WAIT_S` after the
         oldest entry, on this object's clock), or None when nothing waits."""
         with self._cond:
-            return self._since + BATCH_ROW_WAIT_S if self._waiting else None
+            return self._due_at_locked(jobs_too=False) if self._waiting else None
 
     def flush_rows_if_due(self) -> float | None:
         """Commit what waits once the oldest entry has waited :data:`BATCH_ROW_WAIT_S`.
@@ -133,15 +124,8 @@ class DeferredFinishes:
         Returns:
             When it is due next (this object's clock), when something waits that is not due yet.
         """
-        with self._cond:
-            if not self._waiting:
-                return None
-            due_at = self._since + BATCH_ROW_WAIT_S
-            if due_at > self._clock():
-                return due_at
-            taken = self._take_locked()
-        self._commit(taken)
-        return None
+        due = self._flush_if_past(jobs_too=False)
+        return None if due is None else due[0]
 
     def flush(self) -> None:
         """Commit every waiting finish now (a stop)."""
@@ -173,6 +157,27 @@ class DeferredFinishes:
             self._done(taken)
 
     # -- under the lock, and the commits -----------------------------------------------------------
+
+    def _due_at_locked(self, *, jobs_too: bool) -> float:
+        """When what waits is due: :data:`BATCH_ROW_WAIT_S` after the oldest entry, and with
+        ``jobs_too`` :data:`FINISH_MERGE_WAIT_S` after the oldest with a job, if sooner."""
+        due_at = self._since + BATCH_ROW_WAIT_S
+        if jobs_too and self._job_since is not None:
+            due_at = min(due_at, self._job_since + FINISH_MERGE_WAIT_S)
+        return due_at
+
+    def _flush_if_past(self, *, jobs_too: bool) -> tuple[float, float] | None:
+        """Commit what waits once it is due (:meth:`_due_at_locked`); while it is not, ``(when it
+        is due, now)``; None when nothing waits or it was committed."""
+        with self._cond:
+            if not self._waiting:
+                return None
+            due_at, now = self._due_at_locked(jobs_too=jobs_too), self._clock()
+            if due_at > now:
+                return due_at, now
+            taken = self._take_locked()
+        self._commit(taken)
+        return None
 
     def _take_locked(self) -> list[Entry]:
         taken, self._waiting = self._waiting, []

@@ -770,19 +770,23 @@ class Worker:
         elif carrier is not None:
             carrier.end()
         else:
-            with running.lock:
-                self.finishes.add(running.key, running.job, self._slot_release(running.data))
+            self._queue_finish(running.key, running, running.data)
 
     def _carrier_ended(self, carrier: Carrier, finish: bool) -> None:
         """A batch's job is let go (:class:`~smoosh.daemon.run.batch.Carrier`): finished with
         ``finish``, by the handle of the run that compacted under it last."""
         running = carrier.running
         if finish and running is not None:
-            with running.lock:
-                self.finishes.add(carrier.key, running.job, self._slot_release(carrier.data))
+            self._queue_finish(carrier.key, running, carrier.data)
         with self._cond:
             if self._carriers.get(carrier.key) is carrier:
                 del self._carriers[carrier.key]
+
+    def _queue_finish(self, key: str, running: Running, data: Mapping[str, object]) -> None:
+        """Queue the finish of job ``key`` by ``running``'s handle of it (the newest), with the
+        give-back of the cap slot its claim ``data`` says it holds."""
+        with running.lock:
+            self.finishes.add(key, running.job, self._slot_release(data))
 
     def _slot_release(self, data: Mapping[str, object]) -> Callable[[Transaction], None] | None:
         """The write that gives back the cap slot a claimed job's ``data`` says it holds (None: none)."""
